@@ -1,0 +1,9 @@
+//! bucketscan's shared library: shard ranges and the planner, S3 clients (the
+//! SDK and the fast HEAD path), the scan engine and the result format. The
+//! worker and the operator are thin binaries over it.
+
+pub mod error;
+pub mod planner;
+pub mod retry;
+pub mod s3;
+pub mod shard;

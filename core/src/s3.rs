@@ -1,0 +1,287 @@
+//! S3 client setup and the LIST call. aws-sdk-s3 does LIST, PUT and multipart;
+//! HEAD has its own fast path (see `fasthead`), which reuses the credentials
+//! provider built here.
+
+use crate::error::S3Error;
+use crate::retry::RetryPolicy;
+use aws_config::{BehaviorVersion, Region};
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::types::EncodingType;
+use aws_smithy_http_client::tls;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the S3 service is and how to talk to it. Credentials are not here:
+/// they come from the standard AWS provider chain (environment, profile, web
+/// identity, instance metadata), so they never pass through our own config.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// e.g. `http://127.0.0.1:9000`; `None` means AWS S3 in `region`.
+    pub url: Option<String>,
+    pub region: String,
+    /// Address buckets as `endpoint/bucket/key` instead of `bucket.endpoint/key`.
+    pub path_style: bool,
+    /// Extra PEM CA bundle to trust (private object stores).
+    pub ca_file: Option<PathBuf>,
+    /// Connections kept open per host; at least the number of requests in flight.
+    pub pool_size: usize,
+}
+
+impl Endpoint {
+    /// The base URL requests go to, with no trailing slash.
+    pub fn base_url(&self) -> String {
+        match &self.url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None => format!("https://s3.{}.amazonaws.com", self.region),
+        }
+    }
+}
+
+/// The clients for one endpoint, shared by every task of a process.
+pub struct S3 {
+    pub sdk: aws_sdk_s3::Client,
+    pub credentials: SharedCredentialsProvider,
+    pub endpoint: Endpoint,
+    pub retry: RetryPolicy,
+    /// Retries made by any call on these clients (for the summary and metrics).
+    pub retries: AtomicU64,
+}
+
+/// One ListObjectsV2 request.
+#[derive(Clone, Debug, Default)]
+pub struct ListRequest {
+    pub prefix: String,
+    pub start_after: Option<String>,
+    pub delimiter: Option<String>,
+    pub continuation: Option<String>,
+    pub max_keys: i32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListedObject {
+    pub key: String,
+    pub size: u64,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+    pub storage_class: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListPage {
+    pub objects: Vec<ListedObject>,
+    pub common_prefixes: Vec<String>,
+    /// Continuation token of the next page, if there is one.
+    pub next: Option<String>,
+}
+
+impl S3 {
+    pub async fn connect(endpoint: Endpoint) -> Result<Arc<S3>, S3Error> {
+        let http_client = sdk_http_client(&endpoint)?;
+        let shared = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(endpoint.region.clone()))
+            .http_client(http_client)
+            .load()
+            .await;
+        let credentials = shared.credentials_provider().ok_or_else(|| {
+            S3Error::Credentials(
+                "no AWS credentials provider configured (set AWS_ACCESS_KEY_ID and \
+                 AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+                    .into(),
+            )
+        })?;
+        let mut conf = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(endpoint.path_style)
+            // Our own backoff loop (`retry`) wraps every call: one retry policy.
+            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+            .timeout_config(
+                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .operation_attempt_timeout(Duration::from_secs(120))
+                    .build(),
+            )
+            // Non-AWS stores often lack the newer flexible checksums.
+            .request_checksum_calculation(
+                aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired,
+            )
+            .response_checksum_validation(
+                aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired,
+            );
+        if let Some(url) = &endpoint.url {
+            conf = conf.endpoint_url(url.trim_end_matches('/'));
+        }
+        Ok(Arc::new(S3 {
+            sdk: aws_sdk_s3::Client::from_conf(conf.build()),
+            credentials,
+            endpoint,
+            retry: RetryPolicy::default(),
+            retries: AtomicU64::new(0),
+        }))
+    }
+
+    /// One LIST page, retried on transient errors. Keys are requested URL
+    /// encoded (servers fail on control characters otherwise) and decoded here.
+    pub async fn list_page(&self, bucket: &str, req: &ListRequest) -> Result<ListPage, S3Error> {
+        self.retry
+            .run(&self.retries, || async {
+                let out = self
+                    .sdk
+                    .list_objects_v2()
+                    .bucket(bucket)
+                    .prefix(&req.prefix)
+                    .set_start_after(req.start_after.clone())
+                    .set_delimiter(req.delimiter.clone())
+                    .set_continuation_token(req.continuation.clone())
+                    .max_keys(req.max_keys)
+                    .encoding_type(EncodingType::Url)
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(e, bucket))?;
+                let url_encoded = out.encoding_type() == Some(&EncodingType::Url);
+                let decode = |s: &str| {
+                    if url_encoded {
+                        url_decode(s)
+                    } else {
+                        Ok(s.to_string())
+                    }
+                };
+                let mut objects = Vec::with_capacity(out.contents().len());
+                for o in out.contents() {
+                    objects.push(ListedObject {
+                        key: decode(o.key().unwrap_or_default())?,
+                        size: o.size().unwrap_or(0).max(0) as u64,
+                        etag: o.e_tag().map(strip_quotes),
+                        last_modified: o.last_modified().map(format_time),
+                        storage_class: o.storage_class().map(|s| s.as_str().to_string()),
+                    });
+                }
+                let common_prefixes = out
+                    .common_prefixes()
+                    .iter()
+                    .filter_map(|p| p.prefix())
+                    .map(decode)
+                    .collect::<Result<_, _>>()?;
+                let next = match out.is_truncated() {
+                    Some(true) => out.next_continuation_token().map(str::to_string),
+                    _ => None,
+                };
+                if out.is_truncated() == Some(true) && next.is_none() {
+                    return Err(S3Error::Other(
+                        "server said the listing is truncated but sent no continuation token"
+                            .into(),
+                    ));
+                }
+                Ok(ListPage {
+                    objects,
+                    common_prefixes,
+                    next,
+                })
+            })
+            .await
+    }
+
+    /// Check that the bucket exists and that we may list it: turns a missing
+    /// bucket or bad credentials into one clear error before any work starts.
+    pub async fn check_bucket(&self, bucket: &str) -> Result<(), S3Error> {
+        let req = ListRequest {
+            max_keys: 1,
+            ..ListRequest::default()
+        };
+        self.list_page(bucket, &req).await.map(|_| ())
+    }
+}
+
+/// The HTTP client the SDK uses: hyper 1 with rustls on ring, native roots plus
+/// an optional extra CA.
+fn sdk_http_client(
+    endpoint: &Endpoint,
+) -> Result<aws_smithy_runtime_api::client::http::SharedHttpClient, S3Error> {
+    let mut trust = tls::TrustStore::default();
+    if let Some(ca) = &endpoint.ca_file {
+        let pem = std::fs::read(ca)
+            .map_err(|e| S3Error::Config(format!("cannot read CA file {}: {e}", ca.display())))?;
+        trust = trust.with_pem_certificate(pem);
+    }
+    let context = tls::TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .map_err(|e| S3Error::Config(format!("TLS setup: {e}")))?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .pool_max_idle_per_host(endpoint.pool_size.max(8))
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .tls_context(context)
+        .build_https())
+}
+
+/// Turn an SDK error into ours, keeping the HTTP status and S3 error code.
+pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
+    err: SdkError<E, HttpResponse>,
+    bucket: &str,
+) -> S3Error {
+    match &err {
+        SdkError::ServiceError(se) => {
+            let status = se.raw().status().as_u16();
+            let code = se.err().code().map(str::to_string);
+            let mut mapped = S3Error::from_status(status, code.as_deref(), bucket);
+            if let (S3Error::Client { detail, .. } | S3Error::Server { detail, .. }, Some(m)) =
+                (&mut mapped, se.err().message())
+            {
+                detail.push_str(": ");
+                detail.push_str(m);
+            }
+            mapped
+        }
+        SdkError::TimeoutError(_) => S3Error::Timeout(Duration::from_secs(120)),
+        SdkError::DispatchFailure(d) if d.is_timeout() => S3Error::Timeout(Duration::from_secs(10)),
+        SdkError::DispatchFailure(d) if d.is_io() || d.is_other() => {
+            S3Error::Connection(DisplayErrorContext(&err).to_string())
+        }
+        SdkError::ResponseError(_) => S3Error::Connection(DisplayErrorContext(&err).to_string()),
+        SdkError::ConstructionFailure(_) => {
+            let text = DisplayErrorContext(&err).to_string();
+            if text.contains("credentials") {
+                S3Error::Credentials(text)
+            } else {
+                S3Error::Other(text)
+            }
+        }
+        _ => S3Error::Other(DisplayErrorContext(&err).to_string()),
+    }
+}
+
+/// Decode a key from a listing with `encoding-type=url`. AWS encodes a space
+/// as `+` (and a real `+` as `%2B`), so `+` is decoded first.
+pub fn url_decode(s: &str) -> Result<String, S3Error> {
+    let plus_decoded = s.replace('+', " ");
+    percent_encoding::percent_decode_str(&plus_decoded)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| S3Error::Other(format!("listing returned a key that is not UTF-8: {s:?}")))
+}
+
+pub fn strip_quotes(etag: &str) -> String {
+    etag.trim_matches('"').to_string()
+}
+
+/// Times in records are RFC 3339 UTC, whichever call produced them.
+pub fn format_time(t: &aws_smithy_types::DateTime) -> String {
+    t.fmt(aws_smithy_types::date_time::Format::DateTime)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_decoding_handles_plus_and_percent() {
+        assert_eq!(url_decode("a+b%2Bc%20d").unwrap(), "a b+c d");
+        assert_eq!(url_decode("%E2%9C%93%0A%01").unwrap(), "\u{2713}\n\u{1}");
+        assert!(url_decode("%FF").is_err());
+    }
+}
