@@ -2,8 +2,14 @@
 //! SDK and the fast HEAD path), the scan engine and the result format. The
 //! worker and the operator are thin binaries over it.
 
+pub mod engine;
 pub mod error;
+pub mod fasthead;
+pub mod head;
+pub mod output;
 pub mod planner;
+pub mod record;
 pub mod retry;
 pub mod s3;
+pub mod scan;
 pub mod shard;

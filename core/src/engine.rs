@@ -1,0 +1,215 @@
+//! The scan engine: LIST one shard page by page and HEAD every key, with a
+//! bounded number of HEADs in flight. A lister task runs ahead of the HEADs
+//! (the next page is fetched while this page's HEADs run); records leave in
+//! key order, so "the last key written" is a valid checkpoint.
+
+use crate::error::S3Error;
+use crate::fasthead::HeadResult;
+use crate::head::HeadClient;
+use crate::record::{Record, Status};
+use crate::s3::{ListRequest, ListedObject, S3};
+use crate::shard::Shard;
+use futures::StreamExt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::sync::{mpsc, Semaphore};
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub bucket: String,
+    /// HEAD requests in flight in this process, across all shards.
+    pub concurrency: usize,
+    /// Keep only objects that have user metadata (and errors, so nothing is
+    /// dropped silently).
+    pub only_with_metadata: bool,
+    pub page_size: i32,
+}
+
+/// Live counters, shared with progress reporting.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub listed: AtomicU64,
+    pub heads: AtomicU64,
+    pub with_metadata: AtomicU64,
+    pub vanished: AtomicU64,
+    pub errors: AtomicU64,
+    pub bytes: AtomicU64,
+    pub pages: AtomicU64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CountersSnapshot {
+    pub listed: u64,
+    pub heads: u64,
+    pub with_metadata: u64,
+    pub vanished: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    pub pages: u64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> CountersSnapshot {
+        CountersSnapshot {
+            listed: self.listed.load(Relaxed),
+            heads: self.heads.load(Relaxed),
+            with_metadata: self.with_metadata.load(Relaxed),
+            vanished: self.vanished.load(Relaxed),
+            errors: self.errors.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            pages: self.pages.load(Relaxed),
+        }
+    }
+}
+
+pub struct Engine {
+    pub s3: Arc<S3>,
+    head: HeadClient,
+    pub opts: EngineOptions,
+    in_flight: Arc<Semaphore>,
+    pub counters: Counters,
+}
+
+/// What a finished shard scan saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardOutcome {
+    pub listed: u64,
+    pub emitted: u64,
+    pub last_key: Option<String>,
+}
+
+impl Engine {
+    pub fn new(s3: Arc<S3>, head: HeadClient, opts: EngineOptions) -> Arc<Engine> {
+        Arc::new(Engine {
+            in_flight: Arc::new(Semaphore::new(opts.concurrency.max(1))),
+            s3,
+            head,
+            opts,
+            counters: Counters::default(),
+        })
+    }
+
+    /// Scan one shard, sending its records in key order to `out`.
+    pub async fn scan_shard(self: &Arc<Self>, shard: &Shard, out: &mpsc::Sender<Record>) -> Result<ShardOutcome, S3Error> {
+        let window = self.opts.concurrency.max(1);
+        let page = self.opts.page_size.clamp(1, 1000) as usize;
+        let (keys_tx, keys_rx) = mpsc::channel::<ListedObject>(2 * page);
+        let lister = tokio::spawn(self.clone().list_shard(shard.clone(), keys_tx));
+
+        let mut records = tokio_stream_from(keys_rx)
+            .map(|obj| {
+                let engine = self.clone();
+                tokio::spawn(async move { engine.head_one(obj).await })
+            })
+            .buffered(window);
+        let mut outcome = ShardOutcome::default();
+        while let Some(joined) = records.next().await {
+            let record = joined.map_err(|e| S3Error::Other(format!("HEAD task failed: {e}")))??;
+            outcome.listed += 1;
+            outcome.last_key = Some(record.key.clone());
+            if self.keep(&record) {
+                outcome.emitted += 1;
+                out.send(record)
+                    .await
+                    .map_err(|_| S3Error::Other("output closed".into()))?;
+            }
+        }
+        lister.await.map_err(|e| S3Error::Other(format!("lister failed: {e}")))??;
+        Ok(outcome)
+    }
+
+    fn keep(&self, record: &Record) -> bool {
+        !self.opts.only_with_metadata
+            || record.status == Status::Error
+            || (record.status == Status::Ok && !record.metadata.is_empty())
+    }
+
+    /// LIST the shard into `keys`, stopping at its end key.
+    async fn list_shard(self: Arc<Self>, shard: Shard, keys: mpsc::Sender<ListedObject>) -> Result<(), S3Error> {
+        let mut req = ListRequest {
+            prefix: shard.prefix.clone(),
+            start_after: shard.start_after.clone(),
+            max_keys: self.opts.page_size,
+            ..ListRequest::default()
+        };
+        loop {
+            let page = self.s3.list_page(&self.opts.bucket, &req).await?;
+            self.counters.pages.fetch_add(1, Relaxed);
+            for obj in page.objects {
+                if shard.is_past_end(&obj.key) {
+                    return Ok(());
+                }
+                self.counters.listed.fetch_add(1, Relaxed);
+                if keys.send(obj).await.is_err() {
+                    return Ok(()); // the consumer stopped (it has an error to report)
+                }
+            }
+            match page.next {
+                Some(token) => req.continuation = Some(token),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// HEAD one listed object into a record. Final errors that mean the whole
+    /// scan cannot work (access denied, credentials) fail the shard; others
+    /// become an `error` record.
+    async fn head_one(&self, obj: ListedObject) -> Result<Record, S3Error> {
+        let result: HeadResult = {
+            let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
+            self.s3
+                .retry
+                .run(&self.s3.retries, || self.head.head(&self.opts.bucket, &obj.key))
+                .await
+        };
+        self.counters.heads.fetch_add(1, Relaxed);
+        let record = match result {
+            Ok(Some(info)) => {
+                self.counters.bytes.fetch_add(info.size, Relaxed);
+                if !info.metadata.is_empty() {
+                    self.counters.with_metadata.fetch_add(1, Relaxed);
+                }
+                Record {
+                    key: obj.key,
+                    status: Status::Ok,
+                    size: info.size,
+                    etag: info.etag.or(obj.etag),
+                    last_modified: info.last_modified.or(obj.last_modified),
+                    storage_class: info.storage_class.or(obj.storage_class).or(Some("STANDARD".into())),
+                    content_type: info.content_type,
+                    metadata: info.metadata,
+                    error: None,
+                }
+            }
+            Ok(None) => {
+                self.counters.vanished.fetch_add(1, Relaxed);
+                listed_record(obj, Status::Vanished, None)
+            }
+            Err(e @ (S3Error::AccessDenied { .. } | S3Error::Credentials(_) | S3Error::Config(_))) => return Err(e),
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Relaxed);
+                listed_record(obj, Status::Error, Some(e.to_string()))
+            }
+        };
+        Ok(record)
+    }
+}
+
+/// A record from what the listing said, for objects the HEAD could not read.
+fn listed_record(obj: ListedObject, status: Status, error: Option<String>) -> Record {
+    Record {
+        key: obj.key,
+        status,
+        size: obj.size,
+        etag: obj.etag,
+        last_modified: obj.last_modified,
+        storage_class: obj.storage_class,
+        content_type: None,
+        metadata: Default::default(),
+        error,
+    }
+}
+
+fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}

@@ -1,0 +1,344 @@
+//! Streaming result output: JSON Lines, optionally gzip, to stdout, a file or
+//! an S3 object. Output to S3 goes up as a multipart upload once it outgrows
+//! one part, so a result of any size never sits whole in memory.
+
+use crate::error::S3Error;
+use crate::record::Record;
+use crate::s3::{sdk_error, S3};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use flate2::write::GzEncoder;
+use std::io::Write;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+
+/// S3 refuses multipart parts under 5 MiB (except the last).
+pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
+/// Buffer flushed to a local file or stdout at this size.
+const LOCAL_FLUSH: usize = 256 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    Stdout,
+    File(PathBuf),
+    S3 { bucket: String, key: String },
+}
+
+impl FromStr for Destination {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "-" {
+            return Ok(Destination::Stdout);
+        }
+        if let Some(rest) = s.strip_prefix("s3://") {
+            return match rest.split_once('/') {
+                Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => Ok(Destination::S3 {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                }),
+                _ => Err(format!("{s:?} is not s3://BUCKET/KEY")),
+            };
+        }
+        if s.is_empty() {
+            return Err("output path is empty".into());
+        }
+        Ok(Destination::File(PathBuf::from(s)))
+    }
+}
+
+impl std::fmt::Display for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::Stdout => write!(f, "stdout"),
+            Destination::File(p) => write!(f, "{}", p.display()),
+            Destination::S3 { bucket, key } => write!(f, "s3://{bucket}/{key}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct OutputOptions {
+    pub gzip: bool,
+    /// Multipart part size for S3 output; at least [`MIN_PART_SIZE`].
+    pub part_size: usize,
+}
+
+impl Default for OutputOptions {
+    fn default() -> Self {
+        OutputOptions {
+            gzip: false,
+            part_size: 8 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutputSummary {
+    pub records: u64,
+    /// Bytes written after compression.
+    pub bytes: u64,
+    /// Parts uploaded (0 for a single PUT or a local file).
+    pub parts: u32,
+}
+
+enum Encoder {
+    Plain(Vec<u8>),
+    Gzip(GzEncoder<Vec<u8>>),
+}
+
+impl Encoder {
+    fn pending(&mut self) -> &mut Vec<u8> {
+        match self {
+            Encoder::Plain(v) => v,
+            Encoder::Gzip(g) => g.get_mut(),
+        }
+    }
+}
+
+enum Sink {
+    Stdout(tokio::io::Stdout),
+    /// Written to `tmp`, renamed to `path` when complete.
+    File { file: tokio::fs::File, tmp: PathBuf, path: PathBuf },
+    S3(MultipartUpload),
+}
+
+pub struct RecordWriter {
+    encoder: Encoder,
+    sink: Sink,
+    flush_at: usize,
+    line: Vec<u8>,
+    summary: OutputSummary,
+}
+
+impl RecordWriter {
+    pub async fn create(dest: &Destination, opts: &OutputOptions, s3: Option<&Arc<S3>>) -> Result<RecordWriter, S3Error> {
+        let (sink, flush_at) = match dest {
+            Destination::Stdout => (Sink::Stdout(tokio::io::stdout()), LOCAL_FLUSH),
+            Destination::File(path) => {
+                let mut tmp = path.clone().into_os_string();
+                tmp.push(".partial");
+                let tmp = PathBuf::from(tmp);
+                let file = tokio::fs::File::create(&tmp)
+                    .await
+                    .map_err(|e| S3Error::Config(format!("cannot create {}: {e}", tmp.display())))?;
+                (Sink::File { file, tmp, path: path.clone() }, LOCAL_FLUSH)
+            }
+            Destination::S3 { bucket, key } => {
+                let s3 = s3.ok_or_else(|| S3Error::Config("S3 output needs an S3 client".into()))?;
+                let part_size = opts.part_size.max(MIN_PART_SIZE);
+                let upload = MultipartUpload::new(s3.clone(), bucket.clone(), key.clone(), opts.gzip);
+                (Sink::S3(upload), part_size)
+            }
+        };
+        let encoder = if opts.gzip {
+            Encoder::Gzip(GzEncoder::new(Vec::new(), flate2::Compression::fast()))
+        } else {
+            Encoder::Plain(Vec::new())
+        };
+        Ok(RecordWriter { encoder, sink, flush_at, line: Vec::new(), summary: OutputSummary::default() })
+    }
+
+    pub async fn write(&mut self, record: &Record) -> Result<(), S3Error> {
+        self.line.clear();
+        record.write_line(&mut self.line);
+        match &mut self.encoder {
+            Encoder::Plain(v) => v.extend_from_slice(&self.line),
+            Encoder::Gzip(g) => g.write_all(&self.line).map_err(|e| S3Error::Other(format!("gzip: {e}")))?,
+        }
+        self.summary.records += 1;
+        if self.encoder.pending().len() >= self.flush_at {
+            let chunk = std::mem::take(self.encoder.pending());
+            self.send(chunk, false).await?;
+        }
+        Ok(())
+    }
+
+    /// Write what is left and make the output visible (rename the file,
+    /// complete the upload). Nothing is visible before this succeeds.
+    pub async fn finish(mut self) -> Result<OutputSummary, S3Error> {
+        let rest = match std::mem::replace(&mut self.encoder, Encoder::Plain(Vec::new())) {
+            Encoder::Plain(v) => v,
+            Encoder::Gzip(g) => g.finish().map_err(|e| S3Error::Other(format!("gzip: {e}")))?,
+        };
+        self.send(rest, true).await?;
+        match self.sink {
+            Sink::Stdout(mut out) => out.flush().await.map_err(io_err)?,
+            Sink::File { mut file, tmp, path } => {
+                file.flush().await.map_err(io_err)?;
+                file.sync_all().await.map_err(io_err)?;
+                tokio::fs::rename(&tmp, &path).await.map_err(io_err)?;
+            }
+            Sink::S3(upload) => self.summary.parts = upload.complete().await?,
+        }
+        Ok(self.summary)
+    }
+
+    async fn send(&mut self, chunk: Vec<u8>, last: bool) -> Result<(), S3Error> {
+        self.summary.bytes += chunk.len() as u64;
+        match &mut self.sink {
+            Sink::Stdout(out) => out.write_all(&chunk).await.map_err(io_err),
+            Sink::File { file, .. } => file.write_all(&chunk).await.map_err(io_err),
+            Sink::S3(upload) => upload.push(chunk, last).await,
+        }
+    }
+}
+
+fn io_err(e: std::io::Error) -> S3Error {
+    S3Error::Other(format!("writing output: {e}"))
+}
+
+/// An upload that starts as a multipart upload only when a second part is
+/// needed; a small output is one PutObject.
+struct MultipartUpload {
+    s3: Arc<S3>,
+    bucket: String,
+    key: String,
+    gzip: bool,
+    upload_id: Option<String>,
+    parts: Vec<CompletedPart>,
+    /// The body of a single-PUT output, held until `complete`.
+    small: Option<Vec<u8>>,
+}
+
+impl MultipartUpload {
+    fn new(s3: Arc<S3>, bucket: String, key: String, gzip: bool) -> Self {
+        MultipartUpload { s3, bucket, key, gzip, upload_id: None, parts: Vec::new(), small: None }
+    }
+
+    fn content_type(&self) -> &'static str {
+        if self.gzip {
+            "application/gzip"
+        } else {
+            "application/x-ndjson"
+        }
+    }
+
+    async fn push(&mut self, chunk: Vec<u8>, last: bool) -> Result<(), S3Error> {
+        if last && self.upload_id.is_none() {
+            self.small = Some(chunk);
+            return Ok(());
+        }
+        if chunk.is_empty() && !self.parts.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.upload_part(chunk).await {
+            self.abort().await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    async fn upload_part(&mut self, chunk: Vec<u8>) -> Result<(), S3Error> {
+        let s3 = &self.s3;
+        let bucket = self.bucket.as_str();
+        if self.upload_id.is_none() {
+            let created = s3
+                .retry
+                .run(&s3.retries, || async {
+                    s3.sdk
+                        .create_multipart_upload()
+                        .bucket(bucket)
+                        .key(&self.key)
+                        .content_type(self.content_type())
+                        .send()
+                        .await
+                        .map_err(|e| sdk_error(e, bucket))
+                })
+                .await?;
+            self.upload_id = created.upload_id().map(str::to_string);
+        }
+        let upload_id = self.upload_id.clone().ok_or_else(|| S3Error::Other("no upload id".into()))?;
+        let number = self.parts.len() as i32 + 1;
+        let body = bytes::Bytes::from(chunk);
+        let out = s3
+            .retry
+            .run(&s3.retries, || async {
+                s3.sdk
+                    .upload_part()
+                    .bucket(bucket)
+                    .key(&self.key)
+                    .upload_id(&upload_id)
+                    .part_number(number)
+                    .body(ByteStream::from(body.clone()))
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(e, bucket))
+            })
+            .await?;
+        self.parts.push(CompletedPart::builder().part_number(number).set_e_tag(out.e_tag().map(str::to_string)).build());
+        Ok(())
+    }
+
+    /// Returns the number of parts (0 for a single PUT).
+    async fn complete(mut self) -> Result<u32, S3Error> {
+        let s3 = self.s3.clone();
+        let bucket = self.bucket.as_str();
+        let Some(upload_id) = self.upload_id.clone() else {
+            let body = bytes::Bytes::from(self.small.take().unwrap_or_default());
+            s3.retry
+                .run(&s3.retries, || async {
+                    s3.sdk
+                        .put_object()
+                        .bucket(bucket)
+                        .key(&self.key)
+                        .content_type(self.content_type())
+                        .body(ByteStream::from(body.clone()))
+                        .send()
+                        .await
+                        .map_err(|e| sdk_error(e, bucket))
+                })
+                .await?;
+            return Ok(0);
+        };
+        let parts = CompletedMultipartUpload::builder().set_parts(Some(self.parts.clone())).build();
+        let done = s3
+            .retry
+            .run(&s3.retries, || async {
+                s3.sdk
+                    .complete_multipart_upload()
+                    .bucket(bucket)
+                    .key(&self.key)
+                    .upload_id(&upload_id)
+                    .multipart_upload(parts.clone())
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(e, bucket))
+            })
+            .await;
+        if let Err(e) = done {
+            self.abort().await;
+            return Err(e);
+        }
+        Ok(self.parts.len() as u32)
+    }
+
+    /// Best effort: an unfinished upload only costs storage until a lifecycle
+    /// rule or the next abort removes it.
+    async fn abort(&mut self) {
+        if let Some(id) = self.upload_id.take() {
+            let r = self.s3.sdk.abort_multipart_upload().bucket(&self.bucket).key(&self.key).upload_id(id).send().await;
+            if let Err(e) = r {
+                tracing::warn!(error = %sdk_error(e, &self.bucket), "could not abort multipart upload");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destinations_parse() {
+        assert_eq!("-".parse::<Destination>().unwrap(), Destination::Stdout);
+        assert_eq!(
+            "s3://b/k/x.jsonl".parse::<Destination>().unwrap(),
+            Destination::S3 { bucket: "b".into(), key: "k/x.jsonl".into() }
+        );
+        assert!("s3://b".parse::<Destination>().is_err());
+        assert!("s3:///k".parse::<Destination>().is_err());
+        assert_eq!("out.jsonl".parse::<Destination>().unwrap(), Destination::File("out.jsonl".into()));
+    }
+}

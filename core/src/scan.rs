@@ -1,0 +1,69 @@
+//! A whole-bucket scan in one process: plan shards, scan several at once,
+//! write every record to one output. This is `bucketscan-worker scan`.
+
+use crate::engine::{Engine, ShardOutcome};
+use crate::error::S3Error;
+use crate::output::{Destination, OutputOptions, OutputSummary, RecordWriter};
+use crate::planner::{plan, BucketLister, PlanOptions, PlannedShard};
+use crate::record::Record;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+#[derive(Clone, Debug)]
+pub struct ScanOptions {
+    pub plan: PlanOptions,
+    /// Shards listed at the same time.
+    pub shard_parallelism: usize,
+    pub output: Destination,
+    pub output_opts: OutputOptions,
+}
+
+#[derive(Clone, Debug)]
+pub struct ScanSummary {
+    pub shards: usize,
+    pub listed: u64,
+    pub output: OutputSummary,
+}
+
+/// Plan the bucket; `on_plan` sees the shards before scanning starts.
+pub async fn plan_bucket(engine: &Engine, opts: &PlanOptions) -> Result<Vec<PlannedShard>, S3Error> {
+    let lister = BucketLister { s3: &engine.s3, bucket: &engine.opts.bucket };
+    plan(&lister, opts).await
+}
+
+/// Scan `shards` into one output. The output only becomes visible when every
+/// shard succeeded.
+pub async fn scan_shards(engine: &Arc<Engine>, shards: Vec<PlannedShard>, opts: &ScanOptions) -> Result<ScanSummary, S3Error> {
+    let mut writer = RecordWriter::create(&opts.output, &opts.output_opts, Some(&engine.s3)).await?;
+    let (tx, mut rx) = mpsc::channel::<Record>(4096);
+    let shard_count = shards.len();
+    let scanning = {
+        let engine = engine.clone();
+        let parallelism = opts.shard_parallelism.max(1);
+        tokio::spawn(async move {
+            let outcomes: Vec<ShardOutcome> = stream::iter(shards)
+                .map(|p| {
+                    let engine = engine.clone();
+                    let tx = tx.clone();
+                    async move { engine.scan_shard(&p.shard, &tx).await }
+                })
+                .buffer_unordered(parallelism)
+                .try_collect()
+                .await?;
+            Ok::<_, S3Error>(outcomes)
+        })
+    };
+    while let Some(record) = rx.recv().await {
+        writer.write(&record).await?;
+    }
+    let outcomes = scanning
+        .await
+        .map_err(|e| S3Error::Other(format!("scan task failed: {e}")))??;
+    let output = writer.finish().await?;
+    Ok(ScanSummary {
+        shards: shard_count,
+        listed: outcomes.iter().map(|o| o.listed).sum(),
+        output,
+    })
+}
