@@ -99,7 +99,7 @@ impl Engine {
         let mut records = tokio_stream_from(keys_rx)
             .map(|obj| {
                 let engine = self.clone();
-                tokio::spawn(async move { engine.head_one(obj).await })
+                tokio::spawn(async move { engine.head_listed(obj).await })
             })
             .buffered(window);
         let mut outcome = ShardOutcome::default();
@@ -154,7 +154,7 @@ impl Engine {
     /// HEAD one listed object into a record. Final errors that mean the whole
     /// scan cannot work (access denied, credentials) fail the shard; others
     /// become an `error` record.
-    async fn head_one(&self, obj: ListedObject) -> Result<Record, S3Error> {
+    pub async fn head_listed(&self, obj: ListedObject) -> Result<Record, S3Error> {
         let result: HeadResult = {
             let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
             self.s3

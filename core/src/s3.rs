@@ -125,6 +125,22 @@ impl S3 {
     /// One LIST page, retried on transient errors. Keys are requested URL
     /// encoded (servers fail on control characters otherwise) and decoded here.
     pub async fn list_page(&self, bucket: &str, req: &ListRequest) -> Result<ListPage, S3Error> {
+        let wire_start_after = req.start_after.as_deref().map(wire_safe_start_after);
+        let mut page = self.list_page_raw(bucket, req, wire_start_after.flatten()).await?;
+        if let Some(after) = &req.start_after {
+            // The server started earlier than asked (see `wire_safe_start_after`).
+            page.objects.retain(|o| o.key.as_str() > after.as_str());
+            page.common_prefixes.retain(|p| p.as_str() > after.as_str() || after.starts_with(p.as_str()));
+        }
+        Ok(page)
+    }
+
+    async fn list_page_raw(
+        &self,
+        bucket: &str,
+        req: &ListRequest,
+        start_after: Option<String>,
+    ) -> Result<ListPage, S3Error> {
         self.retry
             .run(&self.retries, || async {
                 let out = self
@@ -132,7 +148,7 @@ impl S3 {
                     .list_objects_v2()
                     .bucket(bucket)
                     .prefix(&req.prefix)
-                    .set_start_after(req.start_after.clone())
+                    .set_start_after(start_after.clone())
                     .set_delimiter(req.delimiter.clone())
                     .set_continuation_token(req.continuation.clone())
                     .max_keys(req.max_keys)
@@ -223,6 +239,12 @@ pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'st
     err: SdkError<E, HttpResponse>,
     bucket: &str,
 ) -> S3Error {
+    let text = DisplayErrorContext(&err).to_string();
+    if matches!(err, SdkError::DispatchFailure(_) | SdkError::ConstructionFailure(_))
+        && text.contains("credentials")
+    {
+        return S3Error::Credentials(no_credentials_message(&text));
+    }
     match &err {
         SdkError::ServiceError(se) => {
             let status = se.raw().status().as_u16();
@@ -238,20 +260,29 @@ pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'st
         }
         SdkError::TimeoutError(_) => S3Error::Timeout(Duration::from_secs(120)),
         SdkError::DispatchFailure(d) if d.is_timeout() => S3Error::Timeout(Duration::from_secs(10)),
-        SdkError::DispatchFailure(d) if d.is_io() || d.is_other() => {
-            S3Error::Connection(DisplayErrorContext(&err).to_string())
-        }
-        SdkError::ResponseError(_) => S3Error::Connection(DisplayErrorContext(&err).to_string()),
-        SdkError::ConstructionFailure(_) => {
-            let text = DisplayErrorContext(&err).to_string();
-            if text.contains("credentials") {
-                S3Error::Credentials(text)
-            } else {
-                S3Error::Other(text)
-            }
-        }
-        _ => S3Error::Other(DisplayErrorContext(&err).to_string()),
+        SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => S3Error::Connection(text),
+        _ => S3Error::Other(text),
     }
+}
+
+/// The credential chain's own error is a page of nested debug output; the
+/// user needs one line saying what to set.
+fn no_credentials_message(chain_error: &str) -> String {
+    let first = chain_error.split([' ', '\n']).take(12).collect::<Vec<_>>().join(" ");
+    format!(
+        "none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, \
+         or a web identity token ({first} ...)"
+    )
+}
+
+/// Many servers answer HTTP 500 to a `StartAfter` holding a control
+/// character, even with `encoding-type=url`. Cut it before the first one: the
+/// listing then starts a little early and the caller drops the extra keys.
+fn wire_safe_start_after(start_after: &str) -> Option<String> {
+    let cut = start_after
+        .find(|c: char| c.is_ascii_control())
+        .unwrap_or(start_after.len());
+    Some(start_after[..cut].to_string()).filter(|s| !s.is_empty())
 }
 
 /// Decode a key from a listing with `encoding-type=url`. AWS encodes a space
@@ -277,6 +308,14 @@ pub fn format_time(t: &aws_smithy_types::DateTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_after_is_cut_before_control_characters() {
+        assert_eq!(wire_safe_start_after("a/b").as_deref(), Some("a/b"));
+        assert_eq!(wire_safe_start_after("a/\u{1}b").as_deref(), Some("a/"));
+        assert_eq!(wire_safe_start_after("\nx"), None);
+        assert_eq!(wire_safe_start_after("ü\u{7f}").as_deref(), Some("ü"));
+    }
 
     #[test]
     fn url_decoding_handles_plus_and_percent() {

@@ -130,8 +130,9 @@ pub fn key_before(key: &str) -> Option<String> {
     }
     out.push(prev_char(last));
     // Pad with the largest characters that fit: every key between this and
-    // `key` would have to be longer than S3 allows.
-    for (c, width) in [('\u{10FFFF}', 4), ('\u{FFFF}', 3), ('\u{7FF}', 2), ('\u{7F}', 1)] {
+    // `key` would have to be longer than S3 allows. U+FFFE and U+FFFF are
+    // skipped: servers echo StartAfter in XML, which cannot carry them.
+    for (c, width) in [('\u{10FFFF}', 4), ('\u{FFFD}', 3), ('\u{7FF}', 2), ('\u{7F}', 1)] {
         while out.len() + width <= MAX_KEY_BYTES {
             out.push(c);
         }
@@ -150,6 +151,7 @@ fn next_char(c: char) -> Option<char> {
 fn prev_char(c: char) -> char {
     match c {
         '\u{E000}' => '\u{D7FF}',
+        '\u{10000}' => '\u{FFFD}',
         c => char::from_u32(c as u32 - 1).expect("caller excludes U+0000"),
     }
 }

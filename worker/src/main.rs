@@ -1,1 +1,168 @@
-fn main() {}
+//! `bucketscan-worker`: scans S3 shards and HEADs every object.
+
+mod progress;
+
+use anyhow::Context;
+use bucketscan_core::engine::{Engine, EngineOptions};
+use bucketscan_core::head::{HeadClient, HeadClientKind};
+use bucketscan_core::output::{Destination, OutputOptions};
+use bucketscan_core::planner::PlanOptions;
+use bucketscan_core::s3::{Endpoint, S3};
+use bucketscan_core::scan::{plan_bucket, scan_shards, ScanOptions};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "bucketscan-worker", version, about = "Reads the user metadata of every object in an S3 bucket")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Scan a bucket in this one process (no Redis, no Kubernetes) and write
+    /// one JSON Lines record per object.
+    Scan(ScanArgs),
+}
+
+/// Where the source bucket is. Credentials come from the usual AWS sources
+/// (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, web identity,
+/// instance metadata), never from flags.
+#[derive(Args)]
+struct SourceArgs {
+    /// S3 endpoint URL, e.g. http://10.0.0.5:9000; default: AWS S3 in --region.
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    endpoint: Option<String>,
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    region: String,
+    #[arg(long)]
+    bucket: String,
+    /// Only keys that start with this prefix.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// Path-style addressing (endpoint/bucket/key), needed by most non-AWS stores.
+    #[arg(long)]
+    path_style: bool,
+    /// Extra PEM CA certificate(s) to trust for the endpoint.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ScanArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    /// HEAD requests in flight.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    concurrency: u32,
+    /// Where the records go: -, a file, or s3://bucket/key.
+    #[arg(long, short, default_value = "-")]
+    output: Destination,
+    /// Compress the output with gzip.
+    #[arg(long)]
+    gzip: bool,
+    /// Keep only objects that have user metadata (errors are always kept).
+    #[arg(long)]
+    only_with_metadata: bool,
+    /// HEAD implementation: fast (signed hyper requests) or sdk (aws-sdk-s3).
+    #[arg(long, default_value = "fast")]
+    head_client: HeadClientKind,
+    /// Shards to plan (more shards, more LIST streams in parallel).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    target_shards: u32,
+    /// Split the keyspace at this delimiter first; empty for key ranges only.
+    #[arg(long, default_value = "/")]
+    delimiter: String,
+    /// Shards listed at the same time.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    shard_parallelism: u32,
+    /// No progress bar, even on a terminal.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BUCKETSCAN_LOG").unwrap_or_else(|_| "warn,aws_config=error".into()),
+        )
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Scan(args) => scan(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn scan(args: ScanArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let src = &args.source;
+    let s3 = S3::connect(Endpoint {
+        url: src.endpoint.clone(),
+        region: src.region.clone(),
+        path_style: src.path_style,
+        ca_file: src.ca_file.clone(),
+        pool_size: args.concurrency as usize,
+    })
+    .await?;
+    s3.check_bucket(&src.bucket).await.context(format!("cannot list s3://{}", src.bucket))?;
+    let head = HeadClient::new(args.head_client, &s3)?;
+    let engine = Engine::new(
+        s3,
+        head,
+        EngineOptions {
+            bucket: src.bucket.clone(),
+            concurrency: args.concurrency as usize,
+            only_with_metadata: args.only_with_metadata,
+            page_size: 1000,
+        },
+    );
+    let plan_opts = PlanOptions {
+        prefix: src.prefix.clone(),
+        delimiter: Some(args.delimiter.clone()).filter(|d| !d.is_empty()),
+        target_shards: args.target_shards as usize,
+        ..PlanOptions::default()
+    };
+    let shards = plan_bucket(&engine, &plan_opts).await.context("planning shards")?;
+    let estimate: u64 = shards.iter().map(|s| s.estimated_objects).sum();
+    let exact = shards.iter().all(|s| s.exact);
+    let progress = progress::Progress::start(engine.clone(), estimate, exact, args.quiet);
+    let opts = ScanOptions {
+        plan: plan_opts,
+        shard_parallelism: args.shard_parallelism as usize,
+        output: args.output.clone(),
+        output_opts: OutputOptions { gzip: args.gzip, ..OutputOptions::default() },
+    };
+    let result = scan_shards(&engine, shards, &opts).await;
+    progress.stop();
+    let summary = result.with_context(|| format!("scanning s3://{}", src.bucket))?;
+    let c = engine.counters.snapshot();
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "scanned {} objects in {} shards in {:.1}s ({:.0} HEAD/s): {} with metadata, {} vanished, {} errors, {} retries; wrote {} records ({} bytes) to {}",
+        c.listed,
+        summary.shards,
+        secs,
+        c.heads as f64 / secs.max(1e-9),
+        c.with_metadata,
+        c.vanished,
+        c.errors,
+        engine.s3.retries.load(std::sync::atomic::Ordering::Relaxed),
+        summary.output.records,
+        summary.output.bytes,
+        args.output,
+    );
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! Shared test ground: the real S3 servers and Redis that
+//! `scripts/with-test-servers.sh` starts (via `just test`) and their
+//! addresses in the environment.
+#![allow(dead_code)]
+
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::primitives::ByteStream;
+use bucketscan_core::record::Record;
+use futures::stream::{self, StreamExt};
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Output;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// One S3 server of the test ground.
+#[derive(Clone)]
+pub struct Server {
+    pub endpoint: String,
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the tests with `just test` (scripts/with-test-servers.sh starts the servers)")
+    })
+}
+
+/// moto: in memory, stores every odd key faithfully, does not check signatures.
+pub fn moto() -> Server {
+    Server { endpoint: env("BUCKETSCAN_TEST_MOTO_ENDPOINT"), access_key: "testing".into(), secret_key: "testing".into() }
+}
+
+/// versitygw: checks SigV4 signatures (posix backend, so no odd keys).
+pub fn versitygw() -> Server {
+    Server {
+        endpoint: env("BUCKETSCAN_TEST_VGW_ENDPOINT"),
+        access_key: env("BUCKETSCAN_TEST_VGW_ACCESS_KEY"),
+        secret_key: env("BUCKETSCAN_TEST_VGW_SECRET_KEY"),
+    }
+}
+
+impl Server {
+    pub fn client(&self) -> aws_sdk_s3::Client {
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(&self.endpoint)
+            .force_path_style(true)
+            .credentials_provider(Credentials::new(&self.access_key, &self.secret_key, None, None, "test"))
+            .http_client(
+                aws_smithy_http_client::Builder::new()
+                    .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                        aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+                    ))
+                    .build_https(),
+            )
+            .request_checksum_calculation(aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired)
+            .build();
+        aws_sdk_s3::Client::from_conf(conf)
+    }
+
+    /// A fresh bucket with a unique name.
+    pub async fn bucket(&self, tag: &str) -> String {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!("bs-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        self.client().create_bucket().bucket(&name).send().await.expect("create bucket");
+        name
+    }
+
+    /// Put every object (body = `size` bytes) with its metadata, 32 at a time.
+    pub async fn seed(&self, bucket: &str, objects: &BTreeMap<String, Seeded>) {
+        let client = self.client();
+        stream::iter(objects.iter())
+            .for_each_concurrent(32, |(key, obj)| {
+                let client = client.clone();
+                async move {
+                    let mut put = client
+                        .put_object()
+                        .bucket(bucket)
+                        .key(key)
+                        .body(ByteStream::from(vec![b'x'; obj.size]));
+                    for (k, v) in &obj.metadata {
+                        put = put.metadata(k, v);
+                    }
+                    put.send().await.unwrap_or_else(|e| panic!("put {key:?}: {e:?}"));
+                }
+            })
+            .await;
+    }
+
+    /// Run `bucketscan-worker ARGS` with this server's endpoint and credentials.
+    pub fn worker(&self, args: &[&str]) -> Output {
+        self.worker_with_secret(args, &self.secret_key)
+    }
+
+    pub fn worker_with_secret(&self, args: &[&str], secret: &str) -> Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_bucketscan-worker"))
+            .args(args)
+            .args(["--endpoint", &self.endpoint, "--path-style"])
+            .env("AWS_ACCESS_KEY_ID", &self.access_key)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env_remove("AWS_PROFILE")
+            .output()
+            .expect("run bucketscan-worker")
+    }
+
+    /// Endpoint settings for calling the library directly.
+    pub async fn s3(&self) -> std::sync::Arc<bucketscan_core::s3::S3> {
+        // The library reads credentials from the standard chain; tests are
+        // processes of their own, so setting them here is safe.
+        std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+        std::env::set_var("AWS_ACCESS_KEY_ID", &self.access_key);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", &self.secret_key);
+        bucketscan_core::s3::S3::connect(bucketscan_core::s3::Endpoint {
+            url: Some(self.endpoint.clone()),
+            region: "us-east-1".into(),
+            path_style: true,
+            ca_file: None,
+            pool_size: 64,
+        })
+        .await
+        .expect("connect")
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Seeded {
+    pub size: usize,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Parse JSON Lines output into records, failing on any duplicate key.
+pub fn parse_records(jsonl: &[u8]) -> BTreeMap<String, Record> {
+    let mut out = BTreeMap::new();
+    for line in jsonl.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let rec: Record = serde_json::from_slice(line).unwrap_or_else(|e| panic!("bad line {:?}: {e}", String::from_utf8_lossy(line)));
+        let key = rec.key.clone();
+        assert!(out.insert(key.clone(), rec).is_none(), "{key:?} appears twice in the output");
+    }
+    out
+}
+
+/// The output must hold exactly the seeded objects, with exact sizes and
+/// metadata (names lower-cased, as S3 returns them).
+pub fn assert_matches_seed(records: &BTreeMap<String, Record>, seeded: &BTreeMap<String, Seeded>) {
+    let got: BTreeSet<&String> = records.keys().collect();
+    let want: BTreeSet<&String> = seeded.keys().collect();
+    let missing: Vec<_> = want.difference(&got).take(5).collect();
+    let extra: Vec<_> = got.difference(&want).take(5).collect();
+    assert!(missing.is_empty() && extra.is_empty(), "missing {missing:?}, unexpected {extra:?}");
+    for (key, obj) in seeded {
+        let rec = &records[key];
+        assert_eq!(rec.status, bucketscan_core::record::Status::Ok, "{key:?}: {rec:?}");
+        assert_eq!(rec.size, obj.size as u64, "{key:?}");
+        let want_meta: BTreeMap<String, String> =
+            obj.metadata.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+        assert_eq!(rec.metadata, want_meta, "{key:?}");
+        assert!(rec.etag.as_deref().is_some_and(|e| !e.is_empty() && !e.contains('"')), "{key:?}: {rec:?}");
+        assert!(rec.last_modified.is_some(), "{key:?}");
+    }
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn assert_success(out: &Output) {
+    assert!(out.status.success(), "worker failed: {}", stderr(out));
+}
+
+pub fn temp_path(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("bucketscan-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
