@@ -90,7 +90,11 @@ impl Engine {
     }
 
     /// Scan one shard, sending its records in key order to `out`.
-    pub async fn scan_shard(self: &Arc<Self>, shard: &Shard, out: &mpsc::Sender<Record>) -> Result<ShardOutcome, S3Error> {
+    pub async fn scan_shard(
+        self: &Arc<Self>,
+        shard: &Shard,
+        out: &mpsc::Sender<Record>,
+    ) -> Result<ShardOutcome, S3Error> {
         let window = self.opts.concurrency.max(1);
         let page = self.opts.page_size.clamp(1, 1000) as usize;
         let (keys_tx, keys_rx) = mpsc::channel::<ListedObject>(2 * page);
@@ -114,7 +118,9 @@ impl Engine {
                     .map_err(|_| S3Error::Other("output closed".into()))?;
             }
         }
-        lister.await.map_err(|e| S3Error::Other(format!("lister failed: {e}")))??;
+        lister
+            .await
+            .map_err(|e| S3Error::Other(format!("lister failed: {e}")))??;
         Ok(outcome)
     }
 
@@ -125,7 +131,11 @@ impl Engine {
     }
 
     /// LIST the shard into `keys`, stopping at its end key.
-    async fn list_shard(self: Arc<Self>, shard: Shard, keys: mpsc::Sender<ListedObject>) -> Result<(), S3Error> {
+    async fn list_shard(
+        self: Arc<Self>,
+        shard: Shard,
+        keys: mpsc::Sender<ListedObject>,
+    ) -> Result<(), S3Error> {
         let mut req = ListRequest {
             prefix: shard.prefix.clone(),
             start_after: shard.start_after.clone(),
@@ -175,7 +185,10 @@ impl Engine {
                     size: info.size,
                     etag: info.etag.or(obj.etag),
                     last_modified: info.last_modified.or(obj.last_modified),
-                    storage_class: info.storage_class.or(obj.storage_class).or(Some("STANDARD".into())),
+                    storage_class: info
+                        .storage_class
+                        .or(obj.storage_class)
+                        .or(Some("STANDARD".into())),
                     content_type: info.content_type,
                     metadata: info.metadata,
                     error: None,
@@ -185,7 +198,9 @@ impl Engine {
                 self.counters.vanished.fetch_add(1, Relaxed);
                 listed_record(obj, Status::Vanished, None)
             }
-            Err(e @ (S3Error::AccessDenied { .. } | S3Error::Credentials(_) | S3Error::Config(_))) => return Err(e),
+            Err(e @ (S3Error::AccessDenied { .. } | S3Error::Credentials(_) | S3Error::Config(_))) => {
+                return Err(e)
+            }
             Err(e) => {
                 self.counters.errors.fetch_add(1, Relaxed);
                 listed_record(obj, Status::Error, Some(e.to_string()))

@@ -33,10 +33,7 @@ impl S3Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            S3Error::Throttled { .. }
-                | S3Error::Server { .. }
-                | S3Error::Timeout(_)
-                | S3Error::Connection(_)
+            S3Error::Throttled { .. } | S3Error::Server { .. } | S3Error::Timeout(_) | S3Error::Connection(_)
         )
     }
 

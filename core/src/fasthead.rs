@@ -131,12 +131,19 @@ impl FastHead {
 
 /// Read the object's attributes from HEAD response headers.
 pub fn head_info(headers: &HeaderMap) -> HeadInfo {
-    let text = |name: &str| headers.get(name).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    };
     let metadata = headers
         .iter()
         .filter_map(|(name, value)| {
             let meta = name.as_str().strip_prefix("x-amz-meta-")?;
-            Some((meta.to_string(), crate::record::decode_metadata_value(value.as_bytes())))
+            Some((
+                meta.to_string(),
+                crate::record::decode_metadata_value(value.as_bytes()),
+            ))
         })
         .collect();
     HeadInfo {
@@ -246,7 +253,8 @@ impl SigningState {
             self.scope,
             hex::encode(Sha256::digest(canonical.as_bytes()))
         );
-        let signature = aws_sigv4::sign::v4::calculate_signature(&self.signing_key, string_to_sign.as_bytes());
+        let signature =
+            aws_sigv4::sign::v4::calculate_signature(&self.signing_key, string_to_sign.as_bytes());
         format!(
             "AWS4-HMAC-SHA256 Credential={}, SignedHeaders={signed_headers}, Signature={signature}",
             self.credential_scope
@@ -296,16 +304,20 @@ impl Signer {
     fn usable(&self, now: SystemTime, day: &str) -> Option<Arc<SigningState>> {
         let current = self.current.read().expect("lock");
         let s = current.as_ref()?;
-        let fresh = s.credentials.expiry().is_none_or(|exp| exp > now + Duration::from_secs(60));
+        let fresh = s
+            .credentials
+            .expiry()
+            .is_none_or(|exp| exp > now + Duration::from_secs(60));
         (fresh && s.day == day).then(|| s.clone())
     }
 }
 
 fn derive_state(credentials: Credentials, now: SystemTime, region: &str) -> SigningState {
     let day = amz_date(now)[..8].to_string();
-    let signing_key = aws_sigv4::sign::v4::generate_signing_key(credentials.secret_access_key(), now, region, "s3")
-        .as_ref()
-        .to_vec();
+    let signing_key =
+        aws_sigv4::sign::v4::generate_signing_key(credentials.secret_access_key(), now, region, "s3")
+            .as_ref()
+            .to_vec();
     let scope = format!("{day}/{region}/s3/aws4_request");
     SigningState {
         credential_scope: format!("{}/{scope}", credentials.access_key_id()),
@@ -356,12 +368,31 @@ mod tests {
     fn signature_matches_aws_sigv4() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
         for token in [None, Some("session-token".to_string())] {
-            let creds = Credentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token, None, "test");
+            let creds = Credentials::new(
+                "AKIDEXAMPLE",
+                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                token,
+                None,
+                "test",
+            );
             let state = derive_state(creds.clone(), now, "eu-central-1");
-            for key in ["plain.txt", "dir/sub/file", "sp ace+plus%pct#hash?q&a=b", "ünï/💥", "//double//", "/lead", "ctl\u{1}\n", "~tilde_-."] {
+            for key in [
+                "plain.txt",
+                "dir/sub/file",
+                "sp ace+plus%pct#hash?q&a=b",
+                "ünï/💥",
+                "//double//",
+                "/lead",
+                "ctl\u{1}\n",
+                "~tilde_-.",
+            ] {
                 let path = format!("/bucket/{}", utf8_percent_encode(key, KEY_ENCODE));
                 let ours = state.authorization("127.0.0.1:9000", &path, &amz_date(now));
-                assert_eq!(ours, reference_authorization(&creds, "127.0.0.1:9000", &path, now), "key {key:?}");
+                assert_eq!(
+                    ours,
+                    reference_authorization(&creds, "127.0.0.1:9000", &path, now),
+                    "key {key:?}"
+                );
             }
         }
     }

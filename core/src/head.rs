@@ -27,14 +27,16 @@ impl FromStr for HeadClientKind {
 }
 
 pub enum HeadClient {
-    Fast(FastHead),
+    Fast(Box<FastHead>),
     Sdk(Arc<S3>),
 }
 
 impl HeadClient {
     pub fn new(kind: HeadClientKind, s3: &Arc<S3>) -> Result<HeadClient, S3Error> {
         Ok(match kind {
-            HeadClientKind::Fast => HeadClient::Fast(FastHead::new(&s3.endpoint, s3.credentials.clone())?),
+            HeadClientKind::Fast => {
+                HeadClient::Fast(Box::new(FastHead::new(&s3.endpoint, s3.credentials.clone())?))
+            }
             HeadClientKind::Sdk => HeadClient::Sdk(s3.clone()),
         })
     }
@@ -60,7 +62,12 @@ async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
                 .metadata()
                 .into_iter()
                 .flatten()
-                .map(|(k, v)| (k.to_ascii_lowercase(), crate::record::decode_metadata_value(v.as_bytes())))
+                .map(|(k, v)| {
+                    (
+                        k.to_ascii_lowercase(),
+                        crate::record::decode_metadata_value(v.as_bytes()),
+                    )
+                })
                 .collect(),
         })),
         Err(e) => {

@@ -107,7 +107,11 @@ impl Encoder {
 enum Sink {
     Stdout(tokio::io::Stdout),
     /// Written to `tmp`, renamed to `path` when complete.
-    File { file: tokio::fs::File, tmp: PathBuf, path: PathBuf },
+    File {
+        file: tokio::fs::File,
+        tmp: PathBuf,
+        path: PathBuf,
+    },
     S3(MultipartUpload),
 }
 
@@ -120,7 +124,11 @@ pub struct RecordWriter {
 }
 
 impl RecordWriter {
-    pub async fn create(dest: &Destination, opts: &OutputOptions, s3: Option<&Arc<S3>>) -> Result<RecordWriter, S3Error> {
+    pub async fn create(
+        dest: &Destination,
+        opts: &OutputOptions,
+        s3: Option<&Arc<S3>>,
+    ) -> Result<RecordWriter, S3Error> {
         let (sink, flush_at) = match dest {
             Destination::Stdout => (Sink::Stdout(tokio::io::stdout()), LOCAL_FLUSH),
             Destination::File(path) => {
@@ -130,7 +138,14 @@ impl RecordWriter {
                 let file = tokio::fs::File::create(&tmp)
                     .await
                     .map_err(|e| S3Error::Config(format!("cannot create {}: {e}", tmp.display())))?;
-                (Sink::File { file, tmp, path: path.clone() }, LOCAL_FLUSH)
+                (
+                    Sink::File {
+                        file,
+                        tmp,
+                        path: path.clone(),
+                    },
+                    LOCAL_FLUSH,
+                )
             }
             Destination::S3 { bucket, key } => {
                 let s3 = s3.ok_or_else(|| S3Error::Config("S3 output needs an S3 client".into()))?;
@@ -144,7 +159,13 @@ impl RecordWriter {
         } else {
             Encoder::Plain(Vec::new())
         };
-        Ok(RecordWriter { encoder, sink, flush_at, line: Vec::new(), summary: OutputSummary::default() })
+        Ok(RecordWriter {
+            encoder,
+            sink,
+            flush_at,
+            line: Vec::new(),
+            summary: OutputSummary::default(),
+        })
     }
 
     pub async fn write(&mut self, record: &Record) -> Result<(), S3Error> {
@@ -152,7 +173,9 @@ impl RecordWriter {
         record.write_line(&mut self.line);
         match &mut self.encoder {
             Encoder::Plain(v) => v.extend_from_slice(&self.line),
-            Encoder::Gzip(g) => g.write_all(&self.line).map_err(|e| S3Error::Other(format!("gzip: {e}")))?,
+            Encoder::Gzip(g) => g
+                .write_all(&self.line)
+                .map_err(|e| S3Error::Other(format!("gzip: {e}")))?,
         }
         self.summary.records += 1;
         if self.encoder.pending().len() >= self.flush_at {
@@ -211,7 +234,15 @@ struct MultipartUpload {
 
 impl MultipartUpload {
     fn new(s3: Arc<S3>, bucket: String, key: String, gzip: bool) -> Self {
-        MultipartUpload { s3, bucket, key, gzip, upload_id: None, parts: Vec::new(), small: None }
+        MultipartUpload {
+            s3,
+            bucket,
+            key,
+            gzip,
+            upload_id: None,
+            parts: Vec::new(),
+            small: None,
+        }
     }
 
     fn content_type(&self) -> &'static str {
@@ -256,7 +287,10 @@ impl MultipartUpload {
                 .await?;
             self.upload_id = created.upload_id().map(str::to_string);
         }
-        let upload_id = self.upload_id.clone().ok_or_else(|| S3Error::Other("no upload id".into()))?;
+        let upload_id = self
+            .upload_id
+            .clone()
+            .ok_or_else(|| S3Error::Other("no upload id".into()))?;
         let number = self.parts.len() as i32 + 1;
         let body = bytes::Bytes::from(chunk);
         let out = s3
@@ -274,7 +308,12 @@ impl MultipartUpload {
                     .map_err(|e| sdk_error(e, bucket))
             })
             .await?;
-        self.parts.push(CompletedPart::builder().part_number(number).set_e_tag(out.e_tag().map(str::to_string)).build());
+        self.parts.push(
+            CompletedPart::builder()
+                .part_number(number)
+                .set_e_tag(out.e_tag().map(str::to_string))
+                .build(),
+        );
         Ok(())
     }
 
@@ -299,7 +338,9 @@ impl MultipartUpload {
                 .await?;
             return Ok(0);
         };
-        let parts = CompletedMultipartUpload::builder().set_parts(Some(self.parts.clone())).build();
+        let parts = CompletedMultipartUpload::builder()
+            .set_parts(Some(self.parts.clone()))
+            .build();
         let done = s3
             .retry
             .run(&s3.retries, || async {
@@ -325,7 +366,15 @@ impl MultipartUpload {
     /// rule or the next abort removes it.
     async fn abort(&mut self) {
         if let Some(id) = self.upload_id.take() {
-            let r = self.s3.sdk.abort_multipart_upload().bucket(&self.bucket).key(&self.key).upload_id(id).send().await;
+            let r = self
+                .s3
+                .sdk
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(&self.key)
+                .upload_id(id)
+                .send()
+                .await;
             if let Err(e) = r {
                 tracing::warn!(error = %sdk_error(e, &self.bucket), "could not abort multipart upload");
             }
@@ -342,10 +391,16 @@ mod tests {
         assert_eq!("-".parse::<Destination>().unwrap(), Destination::Stdout);
         assert_eq!(
             "s3://b/k/x.jsonl".parse::<Destination>().unwrap(),
-            Destination::S3 { bucket: "b".into(), key: "k/x.jsonl".into() }
+            Destination::S3 {
+                bucket: "b".into(),
+                key: "k/x.jsonl".into()
+            }
         );
         assert!("s3://b".parse::<Destination>().is_err());
         assert!("s3:///k".parse::<Destination>().is_err());
-        assert_eq!("out.jsonl".parse::<Destination>().unwrap(), Destination::File("out.jsonl".into()));
+        assert_eq!(
+            "out.jsonl".parse::<Destination>().unwrap(),
+            Destination::File("out.jsonl".into())
+        );
     }
 }

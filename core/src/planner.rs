@@ -93,10 +93,22 @@ struct Node {
 
 impl Node {
     fn key(text: String, depth: usize) -> Node {
-        Node { kind: NodeKind::Key, text, count: 1, exact: true, depth }
+        Node {
+            kind: NodeKind::Key,
+            text,
+            count: 1,
+            exact: true,
+            depth,
+        }
     }
     fn prefix(text: String, count: u64, exact: bool, depth: usize) -> Node {
-        Node { kind: NodeKind::Prefix, text, count, exact, depth }
+        Node {
+            kind: NodeKind::Prefix,
+            text,
+            count,
+            exact,
+            depth,
+        }
     }
     fn is_big(&self) -> bool {
         !self.exact
@@ -265,7 +277,9 @@ impl<L: Lister> Planner<'_, L> {
                     _ => children.push(Node::prefix(group, 1, true, depth)),
                 }
             }
-            let Some(last_key) = page.objects.last().map(|o| o.key.clone()) else { break };
+            let Some(last_key) = page.objects.last().map(|o| o.key.clone()) else {
+                break;
+            };
             if page.next.is_none() {
                 break;
             }
@@ -319,16 +333,32 @@ fn run_to_shard(root: &str, run: &[Node]) -> Option<PlannedShard> {
     let count = run.iter().map(|n| n.count).sum();
     let exact = run.iter().all(|n| n.exact);
     if run.len() == 1 && first.kind == NodeKind::Prefix {
-        return Some(PlannedShard { shard: Shard::prefix(first.text.clone()), estimated_objects: count, exact });
+        return Some(PlannedShard {
+            shard: Shard::prefix(first.text.clone()),
+            estimated_objects: count,
+            exact,
+        });
     }
     // Every key between two strings that share a prefix shares it too.
     let mut prefix = common_prefix(first.low(), &last.text).to_string();
     if prefix.len() < root.len() {
         prefix = root.to_string();
     }
-    let start_after = if first.low() == prefix { None } else { key_before(first.low()) };
+    let start_after = if first.low() == prefix {
+        None
+    } else {
+        key_before(first.low())
+    };
     let end = last.high().filter(|h| Some(h) != prefix_end(&prefix).as_ref());
-    Some(PlannedShard { shard: Shard { prefix, start_after, end }, estimated_objects: count, exact })
+    Some(PlannedShard {
+        shard: Shard {
+            prefix,
+            start_after,
+            end,
+        },
+        estimated_objects: count,
+        exact,
+    })
 }
 
 fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
@@ -355,10 +385,17 @@ mod tests {
 
     impl Lister for MemoryBucket {
         fn list(&self, req: &ListRequest) -> impl Future<Output = Result<ListPage, S3Error>> + Send {
-            let after = req.continuation.clone().or(req.start_after.clone()).unwrap_or_default();
+            let after = req
+                .continuation
+                .clone()
+                .or(req.start_after.clone())
+                .unwrap_or_default();
             let mut page = ListPage::default();
             let mut last_seen = None;
-            for key in self.0.range::<String, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)) {
+            for key in self
+                .0
+                .range::<String, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+            {
                 if !key.starts_with(&req.prefix) {
                     // Sorted: keys below the prefix come first, then the prefix's keys.
                     if key.as_str() < req.prefix.as_str() {
@@ -393,7 +430,11 @@ mod tests {
     }
 
     fn opts(target: usize) -> PlanOptions {
-        PlanOptions { target_shards: target, page_size: 100, ..PlanOptions::default() }
+        PlanOptions {
+            target_shards: target,
+            page_size: 100,
+            ..PlanOptions::default()
+        }
     }
 
     async fn check_partition(keys: &BTreeSet<String>, o: &PlanOptions) -> Vec<usize> {
@@ -410,7 +451,9 @@ mod tests {
     }
 
     fn hashed(n: usize) -> BTreeSet<String> {
-        (0..n).map(|i| format!("{:016x}", (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))).collect()
+        (0..n)
+            .map(|i| format!("{:016x}", (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+            .collect()
     }
 
     #[tokio::test]
@@ -441,15 +484,40 @@ mod tests {
 
     #[tokio::test]
     async fn odd_keys_and_prefix_keys_are_covered_once() {
-        let mut keys: BTreeSet<String> = ["a", "a/", "a/b", "a//b", "/lead", "x\u{1}y", "é/ü", "\u{10FFFF}z", "sp ace", "a\0b"]
-            .into_iter()
-            .map(String::from)
-            .collect();
+        let mut keys: BTreeSet<String> = [
+            "a",
+            "a/",
+            "a/b",
+            "a//b",
+            "/lead",
+            "x\u{1}y",
+            "é/ü",
+            "\u{10FFFF}z",
+            "sp ace",
+            "a\0b",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
         for i in 0..500 {
             keys.insert(format!("a/{i}"));
         }
-        for o in [opts(8), PlanOptions { delimiter: None, ..opts(8) }, PlanOptions { prefix: "a".into(), ..opts(8) }] {
-            let scoped: BTreeSet<String> = keys.iter().filter(|k| k.starts_with(&o.prefix)).cloned().collect();
+        for o in [
+            opts(8),
+            PlanOptions {
+                delimiter: None,
+                ..opts(8)
+            },
+            PlanOptions {
+                prefix: "a".into(),
+                ..opts(8)
+            },
+        ] {
+            let scoped: BTreeSet<String> = keys
+                .iter()
+                .filter(|k| k.starts_with(&o.prefix))
+                .cloned()
+                .collect();
             check_partition(&scoped, &o).await;
         }
     }
@@ -464,7 +532,10 @@ mod tests {
     #[tokio::test]
     async fn planning_respects_its_request_budget() {
         let keys = hashed(5000);
-        let o = PlanOptions { max_requests: 3, ..opts(64) };
+        let o = PlanOptions {
+            max_requests: 3,
+            ..opts(64)
+        };
         check_partition(&keys, &o).await;
     }
 }

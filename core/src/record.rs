@@ -96,7 +96,14 @@ mod tests {
 
     #[test]
     fn odd_keys_round_trip() {
-        for key in ["a\"b", "line\nbreak", "\u{1}\u{1f}ctl", "ünï/cødé 💥", "\\back", "+ % # ? & ="] {
+        for key in [
+            "a\"b",
+            "line\nbreak",
+            "\u{1}\u{1f}ctl",
+            "ünï/cødé 💥",
+            "\\back",
+            "+ % # ? & =",
+        ] {
             let mut rec = Record {
                 key: key.into(),
                 status: Status::Ok,
@@ -110,7 +117,11 @@ mod tests {
             };
             let mut line = Vec::new();
             rec.write_line(&mut line);
-            assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1, "one line per record");
+            assert_eq!(
+                line.iter().filter(|b| **b == b'\n').count(),
+                1,
+                "one line per record"
+            );
             let back: Record = serde_json::from_slice(&line).unwrap();
             assert_eq!(back, rec);
             rec.status = Status::Vanished;

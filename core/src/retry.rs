@@ -116,7 +116,12 @@ mod tests {
         assert_eq!(calls, 1, "403 is not retried");
 
         let r: Result<(), _> = p
-            .run(&retries, || async { Err(S3Error::Server { status: 500, detail: "x".into() }) })
+            .run(&retries, || async {
+                Err(S3Error::Server {
+                    status: 500,
+                    detail: "x".into(),
+                })
+            })
             .await;
         assert!(matches!(r, Err(S3Error::Server { .. })));
     }

@@ -104,12 +104,8 @@ impl S3 {
                     .build(),
             )
             // Non-AWS stores often lack the newer flexible checksums.
-            .request_checksum_calculation(
-                aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired,
-            )
-            .response_checksum_validation(
-                aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired,
-            );
+            .request_checksum_calculation(aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired);
         if let Some(url) = &endpoint.url {
             conf = conf.endpoint_url(url.trim_end_matches('/'));
         }
@@ -126,11 +122,14 @@ impl S3 {
     /// encoded (servers fail on control characters otherwise) and decoded here.
     pub async fn list_page(&self, bucket: &str, req: &ListRequest) -> Result<ListPage, S3Error> {
         let wire_start_after = req.start_after.as_deref().map(wire_safe_start_after);
-        let mut page = self.list_page_raw(bucket, req, wire_start_after.flatten()).await?;
+        let mut page = self
+            .list_page_raw(bucket, req, wire_start_after.flatten())
+            .await?;
         if let Some(after) = &req.start_after {
             // The server started earlier than asked (see `wire_safe_start_after`).
             page.objects.retain(|o| o.key.as_str() > after.as_str());
-            page.common_prefixes.retain(|p| p.as_str() > after.as_str() || after.starts_with(p.as_str()));
+            page.common_prefixes
+                .retain(|p| p.as_str() > after.as_str() || after.starts_with(p.as_str()));
         }
         Ok(page)
     }
@@ -186,8 +185,7 @@ impl S3 {
                 };
                 if out.is_truncated() == Some(true) && next.is_none() {
                     return Err(S3Error::Other(
-                        "server said the listing is truncated but sent no continuation token"
-                            .into(),
+                        "server said the listing is truncated but sent no continuation token".into(),
                     ));
                 }
                 Ok(ListPage {
@@ -227,9 +225,7 @@ fn sdk_http_client(
         .map_err(|e| S3Error::Config(format!("TLS setup: {e}")))?;
     Ok(aws_smithy_http_client::Builder::new()
         .pool_max_idle_per_host(endpoint.pool_size.max(8))
-        .tls_provider(tls::Provider::Rustls(
-            tls::rustls_provider::CryptoMode::Ring,
-        ))
+        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
         .tls_context(context)
         .build_https())
 }
@@ -240,8 +236,10 @@ pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'st
     bucket: &str,
 ) -> S3Error {
     let text = DisplayErrorContext(&err).to_string();
-    if matches!(err, SdkError::DispatchFailure(_) | SdkError::ConstructionFailure(_))
-        && text.contains("credentials")
+    if matches!(
+        err,
+        SdkError::DispatchFailure(_) | SdkError::ConstructionFailure(_)
+    ) && text.contains("credentials")
     {
         return S3Error::Credentials(no_credentials_message(&text));
     }
@@ -250,6 +248,12 @@ pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'st
             let status = se.raw().status().as_u16();
             let code = se.err().code().map(str::to_string);
             let mut mapped = S3Error::from_status(status, code.as_deref(), bucket);
+            if code.is_none() {
+                // No S3 error code: the body was not an S3 error document.
+                if let S3Error::Client { detail, .. } | S3Error::Server { detail, .. } = &mut mapped {
+                    *detail = text.chars().take(300).collect();
+                }
+            }
             if let (S3Error::Client { detail, .. } | S3Error::Server { detail, .. }, Some(m)) =
                 (&mut mapped, se.err().message())
             {
@@ -268,7 +272,11 @@ pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'st
 /// The credential chain's own error is a page of nested debug output; the
 /// user needs one line saying what to set.
 fn no_credentials_message(chain_error: &str) -> String {
-    let first = chain_error.split([' ', '\n']).take(12).collect::<Vec<_>>().join(" ");
+    let first = chain_error
+        .split([' ', '\n'])
+        .take(12)
+        .collect::<Vec<_>>()
+        .join(" ");
     format!(
         "none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, \
          or a web identity token ({first} ...)"

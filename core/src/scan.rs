@@ -28,13 +28,20 @@ pub struct ScanSummary {
 
 /// Plan the bucket; `on_plan` sees the shards before scanning starts.
 pub async fn plan_bucket(engine: &Engine, opts: &PlanOptions) -> Result<Vec<PlannedShard>, S3Error> {
-    let lister = BucketLister { s3: &engine.s3, bucket: &engine.opts.bucket };
+    let lister = BucketLister {
+        s3: &engine.s3,
+        bucket: &engine.opts.bucket,
+    };
     plan(&lister, opts).await
 }
 
 /// Scan `shards` into one output. The output only becomes visible when every
 /// shard succeeded.
-pub async fn scan_shards(engine: &Arc<Engine>, shards: Vec<PlannedShard>, opts: &ScanOptions) -> Result<ScanSummary, S3Error> {
+pub async fn scan_shards(
+    engine: &Arc<Engine>,
+    shards: Vec<PlannedShard>,
+    opts: &ScanOptions,
+) -> Result<ScanSummary, S3Error> {
     let mut writer = RecordWriter::create(&opts.output, &opts.output_opts, Some(&engine.s3)).await?;
     let (tx, mut rx) = mpsc::channel::<Record>(4096);
     let shard_count = shards.len();

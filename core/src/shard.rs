@@ -165,7 +165,10 @@ mod tests {
         let s = Shard::prefix("p/");
         let (lo, hi) = s.split_after("p/m");
         for k in ["p/a", "p/m", "p/m\0", "p/m\u{1}", "p/ma", "p/z"] {
-            assert!(lo.contains(k) ^ hi.contains(k), "{k:?} must be in exactly one half");
+            assert!(
+                lo.contains(k) ^ hi.contains(k),
+                "{k:?} must be in exactly one half"
+            );
         }
         assert!(lo.contains("p/m"));
         assert!(hi.contains("p/ma"));

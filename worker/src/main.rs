@@ -14,7 +14,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "bucketscan-worker", version, about = "Reads the user metadata of every object in an S3 bucket")]
+#[command(
+    name = "bucketscan-worker",
+    version,
+    about = "Reads the user metadata of every object in an S3 bucket"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -88,10 +92,14 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BUCKETSCAN_LOG").unwrap_or_else(|_| "warn,aws_config=error".into()),
+            tracing_subscriber::EnvFilter::try_from_env("BUCKETSCAN_LOG")
+                .unwrap_or_else(|_| "warn,aws_config=error".into()),
         )
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
             Command::Scan(args) => scan(args).await,
@@ -117,7 +125,9 @@ async fn scan(args: ScanArgs) -> anyhow::Result<()> {
         pool_size: args.concurrency as usize,
     })
     .await?;
-    s3.check_bucket(&src.bucket).await.context(format!("cannot list s3://{}", src.bucket))?;
+    s3.check_bucket(&src.bucket)
+        .await
+        .context(format!("cannot list s3://{}", src.bucket))?;
     let head = HeadClient::new(args.head_client, &s3)?;
     let engine = Engine::new(
         s3,
@@ -135,7 +145,9 @@ async fn scan(args: ScanArgs) -> anyhow::Result<()> {
         target_shards: args.target_shards as usize,
         ..PlanOptions::default()
     };
-    let shards = plan_bucket(&engine, &plan_opts).await.context("planning shards")?;
+    let shards = plan_bucket(&engine, &plan_opts)
+        .await
+        .context("planning shards")?;
     let estimate: u64 = shards.iter().map(|s| s.estimated_objects).sum();
     let exact = shards.iter().all(|s| s.exact);
     let progress = progress::Progress::start(engine.clone(), estimate, exact, args.quiet);
@@ -143,7 +155,10 @@ async fn scan(args: ScanArgs) -> anyhow::Result<()> {
         plan: plan_opts,
         shard_parallelism: args.shard_parallelism as usize,
         output: args.output.clone(),
-        output_opts: OutputOptions { gzip: args.gzip, ..OutputOptions::default() },
+        output_opts: OutputOptions {
+            gzip: args.gzip,
+            ..OutputOptions::default()
+        },
     };
     let result = scan_shards(&engine, shards, &opts).await;
     progress.stop();

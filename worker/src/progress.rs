@@ -16,13 +16,13 @@ impl Progress {
     /// `estimate` is the planner's object count (a lower bound unless `exact`).
     pub fn start(engine: Arc<Engine>, estimate: u64, exact: bool, quiet: bool) -> Progress {
         if quiet || !std::io::stderr().is_terminal() {
-            return Progress { task: None, bar: None };
+            return Progress {
+                task: None,
+                bar: None,
+            };
         }
         let bar = ProgressBar::with_draw_target(Some(estimate), ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len}{msg}")
-                .expect("valid template"),
-        );
+        bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len}{msg}").expect("valid template"));
         let started = Instant::now();
         let task = {
             let bar = bar.clone();
@@ -35,7 +35,11 @@ impl Progress {
                     let total = if exact { estimate } else { estimate.max(c.listed) };
                     bar.set_length(total);
                     bar.set_position(c.heads);
-                    let eta = if rate > 0.0 { (total.saturating_sub(c.heads)) as f64 / rate } else { 0.0 };
+                    let eta = if rate > 0.0 {
+                        (total.saturating_sub(c.heads)) as f64 / rate
+                    } else {
+                        0.0
+                    };
                     let approx = if exact { "" } else { "≥" };
                     bar.set_message(format!(
                         " objects ({approx}{total} planned)  {rate:.0} HEAD/s  {} errors  ETA {eta:.0}s",
@@ -44,7 +48,10 @@ impl Progress {
                 }
             })
         };
-        Progress { task: Some(task), bar: Some(bar) }
+        Progress {
+            task: Some(task),
+            bar: Some(bar),
+        }
     }
 
     pub fn stop(self) {

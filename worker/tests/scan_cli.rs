@@ -6,7 +6,10 @@ use common::*;
 use std::collections::BTreeMap;
 
 fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// 5,200 objects under nested prefixes, every third with metadata.
@@ -15,11 +18,20 @@ fn nested_keyspace() -> BTreeMap<String, Seeded> {
         .map(|i| {
             let key = format!("region-{}/day-{:02}/obj-{i:05}.bin", i % 3, i % 17);
             let metadata = if i % 3 == 0 {
-                meta(&[("Owner", &format!("team-{}", i % 5)), ("Checksum-Sha", &format!("{i:x}"))])
+                meta(&[
+                    ("Owner", &format!("team-{}", i % 5)),
+                    ("Checksum-Sha", &format!("{i:x}")),
+                ])
             } else {
                 BTreeMap::new()
             };
-            (key, Seeded { size: i % 40, metadata })
+            (
+                key,
+                Seeded {
+                    size: i % 40,
+                    metadata,
+                },
+            )
         })
         .collect()
 }
@@ -32,7 +44,17 @@ async fn scan_returns_every_object_with_exact_metadata() {
     s3.seed(&bucket, &seeded).await;
 
     let out = temp_path("nested.jsonl");
-    let run = s3.worker(&["scan", "--bucket", &bucket, "--target-shards", "12", "--concurrency", "64", "-o", out.to_str().unwrap()]);
+    let run = s3.worker(&[
+        "scan",
+        "--bucket",
+        &bucket,
+        "--target-shards",
+        "12",
+        "--concurrency",
+        "64",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_success(&run);
     let records = parse_records(&std::fs::read(&out).unwrap());
     assert_matches_seed(&records, &seeded);
@@ -40,11 +62,24 @@ async fn scan_returns_every_object_with_exact_metadata() {
     assert!(summary.contains("scanned 5200 objects"), "{summary}");
 
     // Only objects with metadata, through the SDK HEAD path, gzip on stdout.
-    let run = s3.worker(&["scan", "--bucket", &bucket, "--only-with-metadata", "--head-client", "sdk", "--gzip", "--delimiter", ""]);
+    let run = s3.worker(&[
+        "scan",
+        "--bucket",
+        &bucket,
+        "--only-with-metadata",
+        "--head-client",
+        "sdk",
+        "--gzip",
+        "--delimiter",
+        "",
+    ]);
     assert_success(&run);
     let mut plain = Vec::new();
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&run.stdout[..]), &mut plain).unwrap();
-    let with_meta: BTreeMap<String, Seeded> = seeded.into_iter().filter(|(_, o)| !o.metadata.is_empty()).collect();
+    let with_meta: BTreeMap<String, Seeded> = seeded
+        .into_iter()
+        .filter(|(_, o)| !o.metadata.is_empty())
+        .collect();
     assert_matches_seed(&parse_records(&plain), &with_meta);
 }
 
@@ -56,7 +91,10 @@ async fn scan_of_a_prefix_stays_inside_it() {
     s3.seed(&bucket, &seeded).await;
     let run = s3.worker(&["scan", "--bucket", &bucket, "--prefix", "region-1/"]);
     assert_success(&run);
-    let inside: BTreeMap<String, Seeded> = seeded.into_iter().filter(|(k, _)| k.starts_with("region-1/")).collect();
+    let inside: BTreeMap<String, Seeded> = seeded
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("region-1/"))
+        .collect();
     assert_matches_seed(&parse_records(&run.stdout), &inside);
 }
 
@@ -99,13 +137,25 @@ async fn odd_keys_and_metadata_round_trip() {
         .into_iter()
         .enumerate()
         .map(|(i, k)| {
-            let metadata = meta(&[("Mixed-Case-Name", "value"), ("UTF8-Value", "Grüße, 世界 ✓"), ("n", &i.to_string())]);
+            let metadata = meta(&[
+                ("Mixed-Case-Name", "value"),
+                ("UTF8-Value", "Grüße, 世界 ✓"),
+                ("n", &i.to_string()),
+            ]);
             (k, Seeded { size: i, metadata })
         })
         .collect();
     s3.seed(&bucket, &seeded).await;
     for head in ["fast", "sdk"] {
-        let run = s3.worker(&["scan", "--bucket", &bucket, "--head-client", head, "--target-shards", "4"]);
+        let run = s3.worker(&[
+            "scan",
+            "--bucket",
+            &bucket,
+            "--head-client",
+            head,
+            "--target-shards",
+            "4",
+        ]);
         assert_success(&run);
         assert_matches_seed(&parse_records(&run.stdout), &seeded);
     }
@@ -128,7 +178,10 @@ async fn missing_bucket_is_one_clear_line() {
     assert!(!run.status.success());
     let err = stderr(&run);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.starts_with("error:") && err.contains("no-such-bucket-here") && err.contains("does not exist"), "{err}");
+    assert!(
+        err.starts_with("error:") && err.contains("no-such-bucket-here") && err.contains("does not exist"),
+        "{err}"
+    );
 }
 
 /// The fast HEAD path signs its own requests: prove it against a server that
@@ -145,13 +198,31 @@ async fn signed_fast_path_against_a_verifying_server() {
                 2 => format!("ünïcödé/日本/{i}"),
                 _ => format!("sym=&bols/{i}"),
             };
-            let metadata = if i % 2 == 0 { meta(&[("Color", "Blau"), ("Idx", &i.to_string())]) } else { BTreeMap::new() };
-            (key, Seeded { size: i % 7, metadata })
+            let metadata = if i % 2 == 0 {
+                meta(&[("Color", "Blau"), ("Idx", &i.to_string())])
+            } else {
+                BTreeMap::new()
+            };
+            (
+                key,
+                Seeded {
+                    size: i % 7,
+                    metadata,
+                },
+            )
         })
         .collect();
     s3.seed(&bucket, &seeded).await;
     for head in ["fast", "sdk"] {
-        let run = s3.worker(&["scan", "--bucket", &bucket, "--head-client", head, "--target-shards", "8"]);
+        let run = s3.worker(&[
+            "scan",
+            "--bucket",
+            &bucket,
+            "--head-client",
+            head,
+            "--target-shards",
+            "8",
+        ]);
         assert_success(&run);
         assert_matches_seed(&parse_records(&run.stdout), &seeded);
     }
@@ -161,7 +232,10 @@ async fn signed_fast_path_against_a_verifying_server() {
     let err = stderr(&run);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("access denied") && err.contains(&bucket), "{err}");
-    assert!(!err.contains("not-the-secret"), "secrets never appear in errors: {err}");
+    assert!(
+        !err.contains("not-the-secret"),
+        "secrets never appear in errors: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,7 +248,14 @@ async fn output_to_s3_is_one_object() {
     let dest = format!("s3://{out_bucket}/results/scan.jsonl.gz");
     let run = s3.worker(&["scan", "--bucket", &bucket, "--gzip", "-o", &dest]);
     assert_success(&run);
-    let got = s3.client().get_object().bucket(&out_bucket).key("results/scan.jsonl.gz").send().await.unwrap();
+    let got = s3
+        .client()
+        .get_object()
+        .bucket(&out_bucket)
+        .key("results/scan.jsonl.gz")
+        .send()
+        .await
+        .unwrap();
     let body = got.body.collect().await.unwrap().into_bytes();
     let mut plain = Vec::new();
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain).unwrap();

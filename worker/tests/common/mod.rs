@@ -27,7 +27,11 @@ fn env(name: &str) -> String {
 
 /// moto: in memory, stores every odd key faithfully, does not check signatures.
 pub fn moto() -> Server {
-    Server { endpoint: env("BUCKETSCAN_TEST_MOTO_ENDPOINT"), access_key: "testing".into(), secret_key: "testing".into() }
+    Server {
+        endpoint: env("BUCKETSCAN_TEST_MOTO_ENDPOINT"),
+        access_key: "testing".into(),
+        secret_key: "testing".into(),
+    }
 }
 
 /// versitygw: checks SigV4 signatures (posix backend, so no odd keys).
@@ -46,7 +50,13 @@ impl Server {
             .region(Region::new("us-east-1"))
             .endpoint_url(&self.endpoint)
             .force_path_style(true)
-            .credentials_provider(Credentials::new(&self.access_key, &self.secret_key, None, None, "test"))
+            .credentials_provider(Credentials::new(
+                &self.access_key,
+                &self.secret_key,
+                None,
+                None,
+                "test",
+            ))
             .http_client(
                 aws_smithy_http_client::Builder::new()
                     .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
@@ -63,8 +73,17 @@ impl Server {
     /// A fresh bucket with a unique name.
     pub async fn bucket(&self, tag: &str) -> String {
         static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!("bs-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
-        self.client().create_bucket().bucket(&name).send().await.expect("create bucket");
+        let name = format!(
+            "bs-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        self.client()
+            .create_bucket()
+            .bucket(&name)
+            .send()
+            .await
+            .expect("create bucket");
         name
     }
 
@@ -107,13 +126,15 @@ impl Server {
             .expect("run bucketscan-worker")
     }
 
-    /// Endpoint settings for calling the library directly.
+    /// The library's clients for this server. The library reads credentials
+    /// from the standard chain, that is the environment here: every test of a
+    /// binary sets the same values (versitygw's, which moto accepts too, as it
+    /// accepts any), so tests running in parallel cannot disturb each other.
     pub async fn s3(&self) -> std::sync::Arc<bucketscan_core::s3::S3> {
-        // The library reads credentials from the standard chain; tests are
-        // processes of their own, so setting them here is safe.
+        let vgw = versitygw();
         std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
-        std::env::set_var("AWS_ACCESS_KEY_ID", &self.access_key);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", &self.secret_key);
+        std::env::set_var("AWS_ACCESS_KEY_ID", &vgw.access_key);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", &vgw.secret_key);
         bucketscan_core::s3::S3::connect(bucketscan_core::s3::Endpoint {
             url: Some(self.endpoint.clone()),
             region: "us-east-1".into(),
@@ -136,9 +157,13 @@ pub struct Seeded {
 pub fn parse_records(jsonl: &[u8]) -> BTreeMap<String, Record> {
     let mut out = BTreeMap::new();
     for line in jsonl.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let rec: Record = serde_json::from_slice(line).unwrap_or_else(|e| panic!("bad line {:?}: {e}", String::from_utf8_lossy(line)));
+        let rec: Record = serde_json::from_slice(line)
+            .unwrap_or_else(|e| panic!("bad line {:?}: {e}", String::from_utf8_lossy(line)));
         let key = rec.key.clone();
-        assert!(out.insert(key.clone(), rec).is_none(), "{key:?} appears twice in the output");
+        assert!(
+            out.insert(key.clone(), rec).is_none(),
+            "{key:?} appears twice in the output"
+        );
     }
     out
 }
@@ -150,15 +175,30 @@ pub fn assert_matches_seed(records: &BTreeMap<String, Record>, seeded: &BTreeMap
     let want: BTreeSet<&String> = seeded.keys().collect();
     let missing: Vec<_> = want.difference(&got).take(5).collect();
     let extra: Vec<_> = got.difference(&want).take(5).collect();
-    assert!(missing.is_empty() && extra.is_empty(), "missing {missing:?}, unexpected {extra:?}");
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, unexpected {extra:?}"
+    );
     for (key, obj) in seeded {
         let rec = &records[key];
-        assert_eq!(rec.status, bucketscan_core::record::Status::Ok, "{key:?}: {rec:?}");
+        assert_eq!(
+            rec.status,
+            bucketscan_core::record::Status::Ok,
+            "{key:?}: {rec:?}"
+        );
         assert_eq!(rec.size, obj.size as u64, "{key:?}");
-        let want_meta: BTreeMap<String, String> =
-            obj.metadata.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+        let want_meta: BTreeMap<String, String> = obj
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .collect();
         assert_eq!(rec.metadata, want_meta, "{key:?}");
-        assert!(rec.etag.as_deref().is_some_and(|e| !e.is_empty() && !e.contains('"')), "{key:?}: {rec:?}");
+        assert!(
+            rec.etag
+                .as_deref()
+                .is_some_and(|e| !e.is_empty() && !e.contains('"')),
+            "{key:?}: {rec:?}"
+        );
         assert!(rec.last_modified.is_some(), "{key:?}");
     }
 }

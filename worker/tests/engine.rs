@@ -1,0 +1,431 @@
+//! The engine, planner and output through the library, against the real S3
+//! servers. Kept in their own test binary because they set the AWS
+//! credential variables the library reads.
+
+mod common;
+
+use bucketscan_core::engine::{Engine, EngineOptions};
+use bucketscan_core::head::{HeadClient, HeadClientKind};
+use bucketscan_core::output::{shard_output_key, Destination, OutputOptions, RecordWriter};
+use bucketscan_core::planner::{plan, BucketLister, PlanOptions};
+use bucketscan_core::record::{Record, Status};
+use bucketscan_core::s3::{Endpoint, ListRequest, S3};
+use bucketscan_core::scan::{scan_shards, ScanOptions};
+use bucketscan_core::shard::Shard;
+use common::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+fn engine(s3: &Arc<S3>, bucket: &str, kind: HeadClientKind) -> Arc<Engine> {
+    Engine::new(
+        s3.clone(),
+        HeadClient::new(kind, s3).unwrap(),
+        EngineOptions {
+            bucket: bucket.into(),
+            concurrency: 32,
+            only_with_metadata: false,
+            page_size: 1000,
+        },
+    )
+}
+
+fn plain(n: usize, prefix: &str) -> BTreeMap<String, Seeded> {
+    (0..n)
+        .map(|i| {
+            (
+                format!("{prefix}{i:05}"),
+                Seeded {
+                    size: i % 13,
+                    metadata: Default::default(),
+                },
+            )
+        })
+        .collect()
+}
+
+async fn read_object(server: &Server, bucket: &str, key: &str) -> Vec<u8> {
+    let got = server
+        .client()
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+    got.body.collect().await.unwrap().into_bytes().to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_deleted_between_list_and_head_are_vanished() {
+    let server = moto();
+    let bucket = server.bucket("vanish").await;
+    let seeded = plain(300, "v/");
+    server.seed(&bucket, &seeded).await;
+    let s3 = server.s3().await;
+    let page = s3
+        .list_page(
+            &bucket,
+            &ListRequest {
+                prefix: "v/".into(),
+                max_keys: 1000,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.objects.len(), 300);
+    let deleted: Vec<String> = page.objects.iter().step_by(3).map(|o| o.key.clone()).collect();
+    for key in &deleted {
+        server
+            .client()
+            .delete_object()
+            .bucket(&bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+    }
+    for kind in [HeadClientKind::Fast, HeadClientKind::Sdk] {
+        let engine = engine(&s3, &bucket, kind);
+        for obj in page.objects.clone() {
+            let gone = deleted.contains(&obj.key);
+            let rec = engine.head_listed(obj.clone()).await.unwrap();
+            let want = if gone { Status::Vanished } else { Status::Ok };
+            assert_eq!(rec.status, want, "{kind:?} {rec:?}");
+            assert_eq!(
+                rec.size, obj.size,
+                "the listing's size is kept for vanished objects"
+            );
+        }
+        assert_eq!(engine.counters.snapshot().vanished, deleted.len() as u64);
+    }
+}
+
+/// Results larger than a part go up as a multipart upload, streamed. On
+/// versitygw: moto answers CompleteMultipartUpload with a root element the
+/// SDK rejects (`CompleteMultipartUploadResponse`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_output_is_a_streamed_multipart_upload() {
+    let server = versitygw();
+    let bucket = server.bucket("multipart").await;
+    let s3 = server.s3().await;
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let records: Vec<Record> = (0..40_000u64)
+        .map(|i| Record {
+            key: format!("key/{i:08}"),
+            status: Status::Ok,
+            size: i,
+            etag: Some(format!("{:032x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15))),
+            last_modified: Some("2026-01-01T00:00:00Z".into()),
+            storage_class: Some("STANDARD".into()),
+            content_type: None,
+            // Random hex values, so even the gzip output outgrows one part.
+            metadata: (0..6).map(|m| (format!("h{m}"), random_hex(&mut rng))).collect(),
+            error: None,
+        })
+        .collect();
+    for gzip in [false, true] {
+        let key = format!("out/result.jsonl{}", if gzip { ".gz" } else { "" });
+        let dest = Destination::S3 {
+            bucket: bucket.clone(),
+            key: key.clone(),
+        };
+        let opts = OutputOptions { gzip, part_size: 0 }; // 0 = the S3 minimum, 5 MiB
+        let mut writer = RecordWriter::create(&dest, &opts, Some(&s3)).await.unwrap();
+        for r in &records {
+            writer.write(r).await.unwrap();
+        }
+        let summary = writer.finish().await.unwrap();
+        assert_eq!(summary.records, records.len() as u64);
+        assert!(
+            summary.parts >= 2,
+            "gzip={gzip}: {summary:?} should be a multipart upload"
+        );
+        let mut body = read_object(&server, &bucket, &key).await;
+        assert_eq!(body.len() as u64, summary.bytes);
+        if gzip {
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut out).unwrap();
+            body = out;
+        }
+        let back = parse_records(&body);
+        assert_eq!(back.len(), records.len());
+        assert!(records.iter().all(|r| back[&r.key] == *r));
+    }
+}
+
+/// 64 hex digits from a xorshift generator.
+fn random_hex(state: &mut u64) -> String {
+    (0..4)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            format!("{:016x}", *state)
+        })
+        .collect()
+}
+
+/// A shard scanned twice (a retry) lands on the same key: replaced, not doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retried_shard_overwrites_its_output() {
+    let server = moto();
+    let bucket = server.bucket("retry-out").await;
+    let mut seeded = plain(250, "s/");
+    server.seed(&bucket, &seeded).await;
+    let s3 = server.s3().await;
+    let engine = engine(&s3, &bucket, HeadClientKind::Fast);
+    let shard = Shard::prefix("s/");
+    let key = shard_output_key("scan-1/", &shard, false);
+    for round in 0..2 {
+        if round == 1 {
+            let more = plain(10, "s/extra-");
+            server.seed(&bucket, &more).await;
+            seeded.extend(more);
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let dest = Destination::S3 {
+            bucket: bucket.clone(),
+            key: key.clone(),
+        };
+        let mut writer = RecordWriter::create(&dest, &OutputOptions::default(), Some(&s3))
+            .await
+            .unwrap();
+        let scan = {
+            let e = engine.clone();
+            let s = shard.clone();
+            tokio::spawn(async move { e.scan_shard(&s, &tx).await })
+        };
+        while let Some(r) = rx.recv().await {
+            writer.write(&r).await.unwrap();
+        }
+        scan.await.unwrap().unwrap();
+        writer.finish().await.unwrap();
+    }
+    let listed = server
+        .client()
+        .list_objects_v2()
+        .bucket(&bucket)
+        .prefix("scan-1/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.contents().len(), 1, "one output object per shard");
+    assert_matches_seed(
+        &parse_records(&read_object(&server, &bucket, &key).await),
+        &seeded,
+    );
+}
+
+fn skewed() -> BTreeMap<String, Seeded> {
+    let mut keys = BTreeMap::new();
+    for i in 0..2400 {
+        keys.insert(format!("hot/{:02}/{i:05}", i % 50), Seeded::default());
+    }
+    for i in 0..600 {
+        keys.insert(format!("cold-{}/{i:05}", i % 12), Seeded::default());
+    }
+    keys
+}
+
+fn hashed() -> BTreeMap<String, Seeded> {
+    (0..3000u64)
+        .map(|i| {
+            (
+                format!("{:016x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                Seeded::default(),
+            )
+        })
+        .collect()
+}
+
+/// Both a skewed bucket (80 % under one prefix) and a flat hashed one plan
+/// into balanced shards, and scanning the shards returns every object once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planner_balances_skewed_and_hashed_buckets() {
+    let server = moto();
+    let s3 = server.s3().await;
+    for (name, seeded) in [("skewed", skewed()), ("hashed", hashed())] {
+        let bucket = server.bucket(name).await;
+        server.seed(&bucket, &seeded).await;
+        let opts = PlanOptions {
+            target_shards: 8,
+            page_size: 100,
+            ..PlanOptions::default()
+        };
+        let shards = plan(
+            &BucketLister {
+                s3: &s3,
+                bucket: &bucket,
+            },
+            &opts,
+        )
+        .await
+        .unwrap();
+        let sizes: Vec<usize> = shards
+            .iter()
+            .map(|p| seeded.keys().filter(|k| p.shard.contains(k)).count())
+            .collect();
+        let mean = seeded.len() / sizes.len();
+        let max = *sizes.iter().max().unwrap();
+        assert!(sizes.len() >= 8, "{name}: {sizes:?}");
+        assert!(
+            max <= 3 * mean.max(opts.page_size as usize),
+            "{name}: unbalanced {sizes:?}"
+        );
+        for key in seeded.keys() {
+            assert_eq!(
+                shards.iter().filter(|p| p.shard.contains(key)).count(),
+                1,
+                "{name}: {key:?}"
+            );
+        }
+        let out = temp_path(&format!("{name}.jsonl"));
+        let engine = engine(&s3, &bucket, HeadClientKind::Fast);
+        let scan = ScanOptions {
+            plan: opts,
+            shard_parallelism: 4,
+            output: Destination::File(out.clone()),
+            output_opts: OutputOptions::default(),
+        };
+        let summary = scan_shards(&engine, shards, &scan).await.unwrap();
+        assert_eq!(summary.listed, seeded.len() as u64);
+        assert_matches_seed(&parse_records(&std::fs::read(&out).unwrap()), &seeded);
+    }
+}
+
+/// Throttling, server errors and dropped connections are retried with backoff
+/// until every object is read. A proxy in front of the real server injects
+/// the faults (no S3 server here can be told to throttle).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_faults_are_retried_until_done() {
+    let server = moto();
+    let bucket = server.bucket("faults").await;
+    let seeded = plain(400, "f/");
+    server.seed(&bucket, &seeded).await;
+    let _ = server.s3().await; // sets the credentials the library reads
+    let proxy = fault_proxy::start(server.endpoint.clone()).await;
+    let s3 = S3::connect(Endpoint {
+        url: Some(proxy.url.clone()),
+        region: "us-east-1".into(),
+        path_style: true,
+        ca_file: None,
+        pool_size: 16,
+    })
+    .await
+    .unwrap();
+    for kind in [HeadClientKind::Fast, HeadClientKind::Sdk] {
+        let engine = engine(&s3, &bucket, kind);
+        let out = temp_path(&format!("faults-{kind:?}.jsonl"));
+        let scan = ScanOptions {
+            plan: PlanOptions::default(),
+            shard_parallelism: 2,
+            output: Destination::File(out.clone()),
+            output_opts: OutputOptions::default(),
+        };
+        scan_shards(
+            &engine,
+            vec![bucketscan_core::planner::PlannedShard {
+                shard: Shard::prefix("f/"),
+                estimated_objects: 0,
+                exact: false,
+            }],
+            &scan,
+        )
+        .await
+        .unwrap();
+        assert_matches_seed(&parse_records(&std::fs::read(&out).unwrap()), &seeded);
+    }
+    let injected = proxy.injected.load(Ordering::Relaxed);
+    assert!(injected > 50, "only {injected} faults injected");
+    assert!(
+        s3.retries.load(Ordering::Relaxed) >= injected,
+        "every fault was retried"
+    );
+}
+
+mod fault_proxy {
+    //! Forwards to the real server, except that about one request in four is
+    //! answered with 503 SlowDown, 500, or a dropped connection.
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Incoming;
+    use hyper::{Request, Response};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    pub struct Proxy {
+        pub url: String,
+        pub injected: Arc<AtomicU64>,
+    }
+
+    pub async fn start(upstream: String) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let injected = Arc::new(AtomicU64::new(0));
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let counter = AtomicU64::new(0);
+        let state = Arc::new((client, upstream, injected.clone(), counter));
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let state = state.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let state = state.clone();
+                        async move {
+                            let (client, upstream, injected, counter) = &*state;
+                            let n = counter.fetch_add(1, Ordering::Relaxed);
+                            match n % 8 {
+                                1 => {
+                                    injected.fetch_add(1, Ordering::Relaxed);
+                                    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+                                    return Ok(Response::builder()
+                                        .status(503)
+                                        .body(Full::new(Bytes::from(body)))
+                                        .unwrap());
+                                }
+                                4 => {
+                                    injected.fetch_add(1, Ordering::Relaxed);
+                                    return Ok(Response::builder()
+                                        .status(500)
+                                        .body(Full::new(Bytes::new()))
+                                        .unwrap());
+                                }
+                                6 => {
+                                    injected.fetch_add(1, Ordering::Relaxed);
+                                    // An error from the service makes hyper drop the connection unanswered.
+                                    return Err("injected connection reset".to_string());
+                                }
+                                _ => {}
+                            }
+                            let (mut parts, body) = req.into_parts();
+                            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+                            let path = parts
+                                .uri
+                                .path_and_query()
+                                .map(|p| p.as_str())
+                                .unwrap_or("/")
+                                .to_string();
+                            parts.uri = format!("{upstream}{path}").parse().unwrap();
+                            let resp = client
+                                .request(Request::from_parts(parts, Full::new(body)))
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            let (parts, body) = resp.into_parts();
+                            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+                            Ok::<_, String>(Response::from_parts(parts, Full::new(body)))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Proxy { url, injected }
+    }
+}
