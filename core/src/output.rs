@@ -106,10 +106,10 @@ impl Encoder {
 
 enum Sink {
     Stdout(tokio::io::Stdout),
-    /// Written to `tmp`, renamed to `path` when complete.
+    /// Written to `tmp` (if any), renamed to `path` when complete.
     File {
         file: tokio::fs::File,
-        tmp: PathBuf,
+        tmp: Option<PathBuf>,
         path: PathBuf,
     },
     S3(MultipartUpload),
@@ -132,12 +132,24 @@ impl RecordWriter {
         let (sink, flush_at) = match dest {
             Destination::Stdout => (Sink::Stdout(tokio::io::stdout()), LOCAL_FLUSH),
             Destination::File(path) => {
-                let mut tmp = path.clone().into_os_string();
-                tmp.push(".partial");
-                let tmp = PathBuf::from(tmp);
-                let file = tokio::fs::File::create(&tmp)
+                // A regular file is written beside and renamed when complete;
+                // a device or pipe (/dev/null, a FIFO) is written in place.
+                let special = tokio::fs::metadata(path).await.is_ok_and(|m| !m.is_file());
+                let tmp = if special {
+                    None
+                } else {
+                    let mut tmp = path.clone().into_os_string();
+                    tmp.push(".partial");
+                    Some(PathBuf::from(tmp))
+                };
+                let target = tmp.as_ref().unwrap_or(path);
+                let file = tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(!special)
+                    .open(target)
                     .await
-                    .map_err(|e| S3Error::Config(format!("cannot create {}: {e}", tmp.display())))?;
+                    .map_err(|e| S3Error::Config(format!("cannot create {}: {e}", target.display())))?;
                 (
                     Sink::File {
                         file,
@@ -197,12 +209,29 @@ impl RecordWriter {
             Sink::Stdout(mut out) => out.flush().await.map_err(io_err)?,
             Sink::File { mut file, tmp, path } => {
                 file.flush().await.map_err(io_err)?;
-                file.sync_all().await.map_err(io_err)?;
-                tokio::fs::rename(&tmp, &path).await.map_err(io_err)?;
+                if let Some(tmp) = tmp {
+                    file.sync_all().await.map_err(io_err)?;
+                    tokio::fs::rename(&tmp, &path).await.map_err(io_err)?;
+                }
             }
             Sink::S3(upload) => self.summary.parts = upload.complete().await?,
         }
         Ok(self.summary)
+    }
+
+    /// Give up: nothing of this output becomes visible (the partial file is
+    /// removed, the multipart upload aborted).
+    pub async fn abort(self) {
+        match self.sink {
+            Sink::Stdout(_) => {}
+            Sink::File { file, tmp, .. } => {
+                drop(file);
+                if let Some(tmp) = tmp {
+                    let _ = tokio::fs::remove_file(&tmp).await;
+                }
+            }
+            Sink::S3(mut upload) => upload.abort().await,
+        }
     }
 
     async fn send(&mut self, chunk: Vec<u8>, last: bool) -> Result<(), S3Error> {
@@ -385,6 +414,60 @@ impl MultipartUpload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Status;
+
+    fn record(key: &str) -> Record {
+        Record {
+            key: key.into(),
+            status: Status::Ok,
+            size: 1,
+            etag: None,
+            last_modified: None,
+            storage_class: None,
+            content_type: None,
+            metadata: Default::default(),
+            error: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn file_output_appears_only_when_complete() {
+        let dir = std::env::temp_dir().join(format!("bucketscan-output-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.jsonl");
+        let dest = Destination::File(path.clone());
+        let mut w = RecordWriter::create(&dest, &OutputOptions::default(), None)
+            .await
+            .unwrap();
+        w.write(&record("a")).await.unwrap();
+        assert!(!path.exists(), "not visible before finish");
+        w.finish().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+
+        let mut w = RecordWriter::create(&dest, &OutputOptions::default(), None)
+            .await
+            .unwrap();
+        w.write(&record("b")).await.unwrap();
+        w.abort().await;
+        assert!(
+            std::fs::read_to_string(&path).unwrap().contains("\"a\""),
+            "abort keeps the old file"
+        );
+        assert!(!dir.join("out.jsonl.partial").exists());
+    }
+
+    /// Writing to /dev/null must write to it, not replace the device.
+    #[tokio::test]
+    async fn special_files_are_written_in_place() {
+        let dest = Destination::File("/dev/null".into());
+        let mut w = RecordWriter::create(&dest, &OutputOptions::default(), None)
+            .await
+            .unwrap();
+        w.write(&record("a")).await.unwrap();
+        w.finish().await.unwrap();
+        let meta = std::fs::metadata("/dev/null").unwrap();
+        assert!(!meta.is_file(), "/dev/null is still a device");
+    }
 
     #[test]
     fn destinations_parse() {

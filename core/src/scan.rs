@@ -12,7 +12,6 @@ use tokio::sync::mpsc;
 
 #[derive(Clone, Debug)]
 pub struct ScanOptions {
-    pub plan: PlanOptions,
     /// Shards listed at the same time.
     pub shard_parallelism: usize,
     pub output: Destination,
@@ -26,7 +25,7 @@ pub struct ScanSummary {
     pub output: OutputSummary,
 }
 
-/// Plan the bucket; `on_plan` sees the shards before scanning starts.
+/// Plan the shards of the engine's bucket.
 pub async fn plan_bucket(engine: &Engine, opts: &PlanOptions) -> Result<Vec<PlannedShard>, S3Error> {
     let lister = BucketLister {
         s3: &engine.s3,
@@ -61,12 +60,25 @@ pub async fn scan_shards(
             Ok::<_, S3Error>(outcomes)
         })
     };
+    let mut write_error = None;
     while let Some(record) = rx.recv().await {
-        writer.write(&record).await?;
+        if let Err(e) = writer.write(&record).await {
+            write_error = Some(e);
+            break;
+        }
     }
-    let outcomes = scanning
+    drop(rx); // a failed writer stops the shards too
+    let scanned = scanning
         .await
-        .map_err(|e| S3Error::Other(format!("scan task failed: {e}")))??;
+        .map_err(|e| S3Error::Other(format!("scan task failed: {e}")))
+        .and_then(|r| r);
+    let outcomes = match (write_error, scanned) {
+        (None, Ok(outcomes)) => outcomes,
+        (Some(e), _) | (None, Err(e)) => {
+            writer.abort().await;
+            return Err(e);
+        }
+    };
     let output = writer.finish().await?;
     Ok(ScanSummary {
         shards: shard_count,

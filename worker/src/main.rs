@@ -152,7 +152,6 @@ async fn scan(args: ScanArgs) -> anyhow::Result<()> {
     let exact = shards.iter().all(|s| s.exact);
     let progress = progress::Progress::start(engine.clone(), estimate, exact, args.quiet);
     let opts = ScanOptions {
-        plan: plan_opts,
         shard_parallelism: args.shard_parallelism as usize,
         output: args.output.clone(),
         output_opts: OutputOptions {

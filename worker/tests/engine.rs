@@ -284,7 +284,6 @@ async fn planner_balances_skewed_and_hashed_buckets() {
         let out = temp_path(&format!("{name}.jsonl"));
         let engine = engine(&s3, &bucket, HeadClientKind::Fast);
         let scan = ScanOptions {
-            plan: opts,
             shard_parallelism: 4,
             output: Destination::File(out.clone()),
             output_opts: OutputOptions::default(),
@@ -293,6 +292,32 @@ async fn planner_balances_skewed_and_hashed_buckets() {
         assert_eq!(summary.listed, seeded.len() as u64);
         assert_matches_seed(&parse_records(&std::fs::read(&out).unwrap()), &seeded);
     }
+}
+
+/// A scan that fails leaves no output behind, not even a partial file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_scan_leaves_no_output() {
+    let server = moto();
+    let s3 = server.s3().await;
+    let engine = engine(&s3, "bucket-that-does-not-exist", HeadClientKind::Fast);
+    let out = temp_path("failed.jsonl");
+    let scan = ScanOptions {
+        shard_parallelism: 1,
+        output: Destination::File(out.clone()),
+        output_opts: OutputOptions::default(),
+    };
+    let shard = bucketscan_core::planner::PlannedShard {
+        shard: Shard::prefix(""),
+        estimated_objects: 0,
+        exact: true,
+    };
+    let err = scan_shards(&engine, vec![shard], &scan).await.unwrap_err();
+    assert!(
+        matches!(err, bucketscan_core::error::S3Error::NoSuchBucket { .. }),
+        "{err}"
+    );
+    assert!(!out.exists());
+    assert!(!out.with_extension("jsonl.partial").exists());
 }
 
 /// Throttling, server errors and dropped connections are retried with backoff
@@ -319,7 +344,6 @@ async fn transient_faults_are_retried_until_done() {
         let engine = engine(&s3, &bucket, kind);
         let out = temp_path(&format!("faults-{kind:?}.jsonl"));
         let scan = ScanOptions {
-            plan: PlanOptions::default(),
             shard_parallelism: 2,
             output: Destination::File(out.clone()),
             output_opts: OutputOptions::default(),
