@@ -1,51 +1,133 @@
 #!/usr/bin/env bash
-# Install everything the tests and the demo need, on a fresh machine or again
-# (fast when all is present). Tools go to a cache outside the repository so a
-# fresh clone reuses them: $BUCKETSCAN_CACHE (default ~/.cache/bucketscan).
+# Install everything the tests and the demo need, on a fresh machine or again.
+# A second run only looks (well under a second when all is present).
+#
+# Tools go to a cache outside the repository, so a fresh clone (CI) reuses
+# them: $BUCKETSCAN_CACHE (default ~/.cache/bucketscan), executables in
+# $BUCKETSCAN_CACHE/bin. Only registries are reachable here, so everything
+# comes from PyPI, Debian's packages, the Go module proxy or crates.io; no
+# step downloads a prebuilt binary from anywhere else.
+#
+# Prints one line per tool: name, version, and what this run did to it.
 set -euo pipefail
 
 CACHE=${BUCKETSCAN_CACHE:-$HOME/.cache/bucketscan}
 BIN=$CACHE/bin
 VENV=$CACHE/venv
+# Pinned so every machine tests against the same servers; bump on purpose.
+MOTO_REQ='moto[server]==5.2.1'
+JUST_REQ='rust-just==1.59.0'
 VERSITYGW_VERSION=v1.8.0
 mkdir -p "$BIN"
 
-say() { printf '%-14s %s\n' "$1" "$2"; }
+say() { printf '%-10s %-28s %s\n' "$1" "$2" "$3"; }
+die() { echo "install-deps: $*" >&2; exit 1; }
 
-# Python venv: just (prebuilt, from the rust-just wheel) and moto's S3 server.
+# Root on the machines this project runs on; sudo elsewhere.
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then SUDO=(sudo); fi
+
+# apt-get update costs ~10 s, so it runs at most once, and only when a
+# package is actually missing.
+apt_updated=no
+apt_install() {
+  if [ "$apt_updated" = no ]; then
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=yes
+  fi
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# --- basics the scripts themselves use ----------------------------------------
+# with-test-servers.sh polls the HTTP servers with curl; the venv needs python3.
+missing=()
+command -v curl >/dev/null || missing+=(curl)
+command -v python3 >/dev/null || missing+=(python3 python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
+
+# --- Python venv: moto's S3 server (and boto3, which it pulls in) -------------
+# A stamp of the requirements makes a changed pin reinstall, and makes the
+# common case (nothing changed) skip pip entirely.
+venv_stamp=$VENV/.bucketscan-requirements
+state=present
 if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
+  # Debian's own python3 lacks ensurepip until python3-venv is installed.
+  if ! python3 -m venv "$VENV" 2>/dev/null; then
+    rm -rf "$VENV"
+    apt_install python3-venv
+    python3 -m venv "$VENV"
+  fi
 fi
-if [ ! -x "$VENV/bin/just" ] || [ ! -x "$VENV/bin/moto_server" ]; then
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check rust-just 'moto[server]==5.2.1' boto3
+if [ ! -x "$VENV/bin/moto_server" ] || [ "$(cat "$venv_stamp" 2>/dev/null)" != "$MOTO_REQ" ]; then
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "$MOTO_REQ"
+  echo "$MOTO_REQ" >"$venv_stamp"
+  state=installed
 fi
-ln -sf "$VENV/bin/just" "$BIN/just"
 ln -sf "$VENV/bin/moto_server" "$BIN/moto_server"
-say just "$("$BIN/just" --version)"
-say moto "$("$VENV/bin/python" -c 'import moto; print(moto.__version__)')"
+say moto "$("$VENV/bin/python" -c 'import moto; print(moto.__version__)')" "$state"
 
-# redis-server from Debian (the tests start their own instances).
-if ! command -v redis-server >/dev/null; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq redis-server >/dev/null
-  # Our tests run their own servers; the packaged service is not needed.
-  (command -v systemctl >/dev/null && systemctl disable --now redis-server) >/dev/null 2>&1 || true
-  service redis-server stop >/dev/null 2>&1 || true
+# --- just: prebuilt binary from the rust-just wheel, else built by cargo ------
+state=present
+if [ ! -x "$BIN/just" ] || ! "$BIN/just" --version >/dev/null 2>&1; then
+  if "$VENV/bin/pip" install --quiet --disable-pip-version-check "$JUST_REQ" \
+      && [ -x "$VENV/bin/just" ]; then
+    ln -sf "$VENV/bin/just" "$BIN/just"
+    state="installed (PyPI $JUST_REQ)"
+  else
+    # No wheel for this platform: build it (a few minutes); lands in $BIN.
+    echo "rust-just unavailable; building just with cargo" >&2
+    rm -f "$BIN/just"
+    nice cargo install just --locked --root "$CACHE"
+    state="built (cargo install)"
+  fi
 fi
-say redis "$(redis-server --version | awk '{print $3}')"
+say just "$("$BIN/just" --version)" "$state"
 
-# versitygw: the S3 server that verifies SigV4 signatures (about 4 minutes to
-# build the first time).
-stamp=$CACHE/versitygw.version
-if [ ! -x "$BIN/versitygw" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$VERSITYGW_VERSION" ]; then
-  echo "building versitygw $VERSITYGW_VERSION (first run only, a few minutes)"
-  GOBIN=$BIN GOFLAGS=-mod=mod nice go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
-  echo "$VERSITYGW_VERSION" > "$stamp"
+# --- redis-server from Debian --------------------------------------------------
+# Tests start their own instances on free ports; the packaged service is not
+# used, so when this run installs the package it also stops and disables it.
+state=present
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+  apt_install redis-server
+  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    "${SUDO[@]}" systemctl disable --now redis-server >/dev/null 2>&1 || true
+  else
+    "${SUDO[@]}" service redis-server stop >/dev/null 2>&1 || true
+    "${SUDO[@]}" update-rc.d redis-server disable >/dev/null 2>&1 || true
+  fi
+  state="installed (system service stopped)"
 fi
-say versitygw "$VERSITYGW_VERSION"
+say redis "$(redis-server --version | awk '{print $3}' | sed 's/^v=//')" "$state"
 
-# Rust components used by `just test`.
-rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
-rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
-say rust "$(rustc --version)"
+# --- versitygw: the S3 server that verifies SigV4 signatures ------------------
+# Built from source through the Go module proxy (it needs Go >= 1.25). About
+# 4 minutes of 2 cores on a cold Go build cache, hence nice. The stamp records
+# the version so a bumped VERSITYGW_VERSION rebuilds.
+vgw_stamp=$CACHE/versitygw.version
+state=present
+if [ ! -x "$BIN/versitygw" ] || [ "$(cat "$vgw_stamp" 2>/dev/null)" != "$VERSITYGW_VERSION" ]; then
+  command -v go >/dev/null || die "go is needed to build versitygw (Go >= 1.25)"
+  echo "building versitygw $VERSITYGW_VERSION (first run only, a few minutes)" >&2
+  rm -f "$vgw_stamp"
+  # GOFLAGS cleared: a caller's -mod=vendor or similar breaks `go install @version`.
+  GOBIN=$BIN GOFLAGS='' nice go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+  echo "$VERSITYGW_VERSION" >"$vgw_stamp"
+  state=built
+fi
+say versitygw "$VERSITYGW_VERSION" "$state"
+
+# --- Rust components that `just lint` uses ------------------------------------
+if command -v rustup >/dev/null; then
+  installed=$(rustup component list --installed 2>/dev/null || true)
+  state=present
+  for component in clippy rustfmt; do
+    if ! grep -q "^$component" <<<"$installed"; then
+      rustup component add "$component"
+      state=installed
+    fi
+  done
+  say rust "$(rustc --version | awk '{print $2}')" "clippy+rustfmt $state"
+else
+  say rust "-" "rustup not found; install Rust to build and lint"
+fi

@@ -1,68 +1,151 @@
 #!/usr/bin/env bash
-# Run a command with the test ground up: two real S3 servers and Redis on free
-# loopback ports, each with its own data in a temporary directory, all stopped
-# and removed when the command ends (also on failure or Ctrl-C).
+# Usage: scripts/with-test-servers.sh CMD [ARGS...]
 #
-#   moto       in-memory S3; stores every odd key faithfully; does not verify
-#              signatures (accepts any credentials).
-#   versitygw  posix-backed S3 that verifies SigV4 signatures; cannot hold both
-#              `a` and `a/b` (objects are files), so no odd-key tests there.
+# Run CMD with the test ground up: two real S3 servers and Redis on free
+# loopback ports, each with its own data in one temporary directory, all
+# stopped and removed when CMD ends (also on failure or Ctrl-C). Exits with
+# CMD's exit code. Tools come from scripts/install-deps.sh.
+#
+#   moto       In-memory S3 (moto_server). Accepts any credentials: it does NOT
+#              verify SigV4 signatures. Stores odd keys faithfully (spaces, +,
+#              unicode, control characters, both `a` and `a/b`).
+#   versitygw  S3 gateway on the posix backend; VERIFIES SigV4 signatures
+#              (a wrong secret gets 403 SignatureDoesNotMatch). Buckets need no
+#              pre-created directories: CreateBucket over the API makes one
+#              under the data dir (and a directory created there by hand would
+#              also show up as a bucket). Objects are files, so it cannot hold
+#              both `a` and `a/b`, nor keys with empty or `.`/`..` segments:
+#              keep odd-key tests on moto.
 #   redis      redis-server without persistence.
 #
-# The command sees BUCKETSCAN_TEST_MOTO_ENDPOINT, BUCKETSCAN_TEST_VGW_ENDPOINT,
-# BUCKETSCAN_TEST_VGW_ACCESS_KEY, BUCKETSCAN_TEST_VGW_SECRET_KEY and
-# BUCKETSCAN_TEST_REDIS_URL, and exits with the command's exit code.
+# CMD sees:
+#   BUCKETSCAN_TEST_MOTO_ENDPOINT   http://127.0.0.1:PORT
+#   BUCKETSCAN_TEST_VGW_ENDPOINT    http://127.0.0.1:PORT
+#   BUCKETSCAN_TEST_VGW_ACCESS_KEY  root access key of versitygw
+#   BUCKETSCAN_TEST_VGW_SECRET_KEY  root secret key (random for each run)
+#   BUCKETSCAN_TEST_REDIS_URL       redis://127.0.0.1:PORT
+# Server logs are in the temporary directory while CMD runs; when a server
+# fails to start, the tail of its log is printed.
+
+# The trap handler and the launch_*/ready_* functions are called indirectly.
+# shellcheck disable=SC2317
 set -euo pipefail
+
+if [ $# -eq 0 ]; then
+  echo "usage: $0 CMD [ARGS...]" >&2
+  exit 2
+fi
 
 CACHE=${BUCKETSCAN_CACHE:-$HOME/.cache/bucketscan}
 BIN=$CACHE/bin
+for tool in "$BIN/moto_server" "$BIN/versitygw"; do
+  [ -x "$tool" ] || { echo "error: $tool missing; run scripts/install-deps.sh" >&2; exit 1; }
+done
+for tool in redis-server redis-cli curl python3; do
+  command -v "$tool" >/dev/null || { echo "error: $tool missing; run scripts/install-deps.sh" >&2; exit 1; }
+done
+
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/bucketscan-ground.XXXXXX")
 PIDS=()
 
+# Stop every server (TERM, then KILL after 5 s) and remove all their data.
 cleanup() {
+  local pid alive
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    alive=no
+    for pid in "${PIDS[@]}"; do
+      if kill -0 "$pid" 2>/dev/null; then alive=yes; fi
+    done
+    [ "$alive" = yes ] || break
+    sleep 0.1
+  done
+  for pid in "${PIDS[@]}"; do
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+# The EXIT trap does the work; these make Ctrl-C / kill end the script with
+# the usual exit codes. CMD runs in the foreground, so Ctrl-C reaches it
+# directly; bash acts on a signal sent to this script alone only once CMD has
+# returned, so to stop a run from outside, signal its whole process group.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
+# A port the kernel just handed out for 127.0.0.1. It is free again when the
+# server binds it, so another process could take it in between; start_server
+# then retries with a fresh port.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# wait_for NAME LOG CHECK...: retry CHECK for up to 30 s.
-wait_for() {
-  local name=$1 log=$2; shift 2
-  for _ in $(seq 1 300); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.1
+# start_server NAME: pick a port, run launch_NAME PORT in the background
+# (output to $WORK/NAME.log), and poll ready_NAME PORT for up to 60 s. Sets
+# PORT. Up to 3 tries when the server exits because the port was taken.
+start_server() {
+  local name=$1 log=$WORK/$1.log attempt pid
+  for attempt in 1 2 3; do
+    PORT=$(free_port)
+    "launch_$name" "$PORT" >"$log" 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 600); do
+      if "ready_$name" "$PORT" >/dev/null 2>&1; then return 0; fi
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "error: $name did not answer on 127.0.0.1:$PORT within 60 s; last lines of its log:" >&2
+      tail -n 20 "$log" >&2
+      exit 1
+    fi
+    # Only a lost race for the port is worth another try.
+    if ! grep -qi 'address already in use' "$log"; then break; fi
+    echo "warning: $name lost port $PORT to another process (attempt $attempt)" >&2
   done
-  echo "error: $name did not start; last lines of $log:" >&2
+  echo "error: $name exited on start; last lines of its log:" >&2
   tail -n 20 "$log" >&2
   exit 1
 }
 
-MOTO_PORT=$(free_port)
-"$BIN/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$WORK/moto.log" 2>&1 &
-PIDS+=($!)
+# moto: `exec` so the recorded PID is the server itself, not a subshell.
+launch_moto() {
+  mkdir -p "$WORK/moto"
+  cd "$WORK/moto"
+  exec "$BIN/moto_server" -H 127.0.0.1 -p "$1"
+}
+ready_moto() { curl -sf -o /dev/null "http://127.0.0.1:$1/moto-api/"; }
 
-VGW_PORT=$(free_port)
+# versitygw: root credentials go in through its environment variables
+# (ROOT_ACCESS_KEY/ROOT_SECRET_KEY, same as --access/--secret) so the secret
+# does not show in `ps`. --health serves GET /_health with 200 without auth;
+# `_` cannot start a bucket name, so it never shadows a bucket.
 VGW_ACCESS=bucketscan-test
-VGW_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(20))')
-mkdir -p "$WORK/vgw-data"
-ROOT_ACCESS_KEY=$VGW_ACCESS ROOT_SECRET_KEY=$VGW_SECRET \
-  "$BIN/versitygw" --port "127.0.0.1:$VGW_PORT" --keep-alive posix "$WORK/vgw-data" >"$WORK/versitygw.log" 2>&1 &
-PIDS+=($!)
+VGW_SECRET=$(python3 -c 'import secrets; print(secrets.token_urlsafe(30))')
+launch_versitygw() {
+  mkdir -p "$WORK/versitygw/data"
+  cd "$WORK/versitygw"
+  ROOT_ACCESS_KEY=$VGW_ACCESS ROOT_SECRET_KEY=$VGW_SECRET \
+    exec "$BIN/versitygw" --port "127.0.0.1:$1" --keep-alive --health /_health \
+    posix "$WORK/versitygw/data"
+}
+ready_versitygw() { curl -sf -o /dev/null "http://127.0.0.1:$1/_health"; }
 
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
-  >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
+launch_redis() {
+  mkdir -p "$WORK/redis"
+  exec redis-server --bind 127.0.0.1 --port "$1" --save '' --appendonly no \
+    --dir "$WORK/redis"
+}
+ready_redis() { [ "$(redis-cli -h 127.0.0.1 -p "$1" ping)" = PONG ]; }
 
-wait_for moto "$WORK/moto.log" curl -sf "http://127.0.0.1:$MOTO_PORT/moto-api/"
-wait_for versitygw "$WORK/versitygw.log" curl -s -o /dev/null "http://127.0.0.1:$VGW_PORT/"
-wait_for redis "$WORK/redis.log" redis-cli -p "$REDIS_PORT" ping
+start_server moto
+MOTO_PORT=$PORT
+start_server versitygw
+VGW_PORT=$PORT
+start_server redis
+REDIS_PORT=$PORT
 
 export BUCKETSCAN_TEST_MOTO_ENDPOINT=http://127.0.0.1:$MOTO_PORT
 export BUCKETSCAN_TEST_VGW_ENDPOINT=http://127.0.0.1:$VGW_PORT
@@ -71,7 +154,9 @@ export BUCKETSCAN_TEST_VGW_SECRET_KEY=$VGW_SECRET
 export BUCKETSCAN_TEST_REDIS_URL=redis://127.0.0.1:$REDIS_PORT
 # Never let a test reach for instance metadata (a link-local address).
 export AWS_EC2_METADATA_DISABLED=true
+echo "test servers: moto :$MOTO_PORT, versitygw :$VGW_PORT, redis :$REDIS_PORT (logs in $WORK)" >&2
 
+# CMD runs in the foreground so Ctrl-C reaches it directly.
 set +e
 "$@"
 status=$?

@@ -12,6 +12,23 @@ fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Scan with the fast and the SDK HEAD path; both must return the seed exactly.
+fn scan_with_both_head_paths(s3: &Server, bucket: &str, shards: &str, seeded: &BTreeMap<String, Seeded>) {
+    for head in ["fast", "sdk"] {
+        let run = s3.worker(&[
+            "scan",
+            "--bucket",
+            bucket,
+            "--head-client",
+            head,
+            "--target-shards",
+            shards,
+        ]);
+        assert_success(&run);
+        assert_matches_seed(&parse_records(&run.stdout), seeded);
+    }
+}
+
 /// 5,200 objects under nested prefixes, every third with metadata.
 fn nested_keyspace() -> BTreeMap<String, Seeded> {
     (0..5200)
@@ -146,19 +163,7 @@ async fn odd_keys_and_metadata_round_trip() {
         })
         .collect();
     s3.seed(&bucket, &seeded).await;
-    for head in ["fast", "sdk"] {
-        let run = s3.worker(&[
-            "scan",
-            "--bucket",
-            &bucket,
-            "--head-client",
-            head,
-            "--target-shards",
-            "4",
-        ]);
-        assert_success(&run);
-        assert_matches_seed(&parse_records(&run.stdout), &seeded);
-    }
+    scan_with_both_head_paths(&s3, &bucket, "4", &seeded);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,19 +218,7 @@ async fn signed_fast_path_against_a_verifying_server() {
         })
         .collect();
     s3.seed(&bucket, &seeded).await;
-    for head in ["fast", "sdk"] {
-        let run = s3.worker(&[
-            "scan",
-            "--bucket",
-            &bucket,
-            "--head-client",
-            head,
-            "--target-shards",
-            "8",
-        ]);
-        assert_success(&run);
-        assert_matches_seed(&parse_records(&run.stdout), &seeded);
-    }
+    scan_with_both_head_paths(&s3, &bucket, "8", &seeded);
 
     let run = s3.worker_with_secret(&["scan", "--bucket", &bucket], "not-the-secret");
     assert!(!run.status.success());
