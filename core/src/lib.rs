@@ -8,6 +8,7 @@ pub mod fasthead;
 pub mod head;
 pub mod output;
 pub mod planner;
+pub mod queue;
 pub mod record;
 pub mod retry;
 pub mod s3;

@@ -1,0 +1,269 @@
+//! The Redis work queue: shards, not keys, so Redis load stays tiny however
+//! large the bucket. Every key of a scan shares the hash tag `{SCAN}`, so a
+//! scan lives in one Redis Cluster slot and its Lua scripts are atomic there.
+//!
+//! Keys of scan `S` (see docs/queue-protocol.md):
+//! - `bs:{S}:pending`   LIST of shard ids waiting (taken from the right)
+//! - `bs:{S}:leases`    ZSET shard id -> lease deadline (ms since the epoch)
+//! - `bs:{S}:shard:ID`  HASH range (JSON), state, attempts, token, owner,
+//!   checkpoint, failures, last_error
+//! - `bs:{S}:parts:ID`  LIST of the shard's output part keys, in key order
+//! - `bs:{S}:done`, `bs:{S}:dead`  SETs of finished and dead-lettered ids
+//!
+//! Each transition is one Lua script, so no crash between two commands can
+//! lose or duplicate a shard; every step on a leased shard is fenced by the
+//! owner and the lease token (the attempt number), so a worker whose lease
+//! expired can no longer touch the shard.
+
+use crate::shard::Shard;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncCommands, Script};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/enqueue.lua")));
+static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/take.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/renew.lua")));
+static FINISH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/finish.lua")));
+static REAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/reap.lua")));
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("shard {id} has a malformed range: {source}")]
+    BadRange { id: String, source: serde_json::Error },
+}
+
+/// The keys of one scan.
+#[derive(Clone, Debug)]
+pub struct ScanKeys {
+    base: String,
+}
+
+impl ScanKeys {
+    pub fn new(scan: &str) -> ScanKeys {
+        ScanKeys {
+            base: format!("bs:{{{scan}}}:"),
+        }
+    }
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.base)
+    }
+    pub fn pending(&self) -> String {
+        self.key("pending")
+    }
+    pub fn leases(&self) -> String {
+        self.key("leases")
+    }
+    pub fn done(&self) -> String {
+        self.key("done")
+    }
+    pub fn dead(&self) -> String {
+        self.key("dead")
+    }
+    fn shard_prefix(&self) -> String {
+        self.key("shard:")
+    }
+    pub fn shard(&self, id: &str) -> String {
+        self.key(&format!("shard:{id}"))
+    }
+    pub fn parts(&self, id: &str) -> String {
+        self.key(&format!("parts:{id}"))
+    }
+}
+
+/// A shard leased to this worker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lease {
+    pub id: String,
+    pub shard: Shard,
+    /// Last key whose record is safely written, if any: resume after it.
+    pub checkpoint: Option<String>,
+    /// Fencing token: the attempt number this lease belongs to.
+    pub token: u64,
+}
+
+/// How a lease ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    Done,
+    /// Graceful stop: back to pending at once, no failure counted.
+    Release,
+    /// Counted as a failure; dead-lettered after `max_failures`.
+    Fail {
+        error: String,
+        max_failures: u32,
+    },
+}
+
+/// Counts of a scan's shards by state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    pub pending: u64,
+    pub leased: u64,
+    pub done: u64,
+    pub dead: u64,
+}
+
+#[derive(Clone)]
+pub struct Queue {
+    con: MultiplexedConnection,
+    keys: ScanKeys,
+    owner: String,
+    lease: Duration,
+}
+
+impl Queue {
+    /// `owner` names this worker in leases (pod name, or host and pid).
+    pub fn new(con: MultiplexedConnection, scan: &str, owner: &str, lease: Duration) -> Queue {
+        Queue {
+            con,
+            keys: ScanKeys::new(scan),
+            owner: owner.to_string(),
+            lease,
+        }
+    }
+
+    pub fn keys(&self) -> &ScanKeys {
+        &self.keys
+    }
+
+    /// Add shards as pending. Idempotent: a shard id that exists is skipped, so
+    /// re-planning never duplicates work. Returns how many were added.
+    pub async fn enqueue(&self, shards: &[Shard]) -> Result<usize, QueueError> {
+        let mut con = self.con.clone();
+        let mut added = 0;
+        // Batches keep each script short; each batch is atomic on its own and
+        // a crash between batches leaves the rest to the next enqueue.
+        for batch in shards.chunks(500) {
+            let mut script = ENQUEUE.key(self.keys.pending());
+            script.key(self.keys.shard_prefix());
+            for shard in batch {
+                script
+                    .arg(shard.id())
+                    .arg(serde_json::to_string(shard).expect("a shard serializes"));
+            }
+            let n: usize = script.invoke_async(&mut con).await?;
+            added += n;
+        }
+        Ok(added)
+    }
+
+    /// Lease the next pending shard, or `None` when nothing is pending.
+    pub async fn take(&self) -> Result<Option<Lease>, QueueError> {
+        let mut con = self.con.clone();
+        let taken: Option<(String, String, String, u64)> = TAKE
+            .key(self.keys.pending())
+            .key(self.keys.leases())
+            .key(self.keys.shard_prefix())
+            .arg(&self.owner)
+            .arg(self.lease.as_millis() as u64)
+            .invoke_async(&mut con)
+            .await?;
+        let Some((id, range, checkpoint, token)) = taken else {
+            return Ok(None);
+        };
+        let shard = serde_json::from_str(&range).map_err(|source| QueueError::BadRange {
+            id: id.clone(),
+            source,
+        })?;
+        Ok(Some(Lease {
+            id,
+            shard,
+            checkpoint: Some(checkpoint).filter(|c| !c.is_empty()),
+            token,
+        }))
+    }
+
+    /// Extend the lease, optionally recording a checkpoint and a finished part.
+    /// Returns false when the lease is lost: stop working on the shard.
+    pub async fn renew(
+        &self,
+        lease: &Lease,
+        checkpoint: Option<&str>,
+        part: Option<&str>,
+    ) -> Result<bool, QueueError> {
+        let mut con = self.con.clone();
+        let ok: i64 = RENEW
+            .key(self.keys.shard(&lease.id))
+            .key(self.keys.leases())
+            .key(self.keys.parts(&lease.id))
+            .arg(&lease.id)
+            .arg(&self.owner)
+            .arg(lease.token)
+            .arg(self.lease.as_millis() as u64)
+            .arg(checkpoint.unwrap_or(""))
+            .arg(part.unwrap_or(""))
+            .invoke_async(&mut con)
+            .await?;
+        Ok(ok == 1)
+    }
+
+    /// End the lease. Returns the shard's state afterwards (`done`, `pending`,
+    /// `dead`), or `lost` when the lease was no longer ours.
+    pub async fn finish(&self, lease: &Lease, how: &Finish) -> Result<String, QueueError> {
+        let mut con = self.con.clone();
+        let (mode, error, max) = match how {
+            Finish::Done => ("done", "", 0),
+            Finish::Release => ("release", "", 0),
+            Finish::Fail { error, max_failures } => ("fail", error.as_str(), *max_failures),
+        };
+        Ok(FINISH
+            .key(self.keys.shard(&lease.id))
+            .key(self.keys.leases())
+            .key(self.keys.pending())
+            .key(self.keys.done())
+            .key(self.keys.dead())
+            .arg(&lease.id)
+            .arg(&self.owner)
+            .arg(lease.token)
+            .arg(mode)
+            .arg(error)
+            .arg(max)
+            .invoke_async(&mut con)
+            .await?)
+    }
+
+    /// Requeue shards whose lease expired; returns (requeued, dead-lettered).
+    pub async fn reap(&self, max_failures: u32) -> Result<(u64, u64), QueueError> {
+        let mut con = self.con.clone();
+        Ok(REAP
+            .key(self.keys.leases())
+            .key(self.keys.pending())
+            .key(self.keys.dead())
+            .key(self.keys.shard_prefix())
+            .arg(max_failures)
+            .invoke_async(&mut con)
+            .await?)
+    }
+
+    pub async fn counts(&self) -> Result<QueueCounts, QueueError> {
+        let mut con = self.con.clone();
+        let (pending, leased, done, dead): (u64, u64, u64, u64) = redis::pipe()
+            .llen(self.keys.pending())
+            .zcard(self.keys.leases())
+            .scard(self.keys.done())
+            .scard(self.keys.dead())
+            .query_async(&mut con)
+            .await?;
+        Ok(QueueCounts {
+            pending,
+            leased,
+            done,
+            dead,
+        })
+    }
+
+    /// The part keys a shard recorded, in order.
+    pub async fn parts(&self, id: &str) -> Result<Vec<String>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.lrange(self.keys.parts(id), 0, -1).await?)
+    }
+
+    /// The last error of a shard (for dead letters).
+    pub async fn last_error(&self, id: &str) -> Result<Option<String>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.hget(self.keys.shard(id), "last_error").await?)
+    }
+}

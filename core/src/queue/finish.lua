@@ -1,0 +1,33 @@
+-- End a lease. ARGV[4] = 'done' marks the shard complete (completing twice is
+-- harmless: a done shard stays done); 'release' puts it back at the head of
+-- pending (graceful stop); 'fail' counts a failure with error ARGV[5] and
+-- dead-letters the shard after ARGV[6] failures.
+-- KEYS: shard hash, leases, pending, done set, dead set
+-- ARGV[1]: shard id, ARGV[2]: owner, ARGV[3]: token
+-- Returns the shard's state afterwards, or 'lost' when the lease was not ours.
+local shard = KEYS[1]
+local state = redis.call('HGET', shard, 'state')
+if ARGV[4] == 'done' and state == 'done' then return 'done' end
+if state ~= 'leased' or redis.call('HGET', shard, 'owner') ~= ARGV[2]
+  or redis.call('HGET', shard, 'token') ~= ARGV[3] then
+  return 'lost'
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', shard, 'owner')
+if ARGV[4] == 'done' then
+  redis.call('HSET', shard, 'state', 'done')
+  redis.call('SADD', KEYS[4], ARGV[1])
+  return 'done'
+end
+if ARGV[4] == 'fail' then
+  redis.call('HSET', shard, 'last_error', ARGV[5])
+  local failures = redis.call('HINCRBY', shard, 'failures', 1)
+  if failures >= tonumber(ARGV[6]) then
+    redis.call('HSET', shard, 'state', 'dead')
+    redis.call('SADD', KEYS[5], ARGV[1])
+    return 'dead'
+  end
+end
+redis.call('HSET', shard, 'state', 'pending')
+redis.call('RPUSH', KEYS[3], ARGV[1])
+return 'pending'

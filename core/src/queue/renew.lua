@@ -1,0 +1,18 @@
+-- Heartbeat and checkpoint in one fenced step: only the current lease holder
+-- (owner ARGV[2] with token ARGV[3]) may extend the lease to now + ARGV[4] ms,
+-- record a checkpoint ARGV[5] (empty: none) and part key ARGV[6] (empty: none).
+-- KEYS: shard hash, leases, parts list
+-- ARGV[1]: shard id
+-- Returns 1, or 0 when the lease is no longer ours (stop work on this shard).
+local shard = KEYS[1]
+if redis.call('HGET', shard, 'state') ~= 'leased'
+  or redis.call('HGET', shard, 'owner') ~= ARGV[2]
+  or redis.call('HGET', shard, 'token') ~= ARGV[3] then
+  return 0
+end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[4]), ARGV[1])
+if ARGV[5] ~= '' then redis.call('HSET', shard, 'checkpoint', ARGV[5]) end
+if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[3], ARGV[6]) end
+return 1

@@ -1,0 +1,131 @@
+//! The queue protocol against a real redis-server (started by
+//! scripts/with-test-servers.sh, as `just test` does).
+
+use bucketscan_core::queue::{Finish, Queue, QueueCounts};
+use bucketscan_core::shard::Shard;
+use std::time::Duration;
+
+async fn queue(scan: &str, owner: &str, lease: Duration) -> Queue {
+    let url = std::env::var("BUCKETSCAN_TEST_REDIS_URL")
+        .expect("BUCKETSCAN_TEST_REDIS_URL is not set: run the tests with `just test`");
+    let client = redis::Client::open(url).unwrap();
+    let con = client.get_multiplexed_async_connection().await.unwrap();
+    Queue::new(con, scan, owner, lease)
+}
+
+fn scan_id(tag: &str) -> String {
+    format!("{tag}-{}-{:?}", std::process::id(), std::time::SystemTime::now())
+}
+
+fn shards(n: usize) -> Vec<Shard> {
+    (0..n).map(|i| Shard::prefix(format!("p{i:03}/"))).collect()
+}
+
+#[tokio::test]
+async fn every_shard_is_taken_once_and_completing_twice_is_harmless() {
+    let scan = scan_id("once");
+    let a = queue(&scan, "worker-a", Duration::from_secs(30)).await;
+    let b = queue(&scan, "worker-b", Duration::from_secs(30)).await;
+    assert_eq!(a.enqueue(&shards(20)).await.unwrap(), 20);
+    assert_eq!(
+        b.enqueue(&shards(20)).await.unwrap(),
+        0,
+        "re-planning adds nothing twice"
+    );
+
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let (la, lb) = (a.take().await.unwrap(), b.take().await.unwrap());
+        if la.is_none() && lb.is_none() {
+            break;
+        }
+        for (q, lease) in [(&a, la), (&b, lb)] {
+            if let Some(lease) = lease {
+                assert!(seen.insert(lease.shard.clone()), "{:?} taken twice", lease.shard);
+                assert_eq!(q.finish(&lease, &Finish::Done).await.unwrap(), "done");
+                assert_eq!(
+                    q.finish(&lease, &Finish::Done).await.unwrap(),
+                    "done",
+                    "idempotent"
+                );
+            }
+        }
+    }
+    assert_eq!(seen.len(), 20);
+    assert_eq!(
+        a.counts().await.unwrap(),
+        QueueCounts {
+            pending: 0,
+            leased: 0,
+            done: 20,
+            dead: 0
+        }
+    );
+}
+
+#[tokio::test]
+async fn expired_lease_is_requeued_and_the_old_holder_is_fenced_off() {
+    let scan = scan_id("reap");
+    let slow = queue(&scan, "slow", Duration::from_millis(200)).await;
+    let fast = queue(&scan, "fast", Duration::from_secs(30)).await;
+    slow.enqueue(&shards(1)).await.unwrap();
+    let old = slow.take().await.unwrap().unwrap();
+    assert!(slow.renew(&old, Some("p000/k1"), Some("parts/a")).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fast.reap(3).await.unwrap(), (1, 0));
+
+    let new = fast.take().await.unwrap().unwrap();
+    assert_eq!(new.shard, old.shard);
+    assert_eq!(
+        new.checkpoint.as_deref(),
+        Some("p000/k1"),
+        "resumes from the checkpoint"
+    );
+    assert!(new.token > old.token);
+    assert!(
+        !slow.renew(&old, Some("p000/k9"), None).await.unwrap(),
+        "stale holder cannot checkpoint"
+    );
+    assert_eq!(
+        slow.finish(&old, &Finish::Done).await.unwrap(),
+        "lost",
+        "stale holder cannot complete"
+    );
+    assert_eq!(fast.finish(&new, &Finish::Done).await.unwrap(), "done");
+    assert_eq!(fast.parts(&new.id).await.unwrap(), vec!["parts/a".to_string()]);
+}
+
+#[tokio::test]
+async fn release_requeues_at_once_without_a_failure() {
+    let scan = scan_id("release");
+    let q = queue(&scan, "w", Duration::from_secs(30)).await;
+    q.enqueue(&shards(3)).await.unwrap();
+    let lease = q.take().await.unwrap().unwrap();
+    assert_eq!(q.finish(&lease, &Finish::Release).await.unwrap(), "pending");
+    let again = q.take().await.unwrap().unwrap();
+    assert_eq!(again.shard, lease.shard, "a released shard is taken next");
+    assert_eq!(q.last_error(&again.id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_shard_that_keeps_failing_is_dead_lettered_with_its_error() {
+    let scan = scan_id("dead");
+    let q = queue(&scan, "w", Duration::from_secs(30)).await;
+    q.enqueue(&shards(1)).await.unwrap();
+    let fail = Finish::Fail {
+        error: "HTTP 400 InvalidArgument".into(),
+        max_failures: 3,
+    };
+    let mut states = Vec::new();
+    while let Some(lease) = q.take().await.unwrap() {
+        states.push(q.finish(&lease, &fail).await.unwrap());
+    }
+    assert_eq!(states, ["pending", "pending", "dead"]);
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.dead), (0, 1));
+    let id = Shard::prefix("p000/").id();
+    assert_eq!(
+        q.last_error(&id).await.unwrap().as_deref(),
+        Some("HTTP 400 InvalidArgument")
+    );
+}
