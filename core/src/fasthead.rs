@@ -103,8 +103,8 @@ impl FastHead {
             (format!("{bucket}.{}", self.authority), format!("/{encoded_key}"))
         };
         let now = SystemTime::now();
-        let state = self.signer.state(now).await?;
         let amz_date = amz_date(now);
+        let state = self.signer.state(now, &amz_date[..8]).await?;
         let authorization = state.authorization(&host, &path, &amz_date);
         let mut req = Request::head(format!("{}://{host}{path}", self.scheme))
             .header("host", &host)
@@ -281,8 +281,8 @@ impl Signer {
         }
     }
 
-    async fn state(&self, now: SystemTime) -> Result<Arc<SigningState>, S3Error> {
-        let day = &amz_date(now)[..8];
+    /// `day` is the `YYYYMMDD` of `now`, which the caller has formatted already.
+    async fn state(&self, now: SystemTime, day: &str) -> Result<Arc<SigningState>, S3Error> {
         if let Some(s) = self.usable(now, day) {
             return Ok(s);
         }

@@ -4,7 +4,6 @@
 use crate::error::S3Error;
 use crate::fasthead::{FastHead, HeadInfo, HeadResult};
 use crate::s3::{format_time, sdk_error, strip_quotes, S3};
-use aws_sdk_s3::operation::head_object::HeadObjectError;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -71,9 +70,7 @@ async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
                 .collect(),
         })),
         Err(e) => {
-            if let Some(HeadObjectError::NotFound(_)) = e.as_service_error() {
-                return Ok(None);
-            }
+            // A 404 (modelled as NotFound or not) means the object is gone.
             if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) {
                 return Ok(None);
             }

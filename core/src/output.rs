@@ -302,16 +302,13 @@ impl MultipartUpload {
         let bucket = self.bucket.as_str();
         if self.upload_id.is_none() {
             let created = s3
-                .retry
-                .run(&s3.retries, || async {
+                .send_retried(bucket, || {
                     s3.sdk
                         .create_multipart_upload()
                         .bucket(bucket)
                         .key(&self.key)
                         .content_type(self.content_type())
                         .send()
-                        .await
-                        .map_err(|e| sdk_error(e, bucket))
                 })
                 .await?;
             self.upload_id = created.upload_id().map(str::to_string);
@@ -323,8 +320,7 @@ impl MultipartUpload {
         let number = self.parts.len() as i32 + 1;
         let body = bytes::Bytes::from(chunk);
         let out = s3
-            .retry
-            .run(&s3.retries, || async {
+            .send_retried(bucket, || {
                 s3.sdk
                     .upload_part()
                     .bucket(bucket)
@@ -333,8 +329,6 @@ impl MultipartUpload {
                     .part_number(number)
                     .body(ByteStream::from(body.clone()))
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(e, bucket))
             })
             .await?;
         self.parts.push(
@@ -352,27 +346,23 @@ impl MultipartUpload {
         let bucket = self.bucket.as_str();
         let Some(upload_id) = self.upload_id.clone() else {
             let body = bytes::Bytes::from(self.small.take().unwrap_or_default());
-            s3.retry
-                .run(&s3.retries, || async {
-                    s3.sdk
-                        .put_object()
-                        .bucket(bucket)
-                        .key(&self.key)
-                        .content_type(self.content_type())
-                        .body(ByteStream::from(body.clone()))
-                        .send()
-                        .await
-                        .map_err(|e| sdk_error(e, bucket))
-                })
-                .await?;
+            s3.send_retried(bucket, || {
+                s3.sdk
+                    .put_object()
+                    .bucket(bucket)
+                    .key(&self.key)
+                    .content_type(self.content_type())
+                    .body(ByteStream::from(body.clone()))
+                    .send()
+            })
+            .await?;
             return Ok(0);
         };
         let parts = CompletedMultipartUpload::builder()
             .set_parts(Some(self.parts.clone()))
             .build();
         let done = s3
-            .retry
-            .run(&s3.retries, || async {
+            .send_retried(bucket, || {
                 s3.sdk
                     .complete_multipart_upload()
                     .bucket(bucket)
@@ -380,8 +370,6 @@ impl MultipartUpload {
                     .upload_id(&upload_id)
                     .multipart_upload(parts.clone())
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(e, bucket))
             })
             .await;
         if let Err(e) = done {

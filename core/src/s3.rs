@@ -197,6 +197,22 @@ impl S3 {
             .await
     }
 
+    /// Send an SDK request under the shared retry policy, with its errors
+    /// mapped to ours. `send` builds and sends the request again per attempt.
+    pub async fn send_retried<T, E, F, Fut>(&self, bucket: &str, mut send: F) -> Result<T, S3Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        self.retry
+            .run(&self.retries, || {
+                let sent = send();
+                async move { sent.await.map_err(|e| sdk_error(e, bucket)) }
+            })
+            .await
+    }
+
     /// Check that the bucket exists and that we may list it: turns a missing
     /// bucket or bad credentials into one clear error before any work starts.
     pub async fn check_bucket(&self, bucket: &str) -> Result<(), S3Error> {
