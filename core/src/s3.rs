@@ -118,7 +118,7 @@ impl S3 {
         }))
     }
 
-    /// One LIST page, retried on transient errors. Keys are requested URL
+    /// One LIST page, retried on transient errors (decoding is not retried). Keys are requested URL
     /// encoded (servers fail on control characters otherwise) and decoded here.
     pub async fn list_page(&self, bucket: &str, req: &ListRequest) -> Result<ListPage, S3Error> {
         let wire_start_after = req.start_after.as_deref().map(wire_safe_start_after);
@@ -140,10 +140,9 @@ impl S3 {
         req: &ListRequest,
         start_after: Option<String>,
     ) -> Result<ListPage, S3Error> {
-        self.retry
-            .run(&self.retries, || async {
-                let out = self
-                    .sdk
+        let out = self
+            .send_retried(bucket, || {
+                self.sdk
                     .list_objects_v2()
                     .bucket(bucket)
                     .prefix(&req.prefix)
@@ -153,48 +152,46 @@ impl S3 {
                     .max_keys(req.max_keys)
                     .encoding_type(EncodingType::Url)
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(e, bucket))?;
-                let url_encoded = out.encoding_type() == Some(&EncodingType::Url);
-                let decode = |s: &str| {
-                    if url_encoded {
-                        url_decode(s)
-                    } else {
-                        Ok(s.to_string())
-                    }
-                };
-                let mut objects = Vec::with_capacity(out.contents().len());
-                for o in out.contents() {
-                    objects.push(ListedObject {
-                        key: decode(o.key().unwrap_or_default())?,
-                        size: o.size().unwrap_or(0).max(0) as u64,
-                        etag: o.e_tag().map(strip_quotes),
-                        last_modified: o.last_modified().map(format_time),
-                        storage_class: o.storage_class().map(|s| s.as_str().to_string()),
-                    });
-                }
-                let common_prefixes = out
-                    .common_prefixes()
-                    .iter()
-                    .filter_map(|p| p.prefix())
-                    .map(decode)
-                    .collect::<Result<_, _>>()?;
-                let next = match out.is_truncated() {
-                    Some(true) => out.next_continuation_token().map(str::to_string),
-                    _ => None,
-                };
-                if out.is_truncated() == Some(true) && next.is_none() {
-                    return Err(S3Error::Other(
-                        "server said the listing is truncated but sent no continuation token".into(),
-                    ));
-                }
-                Ok(ListPage {
-                    objects,
-                    common_prefixes,
-                    next,
-                })
             })
-            .await
+            .await?;
+        let url_encoded = out.encoding_type() == Some(&EncodingType::Url);
+        let decode = |s: &str| {
+            if url_encoded {
+                url_decode(s)
+            } else {
+                Ok(s.to_string())
+            }
+        };
+        let mut objects = Vec::with_capacity(out.contents().len());
+        for o in out.contents() {
+            objects.push(ListedObject {
+                key: decode(o.key().unwrap_or_default())?,
+                size: o.size().unwrap_or(0).max(0) as u64,
+                etag: o.e_tag().map(strip_quotes),
+                last_modified: o.last_modified().map(format_time),
+                storage_class: o.storage_class().map(|s| s.as_str().to_string()),
+            });
+        }
+        let common_prefixes = out
+            .common_prefixes()
+            .iter()
+            .filter_map(|p| p.prefix())
+            .map(decode)
+            .collect::<Result<_, _>>()?;
+        let next = match out.is_truncated() {
+            Some(true) => out.next_continuation_token().map(str::to_string),
+            _ => None,
+        };
+        if out.is_truncated() == Some(true) && next.is_none() {
+            return Err(S3Error::Other(
+                "server said the listing is truncated but sent no continuation token".into(),
+            ));
+        }
+        Ok(ListPage {
+            objects,
+            common_prefixes,
+            next,
+        })
     }
 
     /// Send an SDK request under the shared retry policy, with its errors
