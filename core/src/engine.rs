@@ -23,6 +23,8 @@ pub struct EngineOptions {
     /// dropped silently).
     pub only_with_metadata: bool,
     pub page_size: i32,
+    /// Ceiling on HEAD requests per second from this process (`None`: none).
+    pub max_rate: Option<f64>,
 }
 
 /// Live counters, shared with progress reporting.
@@ -67,6 +69,8 @@ pub struct Engine {
     head: HeadClient,
     pub opts: EngineOptions,
     in_flight: Arc<Semaphore>,
+    /// Start time of the next HEAD under `max_rate`.
+    next_slot: std::sync::Mutex<tokio::time::Instant>,
     pub counters: Counters,
 }
 
@@ -74,7 +78,6 @@ pub struct Engine {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShardOutcome {
     pub listed: u64,
-    pub emitted: u64,
     pub last_key: Option<String>,
 }
 
@@ -82,6 +85,7 @@ impl Engine {
     pub fn new(s3: Arc<S3>, head: HeadClient, opts: EngineOptions) -> Arc<Engine> {
         Arc::new(Engine {
             in_flight: Arc::new(Semaphore::new(opts.concurrency.max(1))),
+            next_slot: std::sync::Mutex::new(tokio::time::Instant::now()),
             s3,
             head,
             opts,
@@ -89,7 +93,8 @@ impl Engine {
         })
     }
 
-    /// Scan one shard, sending its records in key order to `out`.
+    /// Scan one shard, sending every record in key order to `out` (writers
+    /// drop the ones `keep` rejects; the others still advance checkpoints).
     pub async fn scan_shard(
         self: &Arc<Self>,
         shard: &Shard,
@@ -111,12 +116,9 @@ impl Engine {
             let record = joined.map_err(|e| S3Error::Other(format!("HEAD task failed: {e}")))??;
             outcome.listed += 1;
             outcome.last_key = Some(record.key.clone());
-            if self.keep(&record) {
-                outcome.emitted += 1;
-                out.send(record)
-                    .await
-                    .map_err(|_| S3Error::Other("output closed".into()))?;
-            }
+            out.send(record)
+                .await
+                .map_err(|_| S3Error::Other("output closed".into()))?;
         }
         lister
             .await
@@ -124,7 +126,24 @@ impl Engine {
         Ok(outcome)
     }
 
-    fn keep(&self, record: &Record) -> bool {
+    /// Wait for this HEAD's slot under the request-rate ceiling: slots are
+    /// handed out `1/max_rate` apart, so the rate holds across all shards.
+    async fn pace(&self) {
+        let Some(rate) = self.opts.max_rate.filter(|r| *r > 0.0) else {
+            return;
+        };
+        let slot = {
+            let mut next = self.next_slot.lock().expect("lock");
+            let slot = (*next).max(tokio::time::Instant::now());
+            *next = slot + std::time::Duration::from_secs_f64(1.0 / rate);
+            slot
+        };
+        tokio::time::sleep_until(slot).await;
+    }
+
+    /// Does the record belong in the output? (`--only-with-metadata` keeps
+    /// objects with metadata, and errors, so nothing is dropped silently.)
+    pub fn keep(&self, record: &Record) -> bool {
         !self.opts.only_with_metadata
             || record.status == Status::Error
             || (record.status == Status::Ok && !record.metadata.is_empty())
@@ -167,6 +186,7 @@ impl Engine {
     pub async fn head_listed(&self, obj: ListedObject) -> Result<Record, S3Error> {
         let result: HeadResult = {
             let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
+            self.pace().await;
             self.s3
                 .retry
                 .run(&self.s3.retries, || self.head.head(&self.opts.bucket, &obj.key))

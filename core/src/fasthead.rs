@@ -35,6 +35,11 @@ const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
+/// A key as it goes in a URL path (and in `x-amz-copy-source`).
+pub fn encode_key(key: &str) -> String {
+    utf8_percent_encode(key, KEY_ENCODE).to_string()
+}
+
 /// What a HEAD tells us about an object, whichever client asked.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HeadInfo {
@@ -96,7 +101,7 @@ impl FastHead {
 
     /// One HEAD attempt (the caller retries).
     pub async fn head(&self, bucket: &str, key: &str) -> HeadResult {
-        let encoded_key = utf8_percent_encode(key, KEY_ENCODE).to_string();
+        let encoded_key = encode_key(key);
         let (host, path) = if self.path_style {
             (self.authority.clone(), format!("/{bucket}/{encoded_key}"))
         } else {

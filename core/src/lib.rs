@@ -1,16 +1,21 @@
 //! bucketscan's shared library: shard ranges and the planner, S3 clients (the
-//! SDK and the fast HEAD path), the scan engine and the result format. The
-//! worker and the operator are thin binaries over it.
+//! SDK and the fast HEAD path), the scan engine, the result format, the Redis
+//! work queue, the distributed run and the merge. The worker and the operator
+//! are thin binaries over it.
 
 pub mod engine;
 pub mod error;
 pub mod fasthead;
 pub mod head;
+pub mod merge;
 pub mod output;
 pub mod planner;
 pub mod queue;
 pub mod record;
 pub mod retry;
+pub mod run;
 pub mod s3;
 pub mod scan;
 pub mod shard;
+pub mod spec;
+pub mod upload;

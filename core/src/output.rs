@@ -4,9 +4,8 @@
 
 use crate::error::S3Error;
 use crate::record::Record;
-use crate::s3::{sdk_error, S3};
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use crate::s3::S3;
+use crate::upload::{content_type, Upload};
 use flate2::write::GzEncoder;
 use std::io::Write;
 use std::path::PathBuf;
@@ -248,154 +247,45 @@ fn io_err(e: std::io::Error) -> S3Error {
     S3Error::Other(format!("writing output: {e}"))
 }
 
-/// An upload that starts as a multipart upload only when a second part is
-/// needed; a small output is one PutObject.
+/// The S3 sink: the streamed output's chunks become parts; a chunk that is
+/// both the first and the last makes the output a single PutObject.
 struct MultipartUpload {
-    s3: Arc<S3>,
-    bucket: String,
-    key: String,
-    gzip: bool,
-    upload_id: Option<String>,
-    parts: Vec<CompletedPart>,
+    upload: Upload,
     /// The body of a single-PUT output, held until `complete`.
-    small: Option<Vec<u8>>,
+    small: Vec<u8>,
 }
 
 impl MultipartUpload {
     fn new(s3: Arc<S3>, bucket: String, key: String, gzip: bool) -> Self {
         MultipartUpload {
-            s3,
-            bucket,
-            key,
-            gzip,
-            upload_id: None,
-            parts: Vec::new(),
-            small: None,
-        }
-    }
-
-    fn content_type(&self) -> &'static str {
-        if self.gzip {
-            "application/gzip"
-        } else {
-            "application/x-ndjson"
+            upload: Upload::new(s3, bucket, key, content_type(gzip)),
+            small: Vec::new(),
         }
     }
 
     async fn push(&mut self, chunk: Vec<u8>, last: bool) -> Result<(), S3Error> {
-        if last && self.upload_id.is_none() {
-            self.small = Some(chunk);
+        if last && !self.upload.is_multipart() {
+            self.small = chunk;
             return Ok(());
         }
-        if chunk.is_empty() && !self.parts.is_empty() {
+        if chunk.is_empty() && self.upload.parts() > 0 {
             return Ok(());
         }
-        if let Err(e) = self.upload_part(chunk).await {
+        if let Err(e) = self.upload.upload_part(chunk).await {
             self.abort().await;
             return Err(e);
         }
-        Ok(())
-    }
-
-    async fn upload_part(&mut self, chunk: Vec<u8>) -> Result<(), S3Error> {
-        let s3 = &self.s3;
-        let bucket = self.bucket.as_str();
-        if self.upload_id.is_none() {
-            let created = s3
-                .send_retried(bucket, || {
-                    s3.sdk
-                        .create_multipart_upload()
-                        .bucket(bucket)
-                        .key(&self.key)
-                        .content_type(self.content_type())
-                        .send()
-                })
-                .await?;
-            self.upload_id = created.upload_id().map(str::to_string);
-        }
-        let upload_id = self
-            .upload_id
-            .clone()
-            .ok_or_else(|| S3Error::Other("no upload id".into()))?;
-        let number = self.parts.len() as i32 + 1;
-        let body = bytes::Bytes::from(chunk);
-        let out = s3
-            .send_retried(bucket, || {
-                s3.sdk
-                    .upload_part()
-                    .bucket(bucket)
-                    .key(&self.key)
-                    .upload_id(&upload_id)
-                    .part_number(number)
-                    .body(ByteStream::from(body.clone()))
-                    .send()
-            })
-            .await?;
-        self.parts.push(
-            CompletedPart::builder()
-                .part_number(number)
-                .set_e_tag(out.e_tag().map(str::to_string))
-                .build(),
-        );
         Ok(())
     }
 
     /// Returns the number of parts (0 for a single PUT).
     async fn complete(mut self) -> Result<u32, S3Error> {
-        let s3 = self.s3.clone();
-        let bucket = self.bucket.as_str();
-        let Some(upload_id) = self.upload_id.clone() else {
-            let body = bytes::Bytes::from(self.small.take().unwrap_or_default());
-            s3.send_retried(bucket, || {
-                s3.sdk
-                    .put_object()
-                    .bucket(bucket)
-                    .key(&self.key)
-                    .content_type(self.content_type())
-                    .body(ByteStream::from(body.clone()))
-                    .send()
-            })
-            .await?;
-            return Ok(0);
-        };
-        let parts = CompletedMultipartUpload::builder()
-            .set_parts(Some(self.parts.clone()))
-            .build();
-        let done = s3
-            .send_retried(bucket, || {
-                s3.sdk
-                    .complete_multipart_upload()
-                    .bucket(bucket)
-                    .key(&self.key)
-                    .upload_id(&upload_id)
-                    .multipart_upload(parts.clone())
-                    .send()
-            })
-            .await;
-        if let Err(e) = done {
-            self.abort().await;
-            return Err(e);
-        }
-        Ok(self.parts.len() as u32)
+        self.upload.complete(std::mem::take(&mut self.small)).await?;
+        Ok(self.upload.parts() as u32)
     }
 
-    /// Best effort: an unfinished upload only costs storage until a lifecycle
-    /// rule or the next abort removes it.
     async fn abort(&mut self) {
-        if let Some(id) = self.upload_id.take() {
-            let r = self
-                .s3
-                .sdk
-                .abort_multipart_upload()
-                .bucket(&self.bucket)
-                .key(&self.key)
-                .upload_id(id)
-                .send()
-                .await;
-            if let Err(e) = r {
-                tracing::warn!(error = %sdk_error(e, &self.bucket), "could not abort multipart upload");
-            }
-        }
+        self.upload.abort().await
     }
 }
 

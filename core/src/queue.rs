@@ -9,6 +9,9 @@
 //!   checkpoint, failures, last_error
 //! - `bs:{S}:parts:ID`  LIST of the shard's output part keys, in key order
 //! - `bs:{S}:done`, `bs:{S}:dead`  SETs of finished and dead-lettered ids
+//! - `bs:{S}:shards`  SET of every shard id ever enqueued
+//! - `bs:{S}:meta`    HASH spec (JSON), created, merged
+//! - `bs:{S}:counters` HASH progress totals; `bs:{S}:workers` HASH worker -> status JSON
 //!
 //! Each transition is one Lua script, so no crash between two commands can
 //! lose or duplicate a shard; every step on a leased shard is fenced by the
@@ -22,6 +25,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/enqueue.lua")));
+static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/progress.lua")));
 static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/take.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/renew.lua")));
 static FINISH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/finish.lua")));
@@ -62,6 +66,27 @@ impl ScanKeys {
     pub fn dead(&self) -> String {
         self.key("dead")
     }
+    pub fn shards(&self) -> String {
+        self.key("shards")
+    }
+    pub fn meta(&self) -> String {
+        self.key("meta")
+    }
+    pub fn counters(&self) -> String {
+        self.key("counters")
+    }
+    pub fn workers(&self) -> String {
+        self.key("workers")
+    }
+    /// Every key of the scan except the per-shard ones (for cleanup).
+    pub fn scan_wide(&self) -> Vec<String> {
+        [
+            "pending", "leases", "done", "dead", "shards", "meta", "counters", "workers",
+        ]
+        .iter()
+        .map(|k| self.key(k))
+        .collect()
+    }
     fn shard_prefix(&self) -> String {
         self.key("shard:")
     }
@@ -84,6 +109,17 @@ pub struct Lease {
     pub token: u64,
 }
 
+/// Progress recorded on a leased shard (see [`Queue::commit`]).
+#[derive(Clone, Debug, Default)]
+pub struct Commit<'a> {
+    /// Last key whose record is safely written.
+    pub checkpoint: Option<&'a str>,
+    /// A finished part holding the records up to the checkpoint.
+    pub part: Option<&'a str>,
+    /// Result counts of those records (`objects`, `with_metadata`, ...).
+    pub counts: &'a [(&'a str, u64)],
+}
+
 /// How a lease ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finish {
@@ -95,6 +131,19 @@ pub enum Finish {
         error: String,
         max_failures: u32,
     },
+}
+
+/// A shard as the queue knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardRecord {
+    pub id: String,
+    pub shard: Shard,
+    pub state: String,
+    pub attempts: u64,
+    pub failures: u64,
+    pub last_error: Option<String>,
+    /// Result counts of the shard's recorded parts.
+    pub counts: std::collections::BTreeMap<String, u64>,
 }
 
 /// Counts of a scan's shards by state.
@@ -125,8 +174,26 @@ impl Queue {
         }
     }
 
+    /// Connect to Redis (`redis://[:password@]host:port[/db]`). Responses may
+    /// take up to 10 s (the client's default of 500 ms is too short for a
+    /// loaded server and turns slow answers into errors).
+    pub async fn connect(url: &str, scan: &str, owner: &str, lease: Duration) -> Result<Queue, QueueError> {
+        let client = redis::Client::open(url)?;
+        let mut con = client.get_multiplexed_async_connection().await?;
+        con.set_response_timeout(Duration::from_secs(10));
+        Ok(Queue::new(con, scan, owner, lease))
+    }
+
     pub fn keys(&self) -> &ScanKeys {
         &self.keys
+    }
+
+    pub fn lease_duration(&self) -> Duration {
+        self.lease
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
     }
 
     /// Add shards as pending. Idempotent: a shard id that exists is skipped, so
@@ -138,7 +205,7 @@ impl Queue {
         // a crash between batches leaves the rest to the next enqueue.
         for batch in shards.chunks(500) {
             let mut script = ENQUEUE.key(self.keys.pending());
-            script.key(self.keys.shard_prefix());
+            script.key(self.keys.shard_prefix()).key(self.keys.shards());
             for shard in batch {
                 script
                     .arg(shard.id())
@@ -176,27 +243,31 @@ impl Queue {
         }))
     }
 
-    /// Extend the lease, optionally recording a checkpoint and a finished part.
-    /// Returns false when the lease is lost: stop working on the shard.
-    pub async fn renew(
-        &self,
-        lease: &Lease,
-        checkpoint: Option<&str>,
-        part: Option<&str>,
-    ) -> Result<bool, QueueError> {
+    /// Extend the lease (a heartbeat). Returns false when the lease is lost:
+    /// stop working on the shard.
+    pub async fn renew(&self, lease: &Lease) -> Result<bool, QueueError> {
+        self.commit(lease, &Commit::default()).await
+    }
+
+    /// Extend the lease and record progress: the checkpoint, the finished part
+    /// and the part's counts, in one fenced step. Returns false when the lease
+    /// is lost (nothing recorded).
+    pub async fn commit(&self, lease: &Lease, commit: &Commit<'_>) -> Result<bool, QueueError> {
         let mut con = self.con.clone();
-        let ok: i64 = RENEW
-            .key(self.keys.shard(&lease.id))
+        let mut script = RENEW.key(self.keys.shard(&lease.id));
+        script
             .key(self.keys.leases())
             .key(self.keys.parts(&lease.id))
             .arg(&lease.id)
             .arg(&self.owner)
             .arg(lease.token)
             .arg(self.lease.as_millis() as u64)
-            .arg(checkpoint.unwrap_or(""))
-            .arg(part.unwrap_or(""))
-            .invoke_async(&mut con)
-            .await?;
+            .arg(commit.checkpoint.unwrap_or(""))
+            .arg(commit.part.unwrap_or(""));
+        for (field, delta) in commit.counts.iter().filter(|(_, d)| *d > 0) {
+            script.arg(*field).arg(*delta);
+        }
+        let ok: i64 = script.invoke_async(&mut con).await?;
         Ok(ok == 1)
     }
 
@@ -259,6 +330,114 @@ impl Queue {
     pub async fn parts(&self, id: &str) -> Result<Vec<String>, QueueError> {
         let mut con = self.con.clone();
         Ok(con.lrange(self.keys.parts(id), 0, -1).await?)
+    }
+
+    /// Store the scan's spec (first writer wins, so re-planning keeps it).
+    pub async fn set_spec<T: serde::Serialize>(&self, spec: &T) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        let json = serde_json::to_string(spec).expect("a spec serializes");
+        let now = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        redis::pipe()
+            .hset_nx(self.keys.meta(), "spec", json)
+            .ignore()
+            .hset_nx(self.keys.meta(), "created", now)
+            .ignore()
+            .query_async::<()>(&mut con)
+            .await?;
+        Ok(())
+    }
+
+    /// The scan's spec, or `None` when the scan is not planned (or Redis lost it).
+    pub async fn spec<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, QueueError> {
+        let mut con = self.con.clone();
+        let json: Option<String> = con.hget(self.keys.meta(), "spec").await?;
+        json.map(|j| serde_json::from_str(&j))
+            .transpose()
+            .map_err(|source| QueueError::BadRange {
+                id: "spec".into(),
+                source,
+            })
+    }
+
+    /// A meta field (`created`, `merged`, ...).
+    pub async fn meta_field(&self, field: &str) -> Result<Option<String>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.hget(self.keys.meta(), field).await?)
+    }
+
+    pub async fn set_meta_field(&self, field: &str, value: &str) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        con.hset::<_, _, _, ()>(self.keys.meta(), field, value).await?;
+        Ok(())
+    }
+
+    /// Add counter deltas and this worker's status, in one command.
+    pub async fn report_progress(&self, deltas: &[(&str, u64)], status_json: &str) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        let mut script = PROGRESS.key(self.keys.counters());
+        script.key(self.keys.workers()).arg(&self.owner).arg(status_json);
+        for (field, delta) in deltas.iter().filter(|(_, d)| *d > 0) {
+            script.arg(*field).arg(*delta);
+        }
+        script.invoke_async::<()>(&mut con).await?;
+        Ok(())
+    }
+
+    /// The scan's progress totals.
+    pub async fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.hgetall(self.keys.counters()).await?)
+    }
+
+    /// Every shard of the scan with its state, for merging and reports.
+    pub async fn shard_records(&self) -> Result<Vec<ShardRecord>, QueueError> {
+        let mut con = self.con.clone();
+        let ids: Vec<String> = con.smembers(self.keys.shards()).await?;
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.hgetall(self.keys.shard(id));
+        }
+        let hashes: Vec<std::collections::HashMap<String, String>> = pipe.query_async(&mut con).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, h) in ids.into_iter().zip(hashes) {
+            let range = h.get("range").map(String::as_str).unwrap_or("{}");
+            let shard = serde_json::from_str(range).map_err(|source| QueueError::BadRange {
+                id: id.clone(),
+                source,
+            })?;
+            let num = |k: &str| h.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+            out.push(ShardRecord {
+                shard,
+                state: h.get("state").cloned().unwrap_or_default(),
+                attempts: num("attempts"),
+                failures: num("failures"),
+                last_error: h.get("last_error").cloned(),
+                counts: h
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.strip_prefix("n:")?.to_string(), v.parse().ok()?)))
+                    .collect(),
+                id,
+            });
+        }
+        out.sort_by(|a, b| a.shard.lower_bound().cmp(b.shard.lower_bound()));
+        Ok(out)
+    }
+
+    /// Remove every key of the scan.
+    pub async fn delete_scan(&self) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        let ids: Vec<String> = con.smembers(self.keys.shards()).await?;
+        for chunk in ids.chunks(500) {
+            let keys: Vec<String> = chunk
+                .iter()
+                .flat_map(|id| [self.keys.shard(id), self.keys.parts(id)])
+                .collect();
+            con.del::<_, ()>(keys).await?;
+        }
+        con.del::<_, ()>(self.keys.scan_wide()).await?;
+        Ok(())
     }
 
     /// The last error of a shard (for dead letters).

@@ -62,6 +62,9 @@ pub async fn scan_shards(
     };
     let mut write_error = None;
     while let Some(record) = rx.recv().await {
+        if !engine.keep(&record) {
+            continue;
+        }
         if let Err(e) = writer.write(&record).await {
             write_error = Some(e);
             break;

@@ -48,6 +48,15 @@ impl Shard {
         self.end.as_deref().is_some_and(|e| key >= e)
     }
 
+    /// The smallest string the shard's keys are above or at: where it starts
+    /// in key order (shards sort by it).
+    pub fn lower_bound(&self) -> &str {
+        match &self.start_after {
+            Some(s) if s.as_str() > self.prefix.as_str() => s,
+            _ => &self.prefix,
+        }
+    }
+
     /// Split into the keys `<= key` and the keys `> key`. `key` must lie inside
     /// the shard, so both halves are non-empty ranges.
     pub fn split_after(&self, key: &str) -> (Shard, Shard) {

@@ -1,7 +1,7 @@
 //! The queue protocol against a real redis-server (started by
 //! scripts/with-test-servers.sh, as `just test` does).
 
-use bucketscan_core::queue::{Finish, Queue, QueueCounts};
+use bucketscan_core::queue::{Commit, Finish, Queue, QueueCounts};
 use bucketscan_core::shard::Shard;
 use std::time::Duration;
 
@@ -70,7 +70,12 @@ async fn expired_lease_is_requeued_and_the_old_holder_is_fenced_off() {
     let fast = queue(&scan, "fast", Duration::from_secs(30)).await;
     slow.enqueue(&shards(1)).await.unwrap();
     let old = slow.take().await.unwrap().unwrap();
-    assert!(slow.renew(&old, Some("p000/k1"), Some("parts/a")).await.unwrap());
+    let first = Commit {
+        checkpoint: Some("p000/k1"),
+        part: Some("parts/a"),
+        counts: &[("objects", 2), ("with_metadata", 1)],
+    };
+    assert!(slow.commit(&old, &first).await.unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fast.reap(3).await.unwrap(), (1, 0));
 
@@ -83,7 +88,17 @@ async fn expired_lease_is_requeued_and_the_old_holder_is_fenced_off() {
     );
     assert!(new.token > old.token);
     assert!(
-        !slow.renew(&old, Some("p000/k9"), None).await.unwrap(),
+        !slow
+            .commit(
+                &old,
+                &Commit {
+                    checkpoint: Some("p000/k9"),
+                    counts: &[("objects", 7)],
+                    ..Commit::default()
+                }
+            )
+            .await
+            .unwrap(),
         "stale holder cannot checkpoint"
     );
     assert_eq!(
@@ -93,6 +108,12 @@ async fn expired_lease_is_requeued_and_the_old_holder_is_fenced_off() {
     );
     assert_eq!(fast.finish(&new, &Finish::Done).await.unwrap(), "done");
     assert_eq!(fast.parts(&new.id).await.unwrap(), vec!["parts/a".to_string()]);
+    let record = &fast.shard_records().await.unwrap()[0];
+    assert_eq!(
+        record.counts,
+        std::collections::BTreeMap::from([("objects".to_string(), 2), ("with_metadata".to_string(), 1)]),
+        "only the recorded part is counted"
+    );
 }
 
 #[tokio::test]

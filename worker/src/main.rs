@@ -1,5 +1,6 @@
 //! `bucketscan-worker`: scans S3 shards and HEADs every object.
 
+mod distributed;
 mod progress;
 
 use anyhow::Context;
@@ -29,6 +30,12 @@ enum Command {
     /// Scan a bucket in this one process (no Redis, no Kubernetes) and write
     /// one JSON Lines record per object.
     Scan(ScanArgs),
+    /// Plan a distributed scan into Redis: shards, and the scan's spec.
+    Plan(PlanArgs),
+    /// Take shards of a planned scan from Redis until none is left, then exit 0.
+    Run(RunArgs),
+    /// Join the parts of a finished scan into one result with a manifest.
+    Merge(MergeArgs),
 }
 
 /// Where the source bucket is. Credentials come from the usual AWS sources
@@ -36,16 +43,23 @@ enum Command {
 /// instance metadata), never from flags.
 #[derive(Args)]
 struct SourceArgs {
-    /// S3 endpoint URL, e.g. http://10.0.0.5:9000; default: AWS S3 in --region.
-    #[arg(long, env = "AWS_ENDPOINT_URL")]
-    endpoint: Option<String>,
-    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
-    region: String,
+    #[command(flatten)]
+    endpoint: EndpointArgs,
     #[arg(long)]
     bucket: String,
     /// Only keys that start with this prefix.
     #[arg(long, default_value = "")]
     prefix: String,
+}
+
+/// How to reach the S3 service.
+#[derive(Args)]
+struct EndpointArgs {
+    /// S3 endpoint URL, e.g. http://10.0.0.5:9000; default: AWS S3 in --region.
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    endpoint: Option<String>,
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    region: String,
     /// Path-style addressing (endpoint/bucket/key), needed by most non-AWS stores.
     #[arg(long)]
     path_style: bool,
@@ -87,6 +101,77 @@ struct ScanArgs {
     quiet: bool,
 }
 
+/// Which scan in which Redis.
+#[derive(Args)]
+struct QueueArgs {
+    /// Redis URL: redis://[:PASSWORD@]HOST:PORT[/DB].
+    #[arg(long, env = "BUCKETSCAN_REDIS_URL", hide_env_values = true)]
+    redis: String,
+    /// Scan id (the namespace of its keys in Redis).
+    #[arg(long, env = "BUCKETSCAN_SCAN")]
+    scan: String,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Where parts and the merged result go: s3://BUCKET/PREFIX/.
+    #[arg(long)]
+    output: String,
+    #[arg(long)]
+    gzip: bool,
+    #[arg(long)]
+    only_with_metadata: bool,
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    target_shards: u32,
+    #[arg(long, default_value = "/")]
+    delimiter: String,
+    /// Dead-letter a shard after this many failed attempts.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    max_failures: u32,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+    #[command(flatten)]
+    endpoint: EndpointArgs,
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    concurrency: u32,
+    #[arg(long, default_value = "fast")]
+    head_client: HeadClientKind,
+    /// Ceiling on HEAD requests per second from this worker.
+    #[arg(long)]
+    max_rate: Option<f64>,
+    /// This worker's name in leases (default: POD_NAME, else host and pid).
+    #[arg(long, env = "POD_NAME")]
+    name: Option<String>,
+    /// Lease length; a worker that stops renewing loses its shard after this.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    lease_secs: u64,
+    /// Close a part and checkpoint after this many objects...
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..))]
+    part_objects: u64,
+    /// ...or after this many seconds.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    part_secs: u64,
+    /// Do not requeue expired leases (when the operator runs the reaper).
+    #[arg(long)]
+    no_reap: bool,
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+    #[command(flatten)]
+    endpoint: EndpointArgs,
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -103,6 +188,9 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Scan(args) => scan(args).await,
+            Command::Plan(args) => distributed::plan(args).await,
+            Command::Run(args) => distributed::run(args).await,
+            Command::Merge(args) => distributed::merge(args).await,
         }
     });
     match result {
@@ -114,17 +202,23 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+impl EndpointArgs {
+    async fn connect(&self, pool_size: usize) -> anyhow::Result<std::sync::Arc<S3>> {
+        Ok(S3::connect(Endpoint {
+            url: self.endpoint.clone(),
+            region: self.region.clone(),
+            path_style: self.path_style,
+            ca_file: self.ca_file.clone(),
+            pool_size,
+        })
+        .await?)
+    }
+}
+
 async fn scan(args: ScanArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let src = &args.source;
-    let s3 = S3::connect(Endpoint {
-        url: src.endpoint.clone(),
-        region: src.region.clone(),
-        path_style: src.path_style,
-        ca_file: src.ca_file.clone(),
-        pool_size: args.concurrency as usize,
-    })
-    .await?;
+    let s3 = src.endpoint.connect(args.concurrency as usize).await?;
     s3.check_bucket(&src.bucket)
         .await
         .context(format!("cannot list s3://{}", src.bucket))?;
@@ -137,6 +231,7 @@ async fn scan(args: ScanArgs) -> anyhow::Result<()> {
             concurrency: args.concurrency as usize,
             only_with_metadata: args.only_with_metadata,
             page_size: 1000,
+            max_rate: None,
         },
     );
     let plan_opts = PlanOptions {

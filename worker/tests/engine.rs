@@ -26,6 +26,7 @@ fn engine(s3: &Arc<S3>, bucket: &str, kind: HeadClientKind) -> Arc<Engine> {
             concurrency: 32,
             only_with_metadata: false,
             page_size: 1000,
+            max_rate: None,
         },
     )
 }
@@ -42,18 +43,6 @@ fn plain(n: usize, prefix: &str) -> BTreeMap<String, Seeded> {
             )
         })
         .collect()
-}
-
-async fn read_object(server: &Server, bucket: &str, key: &str) -> Vec<u8> {
-    let got = server
-        .client()
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .unwrap();
-    got.body.collect().await.unwrap().into_bytes().to_vec()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,7 +131,7 @@ async fn large_output_is_a_streamed_multipart_upload() {
             summary.parts >= 2,
             "gzip={gzip}: {summary:?} should be a multipart upload"
         );
-        let mut body = read_object(&server, &bucket, &key).await;
+        let mut body = server.read(&bucket, &key).await;
         assert_eq!(body.len() as u64, summary.bytes);
         if gzip {
             let mut out = Vec::new();
@@ -212,10 +201,7 @@ async fn retried_shard_overwrites_its_output() {
         .await
         .unwrap();
     assert_eq!(listed.contents().len(), 1, "one output object per shard");
-    assert_matches_seed(
-        &parse_records(&read_object(&server, &bucket, &key).await),
-        &seeded,
-    );
+    assert_matches_seed(&parse_records(&server.read(&bucket, &key).await), &seeded);
 }
 
 fn skewed() -> BTreeMap<String, Seeded> {

@@ -241,15 +241,7 @@ async fn output_to_s3_is_one_object() {
     let dest = format!("s3://{out_bucket}/results/scan.jsonl.gz");
     let run = s3.worker(&["scan", "--bucket", &bucket, "--gzip", "-o", &dest]);
     assert_success(&run);
-    let got = s3
-        .client()
-        .get_object()
-        .bucket(&out_bucket)
-        .key("results/scan.jsonl.gz")
-        .send()
-        .await
-        .unwrap();
-    let body = got.body.collect().await.unwrap().into_bytes();
+    let body = s3.read(&out_bucket, "results/scan.jsonl.gz").await;
     let mut plain = Vec::new();
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain).unwrap();
     assert_matches_seed(&parse_records(&plain), &seeded);

@@ -70,6 +70,19 @@ impl Server {
         aws_sdk_s3::Client::from_conf(conf)
     }
 
+    /// The whole body of an object.
+    pub async fn read(&self, bucket: &str, key: &str) -> Vec<u8> {
+        let got = self
+            .client()
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {bucket}/{key}: {e:?}"));
+        got.body.collect().await.unwrap().into_bytes().to_vec()
+    }
+
     /// A fresh bucket with a unique name.
     pub async fn bucket(&self, tag: &str) -> String {
         static N: AtomicU32 = AtomicU32::new(0);

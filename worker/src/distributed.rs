@@ -1,0 +1,182 @@
+//! `plan`, `run` and `merge`: one scan shared by many worker processes
+//! through Redis (see docs/queue-protocol.md).
+
+use crate::{MergeArgs, PlanArgs, QueueArgs, RunArgs};
+use anyhow::{bail, Context};
+use bucketscan_core::engine::{Engine, EngineOptions};
+use bucketscan_core::head::HeadClient;
+use bucketscan_core::output::Destination;
+use bucketscan_core::planner::PlanOptions;
+use bucketscan_core::queue::Queue;
+use bucketscan_core::run::{RunOptions, Runner};
+use bucketscan_core::scan::plan_bucket;
+use bucketscan_core::spec::ScanSpec;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+impl QueueArgs {
+    async fn connect(&self, owner: &str, lease: Duration) -> anyhow::Result<Queue> {
+        Queue::connect(&self.redis, &self.scan, owner, lease)
+            .await
+            .with_context(|| format!("cannot reach Redis for scan {:?}", self.scan))
+    }
+}
+
+async fn spec_of(queue: &Queue, scan: &str) -> anyhow::Result<ScanSpec> {
+    queue.spec().await?.with_context(|| {
+        format!("scan {scan:?} is not planned in this Redis (run `bucketscan-worker plan` first)")
+    })
+}
+
+fn engine_for(
+    s3: std::sync::Arc<bucketscan_core::s3::S3>,
+    head: HeadClient,
+    spec: &ScanSpec,
+    concurrency: u32,
+    max_rate: Option<f64>,
+) -> std::sync::Arc<Engine> {
+    Engine::new(
+        s3,
+        head,
+        EngineOptions {
+            bucket: spec.bucket.clone(),
+            concurrency: concurrency as usize,
+            only_with_metadata: spec.only_with_metadata,
+            page_size: 1000,
+            max_rate,
+        },
+    )
+}
+
+pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
+    let (output_bucket, output_prefix) = match args.output.parse::<Destination>() {
+        Ok(Destination::S3 { bucket, key }) => (bucket, key),
+        _ => match args.output.strip_prefix("s3://") {
+            Some(bucket) if !bucket.is_empty() && !bucket.contains('/') => {
+                (bucket.to_string(), String::new())
+            }
+            _ => bail!("--output must be s3://BUCKET/PREFIX/, got {:?}", args.output),
+        },
+    };
+    let spec = ScanSpec {
+        bucket: args.source.bucket.clone(),
+        prefix: args.source.prefix.clone(),
+        output_bucket,
+        output_prefix,
+        gzip: args.gzip,
+        only_with_metadata: args.only_with_metadata,
+        max_failures: args.max_failures,
+    };
+    let s3 = args.source.endpoint.connect(64).await?;
+    s3.check_bucket(&spec.bucket)
+        .await
+        .with_context(|| format!("cannot list s3://{}", spec.bucket))?;
+    s3.check_bucket(&spec.output_bucket)
+        .await
+        .with_context(|| format!("cannot use output bucket s3://{}", spec.output_bucket))?;
+    let engine = engine_for(s3.clone(), HeadClient::Sdk(s3), &spec, 1, None);
+    let opts = PlanOptions {
+        prefix: spec.prefix.clone(),
+        delimiter: Some(args.delimiter.clone()).filter(|d| !d.is_empty()),
+        target_shards: args.target_shards as usize,
+        ..PlanOptions::default()
+    };
+    let shards = plan_bucket(&engine, &opts).await.context("planning shards")?;
+    let queue = args.queue.connect("planner", Duration::from_secs(30)).await?;
+    queue.set_spec(&spec).await?;
+    let added = queue
+        .enqueue(&shards.iter().map(|p| p.shard.clone()).collect::<Vec<_>>())
+        .await?;
+    eprintln!(
+        "planned scan {:?}: {} shards ({} new)",
+        args.queue.scan,
+        shards.len(),
+        added
+    );
+    Ok(())
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let owner = args.name.clone().unwrap_or_else(default_name);
+    let queue = args
+        .queue
+        .connect(&owner, Duration::from_secs(args.lease_secs))
+        .await?;
+    let spec = spec_of(&queue, &args.queue.scan).await?;
+    let s3 = args.endpoint.connect(args.concurrency as usize).await?;
+    let head = HeadClient::new(args.head_client, &s3)?;
+    let engine = engine_for(s3, head, &spec, args.concurrency, args.max_rate);
+    let stop = CancellationToken::new();
+    spawn_signal_handler(stop.clone());
+    let runner = Runner {
+        queue,
+        engine: engine.clone(),
+        spec,
+        opts: RunOptions {
+            reap: !args.no_reap,
+            part_records: args.part_objects,
+            part_age: Duration::from_secs(args.part_secs),
+            ..RunOptions::default()
+        },
+        stop,
+    };
+    let summary = runner.run().await?;
+    let c = engine.counters.snapshot();
+    eprintln!(
+        "worker {owner}: {} shards done, {} failed, {} objects{}",
+        summary.shards_done,
+        summary.shards_failed,
+        c.heads,
+        if summary.stopped {
+            "; stopped, shard released"
+        } else {
+            "; no shards left"
+        }
+    );
+    Ok(())
+}
+
+pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
+    let queue = args.queue.connect("merger", Duration::from_secs(30)).await?;
+    let spec = spec_of(&queue, &args.queue.scan).await?;
+    let s3 = args.endpoint.connect(16).await?;
+    let manifest = bucketscan_core::merge::merge(&args.queue.scan, &queue, &s3).await?;
+    eprintln!(
+        "merged {} shards into {} ({} bytes); manifest s3://{}/{}",
+        manifest.shards_done,
+        manifest.result,
+        manifest.result_bytes,
+        spec.output_bucket,
+        spec.manifest_key()
+    );
+    if manifest.shards_dead > 0 {
+        let first = &manifest.dead[0];
+        bail!(
+            "{} shard(s) failed for good and are missing from the result; first: {} ({})",
+            manifest.shards_dead,
+            first.range,
+            first.last_error.as_deref().unwrap_or("no error recorded")
+        );
+    }
+    Ok(())
+}
+
+/// SIGTERM (Kubernetes stopping the pod) or Ctrl-C: stop taking shards,
+/// checkpoint, release the current shard, exit.
+fn spawn_signal_handler(stop: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("stop requested");
+        stop.cancel();
+    });
+}
+
+fn default_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "worker".into());
+    format!("{}-{}", host.trim(), std::process::id())
+}

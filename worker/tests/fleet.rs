@@ -1,0 +1,270 @@
+//! Many `bucketscan-worker run` processes sharing one scan through a real
+//! Redis, against a real S3 server (versitygw, which also completes the
+//! merge's multipart upload), with workers killed, stopped and added.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn redis_url() -> String {
+    std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`")
+}
+
+struct Fleet {
+    s3: Server,
+    redis: String,
+    scan: String,
+}
+
+impl Fleet {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bucketscan-worker"));
+        cmd.args(args)
+            .args([
+                "--redis",
+                &self.redis,
+                "--scan",
+                &self.scan,
+                "--endpoint",
+                &self.s3.endpoint,
+                "--path-style",
+            ])
+            .env("AWS_ACCESS_KEY_ID", &self.s3.access_key)
+            .env("AWS_SECRET_ACCESS_KEY", &self.s3.secret_key)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("BUCKETSCAN_LOG", "info");
+        cmd
+    }
+
+    fn run_ok(&self, args: &[&str]) -> std::process::Output {
+        let out = self.command(args).output().unwrap();
+        assert_success(&out);
+        out
+    }
+
+    fn spawn_worker(&self, name: &str, extra: &[&str]) -> Child {
+        let mut args = vec![
+            "run",
+            "--name",
+            name,
+            "--lease-secs",
+            "3",
+            "--part-objects",
+            "300",
+            "--concurrency",
+            "16",
+        ];
+        args.extend_from_slice(extra);
+        let log = std::fs::File::create(temp_path(&format!("{}-{name}.log", self.scan))).unwrap();
+        self.command(&args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    async fn counter(&self, field: &str) -> u64 {
+        let client = redis::Client::open(self.redis.as_str()).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let v: Option<u64> = redis::cmd("HGET")
+            .arg(format!("bs:{{{}}}:counters", self.scan))
+            .arg(field)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        v.unwrap_or(0)
+    }
+
+    async fn wait_for_heads(&self, at_least: u64) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.counter("heads").await < at_least {
+            assert!(Instant::now() < deadline, "scan did not reach {at_least} HEADs");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "worker did not exit within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// 20,000 objects, 80 % of them under one prefix; every fifth has metadata.
+fn skewed_bucket() -> BTreeMap<String, Seeded> {
+    (0..20_000)
+        .map(|i| {
+            let key = if i % 5 != 0 {
+                format!("hot/{:03}/{i:06}", i % 97)
+            } else {
+                format!("cold-{}/{i:06}", i % 10)
+            };
+            let metadata = if i % 5 == 1 {
+                BTreeMap::from([("Owner".to_string(), format!("team-{}", i % 7))])
+            } else {
+                BTreeMap::new()
+            };
+            (
+                key,
+                Seeded {
+                    size: i % 50,
+                    metadata,
+                },
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_survives_kill_stop_and_join_with_exact_output() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("fleet").await;
+    let out = s3.bucket("fleet-out").await;
+    let seeded = skewed_bucket();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("fleet-{}", std::process::id()),
+    };
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &format!("s3://{out}/scan/"),
+        "--target-shards",
+        "12",
+    ]);
+
+    // Paced so the chaos lands mid-scan: 3 x 400 HEAD/s.
+    let pace = ["--max-rate", "400"];
+    let mut killed = fleet.spawn_worker("a", &pace);
+    let mut stopped = fleet.spawn_worker("b", &pace);
+    let mut steady = fleet.spawn_worker("c", &pace);
+
+    fleet.wait_for_heads(3000).await;
+    killed.kill().unwrap(); // SIGKILL in the middle of a shard
+    killed.wait().unwrap();
+
+    fleet.wait_for_heads(6000).await;
+    let sigterm = Instant::now();
+    unsafe { libc_kill(stopped.id() as i32, 15) };
+    let status = wait_exit(&mut stopped, Duration::from_secs(20));
+    assert!(status.success(), "SIGTERM exit {status:?}");
+    assert!(
+        sigterm.elapsed() < Duration::from_secs(10),
+        "graceful stop took {:?}",
+        sigterm.elapsed()
+    );
+
+    let mut joined = fleet.spawn_worker("d", &pace);
+    for w in [&mut steady, &mut joined] {
+        let status = wait_exit(w, Duration::from_secs(180));
+        assert!(status.success(), "worker exit {status:?}");
+    }
+
+    let merged = fleet.run_ok(&["merge"]);
+    assert!(stderr(&merged).contains("merged"), "{}", stderr(&merged));
+    assert_matches_seed(&parse_records(&s3.read(&out, "scan/result.jsonl").await), &seeded);
+
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "scan/manifest.json").await).unwrap();
+    assert_eq!(manifest["shards_dead"], 0, "{manifest}");
+    assert!(
+        manifest["shards_retried"].as_u64().unwrap() >= 1,
+        "the killed worker's shard was retried: {manifest}"
+    );
+    let counts = &manifest["counts"];
+    assert_eq!(counts["objects"], 20_000, "{manifest}");
+    assert_eq!(counts["written"], 20_000, "{manifest}");
+    assert_eq!(counts["with_metadata"], 4000, "{manifest}");
+    let seeded_bytes: u64 = seeded.values().map(|s| s.size as u64).sum();
+    assert_eq!(counts["bytes"], seeded_bytes, "{manifest}");
+    // Live progress is approximate: rework after the crash adds to it, the
+    // killed worker's last unreported seconds are missing from it.
+    let heads = manifest["progress"]["heads"].as_u64().unwrap();
+    assert!((15_000..25_000).contains(&heads), "{manifest}");
+    let parts = s3
+        .client()
+        .list_objects_v2()
+        .bucket(&out)
+        .prefix("scan/parts/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(parts.key_count(), Some(0), "parts are removed after the merge");
+
+    // A second merge changes nothing.
+    let again = fleet.run_ok(&["merge"]);
+    assert!(stderr(&again).contains("merged"), "{}", stderr(&again));
+    assert_matches_seed(&parse_records(&s3.read(&out, "scan/result.jsonl").await), &seeded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_that_keeps_failing_is_dead_lettered_and_reported() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("doomed").await;
+    let out = s3.bucket("doomed-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..20).map(|i| (format!("k{i:02}"), Seeded::default())).collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("doomed-{}", std::process::id()),
+    };
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &format!("s3://{out}/s/"),
+        "--max-failures",
+        "2",
+    ]);
+    // The bucket disappears after planning: every attempt fails.
+    for key in seeded.keys() {
+        s3.client()
+            .delete_object()
+            .bucket(&bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+    }
+    s3.client().delete_bucket().bucket(&bucket).send().await.unwrap();
+
+    let mut worker = fleet.spawn_worker("w", &[]);
+    assert!(
+        wait_exit(&mut worker, Duration::from_secs(60)).success(),
+        "run exits 0 when no shard is left"
+    );
+    let merged = fleet.command(&["merge"]).output().unwrap();
+    assert!(!merged.status.success());
+    let err = stderr(&merged);
+    assert!(
+        err.contains("failed for good") && err.contains("does not exist"),
+        "{err}"
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "s/manifest.json").await).unwrap();
+    assert_eq!(manifest["shards_dead"], 1);
+    assert!(manifest["dead"][0]["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("does not exist"));
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
