@@ -74,6 +74,33 @@ pub struct Engine {
     pub counters: Counters,
 }
 
+/// Where a shard's scan must stop, shared with a worker that splits the
+/// shard while it is being scanned: lowering the end stops the listing there
+/// and drops listed keys past it before they are HEADed.
+#[derive(Debug, Default)]
+pub struct Frontier {
+    end: std::sync::Mutex<Option<String>>,
+}
+
+impl Frontier {
+    /// Stop before `end` (exclusive). Records already made for keys past it
+    /// are the caller's to drop.
+    pub fn stop_before(&self, end: &str) {
+        let mut current = self.end.lock().expect("lock");
+        if current.as_deref().is_none_or(|e| end < e) {
+            *current = Some(end.to_string());
+        }
+    }
+
+    fn is_past_end(&self, key: &str) -> bool {
+        self.end
+            .lock()
+            .expect("lock")
+            .as_deref()
+            .is_some_and(|e| key >= e)
+    }
+}
+
 /// What a finished shard scan saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShardOutcome {
@@ -100,12 +127,25 @@ impl Engine {
         shard: &Shard,
         out: &mpsc::Sender<Record>,
     ) -> Result<ShardOutcome, S3Error> {
+        self.scan_shard_live(shard, Arc::new(Frontier::default()), out)
+            .await
+    }
+
+    /// [`Engine::scan_shard`] with an end that can be lowered while the scan
+    /// runs (live splitting).
+    pub async fn scan_shard_live(
+        self: &Arc<Self>,
+        shard: &Shard,
+        frontier: Arc<Frontier>,
+        out: &mpsc::Sender<Record>,
+    ) -> Result<ShardOutcome, S3Error> {
         let window = self.opts.concurrency.max(1);
         let page = self.opts.page_size.clamp(1, 1000) as usize;
         let (keys_tx, keys_rx) = mpsc::channel::<ListedObject>(2 * page);
-        let lister = tokio::spawn(self.clone().list_shard(shard.clone(), keys_tx));
+        let lister = tokio::spawn(self.clone().list_shard(shard.clone(), frontier.clone(), keys_tx));
 
         let mut records = tokio_stream_from(keys_rx)
+            .filter(move |obj| std::future::ready(!frontier.is_past_end(&obj.key)))
             .map(|obj| {
                 let engine = self.clone();
                 tokio::spawn(async move { engine.head_listed(obj).await })
@@ -149,10 +189,12 @@ impl Engine {
             || (record.status == Status::Ok && !record.metadata.is_empty())
     }
 
-    /// LIST the shard into `keys`, stopping at its end key.
+    /// LIST the shard into `keys`, stopping at its end key (or the
+    /// frontier's, if lowered).
     async fn list_shard(
         self: Arc<Self>,
         shard: Shard,
+        frontier: Arc<Frontier>,
         keys: mpsc::Sender<ListedObject>,
     ) -> Result<(), S3Error> {
         let mut req = ListRequest {
@@ -165,7 +207,7 @@ impl Engine {
             let page = self.s3.list_page(&self.opts.bucket, &req).await?;
             self.counters.pages.fetch_add(1, Relaxed);
             for obj in page.objects {
-                if shard.is_past_end(&obj.key) {
+                if shard.is_past_end(&obj.key) || frontier.is_past_end(&obj.key) {
                     return Ok(());
                 }
                 self.counters.listed.fetch_add(1, Relaxed);

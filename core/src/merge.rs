@@ -42,6 +42,8 @@ pub struct Manifest {
     /// Leases taken over all shards (shards x 1 when nothing was retried).
     pub attempts: u64,
     pub shards_retried: u64,
+    /// Times a shard gave part of its range to an idle worker.
+    pub splits: u64,
     /// Exact counts of the result: `objects` listed, `written` to the result
     /// (all of them unless only objects with metadata were asked for),
     /// `with_metadata`, `vanished`, `errors`, `bytes`.
@@ -107,6 +109,7 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         shards_dead: dead.len() as u64,
         attempts: shards.iter().map(|s| s.attempts).sum(),
         shards_retried: shards.iter().filter(|s| s.attempts > 1).count() as u64,
+        splits: shards.iter().map(|s| s.splits).sum(),
         counts: sum_counts(&shards),
         progress: queue.counters().await?,
         dead,

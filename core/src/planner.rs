@@ -43,6 +43,8 @@ pub struct PlanOptions {
     /// Split on this first (usually "/"); `None` splits by key characters only.
     pub delimiter: Option<String>,
     pub target_shards: usize,
+    /// Small neighbours are merged up to at least this many objects.
+    pub min_shard_objects: u64,
     /// Keys per LIST page (S3's maximum is 1,000).
     pub page_size: i32,
     /// Upper bound on LIST requests spent on planning.
@@ -57,6 +59,7 @@ impl Default for PlanOptions {
             prefix: String::new(),
             delimiter: Some("/".into()),
             target_shards: 64,
+            min_shard_objects: 0,
             page_size: 1000,
             max_requests: 5000,
             parallelism: 32,
@@ -249,24 +252,42 @@ impl<L: Lister> Planner<'_, L> {
         Ok(Some(children))
     }
 
-    /// Children by the character after the node's prefix: one LIST per
-    /// distinct character, skipping the rest of a big group with `StartAfter`.
+    /// Children by the character after the node's prefix (the node itself
+    /// when the budget runs out first).
     async fn expand_by_character(&self, node: &Node) -> Result<Vec<Node>, S3Error> {
-        let base = &node.text;
+        let groups = self
+            .groups_by_character(&node.text, None, None, node.depth + 1)
+            .await?;
+        Ok(groups.unwrap_or_else(|| vec![node.clone()]))
+    }
+
+    /// The keys under `base` that sort after `after` and before `before`,
+    /// grouped by the character after `base`: one LIST per distinct
+    /// character, skipping the rest of a big group with `StartAfter`.
+    /// `None` when the budget runs out before the groups cover the range.
+    async fn groups_by_character(
+        &self,
+        base: &str,
+        after: Option<String>,
+        before: Option<&str>,
+        depth: usize,
+    ) -> Result<Option<Vec<Node>>, S3Error> {
         let page_size = self.opts.page_size as u64;
-        let depth = node.depth + 1;
         let mut children: Vec<Node> = Vec::new();
-        let mut start_after: Option<String> = None;
+        let mut start_after = after;
         loop {
             let page = self
                 .list(ListRequest {
-                    prefix: base.clone(),
+                    prefix: base.to_string(),
                     start_after: start_after.clone(),
                     max_keys: self.opts.page_size,
                     ..ListRequest::default()
                 })
                 .await?;
             for object in &page.objects {
+                if before.is_some_and(|b| object.key.as_str() >= b) {
+                    return Ok(Some(children));
+                }
                 let Some(c) = object.key[base.len()..].chars().next() else {
                     children.push(Node::key(object.key.clone(), depth));
                     continue;
@@ -295,19 +316,95 @@ impl<L: Lister> Planner<'_, L> {
                 start_after = Some(last_key);
             }
             if self.spent() >= self.opts.max_requests {
-                // Out of budget before the groups cover the node: keep it whole.
-                return Ok(vec![node.clone()]);
+                return Ok(None);
             }
         }
-        Ok(children)
+        Ok(Some(children))
     }
+}
+
+/// Where to split what is left of a shard being scanned, so that another
+/// worker can take the upper part: `remaining` starts after the listing's
+/// position. The keys left are grouped by their next character after the
+/// longest prefix they share (descending while they all share one more), and
+/// the split falls between the groups that divide the keys seen most evenly,
+/// as far as `max_requests` LISTs can tell. Returns the key to split after
+/// (see [`Shard::split_after`]), or `None` when less than a page is left.
+pub async fn split_point<L: Lister>(
+    lister: &L,
+    remaining: &Shard,
+    max_requests: usize,
+) -> Result<Option<String>, S3Error> {
+    let opts = PlanOptions {
+        max_requests,
+        ..PlanOptions::default()
+    };
+    let planner = Planner {
+        lister,
+        opts: &opts,
+        requests: Default::default(),
+    };
+    let first = planner
+        .list(ListRequest {
+            prefix: remaining.prefix.clone(),
+            start_after: remaining.start_after.clone(),
+            max_keys: opts.page_size,
+            ..ListRequest::default()
+        })
+        .await?;
+    let (Some(first_key), Some(page_end)) = (first.objects.first(), first.objects.last()) else {
+        return Ok(None);
+    };
+    if first.next.is_none() || remaining.is_past_end(&page_end.key) {
+        return Ok(None);
+    }
+    let high = remaining.end.clone().or_else(|| prefix_end(&remaining.prefix));
+    let mut base = match &high {
+        Some(h) => common_prefix(&first_key.key, h).to_string(),
+        None => remaining.prefix.clone(),
+    };
+    while planner.spent() < max_requests {
+        let Some(groups) = planner
+            .groups_by_character(&base, remaining.start_after.clone(), high.as_deref(), 0)
+            .await?
+        else {
+            return Ok(None);
+        };
+        match groups.as_slice() {
+            [] => return Ok(None),
+            [only] if only.kind == NodeKind::Prefix && only.text.len() < MAX_KEY_BYTES => {
+                base = only.text.clone(); // all on one branch: look one character deeper
+            }
+            [_] => return Ok(None),
+            _ => return Ok(key_before(groups[most_even_split(&groups)].low())),
+        }
+    }
+    Ok(None)
+}
+
+/// The group to start the upper part at (never the first), so that the keys
+/// seen below and above it are closest to even.
+fn most_even_split(groups: &[Node]) -> usize {
+    let total: u64 = groups.iter().map(|g| g.count).sum();
+    let mut below = 0;
+    let mut best = (u64::MAX, 1);
+    for (i, previous) in groups.iter().enumerate().take(groups.len() - 1) {
+        below += previous.count;
+        let imbalance = (2 * below).abs_diff(total);
+        if imbalance < best.0 {
+            best = (imbalance, i + 1);
+        }
+    }
+    best.1
 }
 
 /// Walk the nodes in key order: each big node is a shard of its own, runs of
 /// small neighbours are merged up to about the mean shard size.
 fn merge_into_shards(root: &str, nodes: Vec<Node>, opts: &PlanOptions) -> Vec<PlannedShard> {
     let total: u64 = nodes.iter().map(|n| n.count).sum();
-    let target = (total / opts.target_shards.max(1) as u64).max(opts.page_size as u64);
+    let target = (total / opts.target_shards.max(1) as u64)
+        .max(opts.page_size as u64)
+        .max(opts.min_shard_objects);
     let mut shards = Vec::new();
     let mut run: Vec<Node> = Vec::new();
     let mut run_count = 0;
@@ -537,5 +634,54 @@ mod tests {
             ..opts(64)
         };
         check_partition(&keys, &o).await;
+    }
+
+    /// Keys of `keys` in the remaining range below and above the split.
+    async fn split_sizes(keys: &BTreeSet<String>, remaining: &Shard) -> Option<(usize, usize)> {
+        let at = split_point(&MemoryBucket(keys.clone()), remaining, 50)
+            .await
+            .unwrap()?;
+        let (lower, upper) = remaining.split_after(&at);
+        let below = keys.iter().filter(|k| lower.contains(k)).count();
+        let above = keys.iter().filter(|k| upper.contains(k)).count();
+        let all = keys.iter().filter(|k| remaining.contains(k)).count();
+        assert_eq!(below + above, all, "the split at {at:?} covers the range once");
+        Some((below, above))
+    }
+
+    #[tokio::test]
+    async fn the_rest_of_a_shard_splits_about_evenly() {
+        let keys: BTreeSet<String> = (0..20_000).map(|i| format!("hot/{:03}/{i:06}", i % 97)).collect();
+        let whole = Shard::prefix("hot/");
+        let (below, above) = split_sizes(&keys, &whole.resumed_after("hot/010/000010"))
+            .await
+            .unwrap();
+        assert!(below.min(above) * 3 >= below.max(above), "{below} / {above}");
+
+        let bounded = Shard {
+            end: Some("hot/050/".into()),
+            ..whole.resumed_after("hot/020/")
+        };
+        let (below, above) = split_sizes(&keys, &bounded).await.unwrap();
+        assert!(below.min(above) * 3 >= below.max(above), "{below} / {above}");
+
+        let hashed_rest = Shard::default().resumed_after(&format!("{:016x}", 1u64 << 60));
+        let (below, above) = split_sizes(&hashed(20_000), &hashed_rest).await.unwrap();
+        assert!(below.min(above) * 3 >= below.max(above), "{below} / {above}");
+    }
+
+    #[tokio::test]
+    async fn less_than_a_page_left_is_not_split() {
+        let keys: BTreeSet<String> = (0..1500).map(|i| format!("k{i:05}")).collect();
+        assert_eq!(
+            split_sizes(&keys, &Shard::default().resumed_after("k00600")).await,
+            None
+        );
+        let short = Shard {
+            end: Some("k00900".into()),
+            ..Shard::default()
+        };
+        assert_eq!(split_sizes(&keys, &short).await, None);
+        assert!(split_sizes(&keys, &Shard::default()).await.is_some());
     }
 }

@@ -9,7 +9,8 @@
 //!   checkpoint, failures, last_error
 //! - `bs:{S}:parts:ID`  LIST of the shard's output part keys, in key order
 //! - `bs:{S}:done`, `bs:{S}:dead`  SETs of finished and dead-lettered ids
-//! - `bs:{S}:shards`  SET of every shard id ever enqueued
+//! - `bs:{S}:shards`  SET of every shard id ever enqueued (or split off)
+//! - `bs:{S}:idle`    ZSET worker -> deadline: workers waiting for work
 //! - `bs:{S}:meta`    HASH spec (JSON), created, merged
 //! - `bs:{S}:counters` HASH progress totals; `bs:{S}:workers` HASH worker -> status JSON
 //!
@@ -26,10 +27,17 @@ use std::time::Duration;
 
 static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/enqueue.lua")));
 static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/progress.lua")));
+static IDLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/idle.lua")));
+static SPLIT: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("queue/split.lua")));
 static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/take.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/renew.lua")));
-static FINISH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/finish.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("queue/renew.lua")));
+static FINISH: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("queue/finish.lua")));
 static REAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("queue/reap.lua")));
+
+/// A script that acts on a leased shard, with the lease check prepended.
+fn fenced(body: &str) -> Script {
+    Script::new(&format!("{}{body}", include_str!("queue/fenced.lua")))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
@@ -78,10 +86,13 @@ impl ScanKeys {
     pub fn workers(&self) -> String {
         self.key("workers")
     }
+    pub fn idle(&self) -> String {
+        self.key("idle")
+    }
     /// Every key of the scan except the per-shard ones (for cleanup).
     pub fn scan_wide(&self) -> Vec<String> {
         [
-            "pending", "leases", "done", "dead", "shards", "meta", "counters", "workers",
+            "pending", "leases", "done", "dead", "shards", "meta", "counters", "workers", "idle",
         ]
         .iter()
         .map(|k| self.key(k))
@@ -133,6 +144,17 @@ pub enum Finish {
     },
 }
 
+/// What became of a split request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Split {
+    /// The lease now covers `lower`; `upper` is pending for another worker.
+    Done { lower: Shard, upper: Shard },
+    /// Nobody waits any more (or something is pending): keep scanning.
+    NotWanted,
+    /// The lease is no longer ours.
+    Lost,
+}
+
 /// A shard as the queue knows it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShardRecord {
@@ -141,6 +163,8 @@ pub struct ShardRecord {
     pub state: String,
     pub attempts: u64,
     pub failures: u64,
+    /// Times the shard gave away the upper part of its range.
+    pub splits: u64,
     pub last_error: Option<String>,
     /// Result counts of the shard's recorded parts.
     pub counts: std::collections::BTreeMap<String, u64>,
@@ -224,6 +248,7 @@ impl Queue {
             .key(self.keys.pending())
             .key(self.keys.leases())
             .key(self.keys.shard_prefix())
+            .key(self.keys.idle())
             .arg(&self.owner)
             .arg(self.lease.as_millis() as u64)
             .invoke_async(&mut con)
@@ -269,6 +294,56 @@ impl Queue {
         }
         let ok: i64 = script.invoke_async(&mut con).await?;
         Ok(ok == 1)
+    }
+
+    /// Split a leased shard at `at` (see [`Shard::split_after`]): this lease
+    /// keeps `range`'s lower part, the upper part is queued as a new shard.
+    /// Only while a worker is idle and nothing is pending. An error leaves it
+    /// unknown whether the split happened; the queue's range is what counts.
+    pub async fn split(&self, lease: &Lease, range: &Shard, at: &str) -> Result<Split, QueueError> {
+        let mut con = self.con.clone();
+        let (lower, upper) = range.split_after(at);
+        let upper_id = upper.id();
+        let json = |s: &Shard| serde_json::to_string(s).expect("a shard serializes");
+        let answer: i64 = SPLIT
+            .key(self.keys.shard(&lease.id))
+            .key(self.keys.pending())
+            .key(self.keys.shards())
+            .key(self.keys.idle())
+            .key(self.keys.shard(&upper_id))
+            .arg(&lease.id)
+            .arg(&self.owner)
+            .arg(lease.token)
+            .arg(json(range))
+            .arg(json(&lower))
+            .arg(&upper_id)
+            .arg(json(&upper))
+            .invoke_async(&mut con)
+            .await?;
+        Ok(match answer {
+            1 => Split::Done { lower, upper },
+            2 => Split::NotWanted,
+            _ => Split::Lost,
+        })
+    }
+
+    /// Note this worker as idle (it found nothing pending) for `ttl`, which
+    /// asks lease holders to split; returns what is pending and leased.
+    pub async fn idle(&self, ttl: Duration) -> Result<QueueCounts, QueueError> {
+        let mut con = self.con.clone();
+        let (pending, leased): (u64, u64) = IDLE
+            .key(self.keys.idle())
+            .key(self.keys.pending())
+            .key(self.keys.leases())
+            .arg(&self.owner)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut con)
+            .await?;
+        Ok(QueueCounts {
+            pending,
+            leased,
+            ..QueueCounts::default()
+        })
     }
 
     /// End the lease. Returns the shard's state afterwards (`done`, `pending`,
@@ -373,16 +448,32 @@ impl Queue {
         Ok(())
     }
 
-    /// Add counter deltas and this worker's status, in one command.
-    pub async fn report_progress(&self, deltas: &[(&str, u64)], status_json: &str) -> Result<(), QueueError> {
+    /// Add counter deltas and this worker's status, in one command. Returns
+    /// true when an idle worker waits while nothing is pending: split.
+    pub async fn report_progress(
+        &self,
+        deltas: &[(&str, u64)],
+        status_json: &str,
+    ) -> Result<bool, QueueError> {
         let mut con = self.con.clone();
         let mut script = PROGRESS.key(self.keys.counters());
-        script.key(self.keys.workers()).arg(&self.owner).arg(status_json);
+        script
+            .key(self.keys.workers())
+            .key(self.keys.pending())
+            .key(self.keys.idle())
+            .arg(&self.owner)
+            .arg(status_json);
         for (field, delta) in deltas.iter().filter(|(_, d)| *d > 0) {
             script.arg(*field).arg(*delta);
         }
-        script.invoke_async::<()>(&mut con).await?;
-        Ok(())
+        let split_wanted: i64 = script.invoke_async(&mut con).await?;
+        Ok(split_wanted == 1)
+    }
+
+    /// Each worker's last reported status (JSON), by name.
+    pub async fn workers(&self) -> Result<std::collections::BTreeMap<String, String>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.hgetall(self.keys.workers()).await?)
     }
 
     /// The scan's progress totals.
@@ -413,6 +504,7 @@ impl Queue {
                 state: h.get("state").cloned().unwrap_or_default(),
                 attempts: num("attempts"),
                 failures: num("failures"),
+                splits: num("splits"),
                 last_error: h.get("last_error").cloned(),
                 counts: h
                     .iter()

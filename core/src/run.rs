@@ -8,15 +8,17 @@
 //! a worker that then died or lost its lease is never recorded, so the merge
 //! never reads it, and it is deleted with the other parts.
 
-use crate::engine::{CountersSnapshot, Engine};
+use crate::engine::{CountersSnapshot, Engine, Frontier};
 use crate::error::S3Error;
 use crate::output::{Destination, OutputOptions, RecordWriter};
-use crate::queue::{Commit, Finish, Lease, Queue, QueueError};
+use crate::planner::{split_point, BucketLister};
+use crate::queue::{Commit, Finish, Lease, Queue, QueueError, Split};
 use crate::record::{Record, Status};
+use crate::shard::Shard;
 use crate::spec::ScanSpec;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
@@ -25,9 +27,18 @@ pub struct RunOptions {
     pub reap: bool,
     pub part_records: u64,
     pub part_age: Duration,
-    /// How often counters and the live rate go to Redis.
+    /// How often counters and the live rate go to Redis (and how often a
+    /// worker learns that another one waits for a split).
     pub progress_every: Duration,
+    /// Split the shard being scanned when another worker is idle.
+    pub split: bool,
 }
+
+/// How long a worker that found nothing to do counts as idle (it renews this
+/// every poll, at most a second apart).
+const IDLE_TTL: Duration = Duration::from_secs(5);
+/// LIST requests a worker may spend choosing where to split its shard.
+const SPLIT_PROBES: usize = 64;
 
 impl Default for RunOptions {
     fn default() -> Self {
@@ -36,6 +47,7 @@ impl Default for RunOptions {
             part_records: 50_000,
             part_age: Duration::from_secs(30),
             progress_every: Duration::from_secs(2),
+            split: true,
         }
     }
 }
@@ -74,14 +86,15 @@ pub struct Runner {
 
 impl Runner {
     pub async fn run(self) -> Result<RunSummary, RunError> {
-        let (stop_reporter, reporter) = self.spawn_progress_reporter();
-        let result = self.take_until_empty().await;
+        let split_wanted = Arc::new(Notify::new());
+        let (stop_reporter, reporter) = self.spawn_progress_reporter(split_wanted.clone());
+        let result = self.take_until_empty(&split_wanted).await;
         stop_reporter.cancel();
         let _ = reporter.await; // its last report makes the totals exact
         result
     }
 
-    async fn take_until_empty(&self) -> Result<RunSummary, RunError> {
+    async fn take_until_empty(&self, split_wanted: &Notify) -> Result<RunSummary, RunError> {
         let mut summary = RunSummary::default();
         let mut idle = Duration::from_millis(100);
         while !self.stop.is_cancelled() {
@@ -89,22 +102,22 @@ impl Runner {
                 self.queue.reap(self.spec.max_failures).await?;
             }
             let Some(lease) = self.queue.take().await? else {
-                let counts = self.queue.counts().await?;
-                if counts.pending == 0 && counts.leased == 0 {
+                let left = self.queue.idle(IDLE_TTL).await?;
+                if left.pending == 0 && left.leased == 0 {
                     return Ok(summary);
                 }
-                // Others still hold shards, which may come back: wait, and
-                // back off so idle workers cost Redis almost nothing.
+                // Others still hold shards, which may come back or be split
+                // for us: wait, backing off so waiting costs Redis little.
                 tokio::select! {
                     _ = tokio::time::sleep(idle) => {}
                     _ = self.stop.cancelled() => {}
                 }
-                idle = (idle * 2).min(Duration::from_secs(2));
+                idle = (idle * 2).min(Duration::from_secs(1));
                 continue;
             };
             idle = Duration::from_millis(100);
             tracing::info!(shard = %lease.shard, token = lease.token, resume = ?lease.checkpoint, "took shard");
-            match self.process(lease).await? {
+            match self.process(lease, split_wanted).await? {
                 Ended::Done => summary.shards_done += 1,
                 Ended::Failed => summary.shards_failed += 1,
                 Ended::Lost => {}
@@ -115,7 +128,7 @@ impl Runner {
         Ok(summary)
     }
 
-    async fn process(&self, lease: Lease) -> Result<Ended, RunError> {
+    async fn process(&self, lease: Lease, split_wanted: &Notify) -> Result<Ended, RunError> {
         let range = match &lease.checkpoint {
             Some(c) => lease.shard.resumed_after(c),
             None => lease.shard.clone(),
@@ -123,10 +136,13 @@ impl Runner {
         let lost = CancellationToken::new();
         let heartbeat = self.spawn_heartbeat(&lease, lost.clone());
         let (tx, mut rx) = mpsc::channel::<Record>(4096);
+        let frontier = Arc::new(Frontier::default());
         let scan = {
-            let engine = self.engine.clone();
-            tokio::spawn(async move { engine.scan_shard(&range, &tx).await })
+            let (engine, frontier) = (self.engine.clone(), frontier.clone());
+            tokio::spawn(async move { engine.scan_shard_live(&range, frontier, &tx).await })
         };
+        // The range this lease covers; splitting lowers its end.
+        let mut owned = lease.shard.clone();
         let mut part = Part::new(lease.checkpoint.clone());
         let mut stopped = false;
         let mut lease_lost = false;
@@ -135,8 +151,17 @@ impl Runner {
                 biased;
                 _ = lost.cancelled() => { lease_lost = true; break; }
                 _ = self.stop.cancelled() => { stopped = true; break; }
+                _ = split_wanted.notified(), if self.opts.split => {
+                    if !self.split(&lease, &mut owned, &frontier, &part).await? {
+                        lease_lost = true;
+                        break;
+                    }
+                }
                 record = rx.recv() => {
                     let Some(record) = record else { break };
+                    if !owned.contains(&record.key) {
+                        continue; // listed before a split: the upper part's worker has it
+                    }
                     let keep = self.engine.keep(&record);
                     part.add(record, keep, &self.spec, &lease, self.engine.s3.clone()).await?;
                     if part.is_full(&self.opts) && !self.close_part(&lease, &mut part).await? {
@@ -183,6 +208,43 @@ impl Runner {
         };
         heartbeat.cancel();
         Ok(ended)
+    }
+
+    /// Give the upper half of what is left of `owned` to an idle worker.
+    /// Returns false when the lease turned out to be lost.
+    async fn split(
+        &self,
+        lease: &Lease,
+        owned: &mut Shard,
+        frontier: &Frontier,
+        part: &Part,
+    ) -> Result<bool, RunError> {
+        // Records are written up to `last_key`: everything after it can be
+        // given away, even keys already listed (the frontier drops them).
+        let position = part.last_key.clone().or_else(|| part.resume_after.clone());
+        let remaining = match position {
+            Some(p) => owned.resumed_after(&p),
+            None => owned.clone(),
+        };
+        let lister = BucketLister {
+            s3: &self.engine.s3,
+            bucket: &self.spec.bucket,
+        };
+        let Some(at) = split_point(&lister, &remaining, SPLIT_PROBES).await? else {
+            return Ok(true);
+        };
+        match self.queue.split(lease, owned, &at).await? {
+            Split::Done { lower, upper } => {
+                tracing::info!(kept = %lower, gave = %upper, "split shard for an idle worker");
+                if let Some(end) = &lower.end {
+                    frontier.stop_before(end);
+                }
+                *owned = lower;
+                Ok(true)
+            }
+            Split::NotWanted => Ok(true),
+            Split::Lost => Ok(false),
+        }
     }
 
     /// Upload the open part and record it with the checkpoint. Returns false
@@ -232,7 +294,10 @@ impl Runner {
 
     /// Reports counter deltas every `progress_every`, and once more when
     /// cancelled.
-    fn spawn_progress_reporter(&self) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    fn spawn_progress_reporter(
+        &self,
+        split_wanted: Arc<Notify>,
+    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
         let done = CancellationToken::new();
         let (queue, engine, every, stop) = (
             self.queue.clone(),
@@ -250,7 +315,9 @@ impl Runner {
                     _ = stop.cancelled() => true,
                     _ = tokio::time::sleep(every) => false,
                 };
-                report_progress(&queue, &engine, &mut progress).await;
+                if report_progress(&queue, &engine, &mut progress).await {
+                    split_wanted.notify_one();
+                }
                 if stopping {
                     return;
                 }
@@ -266,7 +333,8 @@ struct Progress {
     at: Instant,
 }
 
-async fn report_progress(queue: &Queue, engine: &Engine, progress: &mut Progress) {
+/// Returns true when another worker waits for a split.
+async fn report_progress(queue: &Queue, engine: &Engine, progress: &mut Progress) -> bool {
     let now = engine.counters.snapshot();
     let d = |f: fn(&CountersSnapshot) -> u64| f(&now).saturating_sub(f(&progress.last));
     let deltas = [
@@ -284,11 +352,15 @@ async fn report_progress(queue: &Queue, engine: &Engine, progress: &mut Progress
         "updated": time::OffsetDateTime::now_utc().unix_timestamp(),
     });
     match queue.report_progress(&deltas, &status.to_string()).await {
-        Ok(()) => {
+        Ok(split_wanted) => {
             progress.last = now;
             progress.at = Instant::now();
+            split_wanted
         }
-        Err(e) => tracing::warn!(error = %e, "could not report progress"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not report progress");
+            false
+        }
     }
 }
 

@@ -105,12 +105,29 @@ impl std::fmt::Display for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}", self.prefix)?;
         if let Some(s) = &self.start_after {
-            write!(f, " after {s:?}")?;
+            write!(f, " after {}", Readable(s))?;
         }
         if let Some(e) = &self.end {
-            write!(f, " before {e:?}")?;
+            write!(f, " before {}", Readable(e))?;
         }
         Ok(())
+    }
+}
+
+/// A bound for people: the padding of [`key_before`] (a long run of the
+/// highest character) is shown as `…` instead of a kilobyte of escapes.
+struct Readable<'a>(&'a str);
+
+impl std::fmt::Display for Readable<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let trimmed = self
+            .0
+            .trim_end_matches(['\0', '\u{7F}', '\u{7FF}', '\u{FFFD}', '\u{10FFFF}']);
+        if self.0.len() - trimmed.len() > 16 {
+            write!(f, "{trimmed:?}…")
+        } else {
+            write!(f, "{:?}", self.0)
+        }
     }
 }
 

@@ -150,3 +150,55 @@ async fn a_shard_that_keeps_failing_is_dead_lettered_with_its_error() {
         Some("HTTP 400 InvalidArgument")
     );
 }
+
+#[tokio::test]
+async fn a_split_serves_one_idle_worker_and_is_fenced() {
+    use bucketscan_core::queue::Split;
+    let scan = scan_id("split");
+    let busy = queue(&scan, "busy", Duration::from_secs(30)).await;
+    let idle = queue(&scan, "idle", Duration::from_secs(30)).await;
+    busy.enqueue(&shards(1)).await.unwrap();
+    let lease = busy.take().await.unwrap().unwrap();
+    assert_eq!(
+        busy.split(&lease, &lease.shard, "p000/m").await.unwrap(),
+        Split::NotWanted,
+        "nobody is idle"
+    );
+
+    let left = idle.idle(Duration::from_secs(5)).await.unwrap();
+    assert_eq!((left.pending, left.leased), (0, 1));
+    assert!(
+        busy.report_progress(&[], "{}").await.unwrap(),
+        "the holder is asked to split"
+    );
+    let stale = bucketscan_core::queue::Lease {
+        token: lease.token + 1,
+        ..lease.clone()
+    };
+    assert_eq!(
+        busy.split(&stale, &lease.shard, "p000/m").await.unwrap(),
+        Split::Lost
+    );
+
+    let (lower, upper) = lease.shard.split_after("p000/m");
+    let done = Split::Done {
+        lower: lower.clone(),
+        upper: upper.clone(),
+    };
+    assert_eq!(busy.split(&lease, &lease.shard, "p000/m").await.unwrap(), done);
+    assert_eq!(
+        busy.split(&lease, &lease.shard, "p000/m").await.unwrap(),
+        done,
+        "a retried split changes nothing"
+    );
+    assert!(!busy.report_progress(&[], "{}").await.unwrap(), "served");
+
+    let taken = idle.take().await.unwrap().unwrap();
+    assert_eq!(taken.shard, upper);
+    assert_eq!(idle.take().await.unwrap(), None, "one split, one new shard");
+    // The holder's lease now covers the lower part: a retry resumes there.
+    let records = busy.shard_records().await.unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].shard, lower);
+    assert_eq!(records[0].splits, 1);
+}

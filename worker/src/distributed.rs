@@ -5,7 +5,6 @@ use crate::{MergeArgs, PlanArgs, QueueArgs, RunArgs};
 use anyhow::{bail, Context};
 use bucketscan_core::engine::{Engine, EngineOptions};
 use bucketscan_core::head::HeadClient;
-use bucketscan_core::output::Destination;
 use bucketscan_core::planner::PlanOptions;
 use bucketscan_core::queue::Queue;
 use bucketscan_core::run::{RunOptions, Runner};
@@ -49,14 +48,11 @@ fn engine_for(
 }
 
 pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
-    let (output_bucket, output_prefix) = match args.output.parse::<Destination>() {
-        Ok(Destination::S3 { bucket, key }) => (bucket, key),
-        _ => match args.output.strip_prefix("s3://") {
-            Some(bucket) if !bucket.is_empty() && !bucket.contains('/') => {
-                (bucket.to_string(), String::new())
-            }
-            _ => bail!("--output must be s3://BUCKET/PREFIX/, got {:?}", args.output),
-        },
+    let Some((output_bucket, output_prefix)) = parse_output(&args.output) else {
+        bail!(
+            "--output must be s3://BUCKET/ or s3://BUCKET/PREFIX/, got {:?}",
+            args.output
+        );
     };
     let spec = ScanSpec {
         bucket: args.source.bucket.clone(),
@@ -79,6 +75,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         prefix: spec.prefix.clone(),
         delimiter: Some(args.delimiter.clone()).filter(|d| !d.is_empty()),
         target_shards: args.target_shards as usize,
+        min_shard_objects: args.min_shard_objects,
         ..PlanOptions::default()
     };
     let shards = plan_bucket(&engine, &opts).await.context("planning shards")?;
@@ -174,6 +171,13 @@ fn spawn_signal_handler(stop: CancellationToken) {
         tracing::info!("stop requested");
         stop.cancel();
     });
+}
+
+/// `s3://BUCKET[/PREFIX]` into bucket and key prefix (may be empty).
+fn parse_output(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("s3://")?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    (!bucket.is_empty()).then(|| (bucket.to_string(), prefix.to_string()))
 }
 
 fn default_name() -> String {

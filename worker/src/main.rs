@@ -125,8 +125,14 @@ struct PlanArgs {
     gzip: bool,
     #[arg(long)]
     only_with_metadata: bool,
+    /// Shards to plan (more appear while the scan runs: idle workers get
+    /// the rest of a busy worker's shard split off for them).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     target_shards: u32,
+    /// Fewer, bigger shards rather than shards below this many objects: each
+    /// shard costs a few dozen Redis operations.
+    #[arg(long, default_value_t = 10_000)]
+    min_shard_objects: u64,
     #[arg(long, default_value = "/")]
     delimiter: String,
     /// Dead-letter a shard after this many failed attempts.

@@ -79,6 +79,24 @@ impl Fleet {
         v.unwrap_or(0)
     }
 
+    /// HEADs each worker reported, by worker name.
+    async fn heads_by_worker(&self) -> BTreeMap<String, u64> {
+        let client = redis::Client::open(self.redis.as_str()).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let status: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(format!("bs:{{{}}}:workers", self.scan))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        status
+            .into_iter()
+            .map(|(name, json)| {
+                let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+                (name, v["heads"].as_u64().unwrap())
+            })
+            .collect()
+    }
+
     async fn wait_for_heads(&self, at_least: u64) {
         let deadline = Instant::now() + Duration::from_secs(120);
         while self.counter("heads").await < at_least {
@@ -144,6 +162,8 @@ async fn fleet_survives_kill_stop_and_join_with_exact_output() {
         &format!("s3://{out}/scan/"),
         "--target-shards",
         "12",
+        "--min-shard-objects",
+        "500",
     ]);
 
     // Paced so the chaos lands mid-scan: 3 x 400 HEAD/s.
@@ -262,6 +282,101 @@ async fn a_shard_that_keeps_failing_is_dead_lettered_and_reported() {
         .as_str()
         .unwrap()
         .contains("does not exist"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_huge_shard_is_split_live_until_every_worker_is_busy() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("huge").await;
+    let out = s3.bucket("huge-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..6000)
+        .map(|i| (format!("big/{:02}/{i:05}", i % 40), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("huge-{}", std::process::id()),
+    };
+    let output = format!("s3://{out}/split/");
+    let plan = fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &output,
+        "--target-shards",
+        "1",
+    ]);
+    assert!(stderr(&plan).contains(": 1 shards"), "{}", stderr(&plan));
+
+    // Paced, so one worker alone would take 20 s: the others must get work
+    // by splitting the one shard while it is being scanned.
+    let names = ["a", "b", "c"];
+    let mut workers: Vec<Child> = names
+        .iter()
+        .map(|n| fleet.spawn_worker(n, &["--max-rate", "300"]))
+        .collect();
+    for w in &mut workers {
+        assert!(wait_exit(w, Duration::from_secs(120)).success());
+    }
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(
+        &parse_records(&s3.read(&out, "split/result.jsonl").await),
+        &seeded,
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "split/manifest.json").await).unwrap();
+    assert!(manifest["splits"].as_u64().unwrap() >= 2, "{manifest}");
+    assert_eq!(manifest["counts"]["objects"], 6000, "{manifest}");
+    let heads = fleet.heads_by_worker().await;
+    for name in names {
+        assert!(
+            heads[name] * 6 >= 6000,
+            "worker {name} did too little of the one shard: {heads:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_carries_shards_not_keys() {
+    let redis = PrivateRedis::start(&[], |port| format!("redis://127.0.0.1:{port}"));
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let s3 = versitygw();
+    let bucket = s3.bucket("ops").await;
+    let out = s3.bucket("ops-out").await;
+    let objects = 20_000;
+    let seeded: BTreeMap<String, Seeded> = (0..objects)
+        .map(|i| (format!("d{}/{i:06}", i % 4), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: url.clone(),
+        scan: "ops".into(),
+    };
+    let before = redis.commands_processed(&url);
+    fleet.run_ok(&["plan", "--bucket", &bucket, "--output", &format!("s3://{out}/")]);
+    let planned = redis.commands_processed(&url);
+    let mut worker = fleet.command(&["run", "--name", "solo"]).spawn().unwrap();
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    let ran = redis.commands_processed(&url);
+    let merged = fleet.run_ok(&["merge"]);
+    eprintln!(
+        "plan {} run {} merge: {}",
+        planned - before,
+        ran - planned,
+        stderr(&merged)
+    );
+    // Everything: plan, run and merge, and the commands inside Lua scripts.
+    let commands = redis.commands_processed(&url) - before - 1;
+    let per_object = commands as f64 / objects as f64;
+    eprintln!("{commands} Redis commands for {objects} objects: {per_object:.4} per object");
+    assert!(
+        per_object < 0.01,
+        "{commands} Redis commands for {objects} objects"
+    );
+    assert_matches_seed(&parse_records(&s3.read(&out, "result.jsonl").await), &seeded);
 }
 
 extern "C" {

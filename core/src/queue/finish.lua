@@ -6,12 +6,8 @@
 -- ARGV[1]: shard id, ARGV[2]: owner, ARGV[3]: token
 -- Returns the shard's state afterwards, or 'lost' when the lease was not ours.
 local shard = KEYS[1]
-local state = redis.call('HGET', shard, 'state')
-if ARGV[4] == 'done' and state == 'done' then return 'done' end
-if state ~= 'leased' or redis.call('HGET', shard, 'owner') ~= ARGV[2]
-  or redis.call('HGET', shard, 'token') ~= ARGV[3] then
-  return 'lost'
-end
+if ARGV[4] == 'done' and redis.call('HGET', shard, 'state') == 'done' then return 'done' end
+if not holds_lease(shard, ARGV[2], ARGV[3]) then return 'lost' end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', shard, 'owner')
 if ARGV[4] == 'done' then

@@ -1,9 +1,15 @@
 -- Add a worker's counter deltas to the scan's totals and record its live rate,
 -- in one command (so progress costs one Redis operation per flush).
--- KEYS: counters hash, workers hash
+-- KEYS: counters hash, workers hash, pending, idle zset
 -- ARGV[1]: worker name, ARGV[2]: worker status JSON, then field, delta pairs.
+-- Returns 1 when a worker is idle while nothing is pending (lease holders
+-- should split their shards: split.lua), else 0.
 for i = 3, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-return 1
+if redis.call('LLEN', KEYS[3]) > 0 then return 0 end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if redis.call('ZCOUNT', KEYS[4], now_ms, '+inf') > 0 then return 1 end
+return 0

@@ -7,11 +7,7 @@
 -- describe and a part that is never recorded is never counted.
 -- Returns 1, or 0 when the lease is no longer ours (stop work on this shard).
 local shard = KEYS[1]
-if redis.call('HGET', shard, 'state') ~= 'leased'
-  or redis.call('HGET', shard, 'owner') ~= ARGV[2]
-  or redis.call('HGET', shard, 'token') ~= ARGV[3] then
-  return 0
-end
+if not holds_lease(shard, ARGV[2], ARGV[3]) then return 0 end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[4]), ARGV[1])

@@ -229,3 +229,65 @@ pub fn temp_path(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }
+
+/// A redis-server of the test's own (for counting its commands, or for
+/// options the shared one lacks), on a free loopback port; stopped on drop.
+pub struct PrivateRedis {
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl PrivateRedis {
+    /// Start redis-server with `extra` arguments; `ping_url` (given the port)
+    /// is how to reach it once up.
+    pub fn start(extra: &[&str], ping_url: impl Fn(u16) -> String) -> PrivateRedis {
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let log = std::fs::File::create(temp_path(&format!("redis-{port}.log"))).unwrap();
+            let mut child = std::process::Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(extra)
+                .args(["--port", &port.to_string()])
+                .stdout(log)
+                .spawn()
+                .expect("redis-server (scripts/install-deps.sh installs it)");
+            let client = redis::Client::open(ping_url(port).as_str()).unwrap();
+            for _ in 0..100 {
+                if child.try_wait().unwrap().is_some() {
+                    break; // port taken meanwhile: try another
+                }
+                if let Ok(mut con) = client.get_connection() {
+                    if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                        return PrivateRedis { port, child };
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("redis-server did not start")
+    }
+
+    /// Commands the server ran, including those inside Lua scripts.
+    pub fn commands_processed(&self, url: &str) -> u64 {
+        let client = redis::Client::open(url).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let info: String = redis::cmd("INFO").arg("stats").query(&mut con).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("INFO stats has total_commands_processed")
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
