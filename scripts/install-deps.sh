@@ -84,6 +84,12 @@ if [ ! -x "$BIN/just" ] || ! "$BIN/just" --version >/dev/null 2>&1; then
 fi
 say just "$("$BIN/just" --version)" "$state"
 
+# --- openssl (the TLS Redis test makes its certificates with it) ---------------
+if ! command -v openssl >/dev/null; then
+  apt_install openssl
+fi
+say openssl "$(openssl version | cut -d' ' -f1-2)" present
+
 # --- redis-server from Debian --------------------------------------------------
 # Tests start their own instances on free ports; the packaged service is not
 # used, so when this run installs the package it also stops and disables it.

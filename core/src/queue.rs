@@ -41,10 +41,53 @@ fn fenced(body: &str) -> Script {
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
+    // Not a `source`: the message already holds it, and error reports that
+    // print the chain would say it twice.
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
     #[error("shard {id} has a malformed range: {source}")]
     BadRange { id: String, source: serde_json::Error },
+}
+
+/// Where Redis is: `redis://[[USER]:PASSWORD@]HOST:PORT[/DB]`, or
+/// `rediss://...` for TLS (verified against the system's roots, or `ca_pem`;
+/// a `#insecure` suffix skips verification).
+#[derive(Clone, Default)]
+pub struct RedisConfig {
+    pub url: String,
+    /// PEM of the CA that signed the server's certificate.
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry the password.
+        f.debug_struct("RedisConfig").finish_non_exhaustive()
+    }
+}
+
+impl RedisConfig {
+    pub fn client(&self) -> Result<redis::Client, QueueError> {
+        // rustls needs one process-wide crypto provider; the S3 clients use
+        // ring too. Installing twice is harmless (the first one stays).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Ok(match &self.ca_pem {
+            None => redis::Client::open(self.url.as_str())?,
+            Some(pem) => redis::Client::build_with_tls(
+                self.url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            )?,
+        })
+    }
+}
+
+impl From<redis::RedisError> for QueueError {
+    fn from(e: redis::RedisError) -> Self {
+        QueueError::Redis(e)
+    }
 }
 
 /// The keys of one scan.
@@ -198,12 +241,16 @@ impl Queue {
         }
     }
 
-    /// Connect to Redis (`redis://[:password@]host:port[/db]`). Responses may
-    /// take up to 10 s (the client's default of 500 ms is too short for a
-    /// loaded server and turns slow answers into errors).
-    pub async fn connect(url: &str, scan: &str, owner: &str, lease: Duration) -> Result<Queue, QueueError> {
-        let client = redis::Client::open(url)?;
-        let mut con = client.get_multiplexed_async_connection().await?;
+    /// Connect to Redis. Responses may take up to 10 s (the client's default
+    /// of 500 ms is too short for a loaded server and turns slow answers into
+    /// errors).
+    pub async fn connect(
+        redis: &RedisConfig,
+        scan: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Queue, QueueError> {
+        let mut con = redis.client()?.get_multiplexed_async_connection().await?;
         con.set_response_timeout(Duration::from_secs(10));
         Ok(Queue::new(con, scan, owner, lease))
     }

@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use bucketscan_core::engine::{Engine, EngineOptions};
 use bucketscan_core::head::HeadClient;
 use bucketscan_core::planner::PlanOptions;
-use bucketscan_core::queue::Queue;
+use bucketscan_core::queue::{Queue, RedisConfig};
 use bucketscan_core::run::{RunOptions, Runner};
 use bucketscan_core::scan::plan_bucket;
 use bucketscan_core::spec::ScanSpec;
@@ -15,7 +15,18 @@ use tokio_util::sync::CancellationToken;
 
 impl QueueArgs {
     async fn connect(&self, owner: &str, lease: Duration) -> anyhow::Result<Queue> {
-        Queue::connect(&self.redis, &self.scan, owner, lease)
+        let ca_pem = match &self.redis_ca_file {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("cannot read --redis-ca-file {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let redis = RedisConfig {
+            url: self.redis.clone(),
+            ca_pem,
+        };
+        Queue::connect(&redis, &self.scan, owner, lease)
             .await
             .with_context(|| format!("cannot reach Redis for scan {:?}", self.scan))
     }

@@ -104,9 +104,15 @@ struct ScanArgs {
 /// Which scan in which Redis.
 #[derive(Args)]
 struct QueueArgs {
-    /// Redis URL: redis://[:PASSWORD@]HOST:PORT[/DB].
+    /// Redis URL: redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or rediss://
+    /// for TLS. Prefer the environment variable: it keeps the password out
+    /// of the process list.
     #[arg(long, env = "BUCKETSCAN_REDIS_URL", hide_env_values = true)]
     redis: String,
+    /// PEM file of the CA that signed Redis's TLS certificate (default: the
+    /// system's trusted roots).
+    #[arg(long, env = "BUCKETSCAN_REDIS_CA_FILE")]
+    redis_ca_file: Option<std::path::PathBuf>,
     /// Scan id (the namespace of its keys in Redis).
     #[arg(long, env = "BUCKETSCAN_SCAN")]
     scan: String,

@@ -340,7 +340,7 @@ async fn one_huge_shard_is_split_live_until_every_worker_is_busy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_carries_shards_not_keys() {
-    let redis = PrivateRedis::start(&[], |port| format!("redis://127.0.0.1:{port}"));
+    let redis = PrivateRedis::start();
     let url = format!("redis://127.0.0.1:{}", redis.port);
     let s3 = versitygw();
     let bucket = s3.bucket("ops").await;

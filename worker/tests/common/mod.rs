@@ -238,32 +238,34 @@ pub struct PrivateRedis {
 }
 
 impl PrivateRedis {
-    /// Start redis-server with `extra` arguments; `ping_url` (given the port)
-    /// is how to reach it once up.
-    pub fn start(extra: &[&str], ping_url: impl Fn(u16) -> String) -> PrivateRedis {
+    /// Plain TCP on a free port.
+    pub fn start() -> PrivateRedis {
+        PrivateRedis::start_with(|port| vec!["--port".into(), port.to_string()])
+    }
+
+    /// redis-server with the arguments `args` gives for a free port; ready
+    /// when its log says so.
+    pub fn start_with(args: impl Fn(u16) -> Vec<String>) -> PrivateRedis {
         for _ in 0..5 {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
                 .unwrap()
                 .local_addr()
                 .unwrap()
                 .port();
-            let log = std::fs::File::create(temp_path(&format!("redis-{port}.log"))).unwrap();
+            let log = temp_path(&format!("redis-{port}.log"));
             let mut child = std::process::Command::new("redis-server")
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(extra)
-                .args(["--port", &port.to_string()])
-                .stdout(log)
+                .args(["--logfile", log.to_str().unwrap()])
+                .args(args(port))
                 .spawn()
                 .expect("redis-server (scripts/install-deps.sh installs it)");
-            let client = redis::Client::open(ping_url(port).as_str()).unwrap();
             for _ in 0..100 {
                 if child.try_wait().unwrap().is_some() {
                     break; // port taken meanwhile: try another
                 }
-                if let Ok(mut con) = client.get_connection() {
-                    if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                        return PrivateRedis { port, child };
-                    }
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains("Ready to accept connections") {
+                    return PrivateRedis { port, child };
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
