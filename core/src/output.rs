@@ -57,13 +57,6 @@ impl std::fmt::Display for Destination {
     }
 }
 
-/// The deterministic key of one shard's results under `prefix`: a retried or
-/// resumed shard writes the same key again, replacing instead of duplicating.
-pub fn shard_output_key(prefix: &str, shard: &crate::shard::Shard, gzip: bool) -> String {
-    let ext = if gzip { "jsonl.gz" } else { "jsonl" };
-    format!("{prefix}parts/{}.{ext}", shard.id())
-}
-
 #[derive(Clone, Debug)]
 pub struct OutputOptions {
     pub gzip: bool,

@@ -19,8 +19,11 @@
 //! owner and the lease token (the attempt number), so a worker whose lease
 //! expired can no longer touch the shard.
 
+mod patient;
+
 use crate::shard::Shard;
-use redis::aio::MultiplexedConnection;
+use patient::PatientConnection;
+use redis::aio::ConnectionManagerConfig;
 use redis::{AsyncCommands, Script};
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -52,11 +55,23 @@ pub enum QueueError {
 /// Where Redis is: `redis://[[USER]:PASSWORD@]HOST:PORT[/DB]`, or
 /// `rediss://...` for TLS (verified against the system's roots, or `ca_pem`;
 /// a `#insecure` suffix skips verification).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct RedisConfig {
     pub url: String,
     /// PEM of the CA that signed the server's certificate.
     pub ca_pem: Option<Vec<u8>>,
+    /// How long a command keeps retrying while Redis is unreachable.
+    pub patience: Duration,
+}
+
+impl RedisConfig {
+    pub fn new(url: impl Into<String>) -> RedisConfig {
+        RedisConfig {
+            url: url.into(),
+            ca_pem: None,
+            patience: Duration::from_secs(60),
+        }
+    }
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -224,24 +239,17 @@ pub struct QueueCounts {
 
 #[derive(Clone)]
 pub struct Queue {
-    con: MultiplexedConnection,
+    con: PatientConnection,
     keys: ScanKeys,
     owner: String,
     lease: Duration,
 }
 
 impl Queue {
-    /// `owner` names this worker in leases (pod name, or host and pid).
-    pub fn new(con: MultiplexedConnection, scan: &str, owner: &str, lease: Duration) -> Queue {
-        Queue {
-            con,
-            keys: ScanKeys::new(scan),
-            owner: owner.to_string(),
-            lease,
-        }
-    }
-
-    /// Connect to Redis. Responses may take up to 10 s (the client's default
+    /// Connect to Redis for scan `scan`; `owner` names this worker in leases
+    /// (pod name, or host and pid). The first connection must succeed; after
+    /// that, a command retries through a Redis outage for up to
+    /// `redis.patience`. Responses may take up to 10 s (the client's default
     /// of 500 ms is too short for a loaded server and turns slow answers into
     /// errors).
     pub async fn connect(
@@ -250,9 +258,18 @@ impl Queue {
         owner: &str,
         lease: Duration,
     ) -> Result<Queue, QueueError> {
-        let mut con = redis.client()?.get_multiplexed_async_connection().await?;
-        con.set_response_timeout(Duration::from_secs(10));
-        Ok(Queue::new(con, scan, owner, lease))
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(10)))
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let manager = redis::aio::ConnectionManager::new_with_config(redis.client()?, config).await?;
+        Ok(Queue {
+            con: PatientConnection::new(manager, redis.patience),
+            keys: ScanKeys::new(scan),
+            owner: owner.to_string(),
+            lease,
+        })
     }
 
     pub fn keys(&self) -> &ScanKeys {

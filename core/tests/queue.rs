@@ -1,16 +1,16 @@
 //! The queue protocol against a real redis-server (started by
 //! scripts/with-test-servers.sh, as `just test` does).
 
-use bucketscan_core::queue::{Commit, Finish, Queue, QueueCounts};
+use bucketscan_core::queue::{Commit, Finish, Queue, QueueCounts, RedisConfig};
 use bucketscan_core::shard::Shard;
 use std::time::Duration;
 
 async fn queue(scan: &str, owner: &str, lease: Duration) -> Queue {
     let url = std::env::var("BUCKETSCAN_TEST_REDIS_URL")
         .expect("BUCKETSCAN_TEST_REDIS_URL is not set: run the tests with `just test`");
-    let client = redis::Client::open(url).unwrap();
-    let con = client.get_multiplexed_async_connection().await.unwrap();
-    Queue::new(con, scan, owner, lease)
+    Queue::connect(&RedisConfig::new(url), scan, owner, lease)
+        .await
+        .unwrap()
 }
 
 fn scan_id(tag: &str) -> String {

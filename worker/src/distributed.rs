@@ -23,8 +23,8 @@ impl QueueArgs {
             None => None,
         };
         let redis = RedisConfig {
-            url: self.redis.clone(),
             ca_pem,
+            ..RedisConfig::new(&self.redis)
         };
         Queue::connect(&redis, &self.scan, owner, lease)
             .await

@@ -6,7 +6,7 @@ mod common;
 
 use bucketscan_core::engine::{Engine, EngineOptions};
 use bucketscan_core::head::{HeadClient, HeadClientKind};
-use bucketscan_core::output::{shard_output_key, Destination, OutputOptions, RecordWriter};
+use bucketscan_core::output::{Destination, OutputOptions, RecordWriter};
 use bucketscan_core::planner::{plan, BucketLister, PlanOptions};
 use bucketscan_core::record::{Record, Status};
 use bucketscan_core::s3::{Endpoint, ListRequest, S3};
@@ -154,54 +154,6 @@ fn random_hex(state: &mut u64) -> String {
             format!("{:016x}", *state)
         })
         .collect()
-}
-
-/// A shard scanned twice (a retry) lands on the same key: replaced, not doubled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retried_shard_overwrites_its_output() {
-    let server = moto();
-    let bucket = server.bucket("retry-out").await;
-    let mut seeded = plain(250, "s/");
-    server.seed(&bucket, &seeded).await;
-    let s3 = server.s3().await;
-    let engine = engine(&s3, &bucket, HeadClientKind::Fast);
-    let shard = Shard::prefix("s/");
-    let key = shard_output_key("scan-1/", &shard, false);
-    for round in 0..2 {
-        if round == 1 {
-            let more = plain(10, "s/extra-");
-            server.seed(&bucket, &more).await;
-            seeded.extend(more);
-        }
-        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-        let dest = Destination::S3 {
-            bucket: bucket.clone(),
-            key: key.clone(),
-        };
-        let mut writer = RecordWriter::create(&dest, &OutputOptions::default(), Some(&s3))
-            .await
-            .unwrap();
-        let scan = {
-            let e = engine.clone();
-            let s = shard.clone();
-            tokio::spawn(async move { e.scan_shard(&s, &tx).await })
-        };
-        while let Some(r) = rx.recv().await {
-            writer.write(&r).await.unwrap();
-        }
-        scan.await.unwrap().unwrap();
-        writer.finish().await.unwrap();
-    }
-    let listed = server
-        .client()
-        .list_objects_v2()
-        .bucket(&bucket)
-        .prefix("scan-1/")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(listed.contents().len(), 1, "one output object per shard");
-    assert_matches_seed(&parse_records(&server.read(&bucket, &key).await), &seeded);
 }
 
 fn skewed() -> BTreeMap<String, Seeded> {

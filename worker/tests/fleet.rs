@@ -379,6 +379,74 @@ async fn redis_carries_shards_not_keys() {
     assert_matches_seed(&parse_records(&s3.read(&out, "result.jsonl").await), &seeded);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_crash_and_restart_mid_scan_loses_nothing() {
+    let aof = temp_path("aof");
+    std::fs::create_dir_all(&aof).unwrap();
+    let dir = aof.to_str().unwrap().to_string();
+    // Persistence as the Helm chart sets it up: every write is in the AOF
+    // before Redis answers.
+    let mut redis = PrivateRedis::start_with(move |port| {
+        [
+            "--port",
+            &port.to_string(),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            &dir,
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    let s3 = versitygw();
+    let bucket = s3.bucket("restart").await;
+    let out = s3.bucket("restart-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..4000)
+        .map(|i| (format!("r{}/{i:05}", i % 4), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: format!("redis://127.0.0.1:{}", redis.port),
+        scan: "restart".into(),
+    };
+    let output = format!("s3://{out}/r/");
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &output,
+        "--min-shard-objects",
+        "500",
+    ]);
+    let pace = ["--max-rate", "300"];
+    let mut workers = [fleet.spawn_worker("a", &pace), fleet.spawn_worker("b", &pace)];
+
+    fleet.wait_for_heads(1200).await;
+    // Down for longer than a lease: every lease expires meanwhile.
+    redis.crash_and_restart(Duration::from_secs(4));
+    for w in &mut workers {
+        let status = wait_exit(w, Duration::from_secs(120));
+        assert!(status.success(), "worker exit {status:?}");
+    }
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(&parse_records(&s3.read(&out, "r/result.jsonl").await), &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "r/manifest.json").await).unwrap();
+    assert_eq!(manifest["counts"]["objects"], 4000, "{manifest}");
+    let logs: String = ["a", "b"]
+        .iter()
+        .map(|w| std::fs::read_to_string(temp_path(&format!("restart-{w}.log"))).unwrap())
+        .collect();
+    assert!(
+        logs.contains("Redis unavailable; retrying"),
+        "the workers rode out the outage: {logs}"
+    );
+}
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;

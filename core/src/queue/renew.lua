@@ -11,6 +11,9 @@ if not holds_lease(shard, ARGV[2], ARGV[3]) then return 0 end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[4]), ARGV[1])
+-- Checkpoints only grow: the same one again is this commit, re-sent after
+-- its answer was lost, and must not record the part twice.
+if ARGV[5] ~= '' and redis.call('HGET', shard, 'checkpoint') == ARGV[5] then return 1 end
 if ARGV[5] ~= '' then redis.call('HSET', shard, 'checkpoint', ARGV[5]) end
 if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[3], ARGV[6]) end
 for i = 7, #ARGV, 2 do

@@ -234,7 +234,9 @@ pub fn temp_path(name: &str) -> std::path::PathBuf {
 /// options the shared one lacks), on a free loopback port; stopped on drop.
 pub struct PrivateRedis {
     pub port: u16,
+    args: Vec<String>,
     child: std::process::Child,
+    starts: u32,
 }
 
 impl PrivateRedis {
@@ -243,8 +245,7 @@ impl PrivateRedis {
         PrivateRedis::start_with(|port| vec!["--port".into(), port.to_string()])
     }
 
-    /// redis-server with the arguments `args` gives for a free port; ready
-    /// when its log says so.
+    /// redis-server with the arguments `args` gives for a free port.
     pub fn start_with(args: impl Fn(u16) -> Vec<String>) -> PrivateRedis {
         for _ in 0..5 {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -252,27 +253,27 @@ impl PrivateRedis {
                 .local_addr()
                 .unwrap()
                 .port();
-            let log = temp_path(&format!("redis-{port}.log"));
-            let mut child = std::process::Command::new("redis-server")
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--logfile", log.to_str().unwrap()])
-                .args(args(port))
-                .spawn()
-                .expect("redis-server (scripts/install-deps.sh installs it)");
-            for _ in 0..100 {
-                if child.try_wait().unwrap().is_some() {
-                    break; // port taken meanwhile: try another
-                }
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                if text.contains("Ready to accept connections") {
-                    return PrivateRedis { port, child };
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
+            let args = args(port);
+            if let Some(child) = spawn_redis(&args, port, 0) {
+                return PrivateRedis {
+                    port,
+                    args,
+                    child,
+                    starts: 1,
+                };
             }
-            let _ = child.kill();
-            let _ = child.wait();
         }
         panic!("redis-server did not start")
+    }
+
+    /// SIGKILL the server, keep it down for `down`, start it again on the
+    /// same port with the same arguments (and whatever it persisted).
+    pub fn crash_and_restart(&mut self, down: std::time::Duration) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        std::thread::sleep(down);
+        self.child = spawn_redis(&self.args, self.port, self.starts).expect("redis-server restarts");
+        self.starts += 1;
     }
 
     /// Commands the server ran, including those inside Lua scripts.
@@ -285,6 +286,30 @@ impl PrivateRedis {
             .and_then(|v| v.trim().parse().ok())
             .expect("INFO stats has total_commands_processed")
     }
+}
+
+/// Start redis-server; `None` when it exits first (its port was taken).
+fn spawn_redis(args: &[String], port: u16, start: u32) -> Option<std::process::Child> {
+    let log = temp_path(&format!("redis-{port}-{start}.log"));
+    let mut child = std::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--save", ""])
+        .args(["--logfile", log.to_str().unwrap()])
+        .args(args)
+        .spawn()
+        .expect("redis-server (scripts/install-deps.sh installs it)");
+    for _ in 0..200 {
+        if child.try_wait().unwrap().is_some() {
+            return None;
+        }
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("Ready to accept connections") {
+            return Some(child);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 impl Drop for PrivateRedis {
