@@ -11,29 +11,40 @@ export AWS_EC2_METADATA_DISABLED := "true"
 
 default: test
 
-# Install the tools, Redis and the S3 servers (idempotent).
+# Install the tools, Redis, the S3 servers and the Kubernetes pieces (idempotent).
 deps:
     scripts/install-deps.sh
+    scripts/install-kube.sh
 
 # Formatting and lints (warnings are errors).
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Every test, against real S3 servers and Redis started for the run.
-test: deps lint
-    scripts/with-test-servers.sh cargo test --workspace --no-fail-fast
+# Every test, against real S3 servers, Redis and a kube-apiserver started for the run.
+test: deps lint crds-check
+    BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo test --workspace --no-fail-fast
 
 # Only the tests whose name contains FILTER (servers started as for `test`).
 test-one FILTER: deps
-    scripts/with-test-servers.sh cargo test --workspace -- {{FILTER}}
+    BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo test --workspace -- {{FILTER}}
+
+# Write crds/ from the Rust types.
+crds:
+    cargo run -q -p bucketscan-operator --bin crdgen > crds/bucketscans.bucketscan.dev.yaml
+
+# Fail when crds/ does not match the Rust types.
+crds-check:
+    cargo run -q -p bucketscan-operator --bin crdgen | diff -u crds/bucketscans.bucketscan.dev.yaml - \
+      || { echo "crds/ is stale: run 'just crds'" >&2; exit 1; }
 
 # Release build of the binaries.
 build:
     cargo build --release --workspace
 
 # A real scan end to end: seed a bucket on a local S3 server and scan it.
-demo: deps build
+demo: build
+    scripts/install-deps.sh
     scripts/with-test-servers.sh scripts/demo.sh
 
 # Format the code.

@@ -17,6 +17,11 @@
 #              both `a` and `a/b`, nor keys with empty or `.`/`..` segments:
 #              keep odd-key tests on moto.
 #   redis      redis-server without persistence.
+#   etcd + kube-apiserver (only with BUCKETSCAN_TEST_KUBE=1)
+#              a real Kubernetes control plane without nodes (no kubelet,
+#              no controller-manager): objects are stored and validated,
+#              nothing runs pods. Clients authenticate with a static token
+#              of a member of system:masters.
 #
 # CMD sees:
 #   BUCKETSCAN_TEST_MOTO_ENDPOINT   http://127.0.0.1:PORT
@@ -24,6 +29,7 @@
 #   BUCKETSCAN_TEST_VGW_ACCESS_KEY  root access key of versitygw
 #   BUCKETSCAN_TEST_VGW_SECRET_KEY  root secret key (random for each run)
 #   BUCKETSCAN_TEST_REDIS_URL       redis://127.0.0.1:PORT
+#   BUCKETSCAN_TEST_KUBECONFIG      kubeconfig for the kube-apiserver (also KUBECONFIG)
 # Server logs are in the temporary directory while CMD runs; when a server
 # fails to start, the tail of its log is printed.
 
@@ -38,10 +44,13 @@ fi
 
 CACHE=${BUCKETSCAN_CACHE:-$HOME/.cache/bucketscan}
 BIN=$CACHE/bin
-for tool in "$BIN/moto_server" "$BIN/versitygw"; do
-  [ -x "$tool" ] || { echo "error: $tool missing; run scripts/install-deps.sh" >&2; exit 1; }
+KUBE=${BUCKETSCAN_TEST_KUBE:-0}
+tools=("$BIN/moto_server" "$BIN/versitygw")
+if [ "$KUBE" = 1 ]; then tools+=("$BIN/etcd" "$BIN/kube-apiserver" "$BIN/kubectl"); fi
+for tool in "${tools[@]}"; do
+  [ -x "$tool" ] || { echo "error: $tool missing; run scripts/install-deps.sh and scripts/install-kube.sh" >&2; exit 1; }
 done
-for tool in redis-server redis-cli curl python3; do
+for tool in redis-server redis-cli curl python3 openssl; do
   command -v "$tool" >/dev/null || { echo "error: $tool missing; run scripts/install-deps.sh" >&2; exit 1; }
 done
 
@@ -140,12 +149,61 @@ launch_redis() {
 }
 ready_redis() { [ "$(redis-cli -h 127.0.0.1 -p "$1" ping)" = PONG ]; }
 
+launch_etcd() {
+  local peer
+  peer=$(free_port)
+  exec "$BIN/etcd" --data-dir "$WORK/etcd" --name test \
+    --listen-client-urls "http://127.0.0.1:$1" --advertise-client-urls "http://127.0.0.1:$1" \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "test=http://127.0.0.1:$peer" --log-level warn
+}
+ready_etcd() { curl -sf "http://127.0.0.1:$1/health" | grep -q '"health":"true"'; }
+
+# kube-apiserver: serving certificate generated into --cert-dir, service
+# account keys from openssl, one static admin token. The endpoint reconciler
+# is off: with no nodes and a loopback address there is nothing to publish.
+KUBE_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+launch_apiserver() {
+  local dir=$WORK/apiserver
+  mkdir -p "$dir"
+  openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$dir/sa.key" -pubout -out "$dir/sa.pub" 2>/dev/null
+  echo "$KUBE_TOKEN,bucketscan-test,bucketscan-test,system:masters" > "$dir/tokens.csv"
+  exec "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --secure-port "$1" --advertise-address 127.0.0.1 \
+    --cert-dir "$dir/certs" --token-auth-file "$dir/tokens.csv" --authorization-mode RBAC \
+    --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/24 \
+    --endpoint-reconciler-type none --enable-priority-and-fairness=false
+}
+ready_apiserver() {
+  curl -sfk -H "Authorization: Bearer $KUBE_TOKEN" "https://127.0.0.1:$1/readyz" | grep -q ok
+}
+
 start_server moto
 MOTO_PORT=$PORT
 start_server versitygw
 VGW_PORT=$PORT
 start_server redis
 REDIS_PORT=$PORT
+servers="moto :$MOTO_PORT, versitygw :$VGW_PORT, redis :$REDIS_PORT"
+# A kubeconfig for the admin token, trusting the apiserver's own certificate.
+write_kubeconfig() {
+  printf '%s\n' "apiVersion: v1" "kind: Config" "clusters:" "- name: test" "  cluster:" \
+    "    server: https://127.0.0.1:$KUBE_PORT" \
+    "    certificate-authority: $WORK/apiserver/certs/apiserver.crt" \
+    "contexts:" "- name: test" "  context: {cluster: test, user: admin, namespace: default}" \
+    "current-context: test" "users:" "- name: admin" "  user: {token: $KUBE_TOKEN}" > "$1"
+}
+if [ "$KUBE" = 1 ]; then
+  start_server etcd
+  ETCD_PORT=$PORT
+  start_server apiserver
+  KUBE_PORT=$PORT
+  servers="$servers, etcd :$ETCD_PORT, kube-apiserver :$KUBE_PORT"
+  write_kubeconfig "$WORK/kubeconfig"
+  export BUCKETSCAN_TEST_KUBECONFIG=$WORK/kubeconfig KUBECONFIG=$WORK/kubeconfig
+fi
 
 export BUCKETSCAN_TEST_MOTO_ENDPOINT=http://127.0.0.1:$MOTO_PORT
 export BUCKETSCAN_TEST_VGW_ENDPOINT=http://127.0.0.1:$VGW_PORT
@@ -154,7 +212,7 @@ export BUCKETSCAN_TEST_VGW_SECRET_KEY=$VGW_SECRET
 export BUCKETSCAN_TEST_REDIS_URL=redis://127.0.0.1:$REDIS_PORT
 # Never let a test reach for instance metadata (a link-local address).
 export AWS_EC2_METADATA_DISABLED=true
-echo "test servers: moto :$MOTO_PORT, versitygw :$VGW_PORT, redis :$REDIS_PORT (logs in $WORK)" >&2
+echo "test servers: $servers (logs in $WORK)" >&2
 
 # CMD runs in the foreground so Ctrl-C reaches it directly.
 set +e

@@ -9,6 +9,7 @@ pub mod fasthead;
 pub mod head;
 pub mod merge;
 pub mod output;
+pub mod plan;
 pub mod planner;
 pub mod queue;
 pub mod record;

@@ -465,6 +465,12 @@ impl Queue {
         })
     }
 
+    /// How many shards the scan has (planned and split off).
+    pub async fn shard_count(&self) -> Result<u64, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.scard(self.keys.shards()).await?)
+    }
+
     /// The part keys a shard recorded, in order.
     pub async fn parts(&self, id: &str) -> Result<Vec<String>, QueueError> {
         let mut con = self.con.clone();

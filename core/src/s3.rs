@@ -79,13 +79,25 @@ pub struct ListPage {
 }
 
 impl S3 {
+    /// Clients with credentials from the standard AWS provider chain.
     pub async fn connect(endpoint: Endpoint) -> Result<Arc<S3>, S3Error> {
+        S3::connect_with(endpoint, None).await
+    }
+
+    /// Clients with the given static credentials (the operator's, read from a
+    /// Kubernetes Secret), or the standard chain when `None`.
+    pub async fn connect_with(
+        endpoint: Endpoint,
+        credentials: Option<aws_credential_types::Credentials>,
+    ) -> Result<Arc<S3>, S3Error> {
         let http_client = sdk_http_client(&endpoint)?;
-        let shared = aws_config::defaults(BehaviorVersion::latest())
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(endpoint.region.clone()))
-            .http_client(http_client)
-            .load()
-            .await;
+            .http_client(http_client);
+        if let Some(c) = credentials {
+            loader = loader.credentials_provider(c);
+        }
+        let shared = loader.load().await;
         let credentials = shared.credentials_provider().ok_or_else(|| {
             S3Error::Credentials(
                 "no AWS credentials provider configured (set AWS_ACCESS_KEY_ID and \

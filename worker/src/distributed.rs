@@ -5,10 +5,10 @@ use crate::{MergeArgs, PlanArgs, QueueArgs, RunArgs};
 use anyhow::{bail, Context};
 use bucketscan_core::engine::{Engine, EngineOptions};
 use bucketscan_core::head::HeadClient;
+use bucketscan_core::plan::plan_scan;
 use bucketscan_core::planner::PlanOptions;
 use bucketscan_core::queue::{Queue, RedisConfig};
 use bucketscan_core::run::{RunOptions, Runner};
-use bucketscan_core::scan::plan_bucket;
 use bucketscan_core::spec::ScanSpec;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -75,31 +75,17 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         max_failures: args.max_failures,
     };
     let s3 = args.source.endpoint.connect(64).await?;
-    s3.check_bucket(&spec.bucket)
-        .await
-        .with_context(|| format!("cannot list s3://{}", spec.bucket))?;
-    s3.check_bucket(&spec.output_bucket)
-        .await
-        .with_context(|| format!("cannot use output bucket s3://{}", spec.output_bucket))?;
-    let engine = engine_for(s3.clone(), HeadClient::Sdk(s3), &spec, 1, None);
     let opts = PlanOptions {
-        prefix: spec.prefix.clone(),
         delimiter: Some(args.delimiter.clone()).filter(|d| !d.is_empty()),
         target_shards: args.target_shards as usize,
         min_shard_objects: args.min_shard_objects,
         ..PlanOptions::default()
     };
-    let shards = plan_bucket(&engine, &opts).await.context("planning shards")?;
     let queue = args.queue.connect("planner", Duration::from_secs(30)).await?;
-    queue.set_spec(&spec).await?;
-    let added = queue
-        .enqueue(&shards.iter().map(|p| p.shard.clone()).collect::<Vec<_>>())
-        .await?;
+    let planned = plan_scan(&s3, &spec, &opts, &queue).await?;
     eprintln!(
         "planned scan {:?}: {} shards ({} new)",
-        args.queue.scan,
-        shards.len(),
-        added
+        args.queue.scan, planned.shards, planned.added
     );
     Ok(())
 }

@@ -358,7 +358,12 @@ async fn redis_carries_shards_not_keys() {
     let before = redis.commands_processed(&url);
     fleet.run_ok(&["plan", "--bucket", &bucket, "--output", &format!("s3://{out}/")]);
     let planned = redis.commands_processed(&url);
-    let mut worker = fleet.command(&["run", "--name", "solo"]).spawn().unwrap();
+    let log = std::fs::File::create(temp_path("ops-solo.log")).unwrap();
+    let mut worker = fleet
+        .command(&["run", "--name", "solo"])
+        .stderr(log)
+        .spawn()
+        .unwrap();
     assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
     let ran = redis.commands_processed(&url);
     let merged = fleet.run_ok(&["merge"]);

@@ -1,0 +1,286 @@
+//! The `BucketScan` custom resource. Doc comments become the schema's
+//! descriptions, which `kubectl explain bucketscan.spec...` shows; schema
+//! rules (required fields, ranges, patterns, CEL) make the API server refuse a
+//! bad spec with a readable message before the operator ever sees it.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "bucketscan.dev";
+
+/// Read the user metadata of every object in an S3 bucket into one JSON Lines file.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "bucketscan.dev",
+    version = "v1alpha1",
+    kind = "BucketScan",
+    plural = "bucketscans",
+    shortname = "bscan",
+    namespaced,
+    doc = "A scan of every object's user metadata in one S3 bucket, merged into one JSON Lines file. Create one per scan; its status shows progress, and the Complete condition is set when the result is ready.",
+    status = "BucketScanStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress"}"#,
+    printcolumn = r#"{"name":"Objects","type":"integer","jsonPath":".status.objects.scanned"}"#,
+    printcolumn = r#"{"name":"Rate","type":"string","jsonPath":".status.rate"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.source == oldSelf.source && self.output == oldSelf.output").message("source and output cannot change once a scan exists: create a new BucketScan"))]
+pub struct BucketScanSpec {
+    /// The bucket to scan and how to reach it.
+    pub source: Source,
+    /// Where the merged result (and, while the scan runs, its parts) go.
+    pub output: Output,
+    /// The worker pods.
+    #[serde(default)]
+    pub workers: Workers,
+    /// How the keyspace is cut into shards before the scan starts.
+    #[serde(default)]
+    pub sharding: Sharding,
+    /// Which objects go into the result.
+    #[serde(default)]
+    pub filters: Filters,
+    /// Ceiling on HEAD requests per second for the whole scan, shared by the
+    /// workers (protects a store that also serves other traffic). Unset: no
+    /// ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("maxRequestsPerSecond must be at least 1"))]
+    pub max_requests_per_second: Option<u32>,
+    /// Delete the BucketScan (and with it its Redis keys) this many seconds
+    /// after it completed or failed. Unset: keep it. The result stays in S3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("ttlSecondsAfterFinished must not be negative"))]
+    pub ttl_seconds_after_finished: Option<i64>,
+}
+
+/// The bucket to scan.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.insecureSkipTlsVerify) && self.insecureSkipTlsVerify && has(self.caSecret))").message("set either caSecret or insecureSkipTlsVerify, not both"))]
+pub struct Source {
+    /// S3 endpoint URL, such as http://10.0.0.5:9000 or https://s3.example.com.
+    /// Unset: AWS S3 in `region`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#\\\\s]+/?$')").message("endpoint must be http(s)://HOST[:PORT] without a path"))]
+    pub endpoint: Option<String>,
+    /// Region to sign requests for.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Bucket name.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$')").message("bucket must be a valid S3 bucket name: 3-63 lower-case letters, digits, dots and hyphens"))]
+    pub bucket: String,
+    /// Scan only keys that start with this prefix.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+    /// Path-style addressing (endpoint/bucket/key), which most stores other
+    /// than AWS need.
+    #[serde(default)]
+    pub path_style: bool,
+    /// Secret with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and
+    /// optionally AWS_SESSION_TOKEN). Unset: the pods' own identity (IRSA,
+    /// instance profile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<SecretReference>,
+    /// Secret holding a PEM CA bundle (key `ca.crt` unless `key` says
+    /// otherwise) that signed the endpoint's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<SecretKeyReference>,
+    /// Do not verify the endpoint's TLS certificate. For tests only.
+    #[serde(default)]
+    pub insecure_skip_tls_verify: bool,
+}
+
+fn default_region() -> String {
+    "us-east-1".into()
+}
+
+/// A Secret in the BucketScan's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct SecretReference {
+    /// Secret name.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')").message("name must be a valid Secret name"))]
+    pub name: String,
+}
+
+/// One key of a Secret in the BucketScan's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct SecretKeyReference {
+    /// Secret name.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')").message("name must be a valid Secret name"))]
+    pub name: String,
+    /// Key within the Secret.
+    #[serde(default = "default_ca_key")]
+    pub key: String,
+}
+
+fn default_ca_key() -> String {
+    "ca.crt".into()
+}
+
+/// Where the result goes: `s3://{bucket}/{prefix}result.jsonl[.gz]`, with
+/// `manifest.json` beside it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Output {
+    /// Bucket for the result, on the source's endpoint.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$')").message("bucket must be a valid S3 bucket name: 3-63 lower-case letters, digits, dots and hyphens"))]
+    pub bucket: String,
+    /// Key prefix for the result, such as `scans/photos/`. Unset: the scan's
+    /// namespace and name, `NAMESPACE/NAME/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Result format.
+    #[serde(default)]
+    pub format: Format,
+    /// Gzip the result.
+    #[serde(default)]
+    pub gzip: bool,
+}
+
+/// Result format.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// JSON Lines: one JSON object per object of the bucket.
+    #[default]
+    Jsonl,
+}
+
+/// The worker pods: a fixed number (`replicas`), or between `minReplicas` and
+/// `maxReplicas` following the work left.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.replicas) || (!has(self.minReplicas) && !has(self.maxReplicas))").message("set either replicas or minReplicas/maxReplicas, not both"))]
+#[x_kube(validation = Rule::new("!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas").message("minReplicas must not exceed maxReplicas"))]
+pub struct Workers {
+    /// A fixed number of workers. Default: 1 when no min/max is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 1000").message("replicas must be between 1 and 1000"))]
+    pub replicas: Option<i32>,
+    /// Autoscaling: never fewer workers than this while work is left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 1000").message("minReplicas must be between 1 and 1000"))]
+    pub min_replicas: Option<i32>,
+    /// Autoscaling: never more workers than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 1000").message("maxReplicas must be between 1 and 1000"))]
+    pub max_replicas: Option<i32>,
+    /// HEAD requests in flight per worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 10000").message("concurrency must be between 1 and 10000"))]
+    pub concurrency: Option<u32>,
+    /// CPU and memory of each worker container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Worker image (default: the operator's configured worker image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// How the keyspace is cut into shards before the scan starts. Idle workers
+/// split busy workers' shards while it runs, so this only sets the start.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Sharding {
+    /// Split at this character first, like directories (default `/`); empty
+    /// for key ranges only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delimiter: Option<String>,
+    /// Shards to plan (default 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100000").message("targetShards must be between 1 and 100000"))]
+    pub target_shards: Option<u32>,
+}
+
+/// Which objects go into the result.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Filters {
+    /// Keep only objects that have user metadata (errors are always kept).
+    #[serde(default)]
+    pub only_with_metadata: bool,
+}
+
+/// What the scan is doing.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Phase {
+    /// Accepted, not started.
+    #[default]
+    Pending,
+    /// Listing the bucket to cut it into shards.
+    Planning,
+    /// Workers are scanning shards.
+    Scanning,
+    /// Joining the parts into the result.
+    Merging,
+    /// The result is complete.
+    Complete,
+    /// Stopped for good; the Failed condition says why.
+    Failed,
+}
+
+/// The scan's progress as the operator last saw it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketScanStatus {
+    #[serde(default)]
+    pub phase: Phase,
+    /// Standard conditions: Planned, Complete, Failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Shards by state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardCounts>,
+    /// Objects seen so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects: Option<ObjectCounts>,
+    /// Share of shards done, such as `42%`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// Current HEAD rate of all workers, such as `12345/s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    /// Estimated time left, such as `3m20s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta: Option<String>,
+    /// The result, once complete: s3://BUCKET/PREFIXresult.jsonl[.gz].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Current worker replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<i32>,
+}
+
+/// Shards by state.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct ShardCounts {
+    pub total: u64,
+    pub pending: u64,
+    pub leased: u64,
+    pub done: u64,
+    pub dead: u64,
+}
+
+/// Objects seen so far (live counters: keys scanned again after a worker
+/// crash count twice; the manifest has exact counts).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectCounts {
+    /// Objects HEADed.
+    pub scanned: u64,
+    pub with_metadata: u64,
+    pub vanished: u64,
+    pub errors: u64,
+    pub bytes: u64,
+}

@@ -1,0 +1,532 @@
+//! Pure functions from a `BucketScan` (and the operator's settings) to the
+//! objects it should own: the worker Deployment, the merge Job and the Secret
+//! that hands the workers the Redis URL. No API calls here, so every rule is
+//! unit-tested.
+
+use crate::crd::{BucketScan, Workers};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext, PodSpec,
+    PodTemplateSpec, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+
+/// What the operator was started with that shapes every scan's objects.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Worker image when the scan does not name one.
+    pub worker_image: String,
+    pub image_pull_policy: Option<String>,
+    /// HEADs in flight per worker when the scan does not say.
+    pub default_concurrency: u32,
+    /// Seconds a worker's lease lasts (a dead worker's shard waits this long).
+    pub lease_secs: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            worker_image: "bucketscan-worker:latest".into(),
+            image_pull_policy: None,
+            default_concurrency: 256,
+            lease_secs: 30,
+        }
+    }
+}
+
+/// The scan's id in Redis: namespace, name and a piece of the uid, so a
+/// BucketScan deleted and created again under the same name starts afresh.
+/// Never holds `{` or `}` (the Redis hash tag delimiters).
+pub fn scan_id(scan: &BucketScan) -> String {
+    let uid = scan.uid().unwrap_or_default();
+    let short: String = uid.chars().filter(|c| *c != '-').take(8).collect();
+    format!(
+        "{}.{}.{}",
+        scan.namespace().unwrap_or_default(),
+        scan.name_any(),
+        short
+    )
+}
+
+/// Key prefix of the scan's output in its output bucket.
+pub fn output_prefix(scan: &BucketScan) -> String {
+    match &scan.spec.output.prefix {
+        Some(p) => p.clone(),
+        None => format!("{}/{}/", scan.namespace().unwrap_or_default(), scan.name_any()),
+    }
+}
+
+pub fn workers_name(scan: &BucketScan) -> String {
+    format!("{}-workers", scan.name_any())
+}
+
+pub fn merge_job_name(scan: &BucketScan) -> String {
+    format!("{}-merge", scan.name_any())
+}
+
+pub fn redis_secret_name(scan: &BucketScan) -> String {
+    format!("{}-redis", scan.name_any())
+}
+
+/// How many workers to run. `work_left` is pending + leased shards (`None`
+/// before the plan exists): no work left means no workers (a worker exits
+/// when the queue is drained; a Deployment would only restart it).
+pub fn desired_replicas(workers: &Workers, work_left: Option<u64>) -> i32 {
+    if work_left == Some(0) {
+        return 0;
+    }
+    let left = work_left.map(|n| n.min(i32::MAX as u64) as i32);
+    match (workers.replicas, workers.min_replicas, workers.max_replicas) {
+        (Some(fixed), _, _) => fixed,
+        (None, None, None) => 1,
+        (None, min, max) => {
+            let min = min.unwrap_or(1);
+            let max = max.unwrap_or(min.max(1_000));
+            left.unwrap_or(min).clamp(min, max.max(min))
+        }
+    }
+}
+
+/// Each worker's share of the scan's request ceiling. With autoscaling it is
+/// divided by the maximum, so the ceiling holds at any scale without
+/// restarting pods when the scale changes.
+pub fn per_worker_rate(scan: &BucketScan) -> Option<f64> {
+    let total = scan.spec.max_requests_per_second? as f64;
+    let w = &scan.spec.workers;
+    let divisor = w
+        .replicas
+        .or(w.max_replicas)
+        .or(w.min_replicas)
+        .unwrap_or(1)
+        .max(1);
+    Some(total / divisor as f64)
+}
+
+fn labels(scan: &BucketScan, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "bucketscan".to_string()),
+        ("app.kubernetes.io/component".to_string(), component.to_string()),
+        ("app.kubernetes.io/instance".to_string(), scan.name_any()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "bucketscan-operator".to_string(),
+        ),
+    ])
+}
+
+fn owned_meta(scan: &BucketScan, name: String, component: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: scan.namespace(),
+        labels: Some(labels(scan, component)),
+        owner_references: scan.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The Secret the pods read the Redis URL from (the URL may hold the Redis
+/// password, so it never goes into a pod spec or an argument).
+pub fn redis_secret(scan: &BucketScan, redis_url: &str, redis_ca: Option<&str>) -> Secret {
+    let mut data = BTreeMap::from([("url".to_string(), redis_url.to_string())]);
+    if let Some(ca) = redis_ca {
+        data.insert("ca.crt".to_string(), ca.to_string());
+    }
+    Secret {
+        metadata: owned_meta(scan, redis_secret_name(scan), "redis-credentials"),
+        string_data: Some(data),
+        ..Secret::default()
+    }
+}
+
+fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_string(),
+                key: key.to_string(),
+                optional: optional.then_some(true),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn plain_env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.to_string()),
+        ..EnvVar::default()
+    }
+}
+
+const SOURCE_CA_DIR: &str = "/etc/bucketscan/source-ca";
+const REDIS_CA_DIR: &str = "/etc/bucketscan/redis-ca";
+
+/// Arguments every worker command shares: the scan and how to reach the store.
+fn common_args(scan: &BucketScan, command: &str) -> Vec<String> {
+    let src = &scan.spec.source;
+    let mut args = vec![
+        command.to_string(),
+        "--scan".into(),
+        scan_id(scan),
+        "--region".into(),
+        src.region.clone(),
+    ];
+    if let Some(endpoint) = &src.endpoint {
+        args.extend(["--endpoint".into(), endpoint.clone()]);
+    }
+    if src.path_style {
+        args.push("--path-style".into());
+    }
+    if let Some(ca) = &src.ca_secret {
+        args.extend(["--ca-file".into(), format!("{SOURCE_CA_DIR}/{}", ca.key)]);
+    }
+    args
+}
+
+/// The pod both workers and the merge run in: the worker image, credentials
+/// from Secrets, restricted security settings.
+fn pod_spec(scan: &BucketScan, settings: &Settings, args: Vec<String>, redis_ca: bool) -> PodSpec {
+    let src = &scan.spec.source;
+    let mut env = vec![
+        secret_env("BUCKETSCAN_REDIS_URL", &redis_secret_name(scan), "url", false),
+        EnvVar {
+            name: "POD_NAME".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".into(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        },
+        plain_env("BUCKETSCAN_LOG", "info"),
+        plain_env(
+            "AWS_EC2_METADATA_DISABLED",
+            if src.credentials_secret.is_some() {
+                "true"
+            } else {
+                "false"
+            },
+        ),
+    ];
+    if let Some(creds) = &src.credentials_secret {
+        env.push(secret_env(
+            "AWS_ACCESS_KEY_ID",
+            &creds.name,
+            "AWS_ACCESS_KEY_ID",
+            false,
+        ));
+        env.push(secret_env(
+            "AWS_SECRET_ACCESS_KEY",
+            &creds.name,
+            "AWS_SECRET_ACCESS_KEY",
+            false,
+        ));
+        env.push(secret_env(
+            "AWS_SESSION_TOKEN",
+            &creds.name,
+            "AWS_SESSION_TOKEN",
+            true,
+        ));
+    }
+    let mut volumes = Vec::new();
+    let mut mounts = Vec::new();
+    if let Some(ca) = &src.ca_secret {
+        volumes.push(secret_volume("source-ca", &ca.name));
+        mounts.push(mount("source-ca", SOURCE_CA_DIR));
+    }
+    if redis_ca {
+        volumes.push(secret_volume("redis-ca", &redis_secret_name(scan)));
+        mounts.push(mount("redis-ca", REDIS_CA_DIR));
+        env.push(plain_env(
+            "BUCKETSCAN_REDIS_CA_FILE",
+            &format!("{REDIS_CA_DIR}/ca.crt"),
+        ));
+    }
+    PodSpec {
+        containers: vec![Container {
+            name: "worker".into(),
+            image: Some(
+                scan.spec
+                    .workers
+                    .image
+                    .clone()
+                    .unwrap_or_else(|| settings.worker_image.clone()),
+            ),
+            image_pull_policy: settings.image_pull_policy.clone(),
+            args: Some(args),
+            env: Some(env),
+            resources: scan.spec.workers.resources.clone(),
+            volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
+            security_context: Some(SecurityContext {
+                allow_privilege_escalation: Some(false),
+                read_only_root_filesystem: Some(true),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    ..Capabilities::default()
+                }),
+                ..SecurityContext::default()
+            }),
+            ..Container::default()
+        }],
+        volumes: Some(volumes).filter(|v| !v.is_empty()),
+        automount_service_account_token: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(65532),
+            run_as_group: Some(65532),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..SeccompProfile::default()
+            }),
+            ..PodSecurityContext::default()
+        }),
+        // SIGTERM: the worker checkpoints and releases its shard in seconds.
+        termination_grace_period_seconds: Some(30),
+        ..PodSpec::default()
+    }
+}
+
+fn secret_volume(name: &str, secret: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// The worker Deployment: `replicas` pods running `bucketscan-worker run`.
+pub fn worker_deployment(
+    scan: &BucketScan,
+    settings: &Settings,
+    replicas: i32,
+    redis_ca: bool,
+) -> Deployment {
+    let mut args = common_args(scan, "run");
+    let concurrency = scan
+        .spec
+        .workers
+        .concurrency
+        .unwrap_or(settings.default_concurrency);
+    args.extend([
+        "--concurrency".into(),
+        concurrency.to_string(),
+        "--lease-secs".into(),
+        settings.lease_secs.to_string(),
+        // The operator runs the reaper.
+        "--no-reap".into(),
+    ]);
+    if let Some(rate) = per_worker_rate(scan) {
+        args.extend(["--max-rate".into(), format!("{rate}")]);
+    }
+    let labels = labels(scan, "worker");
+    Deployment {
+        metadata: owned_meta(scan, workers_name(scan), "worker"),
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec(scan, settings, args, redis_ca)),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+/// The merge Job: one pod running `bucketscan-worker merge` (safe to run
+/// again, so the Job may retry).
+pub fn merge_job(scan: &BucketScan, settings: &Settings, redis_ca: bool) -> Job {
+    let labels = labels(scan, "merge");
+    let mut pod = pod_spec(scan, settings, common_args(scan, "merge"), redis_ca);
+    pod.restart_policy = Some("Never".into());
+    Job {
+        metadata: owned_meta(scan, merge_job_name(scan), "merge"),
+        spec: Some(JobSpec {
+            backoff_limit: Some(3),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{BucketScanSpec, Output, SecretKeyReference, SecretReference, Source};
+
+    fn scan(workers: Workers) -> BucketScan {
+        let mut scan = BucketScan::new(
+            "photos",
+            BucketScanSpec {
+                source: Source {
+                    endpoint: Some("http://10.0.0.5:9000".into()),
+                    region: "us-east-1".into(),
+                    bucket: "photos".into(),
+                    path_style: true,
+                    credentials_secret: Some(SecretReference { name: "s3".into() }),
+                    ..Source::default()
+                },
+                output: Output {
+                    bucket: "results".into(),
+                    ..Output::default()
+                },
+                workers,
+                sharding: Default::default(),
+                filters: Default::default(),
+                max_requests_per_second: None,
+                ttl_seconds_after_finished: None,
+            },
+        );
+        scan.metadata.namespace = Some("team-a".into());
+        scan.metadata.uid = Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into());
+        scan
+    }
+
+    #[test]
+    fn scan_ids_are_stable_and_free_of_hash_tag_braces() {
+        let s = scan(Workers::default());
+        assert_eq!(scan_id(&s), "team-a.photos.0f1e2d3c");
+        assert!(!scan_id(&s).contains(['{', '}']));
+        assert_eq!(output_prefix(&s), "team-a/photos/");
+    }
+
+    #[test]
+    fn replicas_follow_the_work_left_between_min_and_max() {
+        let auto = Workers {
+            min_replicas: Some(2),
+            max_replicas: Some(10),
+            ..Workers::default()
+        };
+        assert_eq!(desired_replicas(&auto, None), 2, "before the plan: the minimum");
+        assert_eq!(desired_replicas(&auto, Some(1)), 2);
+        assert_eq!(desired_replicas(&auto, Some(7)), 7);
+        assert_eq!(desired_replicas(&auto, Some(500)), 10);
+        assert_eq!(desired_replicas(&auto, Some(0)), 0, "drained: no workers");
+        let fixed = Workers {
+            replicas: Some(4),
+            ..Workers::default()
+        };
+        assert_eq!(desired_replicas(&fixed, Some(1)), 4);
+        assert_eq!(desired_replicas(&fixed, Some(0)), 0);
+        assert_eq!(desired_replicas(&Workers::default(), Some(9)), 1);
+    }
+
+    #[test]
+    fn the_rate_ceiling_is_shared_by_the_most_workers_there_can_be() {
+        let mut s = scan(Workers {
+            min_replicas: Some(1),
+            max_replicas: Some(8),
+            ..Workers::default()
+        });
+        assert_eq!(per_worker_rate(&s), None);
+        s.spec.max_requests_per_second = Some(40_000);
+        assert_eq!(per_worker_rate(&s), Some(5_000.0));
+    }
+
+    #[test]
+    fn worker_deployment_is_owned_restricted_and_carries_no_secret_values() {
+        let mut s = scan(Workers {
+            replicas: Some(3),
+            concurrency: Some(128),
+            ..Workers::default()
+        });
+        s.spec.source.ca_secret = Some(SecretKeyReference {
+            name: "store-ca".into(),
+            key: "ca.pem".into(),
+        });
+        let d = worker_deployment(&s, &Settings::default(), 3, true);
+        let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("BucketScan", "photos")
+        );
+        assert_eq!(owner.controller, Some(true));
+        let spec = d.spec.unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        let pod = spec.template.spec.unwrap();
+        let c = &pod.containers[0];
+        let args = c.args.as_ref().unwrap().join(" ");
+        assert!(
+            args.starts_with("run --scan team-a.photos.0f1e2d3c --region us-east-1 --endpoint http://10.0.0.5:9000 --path-style --ca-file /etc/bucketscan/source-ca/ca.pem"),
+            "{args}"
+        );
+        assert!(
+            args.contains("--concurrency 128") && args.contains("--no-reap"),
+            "{args}"
+        );
+        let env = c.env.as_ref().unwrap();
+        let from_secret = |name: &str| {
+            env.iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+                .map(|r| (r.name.clone(), r.key.clone()))
+        };
+        assert_eq!(
+            from_secret("BUCKETSCAN_REDIS_URL"),
+            Some(("photos-redis".into(), "url".into()))
+        );
+        assert_eq!(
+            from_secret("AWS_SECRET_ACCESS_KEY"),
+            Some(("s3".into(), "AWS_SECRET_ACCESS_KEY".into()))
+        );
+        assert!(env
+            .iter()
+            .all(|e| e.value.as_deref().is_none_or(|v| !v.contains("redis://"))));
+        let psc = pod.security_context.unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(pod.volumes.unwrap().len(), 2, "source CA and Redis CA");
+    }
+
+    #[test]
+    fn merge_job_runs_merge_once_per_scan() {
+        let s = scan(Workers::default());
+        let job = merge_job(&s, &Settings::default(), false);
+        assert_eq!(job.metadata.name.as_deref(), Some("photos-merge"));
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            pod.containers[0].args.as_ref().unwrap()[..3],
+            ["merge", "--scan", "team-a.photos.0f1e2d3c"]
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! bucketscan's Kubernetes operator: the `BucketScan` resource and the
+//! controller that plans a scan into Redis, runs worker pods, merges the
+//! result and reports progress in the resource's status.
+
+pub mod controller;
+pub mod crd;
+pub mod desired;
+pub mod status;

@@ -1,0 +1,189 @@
+//! Pure status arithmetic: progress, rate, ETA and standard conditions.
+
+use crate::crd::{ObjectCounts, ShardCounts};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub const PLANNED: &str = "Planned";
+pub const COMPLETE: &str = "Complete";
+pub const FAILED: &str = "Failed";
+
+/// Share of shards finished (done or dead), as `kubectl get` shows it.
+pub fn progress(shards: &ShardCounts) -> String {
+    if shards.total == 0 {
+        return "0%".into();
+    }
+    let finished = shards.done + shards.dead;
+    format!("{}%", finished * 100 / shards.total)
+}
+
+/// Time left at the pace so far, from the share of shards finished: a rough
+/// guide (shards differ in size; live splitting makes more of them).
+pub fn eta(elapsed: Duration, shards: &ShardCounts) -> Option<String> {
+    let finished = shards.done + shards.dead;
+    if finished == 0 || shards.total == 0 || finished >= shards.total {
+        return None;
+    }
+    let fraction = finished as f64 / shards.total as f64;
+    let left = elapsed.as_secs_f64() * (1.0 - fraction) / fraction;
+    Some(human_duration(Duration::from_secs_f64(left)))
+}
+
+/// `3h5m`, `4m20s`, `12s`.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, min, sec) => format!("{min}m{sec}s"),
+        (h, min, _) => format!("{h}h{min}m"),
+    }
+}
+
+/// `12345/s`.
+pub fn rate(per_second: f64) -> String {
+    format!("{}/s", per_second.round() as u64)
+}
+
+/// The live counters from Redis, as status shows them.
+pub fn object_counts(counters: &BTreeMap<String, u64>) -> ObjectCounts {
+    let get = |k: &str| counters.get(k).copied().unwrap_or(0);
+    ObjectCounts {
+        scanned: get("heads"),
+        with_metadata: get("with_metadata"),
+        vanished: get("vanished"),
+        errors: get("errors"),
+        bytes: get("bytes"),
+    }
+}
+
+/// Set condition `type_`; its transition time moves only when its status
+/// does (the Kubernetes convention). Returns true when anything changed.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> bool {
+    let status = if status { "True" } else { "False" }.to_string();
+    let wanted = Condition {
+        type_: type_.to_string(),
+        status,
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) if c.status == wanted.status => {
+            let changed = c.reason != wanted.reason
+                || c.message != wanted.message
+                || c.observed_generation != generation;
+            c.reason = wanted.reason;
+            c.message = wanted.message;
+            c.observed_generation = generation;
+            changed
+        }
+        Some(c) => {
+            *c = wanted;
+            true
+        }
+        None => {
+            conditions.push(wanted);
+            true
+        }
+    }
+}
+
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shards(total: u64, done: u64, dead: u64) -> ShardCounts {
+        ShardCounts {
+            total,
+            done,
+            dead,
+            ..ShardCounts::default()
+        }
+    }
+
+    #[test]
+    fn progress_and_eta_follow_finished_shards() {
+        assert_eq!(progress(&shards(0, 0, 0)), "0%");
+        assert_eq!(progress(&shards(8, 3, 1)), "50%");
+        assert_eq!(
+            eta(Duration::from_secs(60), &shards(8, 0, 0)),
+            None,
+            "no pace yet"
+        );
+        assert_eq!(
+            eta(Duration::from_secs(60), &shards(8, 2, 0)).as_deref(),
+            Some("3m0s")
+        );
+        assert_eq!(eta(Duration::from_secs(60), &shards(8, 8, 0)), None, "finished");
+        assert_eq!(human_duration(Duration::from_secs(3 * 3600 + 5 * 60 + 9)), "3h5m");
+        assert_eq!(rate(12_344.6), "12345/s");
+    }
+
+    #[test]
+    fn a_condition_moves_its_transition_time_only_when_its_status_changes() {
+        let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap());
+        let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).unwrap());
+        let mut c = Vec::new();
+        assert!(set_condition(
+            &mut c,
+            COMPLETE,
+            false,
+            "Scanning",
+            "3 of 8 shards",
+            Some(1),
+            &t0
+        ));
+        assert!(set_condition(
+            &mut c,
+            COMPLETE,
+            false,
+            "Scanning",
+            "5 of 8 shards",
+            Some(1),
+            &t1
+        ));
+        assert_eq!(c[0].last_transition_time, t0, "same status: time kept");
+        assert!(!set_condition(
+            &mut c,
+            COMPLETE,
+            false,
+            "Scanning",
+            "5 of 8 shards",
+            Some(1),
+            &t1
+        ));
+        assert!(set_condition(
+            &mut c,
+            COMPLETE,
+            true,
+            "Merged",
+            "done",
+            Some(1),
+            &t1
+        ));
+        assert_eq!(c[0].last_transition_time, t1);
+        assert!(is_true(&c, COMPLETE) && !is_true(&c, FAILED));
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn counters_map_to_status_fields() {
+        let counters = BTreeMap::from([("heads".to_string(), 10), ("errors".to_string(), 2)]);
+        let o = object_counts(&counters);
+        assert_eq!((o.scanned, o.errors, o.with_metadata), (10, 2, 0));
+    }
+}
