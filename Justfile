@@ -31,7 +31,8 @@ test-one FILTER: deps
 
 # Write crds/ from the Rust types.
 crds:
-    cargo run -q -p bucketscan-operator --bin crdgen > crds/bucketscans.bucketscan.dev.yaml
+    cargo run -q -p bucketscan-operator --bin crdgen > crds/.new.yaml
+    mv crds/.new.yaml crds/bucketscans.bucketscan.dev.yaml
 
 # Fail when crds/ does not match the Rust types.
 crds-check:

@@ -74,16 +74,18 @@ impl Context {
     }
 }
 
-/// Run the controller until the process is told to stop.
-pub async fn run(ctx: Arc<Context>, concurrency: u16) {
-    let scans: Api<BucketScan> = Api::all(ctx.client.clone());
+/// Run the controller until the process is told to stop. `namespace`: watch
+/// only that one (a namespaced install), else all.
+pub async fn run(ctx: Arc<Context>, concurrency: u16, namespace: Option<&str>) {
+    let scans = watched::<BucketScan>(&ctx.client, namespace);
+    let (deployments, jobs) = (
+        watched::<Deployment>(&ctx.client, namespace),
+        watched::<Job>(&ctx.client, namespace),
+    );
     let config = kube::runtime::controller::Config::default().concurrency(concurrency);
     Controller::new(scans, watcher::Config::default())
-        .owns(
-            Api::<Deployment>::all(ctx.client.clone()),
-            watcher::Config::default(),
-        )
-        .owns(Api::<Job>::all(ctx.client.clone()), watcher::Config::default())
+        .owns(deployments, watcher::Config::default())
+        .owns(jobs, watcher::Config::default())
         .with_config(config)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
@@ -96,6 +98,16 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16) {
 }
 
 use futures::StreamExt;
+
+fn watched<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
 
 async fn reconcile(scan: Arc<BucketScan>, ctx: Arc<Context>) -> Result<Action, Error> {
     let api: Api<BucketScan> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
@@ -158,7 +170,7 @@ async fn observe(queue: &Queue) -> Result<Observed, Error> {
 
 async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     let mut st = scan.status.clone().unwrap_or_default();
-    let before = st.clone();
+    let mut before = st.clone();
     let generation = scan.metadata.generation;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     if matches!(st.phase, Phase::Complete | Phase::Failed) {
@@ -182,6 +194,7 @@ async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
         st.phase = Phase::Planning;
         st.start_time.get_or_insert(now.clone());
         write_status(ctx, scan, &before, &st).await?;
+        before = st.clone();
         match plan(scan, ctx, &queue).await {
             Ok(planned) => {
                 let msg = format!("{} shards", planned.shards);
@@ -428,7 +441,7 @@ async fn plan(
     let opts = PlanOptions {
         delimiter: Some(sharding.delimiter.clone().unwrap_or_else(|| "/".into())).filter(|d| !d.is_empty()),
         target_shards: sharding.target_shards.unwrap_or(64) as usize,
-        min_shard_objects: 10_000,
+        min_shard_objects: sharding.min_shard_objects.unwrap_or(10_000),
         ..PlanOptions::default()
     };
     Ok(plan_scan(&s3, &spec_of(scan), &opts, queue).await?)

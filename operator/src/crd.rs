@@ -194,6 +194,10 @@ pub struct Sharding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100000").message("targetShards must be between 1 and 100000"))]
     pub target_shards: Option<u32>,
+    /// Plan fewer, bigger shards rather than shards below this many objects
+    /// (default 10,000): each shard costs a few dozen Redis operations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_shard_objects: Option<u64>,
 }
 
 /// Which objects go into the result.

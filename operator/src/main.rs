@@ -1,11 +1,99 @@
-//! `bucketscan-operator`: the Kubernetes operator. Not built yet: the
-//! `BucketScan` CRD, the reconciler and the Helm chart come with the
-//! operator's own work item. Until then this binary says so and fails, so
-//! nothing can mistake it for a working operator.
+//! `bucketscan-operator`: watches BucketScan resources and runs them (see
+//! the `controller` module). Connects to the cluster from KUBECONFIG or, in a
+//! pod, its service account.
+
+use bucketscan_core::queue::RedisConfig;
+use bucketscan_operator::controller::{self, Context};
+use bucketscan_operator::desired::Settings;
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(version, about = "bucketscan Kubernetes operator")]
+struct Args {
+    /// Redis for every scan: redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or
+    /// rediss:// for TLS.
+    #[arg(long, env = "BUCKETSCAN_REDIS_URL", hide_env_values = true)]
+    redis: String,
+    /// PEM file of the CA that signed Redis's TLS certificate.
+    #[arg(long, env = "BUCKETSCAN_REDIS_CA_FILE")]
+    redis_ca_file: Option<std::path::PathBuf>,
+    /// Worker image for scans that do not name one.
+    #[arg(
+        long,
+        env = "BUCKETSCAN_WORKER_IMAGE",
+        default_value = "bucketscan-worker:0.1.0"
+    )]
+    worker_image: String,
+    /// Image pull policy of worker pods (Always, IfNotPresent, Never).
+    #[arg(long, env = "BUCKETSCAN_WORKER_PULL_POLICY")]
+    worker_pull_policy: Option<String>,
+    /// Seconds a worker's lease lasts.
+    #[arg(long, default_value_t = 30)]
+    lease_secs: u32,
+    /// BucketScans reconciled at the same time.
+    #[arg(long, default_value_t = 4)]
+    concurrency: u16,
+    /// Watch only this namespace (default: all).
+    #[arg(long, env = "BUCKETSCAN_NAMESPACE")]
+    namespace: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, env = "BUCKETSCAN_LOG_FORMAT", default_value = "text")]
+    log_format: String,
+}
 
 fn main() -> std::process::ExitCode {
-    eprintln!(
-        "error: bucketscan-operator is not implemented yet; use `bucketscan-worker scan` to scan a bucket in one process"
-    );
-    std::process::ExitCode::FAILURE
+    let args = Args::parse();
+    init_logging(&args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BUCKETSCAN_LOG")
+        .unwrap_or_else(|_| "info,kube_runtime=warn,aws_config=error".into());
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let ca_pem = match &args.redis_ca_file {
+        Some(path) => Some(
+            std::fs::read(path).with_context(|| format!("cannot read --redis-ca-file {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let redis = RedisConfig {
+        ca_pem,
+        ..RedisConfig::new(&args.redis)
+    };
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot reach the Kubernetes API (KUBECONFIG, or the pod's service account)")?;
+    let settings = Settings {
+        worker_image: args.worker_image,
+        image_pull_policy: args.worker_pull_policy,
+        lease_secs: args.lease_secs,
+        ..Settings::default()
+    };
+    let instance = std::env::var("POD_NAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()));
+    tracing::info!(instance, "bucketscan-operator starting");
+    let ctx = Context::new(client, settings, redis, instance);
+    controller::run(ctx, args.concurrency, args.namespace.as_deref()).await;
+    Ok(())
 }

@@ -3,64 +3,11 @@
 //! BucketScan is stored with its defaults, a bad one is refused with a message
 //! a person can act on, and `kubectl` shows the docs and columns.
 
+mod cluster;
+
 use bucketscan_operator::crd::BucketScan;
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use cluster::*;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
-use std::time::Duration;
-
-fn kubeconfig_path() -> String {
-    std::env::var("BUCKETSCAN_TEST_KUBECONFIG")
-        .expect("BUCKETSCAN_TEST_KUBECONFIG is not set: run the tests with `just test`")
-}
-
-async fn client() -> Client {
-    let kc = Kubeconfig::read_from(kubeconfig_path()).unwrap();
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
-/// Apply crds/ (as `kubectl apply` would) and wait until it is served.
-async fn install_crd(client: &Client) {
-    let yaml = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../crds/bucketscans.bucketscan.dev.yaml"
-    ))
-    .unwrap();
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        "bucketscans.bucketscan.dev",
-        &PatchParams::apply("bucketscan-test").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap();
-    for _ in 0..100 {
-        let got = api.get("bucketscans.bucketscan.dev").await.unwrap();
-        let established = got
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the CRD was not established");
-}
-
-async fn namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-    let _ = api.create(&PostParams::default(), &ns).await;
-}
 
 fn valid(name: &str) -> serde_json::Value {
     serde_json::json!({

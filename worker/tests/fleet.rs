@@ -21,7 +21,7 @@ struct Fleet {
 
 impl Fleet {
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bucketscan-worker"));
+        let mut cmd = Command::new(worker_bin());
         cmd.args(args)
             .args([
                 "--redis",

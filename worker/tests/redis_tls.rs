@@ -108,7 +108,7 @@ async fn a_scan_runs_over_tls_with_a_password_that_never_shows() {
     let url = format!("rediss://:{PASSWORD}@127.0.0.1:{}", redis.port);
     let ca = certs.join("ca.crt");
     let worker = |args: &[&str], url: &str, ca: Option<&Path>| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bucketscan-worker"));
+        let mut cmd = Command::new(worker_bin());
         cmd.args(args)
             .args(["--scan", "tls", "--endpoint", &s3.endpoint, "--path-style"])
             .env("BUCKETSCAN_REDIS_URL", url)

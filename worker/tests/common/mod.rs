@@ -127,7 +127,7 @@ impl Server {
     }
 
     pub fn worker_with_secret(&self, args: &[&str], secret: &str) -> Output {
-        std::process::Command::new(env!("CARGO_BIN_EXE_bucketscan-worker"))
+        std::process::Command::new(worker_bin())
             .args(args)
             .args(["--endpoint", &self.endpoint, "--path-style"])
             .env("AWS_ACCESS_KEY_ID", &self.access_key)
@@ -317,4 +317,21 @@ impl Drop for PrivateRedis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `bucketscan-worker` binary: Cargo names it for the worker's own tests;
+/// other packages' tests (the operator's) find it beside their own binary,
+/// built by the same `cargo test --workspace`.
+pub fn worker_bin() -> std::path::PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_bucketscan-worker") {
+        return path.into();
+    }
+    let deps = std::env::current_exe().unwrap();
+    let path = deps.parent().unwrap().parent().unwrap().join("bucketscan-worker");
+    assert!(
+        path.exists(),
+        "{} is missing: cargo build -p bucketscan-worker",
+        path.display()
+    );
+    path
 }

@@ -1,0 +1,62 @@
+//! Shared by the tests that talk to the kube-apiserver of the test ground
+//! (scripts/with-test-servers.sh with BUCKETSCAN_TEST_KUBE=1, as `just test`
+//! runs it).
+#![allow(dead_code)]
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use std::time::Duration;
+
+pub fn kubeconfig_path() -> String {
+    std::env::var("BUCKETSCAN_TEST_KUBECONFIG")
+        .expect("BUCKETSCAN_TEST_KUBECONFIG is not set: run the tests with `just test`")
+}
+
+pub async fn client() -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig_path()).unwrap();
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Apply crds/ (as `kubectl apply` would) and wait until it is served.
+pub async fn install_crd(client: &Client) {
+    let yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../crds/bucketscans.bucketscan.dev.yaml"
+    ))
+    .unwrap();
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "bucketscans.bucketscan.dev",
+        &PatchParams::apply("bucketscan-test").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    for _ in 0..100 {
+        let got = api.get("bucketscans.bucketscan.dev").await.unwrap();
+        let established = got
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the CRD was not established");
+}
+
+pub async fn namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    let _ = api.create(&PostParams::default(), &ns).await;
+}

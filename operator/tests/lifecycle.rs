@@ -1,0 +1,276 @@
+//! A BucketScan from `kubectl apply` to Complete and delete, with the real
+//! operator binary against the test ground's kube-apiserver, Redis and
+//! versitygw. There is no kubelet here, so the test itself runs what the
+//! pods would: `bucketscan-worker` with exactly the arguments and
+//! environment of the operator's Deployment and Job (Secrets resolved the
+//! way the kubelet would).
+
+mod cluster;
+#[path = "../../worker/tests/common/mod.rs"]
+mod common;
+
+use bucketscan_operator::crd::{BucketScan, Phase};
+use cluster::*;
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, Event, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::Client;
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NS: &str = "lifecycle";
+
+fn redis_url() -> String {
+    std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`")
+}
+
+fn start_operator(tag: &str) -> Child {
+    let log = std::fs::File::create(temp_path(&format!("operator-{tag}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .args(["--namespace", NS, "--lease-secs", "5"])
+        .env("KUBECONFIG", kubeconfig_path())
+        .env("BUCKETSCAN_REDIS_URL", redis_url())
+        .env("BUCKETSCAN_LOG", "info,bucketscan_operator=debug")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_for<T>(what: &str, secs: u64, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn phase(api: &Api<BucketScan>, name: &str) -> Option<Phase> {
+    api.get(name).await.ok()?.status.map(|s| s.phase)
+}
+
+/// Start the command a pod of `container` would run, resolving env values
+/// from Secrets like the kubelet does.
+async fn run_like_pod(client: &Client, container: &Container, pod: &str, extra: &[&str]) -> Child {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let mut cmd = Command::new(worker_bin());
+    cmd.args(container.args.clone().unwrap()).args(extra).env_clear();
+    cmd.env("PATH", std::env::var("PATH").unwrap());
+    for env in container.env.clone().unwrap_or_default() {
+        let value = match (&env.value, env.value_from.as_ref()) {
+            (Some(v), _) => Some(v.clone()),
+            (None, Some(from)) if from.field_ref.is_some() => Some(pod.to_string()),
+            (None, Some(from)) => {
+                let r = from.secret_key_ref.as_ref().unwrap();
+                let secret = secrets.get(&r.name).await.unwrap();
+                let data = secret.data.unwrap_or_default();
+                match data.get(&r.key) {
+                    Some(v) => Some(String::from_utf8(v.0.clone()).unwrap()),
+                    None => {
+                        assert_eq!(r.optional, Some(true), "{} has no key {}", r.name, r.key);
+                        None
+                    }
+                }
+            }
+            (None, None) => None,
+        };
+        if let Some(v) = value {
+            cmd.env(&env.name, v);
+        }
+    }
+    let log = std::fs::File::create(temp_path(&format!("{pod}.log"))).unwrap();
+    cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap()
+}
+
+fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "process did not exit in {secs} s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn redis_keys(scan_id: &str) -> Vec<String> {
+    let client = redis::Client::open(redis_url().as_str()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("KEYS")
+        .arg(format!("bs:{{{scan_id}}}:*"))
+        .query_async(&mut con)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_runs_from_apply_to_complete_and_delete() {
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let s3 = versitygw();
+    let bucket = s3.bucket("op").await;
+    let out = s3.bucket("op-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..3000)
+        .map(|i| (format!("p{}/{i:05}", i % 6), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let creds: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "s3"},
+        "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &creds).await.unwrap();
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let scan: BucketScan = serde_json::from_value(serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1",
+        "kind": "BucketScan",
+        "metadata": {"name": "photos"},
+        "spec": {
+            "source": {"endpoint": s3.endpoint, "bucket": bucket, "pathStyle": true,
+                       "credentialsSecret": {"name": "s3"}},
+            "output": {"bucket": out, "prefix": "scan/"},
+            "workers": {"minReplicas": 1, "maxReplicas": 3, "concurrency": 16},
+            "sharding": {"targetShards": 6, "minShardObjects": 300}
+        }
+    }))
+    .unwrap();
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+
+    let mut operator = start_operator("first");
+    wait_for("Scanning", 60, async || {
+        (phase(&scans, "photos").await == Some(Phase::Scanning)).then_some(())
+    })
+    .await;
+    let created = scans.get("photos").await.unwrap();
+    let scan_id = bucketscan_operator::desired::scan_id(&created);
+    let status = created.status.clone().unwrap();
+    assert!(status.shards.as_ref().unwrap().total >= 3, "{status:?}");
+    assert!(status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Planned" && c.status == "True"));
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let deployment = deployments.get("photos-workers").await.unwrap();
+    let owner = &deployment.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("BucketScan", "photos")
+    );
+    let replicas = deployment.spec.as_ref().unwrap().replicas.unwrap();
+    assert!(
+        (1..=3).contains(&replicas),
+        "replicas follow the shards left: {replicas}"
+    );
+    let container = deployment.spec.unwrap().template.spec.unwrap().containers[0].clone();
+
+    // Two "pods", paced so the operator restart lands mid-scan.
+    let pace = ["--max-rate", "250", "--part-objects", "200"];
+    let mut workers = vec![
+        run_like_pod(&client, &container, "photos-workers-a", &pace).await,
+        run_like_pod(&client, &container, "photos-workers-b", &pace).await,
+    ];
+    wait_for("progress", 60, async || {
+        let objects = scans.get("photos").await.ok()?.status?.objects?.scanned;
+        (objects >= 800).then_some(())
+    })
+    .await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+    let mut operator = start_operator("second");
+
+    for w in &mut workers {
+        assert!(wait_exit(w, 120).success(), "worker failed");
+    }
+    wait_for("Merging", 60, async || {
+        (phase(&scans, "photos").await == Some(Phase::Merging)).then_some(())
+    })
+    .await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let job = jobs.get("photos-merge").await.unwrap();
+    let merge_container = job.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let mut merge = run_like_pod(&client, &merge_container, "photos-merge-x", &[]).await;
+    assert!(wait_exit(&mut merge, 60).success(), "merge failed");
+
+    // `kubectl wait` is how a person or a pipeline waits for the result.
+    let waited = Command::new("kubectl")
+        .args([
+            "wait",
+            "--for=condition=Complete",
+            "bucketscan/photos",
+            "-n",
+            NS,
+            "--timeout=60s",
+        ])
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(
+        waited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    let done = scans.get("photos").await.unwrap().status.unwrap();
+    assert_eq!(done.phase, Phase::Complete);
+    assert_eq!(
+        done.output.as_deref(),
+        Some(format!("s3://{out}/scan/result.jsonl").as_str())
+    );
+    assert!(done.completion_time.is_some() && done.start_time.is_some());
+    assert_matches_seed(&parse_records(&s3.read(&out, "scan/result.jsonl").await), &seeded);
+    wait_for("workers removed", 30, async || {
+        deployments
+            .get_opt("photos-workers")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    for reason in ["Planned", "Merging", "Complete"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} event in {reasons:?}"
+        );
+    }
+
+    // Delete: the finalizer removes the Redis keys and the parts; the result stays.
+    assert!(!redis_keys(&scan_id).await.is_empty());
+    scans.delete("photos", &DeleteParams::default()).await.unwrap();
+    wait_for("deletion", 60, async || {
+        scans.get_opt("photos").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(redis_keys(&scan_id).await, Vec::<String>::new());
+    let parts = s3
+        .client()
+        .list_objects_v2()
+        .bucket(&out)
+        .prefix("scan/parts/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(parts.key_count(), Some(0));
+    assert!(!s3.read(&out, "scan/result.jsonl").await.is_empty());
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
