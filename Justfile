@@ -29,15 +29,18 @@ test: deps lint crds-check
 test-one FILTER: deps
     BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo test --workspace -- {{FILTER}}
 
-# Write crds/ from the Rust types.
+# Write crds/ (and the chart's copy) from the Rust types.
 crds:
     cargo run -q -p bucketscan-operator --bin crdgen > crds/.new.yaml
     mv crds/.new.yaml crds/bucketscans.bucketscan.dev.yaml
+    cp crds/bucketscans.bucketscan.dev.yaml charts/bucketscan/crds/
 
-# Fail when crds/ does not match the Rust types.
+# Fail when crds/ or the chart's copy does not match the Rust types.
 crds-check:
-    cargo run -q -p bucketscan-operator --bin crdgen | diff -u crds/bucketscans.bucketscan.dev.yaml - \
-      || { echo "crds/ is stale: run 'just crds'" >&2; exit 1; }
+    for f in crds charts/bucketscan/crds; do \
+      cargo run -q -p bucketscan-operator --bin crdgen | diff -u $f/bucketscans.bucketscan.dev.yaml - \
+        || { echo "$f is stale: run 'just crds'" >&2; exit 1; }; \
+    done
 
 # Release build of the binaries.
 build:

@@ -4,6 +4,7 @@
 
 use crate::crd::{BucketScan, BucketScanStatus, Phase, ShardCounts};
 use crate::desired::{self, Settings};
+use crate::metrics::{Metrics, ResultLabel, ScanLabels};
 use crate::status::{self, COMPLETE, FAILED, PLANNED};
 use bucketscan_core::merge::{delete_prefix, Manifest};
 use bucketscan_core::plan::{plan_scan, PlanError};
@@ -54,12 +55,19 @@ pub struct Context {
     pub settings: Settings,
     pub redis: RedisConfig,
     pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
     /// When each scan's status was last written.
     last_status: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
-    pub fn new(client: Client, settings: Settings, redis: RedisConfig, instance: String) -> Arc<Context> {
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        redis: RedisConfig,
+        instance: String,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Context> {
         let reporter = Reporter {
             controller: MANAGER.into(),
             instance: Some(instance),
@@ -69,6 +77,7 @@ impl Context {
             client,
             settings,
             redis,
+            metrics,
             last_status: Mutex::default(),
         })
     }
@@ -110,15 +119,31 @@ where
 }
 
 async fn reconcile(scan: Arc<BucketScan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
     let api: Api<BucketScan> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER, scan, |event| async {
+    let result = finalizer(&api, FINALIZER, scan, |event| async {
         match event {
             Finalizer::Apply(scan) => apply(&scan, &ctx).await,
             Finalizer::Cleanup(scan) => cleanup(&scan, &ctx).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .reconcile_seconds
+        .observe(started.elapsed().as_secs_f64());
+    let label = ResultLabel {
+        result: if result.is_ok() { "ok" } else { "error" }.into(),
+    };
+    ctx.metrics.reconciles.get_or_create(&label).inc();
+    result
+}
+
+fn scan_labels(scan: &BucketScan) -> ScanLabels {
+    ScanLabels {
+        namespace: scan.namespace().unwrap_or_default(),
+        scan: scan.name_any(),
+    }
 }
 
 fn error_policy(scan: Arc<BucketScan>, error: &Error, _ctx: Arc<Context>) -> Action {
@@ -226,6 +251,13 @@ async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     let replicas = desired::desired_replicas(&scan.spec.workers, Some(work_left));
     ensure_workers(scan, ctx, replicas).await?;
 
+    let labels = scan_labels(scan);
+    let m = &ctx.metrics;
+    m.scan_objects
+        .get_or_create(&labels)
+        .set(seen.counters.get("heads").copied().unwrap_or(0));
+    m.scan_rate.get_or_create(&labels).set(seen.rate.round() as u64);
+    m.scan_shards_left.get_or_create(&labels).set(work_left);
     st.shards = Some(seen.shards.clone());
     st.objects = Some(status::object_counts(&seen.counters));
     st.progress = Some(status::progress(&seen.shards));
@@ -533,6 +565,7 @@ async fn cleanup(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     }
     queue.delete_scan().await?;
     ctx.last_status.lock().expect("lock").remove(&key_of(scan));
+    ctx.metrics.forget_scan(&scan_labels(scan));
     Ok(Action::await_change())
 }
 

@@ -5,4 +5,6 @@
 pub mod controller;
 pub mod crd;
 pub mod desired;
+pub mod leader;
+pub mod metrics;
 pub mod status;

@@ -5,7 +5,11 @@
 use bucketscan_core::queue::RedisConfig;
 use bucketscan_operator::controller::{self, Context};
 use bucketscan_operator::desired::Settings;
+use bucketscan_operator::leader::LeaderElection;
+use bucketscan_operator::metrics::{self, Metrics};
 use clap::Parser;
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(version, about = "bucketscan Kubernetes operator")]
@@ -36,6 +40,16 @@ struct Args {
     /// Watch only this namespace (default: all).
     #[arg(long, env = "BUCKETSCAN_NAMESPACE")]
     namespace: Option<String>,
+    /// Where /metrics, /healthz and /readyz are served.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: std::net::SocketAddr,
+    /// Run leader election through a Lease in this namespace (several
+    /// replicas: one works). Unset: no election (a single replica).
+    #[arg(long, env = "BUCKETSCAN_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Seconds a leader's lease lasts without renewal.
+    #[arg(long, default_value_t = 15)]
+    leader_lease_secs: u64,
     /// Log format: text or json.
     #[arg(long, env = "BUCKETSCAN_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -93,7 +107,42 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()));
     tracing::info!(instance, "bucketscan-operator starting");
-    let ctx = Context::new(client, settings, redis, instance);
-    controller::run(ctx, args.concurrency, args.namespace.as_deref()).await;
-    Ok(())
+    let metrics = Arc::new(Metrics::default());
+    let server = tokio::spawn(metrics::serve(args.metrics_addr, metrics.clone()));
+
+    // Ready once both the API server and Redis answer.
+    client
+        .apiserver_version()
+        .await
+        .context("the Kubernetes API does not answer")?;
+    bucketscan_core::queue::Queue::connect(&redis, "operator-startup", &instance, Duration::from_secs(30))
+        .await
+        .context("cannot reach Redis")?;
+    metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+
+    let election = args.leader_election_namespace.as_deref().map(|ns| {
+        LeaderElection::new(
+            client.clone(),
+            ns,
+            "bucketscan-operator",
+            &instance,
+            Duration::from_secs(args.leader_lease_secs),
+        )
+    });
+    if let Some(election) = &election {
+        election.acquire().await;
+    }
+    metrics.leader.set(1);
+    let ctx = Context::new(client, settings, redis, instance, metrics);
+    let controller = controller::run(ctx, args.concurrency, args.namespace.as_deref());
+    tokio::select! {
+        _ = controller => Ok(()),
+        _ = async { election.as_ref().expect("checked").hold().await }, if election.is_some() => {
+            anyhow::bail!("lost the leader lease; exiting so that only one replica reconciles")
+        }
+        served = server => match served {
+            Ok(Err(e)) => Err(e).context(format!("cannot serve metrics on {}", args.metrics_addr)),
+            _ => Ok(()),
+        },
+    }
 }

@@ -30,7 +30,14 @@ fn redis_url() -> String {
 fn start_operator(tag: &str) -> Child {
     let log = std::fs::File::create(temp_path(&format!("operator-{tag}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .args(["--namespace", NS, "--lease-secs", "5"])
+        .args([
+            "--namespace",
+            NS,
+            "--lease-secs",
+            "5",
+            "--metrics-addr",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
         .env("KUBECONFIG", kubeconfig_path())
         .env("BUCKETSCAN_REDIS_URL", redis_url())
         .env("BUCKETSCAN_LOG", "info,bucketscan_operator=debug")

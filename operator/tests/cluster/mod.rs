@@ -60,3 +60,12 @@ pub async fn namespace(client: &Client, name: &str) {
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
     let _ = api.create(&PostParams::default(), &ns).await;
 }
+
+/// A port free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -1,0 +1,181 @@
+//! Two operator replicas against the test ground's kube-apiserver: one leads
+//! (holds the Lease, reconciles, says so in /metrics), the other stands by
+//! and takes over when the leader dies. A scan with bad input fails with a
+//! reason a person can act on, in its status and in an event.
+
+mod cluster;
+
+use bucketscan_operator::crd::{BucketScan, Phase};
+use cluster::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NS: &str = "leader";
+
+struct Replica {
+    name: String,
+    port: u16,
+    child: Child,
+}
+
+fn start(name: &str) -> Replica {
+    let port = free_port();
+    let log = std::fs::File::create(
+        std::env::temp_dir().join(format!("bucketscan-operator-{name}-{}.log", std::process::id())),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .args([
+            "--namespace",
+            NS,
+            "--leader-election-namespace",
+            NS,
+            "--leader-lease-secs",
+            "3",
+        ])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", kubeconfig_path())
+        .env("POD_NAME", name)
+        .env(
+            "BUCKETSCAN_REDIS_URL",
+            std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap(),
+        )
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Replica {
+        name: name.into(),
+        port,
+        child,
+    }
+}
+
+/// (status code, body) of GET http://127.0.0.1:port/path.
+async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        code,
+        text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
+    ))
+}
+
+fn leads(metrics: &str) -> bool {
+    metrics.lines().any(|l| l.trim() == "bucketscan_leader 1")
+}
+
+async fn eventually<T>(what: &str, secs: u64, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let mut a = start("replica-a");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut b = start("replica-b");
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let holder = eventually("a leader", 30, async || {
+        leases
+            .get_opt("bucketscan-operator")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+    })
+    .await;
+    let (leader, standby) = if holder == a.name {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    for r in [&*leader, &*standby] {
+        let port = r.port;
+        eventually("/readyz", 30, async || get(port, "/readyz").await.filter(|(code, _)| *code == 200)).await;
+    }
+    let metrics = get(leader.port, "/metrics").await.unwrap().1;
+    assert!(leads(&metrics), "{metrics}");
+    assert!(!leads(&get(standby.port, "/metrics").await.unwrap().1));
+
+    // Only the leader reconciles: a scan whose credentials Secret is missing
+    // fails, with the reason in status and in an event.
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let scan: BucketScan = serde_json::from_value(serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+        "metadata": {"name": "no-secret"},
+        "spec": {"source": {"bucket": "photos", "credentialsSecret": {"name": "missing-creds"}},
+                 "output": {"bucket": "results"}}
+    }))
+    .unwrap();
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+    let failed = eventually("Failed", 30, async || {
+        let st = scans.get("no-secret").await.ok()?.status?;
+        (st.phase == Phase::Failed).then_some(st)
+    })
+    .await;
+    let cond = failed.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(cond.reason, "InvalidSource");
+    assert!(
+        cond.message.contains("\"missing-creds\"") && cond.message.contains("does not exist"),
+        "{}",
+        cond.message
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let notes: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("InvalidSource"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(notes.iter().any(|n| n.contains("missing-creds")), "{notes:?}");
+    let metrics = get(leader.port, "/metrics").await.unwrap().1;
+    assert!(
+        metrics.contains("bucketscan_reconciles_total{result=\"ok\"}"),
+        "{metrics}"
+    );
+
+    // The leader dies; the standby takes the lease and leads.
+    leader.child.kill().unwrap();
+    leader.child.wait().unwrap();
+    let standby_name = standby.name.clone();
+    eventually("the standby to lead", 30, async || {
+        let h = leases
+            .get_opt("bucketscan-operator")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity?;
+        (h == standby_name).then_some(())
+    })
+    .await;
+    let port = standby.port;
+    eventually("leader metric", 10, async || {
+        leads(&get(port, "/metrics").await?.1).then_some(())
+    })
+    .await;
+    standby.child.kill().unwrap();
+    standby.child.wait().unwrap();
+}
