@@ -111,7 +111,10 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     };
     for r in [&*leader, &*standby] {
         let port = r.port;
-        eventually("/readyz", 30, async || get(port, "/readyz").await.filter(|(code, _)| *code == 200)).await;
+        eventually("/readyz", 30, async || {
+            get(port, "/readyz").await.filter(|(code, _)| *code == 200)
+        })
+        .await;
     }
     let metrics = get(leader.port, "/metrics").await.unwrap().1;
     assert!(leads(&metrics), "{metrics}");

@@ -1,0 +1,162 @@
+//! The Helm chart: `helm lint`, then every rendered manifest (several value
+//! sets) and the example BucketScan checked by kubeconform against schemas
+//! taken from the test ground's kube-apiserver (the CRD's included), and by
+//! the API server itself in a server-side dry run.
+
+mod cluster;
+
+use cluster::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(repo())
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-kube.sh installs it)"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{program} {args:?} failed:\n{text}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bucketscan-chart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Value sets that between them turn every template branch on.
+const VALUE_SETS: &[(&str, &[&str])] = &[
+    ("default", &[]),
+    (
+        "external-tls",
+        &[
+            "--set=redis.bundled=false",
+            "--set=redis.external.url=rediss://redis.example:6380",
+            "--set=redis.external.passwordSecret=redis-password",
+            "--set=redis.external.caSecret=redis-ca",
+        ],
+    ),
+    (
+        "namespaced",
+        &[
+            "--set=operator.watchOwnNamespace=true",
+            "--set=operator.replicas=2",
+            "--set=redis.persistence.enabled=true",
+            "--set=metrics.serviceMonitor.enabled=true",
+        ],
+    ),
+];
+
+#[tokio::test]
+async fn the_chart_lints_and_renders_valid_manifests() {
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, "chart-test").await;
+
+    run("helm", &["lint", "--strict", "charts/bucketscan"]);
+    let refused = Command::new("helm")
+        .args(["lint", "charts/bucketscan", "--set=redis.bundled=false"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "an external Redis without a URL must be refused"
+    );
+
+    let schemas = scratch("schemas");
+    let openapi = run("kubectl", &["get", "--raw", "/openapi/v2"]);
+    let mut convert = Command::new("python3")
+        .arg(repo().join("scripts/openapi-to-jsonschema.py"))
+        .arg(&schemas)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    convert
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(openapi.as_bytes())
+        .unwrap();
+    assert!(convert.wait().unwrap().success());
+    assert!(schemas.join("bucketscan-bucketscan-v1alpha1.json").exists());
+
+    let location = format!(
+        "{}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json",
+        schemas.display()
+    );
+    for (name, values) in VALUE_SETS {
+        let mut args = vec!["template", "bs", "charts/bucketscan", "--namespace", "chart-test"];
+        args.extend_from_slice(values);
+        let rendered = run("helm", &args);
+        let file = scratch(&format!("{name}.yaml"));
+        std::fs::write(&file, &rendered).unwrap();
+        // No ServiceMonitor schema here (its CRD belongs to prometheus-operator).
+        run(
+            "kubeconform",
+            &[
+                "-strict",
+                "-summary",
+                "-schema-location",
+                &location,
+                "-skip",
+                "ServiceMonitor",
+                file.to_str().unwrap(),
+            ],
+        );
+        let without_monitor: String = rendered
+            .split("\n---")
+            .filter(|doc| !doc.contains("kind: ServiceMonitor"))
+            .collect::<Vec<_>>()
+            .join("\n---");
+        let dry = scratch(&format!("{name}-dry.yaml"));
+        std::fs::write(&dry, without_monitor).unwrap();
+        run(
+            "kubectl",
+            &[
+                "apply",
+                "--dry-run=server",
+                "-n",
+                "chart-test",
+                "-f",
+                dry.to_str().unwrap(),
+            ],
+        );
+    }
+    let example = repo().join("examples/bucketscan.yaml");
+    run(
+        "kubeconform",
+        &[
+            "-strict",
+            "-schema-location",
+            &location,
+            example.to_str().unwrap(),
+        ],
+    );
+    run(
+        "kubectl",
+        &[
+            "apply",
+            "--dry-run=server",
+            "-n",
+            "chart-test",
+            "-f",
+            example.to_str().unwrap(),
+        ],
+    );
+}
