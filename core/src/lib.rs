@@ -13,6 +13,7 @@ pub mod plan;
 pub mod planner;
 pub mod queue;
 pub mod record;
+pub mod recovery;
 pub mod retry;
 pub mod run;
 pub mod s3;

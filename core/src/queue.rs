@@ -465,6 +465,47 @@ impl Queue {
         })
     }
 
+    /// Put back a finished shard from its record in S3 (after Redis lost the
+    /// scan), with its parts and counts, in one transaction.
+    pub async fn restore_done(
+        &self,
+        id: &str,
+        range: &Shard,
+        parts: &[String],
+        counts: &std::collections::BTreeMap<String, u64>,
+    ) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        let range = serde_json::to_string(range).expect("a shard serializes");
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(self.keys.shard(id))
+            .hset_multiple(
+                self.keys.shard(id),
+                &[
+                    ("range", range.as_str()),
+                    ("state", "done"),
+                    ("attempts", "1"),
+                    ("failures", "0"),
+                ],
+            )
+            .del(self.keys.parts(id))
+            .sadd(self.keys.shards(), id)
+            .sadd(self.keys.done(), id);
+        if !parts.is_empty() {
+            pipe.rpush(self.keys.parts(id), parts);
+        }
+        for (field, n) in counts {
+            pipe.hset(self.keys.shard(id), format!("n:{field}"), *n);
+        }
+        pipe.query_async::<()>(&mut con).await?;
+        Ok(())
+    }
+
+    /// One shard as the queue knows it.
+    pub async fn shard_record(&self, id: &str) -> Result<Option<ShardRecord>, QueueError> {
+        Ok(self.shard_records_of(vec![id.to_string()]).await?.pop())
+    }
+
     /// How many shards the scan has (planned and split off).
     pub async fn shard_count(&self) -> Result<u64, QueueError> {
         let mut con = self.con.clone();
@@ -556,6 +597,11 @@ impl Queue {
     pub async fn shard_records(&self) -> Result<Vec<ShardRecord>, QueueError> {
         let mut con = self.con.clone();
         let ids: Vec<String> = con.smembers(self.keys.shards()).await?;
+        self.shard_records_of(ids).await
+    }
+
+    async fn shard_records_of(&self, ids: Vec<String>) -> Result<Vec<ShardRecord>, QueueError> {
+        let mut con = self.con.clone();
         let mut pipe = redis::pipe();
         for id in &ids {
             pipe.hgetall(self.keys.shard(id));

@@ -14,6 +14,7 @@ use crate::output::{Destination, OutputOptions, RecordWriter};
 use crate::planner::{split_point, BucketLister};
 use crate::queue::{Commit, Finish, Lease, Queue, QueueError, Split};
 use crate::record::{Record, Status};
+use crate::recovery::{write_done, DoneRecord};
 use crate::shard::Shard;
 use crate::spec::ScanSpec;
 use std::sync::Arc;
@@ -192,6 +193,7 @@ impl Runner {
             match (recorded, scanned) {
                 (false, _) => Ended::Lost,
                 (true, Ok(_)) => {
+                    self.record_done(&lease, &owned).await?;
                     self.queue.finish(&lease, &Finish::Done).await?;
                     Ended::Done
                 }
@@ -208,6 +210,22 @@ impl Runner {
         };
         heartbeat.cancel();
         Ok(ended)
+    }
+
+    /// Leave the finished shard's record in S3, so a scan whose Redis state
+    /// is lost can be planned again without redoing it (see `recovery`).
+    async fn record_done(&self, lease: &Lease, owned: &Shard) -> Result<(), RunError> {
+        let Some(shard) = self.queue.shard_record(&lease.id).await? else {
+            return Ok(());
+        };
+        let record = DoneRecord {
+            id: lease.id.clone(),
+            range: owned.clone(),
+            parts: self.queue.parts(&lease.id).await?,
+            counts: shard.counts,
+        };
+        write_done(&self.engine.s3, &self.spec, &record).await?;
+        Ok(())
     }
 
     /// Give the upper half of what is left of `owned` to an idle worker.

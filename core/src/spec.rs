@@ -47,6 +47,11 @@ impl ScanSpec {
         )
     }
 
+    /// The record of a finished shard (see `recovery`).
+    pub fn done_key(&self, shard_id: &str) -> String {
+        format!("{}parts/{shard_id}/done.json", self.output_prefix)
+    }
+
     pub fn parts_prefix(&self) -> String {
         format!("{}parts/", self.output_prefix)
     }

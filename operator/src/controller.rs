@@ -10,6 +10,7 @@ use bucketscan_core::merge::{delete_prefix, Manifest};
 use bucketscan_core::plan::{plan_scan, PlanError};
 use bucketscan_core::planner::PlanOptions;
 use bucketscan_core::queue::{Queue, QueueError, RedisConfig};
+use bucketscan_core::recovery;
 use bucketscan_core::s3::{Endpoint, S3};
 use bucketscan_core::spec::ScanSpec;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -45,6 +46,8 @@ pub enum Error {
     S3(#[from] bucketscan_core::error::S3Error),
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    Recovery(#[from] bucketscan_core::recovery::RecoveryError),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
@@ -205,34 +208,25 @@ async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     let mut seen = observe(&queue).await?;
 
     if !seen.planned {
-        if status::is_true(&st.conditions, PLANNED) {
-            // Redis lost the scan (restarted without persistence): plan again.
-            publish(
-                ctx,
-                scan,
-                EventType::Warning,
-                "Replanning",
-                "the scan's state is gone from Redis; planning again",
-            )
-            .await;
-        }
+        // Planned before, yet Redis has nothing: it lost the scan (restarted
+        // without persistence). Finished shards come back from S3.
+        let replanning = status::is_true(&st.conditions, PLANNED);
         st.phase = Phase::Planning;
         st.start_time.get_or_insert(now.clone());
         write_status(ctx, scan, &before, &st).await?;
         before = st.clone();
-        match plan(scan, ctx, &queue).await {
-            Ok(planned) => {
-                let msg = format!("{} shards", planned.shards);
-                status::set_condition(
-                    &mut st.conditions,
-                    PLANNED,
-                    true,
-                    "Planned",
-                    &msg,
-                    generation,
-                    &now,
-                );
-                publish(ctx, scan, EventType::Normal, "Planned", &msg).await;
+        let planned = if replanning {
+            replan(scan, ctx, &queue).await
+        } else {
+            plan(scan, ctx, &queue)
+                .await
+                .map(|p| format!("{} shards", p.shards))
+        };
+        match planned {
+            Ok(msg) => {
+                let reason = if replanning { "Replanned" } else { "Planned" };
+                status::set_condition(&mut st.conditions, PLANNED, true, reason, &msg, generation, &now);
+                publish(ctx, scan, EventType::Normal, reason, &msg).await;
             }
             Err(
                 e @ (Error::Plan(PlanError::Source { .. })
@@ -477,6 +471,16 @@ async fn plan(
         ..PlanOptions::default()
     };
     Ok(plan_scan(&s3, &spec_of(scan), &opts, queue).await?)
+}
+
+/// Plan again after Redis lost the scan: finished shards are restored from
+/// their records in S3, only the rest is queued.
+async fn replan(scan: &BucketScan, ctx: &Context, queue: &Queue) -> Result<String, Error> {
+    let s3 = s3_for(scan, ctx).await?;
+    let (restored, queued) = recovery::replan(&s3, &spec_of(scan), queue).await?;
+    Ok(format!(
+        "Redis had lost the scan: {restored} finished shards restored from S3, {queued} ranges queued again"
+    ))
 }
 
 fn apply_params() -> PatchParams {

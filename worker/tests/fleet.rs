@@ -452,6 +452,95 @@ async fn a_redis_crash_and_restart_mid_scan_loses_nothing() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_shards() {
+    use bucketscan_core::queue::{Queue, RedisConfig};
+    use bucketscan_core::s3::{Endpoint, S3};
+    let redis = PrivateRedis::start();
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let s3 = versitygw();
+    let bucket = s3.bucket("lost").await;
+    let out = s3.bucket("lost-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..3000)
+        .map(|i| (format!("l{}/{i:05}", i % 6), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: url.clone(),
+        scan: "lost".into(),
+    };
+    let output = format!("s3://{out}/lost/");
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &output,
+        "--min-shard-objects",
+        "400",
+    ]);
+    let mut first = fleet.spawn_worker("first", &["--max-rate", "600"]);
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done: u64 = redis::cmd("SCARD")
+            .arg("bs:{lost}:done")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        if done >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no shard finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // Redis restarts empty.
+    redis::cmd("FLUSHALL").query_async::<()>(&mut con).await.unwrap();
+
+    let spec = bucketscan_core::spec::ScanSpec {
+        bucket: bucket.clone(),
+        prefix: String::new(),
+        output_bucket: out.clone(),
+        output_prefix: "lost/".into(),
+        gzip: false,
+        only_with_metadata: false,
+        max_failures: 5,
+    };
+    let endpoint = Endpoint {
+        url: Some(s3.endpoint.clone()),
+        region: "us-east-1".into(),
+        path_style: true,
+        ca_file: None,
+        pool_size: 8,
+    };
+    let creds = aws_credential_types::Credentials::new(&s3.access_key, &s3.secret_key, None, None, "test");
+    let client_s3 = S3::connect_with(endpoint, Some(creds)).await.unwrap();
+    let queue = Queue::connect(&RedisConfig::new(&url), "lost", "test", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let (restored, queued) = bucketscan_core::recovery::replan(&client_s3, &spec, &queue)
+        .await
+        .unwrap();
+    assert!(
+        restored >= 2 && queued >= 1,
+        "restored {restored}, queued {queued}"
+    );
+
+    let mut second = fleet.spawn_worker("second", &[]);
+    assert!(wait_exit(&mut second, Duration::from_secs(120)).success());
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(&parse_records(&s3.read(&out, "lost/result.jsonl").await), &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "lost/manifest.json").await).unwrap();
+    assert_eq!(manifest["counts"]["objects"], 3000, "{manifest}");
+    let rescanned = manifest["progress"]["heads"].as_u64().unwrap();
+    assert!(rescanned < 3000, "finished shards were scanned again: {manifest}");
+}
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;

@@ -1,0 +1,205 @@
+//! Surviving the loss of Redis's state (a Redis restarted without
+//! persistence): every finished shard also leaves a small record in S3, next
+//! to its parts. Planning again restores those shards as done, with their
+//! parts, and queues only the key ranges no record covers.
+
+use crate::error::S3Error;
+use crate::queue::{Queue, QueueError};
+use crate::s3::{ListRequest, S3};
+use crate::shard::{key_before, prefix_end, Shard};
+use crate::spec::ScanSpec;
+use aws_sdk_s3::primitives::ByteStream;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A finished shard as S3 remembers it: `{output_prefix}parts/{id}/done.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DoneRecord {
+    pub id: String,
+    /// The range the shard covered in the end (after any splits).
+    pub range: Shard,
+    /// Its recorded parts, in key order.
+    pub parts: Vec<String>,
+    /// Exact result counts of those parts.
+    pub counts: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    #[error(transparent)]
+    S3(#[from] S3Error),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("done record {key}: {source}")]
+    Corrupt { key: String, source: serde_json::Error },
+}
+
+pub async fn write_done(s3: &S3, spec: &ScanSpec, record: &DoneRecord) -> Result<(), S3Error> {
+    let body = serde_json::to_vec(record).expect("a done record serializes");
+    let (bucket, key) = (spec.output_bucket.as_str(), spec.done_key(&record.id));
+    s3.send_retried(bucket, || {
+        s3.sdk
+            .put_object()
+            .bucket(bucket)
+            .key(&key)
+            .content_type("application/json")
+            .body(ByteStream::from(body.clone()))
+            .send()
+    })
+    .await?;
+    Ok(())
+}
+
+/// Every done record under the scan's parts.
+pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, RecoveryError> {
+    let bucket = spec.output_bucket.as_str();
+    let mut req = ListRequest {
+        prefix: spec.parts_prefix(),
+        max_keys: 1000,
+        ..ListRequest::default()
+    };
+    let mut records = Vec::new();
+    loop {
+        let page = s3.list_page(bucket, &req).await?;
+        for object in page.objects.iter().filter(|o| o.key.ends_with("/done.json")) {
+            let got = s3
+                .send_retried(bucket, || {
+                    s3.sdk.get_object().bucket(bucket).key(&object.key).send()
+                })
+                .await?;
+            let body = got
+                .body
+                .collect()
+                .await
+                .map_err(|e| S3Error::Connection(format!("reading {}: {e}", object.key)))?;
+            records.push(serde_json::from_slice(&body.into_bytes()).map_err(|source| {
+                RecoveryError::Corrupt {
+                    key: object.key.clone(),
+                    source,
+                }
+            })?);
+        }
+        match page.next {
+            Some(token) => req.continuation = Some(token),
+            None => return Ok(records),
+        }
+    }
+}
+
+/// Exclusive bounds `(after, before)` of a shard's keys within the scan's
+/// prefix: a key `k` is in it when `after < k < before` (`None`: unbounded).
+fn bounds(shard: &Shard) -> (Option<String>, Option<String>) {
+    let after_prefix = key_before(&shard.prefix);
+    let after = match (&shard.start_after, after_prefix) {
+        (Some(a), Some(p)) => Some(a.clone().max(p)),
+        (a, p) => a.clone().or(p),
+    };
+    let before = match (&shard.end, prefix_end(&shard.prefix)) {
+        (Some(e), Some(p)) => Some(e.clone().min(p)),
+        (e, p) => e.clone().or(p),
+    };
+    (after, before)
+}
+
+/// The parts of the scan's keyspace (keys starting with `prefix`) that no
+/// shard in `covered` holds, as shards. `covered` must not overlap.
+pub fn uncovered(prefix: &str, covered: &[Shard]) -> Vec<Shard> {
+    let mut spans: Vec<(Option<String>, Option<String>)> = covered.iter().map(bounds).collect();
+    spans.sort();
+    let mut gaps = Vec::new();
+    // Keys after `cursor` (exclusive) are not yet known to be covered.
+    let mut cursor = key_before(prefix);
+    let scan_end = prefix_end(prefix);
+    for (after, before) in spans {
+        // The gap runs from just after `cursor` up to and including `after`.
+        if let Some(a) = &after {
+            if cursor.as_ref().is_none_or(|c| a > c) {
+                gaps.push(Shard {
+                    prefix: prefix.to_string(),
+                    start_after: cursor.clone(),
+                    end: Some(format!("{a}\0")),
+                });
+            }
+        }
+        match before {
+            // Keys from `before` on are not covered by this span.
+            Some(b) => cursor = key_before(&b).max(cursor),
+            None => return gaps,
+        }
+    }
+    // Nothing is left when the cursor is the last key before the scan's end.
+    let at_end = matches!((&cursor, &scan_end), (Some(c), Some(e)) if key_before(e).as_ref() == Some(c));
+    if !at_end {
+        gaps.push(Shard {
+            prefix: prefix.to_string(),
+            start_after: cursor,
+            end: scan_end,
+        });
+    }
+    gaps
+}
+
+/// Plan a scan whose Redis state is gone: restore every finished shard from
+/// its done record, queue the ranges none covers. Returns (restored, queued).
+pub async fn replan(s3: &S3, spec: &ScanSpec, queue: &Queue) -> Result<(usize, usize), RecoveryError> {
+    let done = read_done(s3, spec).await?;
+    for record in &done {
+        queue
+            .restore_done(&record.id, &record.range, &record.parts, &record.counts)
+            .await?;
+    }
+    let ranges: Vec<Shard> = done.iter().map(|r| r.range.clone()).collect();
+    let gaps = uncovered(&spec.prefix, &ranges);
+    queue.set_spec(spec).await?;
+    queue.enqueue(&gaps).await?;
+    Ok((done.len(), gaps.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Vec<String> {
+        let mut k: Vec<String> = (0..300).map(|i| format!("p/{:02}/{i:03}", i % 30)).collect();
+        k.extend([
+            "p/".into(),
+            "p/\u{1}".into(),
+            "p/zz".into(),
+            "q".into(),
+            "o".into(),
+        ]);
+        k
+    }
+
+    /// Every key under the prefix is in exactly one of done + gaps.
+    fn check(prefix: &str, done: &[Shard]) {
+        let gaps = uncovered(prefix, done);
+        for k in keys().iter().filter(|k| k.starts_with(prefix)) {
+            let owners = done.iter().chain(&gaps).filter(|s| s.contains(k)).count();
+            assert_eq!(
+                owners, 1,
+                "{k:?} is in {owners} shards; done {done:?}, gaps {gaps:?}"
+            );
+        }
+        for g in &gaps {
+            assert!(g.prefix == prefix, "{g:?}");
+        }
+    }
+
+    #[test]
+    fn the_gaps_and_the_done_shards_cover_the_keyspace_once() {
+        let whole = Shard::prefix("p/");
+        check("p/", &[]);
+        check("p/", std::slice::from_ref(&whole));
+        assert!(uncovered("p/", std::slice::from_ref(&whole)).is_empty());
+        let (low, high) = whole.split_after("p/10/100");
+        let (mid, top) = high.split_after("p/20/200");
+        check("p/", std::slice::from_ref(&low));
+        check("p/", std::slice::from_ref(&mid));
+        check("p/", std::slice::from_ref(&top));
+        check("p/", &[low.clone(), top.clone()]);
+        check("p/", &[Shard::prefix("p/05/"), Shard::prefix("p/25/"), mid]);
+        check("", &[Shard::prefix("p/"), Shard::prefix("q")]);
+        assert_eq!(uncovered("p/", &[low, high]), Vec::<Shard>::new());
+    }
+}
