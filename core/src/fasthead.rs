@@ -183,14 +183,14 @@ fn tls_config(endpoint: &Endpoint) -> Result<rustls::ClientConfig, S3Error> {
         // A broken system certificate is not a reason to refuse to start.
         let _ = roots.add(cert);
     }
-    if let Some(ca) = &endpoint.ca_file {
-        let certs = CertificateDer::pem_file_iter(ca)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| S3Error::Config(format!("cannot read CA file {}: {e}", ca.display())))?;
+    if let Some(pem) = &endpoint.ca_pem {
+        let certs = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| S3Error::Config(format!("cannot read the CA bundle: {e}")))?;
         for cert in certs {
             roots
                 .add(cert)
-                .map_err(|e| S3Error::Config(format!("bad certificate in {}: {e}", ca.display())))?;
+                .map_err(|e| S3Error::Config(format!("bad certificate in the CA bundle: {e}")))?;
         }
     }
     Ok(

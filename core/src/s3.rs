@@ -10,7 +10,6 @@ use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::types::EncodingType;
 use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +25,7 @@ pub struct Endpoint {
     /// Address buckets as `endpoint/bucket/key` instead of `bucket.endpoint/key`.
     pub path_style: bool,
     /// Extra PEM CA bundle to trust (private object stores).
-    pub ca_file: Option<PathBuf>,
+    pub ca_pem: Option<Vec<u8>>,
     /// Connections kept open per host; at least the number of requests in flight.
     pub pool_size: usize,
 }
@@ -239,10 +238,8 @@ fn sdk_http_client(
     endpoint: &Endpoint,
 ) -> Result<aws_smithy_runtime_api::client::http::SharedHttpClient, S3Error> {
     let mut trust = tls::TrustStore::default();
-    if let Some(ca) = &endpoint.ca_file {
-        let pem = std::fs::read(ca)
-            .map_err(|e| S3Error::Config(format!("cannot read CA file {}: {e}", ca.display())))?;
-        trust = trust.with_pem_certificate(pem);
+    if let Some(pem) = &endpoint.ca_pem {
+        trust = trust.with_pem_certificate(pem.clone());
     }
     let context = tls::TlsContext::builder()
         .with_trust_store(trust)

@@ -149,8 +149,11 @@ fn scan_labels(scan: &BucketScan) -> ScanLabels {
     }
 }
 
-fn error_policy(scan: Arc<BucketScan>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(scan: Arc<BucketScan>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(scan = %scan.name_any(), error = %error, "reconcile failed; retrying");
+    // The user sees it too (kubectl describe), not only the operator's log.
+    let note = format!("{error}; retrying in 10 s");
+    tokio::spawn(async move { publish(&ctx, &scan, EventType::Warning, "ReconcileError", &note).await });
     Action::requeue(Duration::from_secs(10))
 }
 
@@ -203,6 +206,9 @@ async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     if matches!(st.phase, Phase::Complete | Phase::Failed) {
         return finished(scan, ctx).await;
+    }
+    if let Err(message) = crate::validate::validate(scan) {
+        return fail(scan, ctx, st, "InvalidSpec", &message, &now).await;
     }
     let queue = Queue::connect(&ctx.redis, &desired::scan_id(scan), MANAGER, lease(ctx)).await?;
     let mut seen = observe(&queue).await?;
@@ -399,6 +405,26 @@ async fn finished(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
+/// One key of a Secret in the scan's namespace; a clear error when missing.
+async fn secret_value(
+    scan: &BucketScan,
+    ctx: &Context,
+    name: &str,
+    key: &str,
+    field: &str,
+) -> Result<Vec<u8>, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let secret = secrets
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| Error::Config(format!("Secret {name:?} ({field}) does not exist")))?;
+    secret
+        .data
+        .and_then(|mut d| d.remove(key))
+        .map(|v| v.0)
+        .ok_or_else(|| Error::Config(format!("Secret {name:?} ({field}) has no key {key:?}")))
+}
+
 /// The scan's S3 clients, with the credentials from its Secret.
 async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, Error> {
     let src = &scan.spec.source;
@@ -435,11 +461,15 @@ async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, Error> {
             ))
         }
     };
+    let ca_pem = match &src.ca_secret {
+        None => None,
+        Some(r) => Some(secret_value(scan, ctx, &r.name, &r.key, "spec.source.caSecret").await?),
+    };
     let endpoint = Endpoint {
         url: src.endpoint.clone(),
         region: src.region.clone(),
         path_style: src.path_style,
-        ca_file: None,
+        ca_pem,
         pool_size: 16,
     };
     Ok(S3::connect_with(endpoint, credentials).await?)

@@ -8,3 +8,4 @@ pub mod desired;
 pub mod leader;
 pub mod metrics;
 pub mod status;
+pub mod validate;

@@ -220,7 +220,13 @@ impl EndpointArgs {
             url: self.endpoint.clone(),
             region: self.region.clone(),
             path_style: self.path_style,
-            ca_file: self.ca_file.clone(),
+            ca_pem: match &self.ca_file {
+                Some(path) => Some(
+                    std::fs::read(path)
+                        .with_context(|| format!("cannot read --ca-file {}", path.display()))?,
+                ),
+                None => None,
+            },
             pool_size,
         })
         .await?)

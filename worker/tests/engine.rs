@@ -273,7 +273,7 @@ async fn transient_faults_are_retried_until_done() {
         url: Some(proxy.url.clone()),
         region: "us-east-1".into(),
         path_style: true,
-        ca_file: None,
+        ca_pem: None,
         pool_size: 16,
     })
     .await

@@ -514,7 +514,7 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
         url: Some(s3.endpoint.clone()),
         region: "us-east-1".into(),
         path_style: true,
-        ca_file: None,
+        ca_pem: None,
         pool_size: 8,
     };
     let creds = aws_credential_types::Credentials::new(&s3.access_key, &s3.secret_key, None, None, "test");

@@ -152,7 +152,7 @@ impl Server {
             url: Some(self.endpoint.clone()),
             region: "us-east-1".into(),
             path_style: true,
-            ca_file: None,
+            ca_pem: None,
             pool_size: 64,
         })
         .await
