@@ -16,8 +16,7 @@ use aws_credential_types::Credentials;
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::Empty;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::client::legacy::Client;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, RwLock};
@@ -54,7 +53,7 @@ pub struct HeadInfo {
 /// `None` when the object is gone (404).
 pub type HeadResult = Result<Option<HeadInfo>, S3Error>;
 
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
+type HttpsClient = Client<crate::http::HttpsConnector, Empty<Bytes>>;
 
 pub struct FastHead {
     client: HttpsClient,
@@ -76,19 +75,7 @@ impl FastHead {
             .authority()
             .ok_or_else(|| S3Error::Config(format!("endpoint {:?} has no host", endpoint.base_url())))?
             .to_string();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(Duration::from_secs(10)));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls_config(endpoint)?)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(endpoint.pool_size.max(8))
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
+        let client = crate::http::client(endpoint)?;
         Ok(FastHead {
             client,
             scheme,
@@ -174,32 +161,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
-}
-
-fn tls_config(endpoint: &Endpoint) -> Result<rustls::ClientConfig, S3Error> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer};
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        // A broken system certificate is not a reason to refuse to start.
-        let _ = roots.add(cert);
-    }
-    if let Some(pem) = &endpoint.ca_pem {
-        let certs = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| S3Error::Config(format!("cannot read the CA bundle: {e}")))?;
-        for cert in certs {
-            roots
-                .add(cert)
-                .map_err(|e| S3Error::Config(format!("bad certificate in the CA bundle: {e}")))?;
-        }
-    }
-    Ok(
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| S3Error::Config(format!("TLS setup: {e}")))?
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
 }
 
 /// `x-amz-date`, e.g. `20261122T195400Z`.

@@ -7,6 +7,7 @@ pub mod engine;
 pub mod error;
 pub mod fasthead;
 pub mod head;
+pub mod http;
 pub mod merge;
 pub mod output;
 pub mod plan;

@@ -8,7 +8,6 @@ use aws_config::{BehaviorVersion, Region};
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::types::EncodingType;
-use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -26,6 +25,8 @@ pub struct Endpoint {
     pub path_style: bool,
     /// Extra PEM CA bundle to trust (private object stores).
     pub ca_pem: Option<Vec<u8>>,
+    /// Skip TLS certificate verification (test stores only).
+    pub insecure: bool,
     /// Connections kept open per host; at least the number of requests in flight.
     pub pool_size: usize,
 }
@@ -232,24 +233,13 @@ impl S3 {
     }
 }
 
-/// The HTTP client the SDK uses: hyper 1 with rustls on ring, native roots plus
-/// an optional extra CA.
+/// The HTTP client the SDK uses: the same stack as the fast HEAD path.
 fn sdk_http_client(
     endpoint: &Endpoint,
 ) -> Result<aws_smithy_runtime_api::client::http::SharedHttpClient, S3Error> {
-    let mut trust = tls::TrustStore::default();
-    if let Some(pem) = &endpoint.ca_pem {
-        trust = trust.with_pem_certificate(pem.clone());
-    }
-    let context = tls::TlsContext::builder()
-        .with_trust_store(trust)
-        .build()
-        .map_err(|e| S3Error::Config(format!("TLS setup: {e}")))?;
-    Ok(aws_smithy_http_client::Builder::new()
-        .pool_max_idle_per_host(endpoint.pool_size.max(8))
-        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
-        .tls_context(context)
-        .build_https())
+    Ok(aws_smithy_runtime_api::client::http::SharedHttpClient::new(
+        crate::http::SdkHttpClient::new(endpoint)?,
+    ))
 }
 
 /// Turn an SDK error into ours, keeping the HTTP status and S3 error code.

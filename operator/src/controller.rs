@@ -470,6 +470,7 @@ async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, Error> {
         region: src.region.clone(),
         path_style: src.path_style,
         ca_pem,
+        insecure: src.insecure_skip_tls_verify,
         pool_size: 16,
     };
     Ok(S3::connect_with(endpoint, credentials).await?)

@@ -187,6 +187,9 @@ fn common_args(scan: &BucketScan, command: &str) -> Vec<String> {
     if let Some(ca) = &src.ca_secret {
         args.extend(["--ca-file".into(), format!("{SOURCE_CA_DIR}/{}", ca.key)]);
     }
+    if src.insecure_skip_tls_verify {
+        args.push("--insecure-skip-tls-verify".into());
+    }
     args
 }
 
@@ -515,6 +518,17 @@ mod tests {
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         assert_eq!(pod.automount_service_account_token, Some(false));
         assert_eq!(pod.volumes.unwrap().len(), 2, "source CA and Redis CA");
+    }
+
+    #[test]
+    fn insecure_tls_reaches_the_worker_command() {
+        let mut s = scan(Workers::default());
+        s.spec.source.insecure_skip_tls_verify = true;
+        let args = common_args(&s, "run");
+        assert!(
+            args.contains(&"--insecure-skip-tls-verify".to_string()),
+            "{args:?}"
+        );
     }
 
     #[test]

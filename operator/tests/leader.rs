@@ -21,12 +21,13 @@ struct Replica {
     child: Child,
 }
 
-fn start(name: &str) -> Replica {
+fn log_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("bucketscan-operator-{name}-{}.log", std::process::id()))
+}
+
+fn start(name: &str, log_format: &str) -> Replica {
     let port = free_port();
-    let log = std::fs::File::create(
-        std::env::temp_dir().join(format!("bucketscan-operator-{name}-{}.log", std::process::id())),
-    )
-    .unwrap();
+    let log = std::fs::File::create(log_path(name)).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
         .args([
             "--namespace",
@@ -36,7 +37,12 @@ fn start(name: &str) -> Replica {
             "--leader-lease-secs",
             "3",
         ])
-        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .args([
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--log-format",
+            log_format,
+        ])
         .env("KUBECONFIG", kubeconfig_path())
         .env("POD_NAME", name)
         .env(
@@ -90,9 +96,9 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     let client = client().await;
     install_crd(&client).await;
     namespace(&client, NS).await;
-    let mut a = start("replica-a");
+    let mut a = start("replica-a", "text");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let mut b = start("replica-b");
+    let mut b = start("replica-b", "json");
 
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let holder = eventually("a leader", 30, async || {
@@ -181,4 +187,15 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     .await;
     standby.child.kill().unwrap();
     standby.child.wait().unwrap();
+
+    // `--log-format json`: every line is one JSON object.
+    let json_log = std::fs::read_to_string(log_path("replica-b")).unwrap();
+    assert!(json_log.lines().count() > 0);
+    for line in json_log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+    }
 }

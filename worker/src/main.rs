@@ -66,6 +66,9 @@ struct EndpointArgs {
     /// Extra PEM CA certificate(s) to trust for the endpoint.
     #[arg(long)]
     ca_file: Option<PathBuf>,
+    /// Do not verify the endpoint's TLS certificate (test stores only).
+    #[arg(long, conflicts_with = "ca_file")]
+    insecure_skip_tls_verify: bool,
 }
 
 #[derive(Args)]
@@ -227,6 +230,7 @@ impl EndpointArgs {
                 ),
                 None => None,
             },
+            insecure: self.insecure_skip_tls_verify,
             pool_size,
         })
         .await?)

@@ -274,6 +274,7 @@ async fn transient_faults_are_retried_until_done() {
         region: "us-east-1".into(),
         path_style: true,
         ca_pem: None,
+        insecure: false,
         pool_size: 16,
     })
     .await

@@ -515,6 +515,7 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
         region: "us-east-1".into(),
         path_style: true,
         ca_pem: None,
+        insecure: false,
         pool_size: 8,
     };
     let creds = aws_credential_types::Credentials::new(&s3.access_key, &s3.secret_key, None, None, "test");
