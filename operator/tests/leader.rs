@@ -133,7 +133,7 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
         "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
         "metadata": {"name": "no-secret"},
         "spec": {"source": {"bucket": "photos", "credentialsSecret": {"name": "missing-creds"}},
-                 "output": {"bucket": "results"}}
+                 "output": {"bucket": "results"}, "ttlSecondsAfterFinished": 3}
     }))
     .unwrap();
     scans.create(&PostParams::default(), &scan).await.unwrap();
@@ -185,6 +185,13 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
         leads(&get(port, "/metrics").await?.1).then_some(())
     })
     .await;
+    // ttlSecondsAfterFinished: the failed scan is deleted 3 s after it ended
+    // (by whichever replica leads by then).
+    eventually("TTL deletion", 30, async || {
+        scans.get_opt("no-secret").await.ok()?.is_none().then_some(())
+    })
+    .await;
+
     standby.child.kill().unwrap();
     standby.child.wait().unwrap();
 

@@ -195,6 +195,36 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     operator.wait().unwrap();
     let mut operator = start_operator("second");
 
+    // Redis loses the scan (a restart without persistence) once some shards
+    // are done: the operator plans again, restoring finished shards from S3.
+    wait_for("a finished shard", 60, async || {
+        let done = scans.get("photos").await.ok()?.status?.shards?.done;
+        (done >= 1).then_some(())
+    })
+    .await;
+    for w in &mut workers {
+        w.kill().unwrap();
+        w.wait().unwrap();
+    }
+    let keys = redis_keys(&scan_id).await;
+    let client_redis = redis::Client::open(redis_url().as_str()).unwrap();
+    let mut con = client_redis.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("DEL")
+        .arg(&keys)
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    let replanned = wait_for("Replanned", 60, async || {
+        let st = scans.get("photos").await.ok()?.status?;
+        let planned = st.conditions.iter().find(|c| c.type_ == "Planned")?;
+        (planned.reason == "Replanned").then(|| planned.message.clone())
+    })
+    .await;
+    assert!(!replanned.contains(" 0 finished shards restored"), "{replanned}");
+    let mut workers = vec![
+        run_like_pod(&client, &container, "photos-workers-c", &pace).await,
+        run_like_pod(&client, &container, "photos-workers-d", &pace).await,
+    ];
     for w in &mut workers {
         assert!(wait_exit(w, 120).success(), "worker failed");
     }
@@ -234,6 +264,13 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     );
     assert!(done.completion_time.is_some() && done.start_time.is_some());
     assert_matches_seed(&parse_records(&s3.read(&out, "scan/result.jsonl").await), &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "scan/manifest.json").await).unwrap();
+    assert_eq!(manifest["counts"]["objects"], 3000, "{manifest}");
+    assert!(
+        manifest["progress"]["heads"].as_u64().unwrap() < 3000,
+        "finished shards were not scanned again after the replan: {manifest}"
+    );
     wait_for("workers removed", 30, async || {
         deployments
             .get_opt("photos-workers")
