@@ -110,6 +110,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             reap: !args.no_reap,
             part_records: args.part_objects,
             part_age: Duration::from_secs(args.part_secs),
+            progress_every: Duration::from_millis(args.progress_ms),
             ..RunOptions::default()
         },
         stop,

@@ -177,6 +177,10 @@ struct RunArgs {
     /// Do not requeue expired leases (when the operator runs the reaper).
     #[arg(long)]
     no_reap: bool,
+    /// How often progress goes to Redis, in milliseconds (also how soon this
+    /// worker hears that an idle one wants a split).
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    progress_ms: u64,
 }
 
 #[derive(Args)]

@@ -3,6 +3,10 @@
 //! addresses in the environment.
 #![allow(dead_code)]
 
+#[path = "bin.rs"]
+mod bin;
+pub use bin::worker_bin;
+
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
 use bucketscan_core::record::Record;
@@ -318,23 +322,6 @@ impl Drop for PrivateRedis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The `bucketscan-worker` binary: Cargo names it for the worker's own tests;
-/// other packages' tests (the operator's) find it beside their own binary,
-/// built by the same `cargo test --workspace`.
-pub fn worker_bin() -> std::path::PathBuf {
-    if let Some(path) = option_env!("CARGO_BIN_EXE_bucketscan-worker") {
-        return path.into();
-    }
-    let deps = std::env::current_exe().unwrap();
-    let path = deps.parent().unwrap().parent().unwrap().join("bucketscan-worker");
-    assert!(
-        path.exists(),
-        "{} is missing: cargo build -p bucketscan-worker",
-        path.display()
-    );
-    path
 }
 
 /// A CA and a server certificate for 127.0.0.1 signed by it.

@@ -1,0 +1,280 @@
+//! A bucket of N objects that exists only as arithmetic: key `i` is a
+//! function of `i` that grows with `i`, so a listing is a walk over indexes
+//! and `StartAfter` or a skipped common prefix is a binary search. Nothing is
+//! stored, so N can be 10^9.
+
+use std::fmt::Write;
+
+/// How the keys are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Hex keys spread evenly over the 64-bit space, like hashed names.
+    Flat,
+    /// Directories: `DDDD/DDD/NNNNNNNNNNNN` (1,000 objects per leaf).
+    Nested,
+    /// 80 % under `hot/`, the rest over 100 `cold-NN/` prefixes.
+    Skewed,
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "flat" => Ok(Layout::Flat),
+            "nested" => Ok(Layout::Nested),
+            "skewed" => Ok(Layout::Skewed),
+            _ => Err(format!("unknown layout {s:?}: flat, nested or skewed")),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Keyspace {
+    pub objects: u64,
+    pub layout: Layout,
+}
+
+/// One object's HEAD answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Object {
+    pub size: u64,
+    pub etag: String,
+    /// User metadata (names without `x-amz-meta-`).
+    pub metadata: Vec<(&'static str, String)>,
+}
+
+/// One ListObjectsV2 page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    pub keys: Vec<(String, u64)>,
+    pub common_prefixes: Vec<String>,
+    /// Index to continue from, when truncated.
+    pub next: Option<u64>,
+}
+
+impl Keyspace {
+    /// The key of object `i` (`i < objects`); strictly increasing in `i`.
+    pub fn key(&self, i: u64) -> String {
+        let mut k = String::with_capacity(32);
+        match self.layout {
+            Layout::Flat => {
+                let step = u64::MAX / self.objects.max(1);
+                let _ = write!(k, "{:016x}", i * step);
+            }
+            Layout::Nested => {
+                let _ = write!(k, "{:04}/{:03}/{i:012}", i / 1_000_000, (i / 1_000) % 1_000);
+            }
+            Layout::Skewed => {
+                let hot = self.hot();
+                if i < hot {
+                    let _ = write!(k, "hot/{i:012}");
+                } else {
+                    let j = i - hot;
+                    let per = (self.objects - hot).div_ceil(100).max(1);
+                    let _ = write!(k, "z-cold-{:02}/{i:012}", j / per);
+                }
+            }
+        }
+        k
+    }
+
+    fn hot(&self) -> u64 {
+        self.objects * 4 / 5
+    }
+
+    /// The object of `key`, if the bucket has it.
+    pub fn index_of(&self, key: &str) -> Option<u64> {
+        let i = self.first_at_or_after(key);
+        (i < self.objects && self.key(i) == key).then_some(i)
+    }
+
+    /// The first index whose key is `>= bound`.
+    fn first_at_or_after(&self, bound: &str) -> u64 {
+        let (mut lo, mut hi) = (0, self.objects);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.key(mid).as_str() < bound {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// The first index whose key is `> bound`.
+    fn first_after(&self, bound: &str) -> u64 {
+        let i = self.first_at_or_after(bound);
+        if i < self.objects && self.key(i) == bound {
+            i + 1
+        } else {
+            i
+        }
+    }
+
+    pub fn head(&self, i: u64) -> Object {
+        let mut metadata = vec![("index", i.to_string()), ("team", format!("team-{}", i % 7))];
+        if i.is_multiple_of(3) {
+            metadata.push(("project", format!("p{}", i % 1_000)));
+        }
+        Object {
+            size: i % 4_096,
+            etag: format!(
+                "{:032x}",
+                (i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+            ),
+            metadata,
+        }
+    }
+
+    /// ListObjectsV2: keys starting with `prefix`, after `start_after` (or
+    /// from index `from`, a continuation), rolled up at `delimiter`.
+    pub fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        from: Option<u64>,
+        delimiter: Option<&str>,
+        max: usize,
+    ) -> Page {
+        let mut i = match from {
+            Some(i) => i,
+            None => {
+                let floor = self.first_at_or_after(prefix);
+                match start_after {
+                    Some(a) => floor.max(self.first_after(a)),
+                    None => floor,
+                }
+            }
+        };
+        let mut page = Page::default();
+        while i < self.objects {
+            if page.keys.len() + page.common_prefixes.len() == max {
+                page.next = Some(i);
+                break;
+            }
+            let key = self.key(i);
+            if !key.starts_with(prefix) {
+                break;
+            }
+            let rest = &key[prefix.len()..];
+            if let Some(pos) = delimiter
+                .filter(|d| !d.is_empty())
+                .and_then(|d| rest.find(d).map(|p| p + d.len()))
+            {
+                let common = key[..prefix.len() + pos].to_string();
+                i = self.first_at_or_after(&prefix_end(&common));
+                page.common_prefixes.push(common);
+                continue;
+            }
+            page.keys.push((key, self.head(i).size));
+            i += 1;
+        }
+        page
+    }
+}
+
+/// The smallest string above every string starting with `p` (the keys here
+/// are ASCII, so bumping the last byte is enough).
+fn prefix_end(p: &str) -> String {
+    let mut bytes = p.as_bytes().to_vec();
+    while let Some(last) = bytes.pop() {
+        if last < 0x7f {
+            bytes.push(last + 1);
+            return String::from_utf8(bytes).expect("ASCII");
+        }
+    }
+    "\u{7f}".repeat(p.len() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(ks: &Keyspace) -> Vec<String> {
+        (0..ks.objects).map(|i| ks.key(i)).collect()
+    }
+
+    #[test]
+    fn keys_grow_with_the_index_in_every_layout() {
+        for layout in [Layout::Flat, Layout::Nested, Layout::Skewed] {
+            let ks = Keyspace {
+                objects: 25_000,
+                layout,
+            };
+            let keys = all(&ks);
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "{layout:?}");
+            assert_eq!(ks.index_of(&keys[12_345]), Some(12_345));
+            assert_eq!(ks.index_of("nope"), None);
+        }
+        let skewed = Keyspace {
+            objects: 10_000,
+            layout: Layout::Skewed,
+        };
+        assert_eq!(
+            all(&skewed).iter().filter(|k| k.starts_with("hot/")).count(),
+            8_000
+        );
+    }
+
+    /// Listing equals a brute-force filter of all keys, page by page.
+    #[test]
+    fn listing_matches_a_model_of_s3() {
+        let ks = Keyspace {
+            objects: 3_500,
+            layout: Layout::Nested,
+        };
+        let keys = all(&ks);
+        for (prefix, start_after, delimiter) in [
+            ("", None, None),
+            ("0000/002/", None, None),
+            ("0000/", Some("0000/001/000000001500"), None),
+            ("", None, Some("/")),
+            ("0000/", None, Some("/")),
+            ("0000/00", Some("0000/001/"), Some("/")),
+        ] {
+            let mut want_keys = Vec::new();
+            let mut want_prefixes: Vec<String> = Vec::new();
+            for k in keys
+                .iter()
+                .filter(|k| k.starts_with(prefix) && start_after.is_none_or(|a| k.as_str() > a))
+            {
+                match delimiter.and_then(|d| {
+                    k[prefix.len()..]
+                        .find(d)
+                        .map(|p| k[..prefix.len() + p + d.len()].to_string())
+                }) {
+                    Some(cp) if want_prefixes.last() != Some(&cp) => want_prefixes.push(cp),
+                    Some(_) => {}
+                    None => want_keys.push(k.clone()),
+                }
+            }
+            let (mut got_keys, mut got_prefixes, mut from) = (Vec::new(), Vec::new(), None);
+            loop {
+                let page = ks.list(prefix, start_after, from, delimiter, 700);
+                got_keys.extend(page.keys.into_iter().map(|(k, _)| k));
+                got_prefixes.extend(page.common_prefixes);
+                match page.next {
+                    Some(n) => from = Some(n),
+                    None => break,
+                }
+            }
+            assert_eq!(got_keys, want_keys, "{prefix:?} {start_after:?} {delimiter:?}");
+            assert_eq!(
+                got_prefixes, want_prefixes,
+                "{prefix:?} {start_after:?} {delimiter:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_billion_objects_cost_nothing_to_list_deep_inside() {
+        let ks = Keyspace {
+            objects: 1_000_000_000,
+            layout: Layout::Flat,
+        };
+        let page = ks.list("", Some(&ks.key(777_777_777)), None, None, 1000);
+        assert_eq!(page.keys.len(), 1000);
+        assert_eq!(page.keys[0].0, ks.key(777_777_778));
+    }
+}

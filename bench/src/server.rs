@@ -1,0 +1,245 @@
+//! The synthetic S3 endpoint: one bucket, path-style requests, ListObjectsV2
+//! and HEAD Object answered from a [`Keyspace`] after a fixed latency (a
+//! timer, not CPU), optionally with a share of 503 SlowDown answers. Signed
+//! requests are accepted without checking the signature: this endpoint
+//! measures clients, the correctness tests use real S3 servers.
+
+use crate::keyspace::{Keyspace, Page};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub bucket: String,
+    pub keyspace: Keyspace,
+    /// Added to every answer, like a store's service time.
+    pub latency: Duration,
+    /// Share of requests answered 503 SlowDown (0 to 1).
+    pub slowdown: f64,
+}
+
+/// Requests served, by kind (for the benchmark's own bookkeeping).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub requests: AtomicU64,
+    pub lists: AtomicU64,
+    pub heads: AtomicU64,
+    pub slowdowns: AtomicU64,
+}
+
+const LAST_MODIFIED_HTTP: &str = "Mon, 02 Nov 2026 10:00:00 GMT";
+const LAST_MODIFIED_XML: &str = "2026-11-02T10:00:00.000Z";
+
+/// Serve on `listener` until the task is dropped.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    stats: Arc<Stats>,
+) -> std::io::Result<()> {
+    let config = Arc::new(config);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let (config, stats) = (config.clone(), stats.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let (config, stats) = (config.clone(), stats.clone());
+                async move { Ok::<_, std::convert::Infallible>(answer(&req, &config, &stats).await) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+async fn answer(
+    req: &Request<hyper::body::Incoming>,
+    config: &Config,
+    stats: &Stats,
+) -> Response<Full<Bytes>> {
+    if !config.latency.is_zero() {
+        tokio::time::sleep(config.latency).await;
+    }
+    let n = stats.requests.fetch_add(1, Ordering::Relaxed);
+    if config.slowdown > 0.0 && unit(n) < config.slowdown {
+        stats.slowdowns.fetch_add(1, Ordering::Relaxed);
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "SlowDown",
+            "Please reduce your request rate.",
+        );
+    }
+    let path = req.uri().path().trim_start_matches('/');
+    let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+    if bucket != config.bucket {
+        return error(
+            StatusCode::NOT_FOUND,
+            "NoSuchBucket",
+            "The specified bucket does not exist",
+        );
+    }
+    match (req.method(), key.is_empty()) {
+        (&Method::GET, true) => {
+            stats.lists.fetch_add(1, Ordering::Relaxed);
+            list(req, config)
+        }
+        (&Method::HEAD, true) => empty(StatusCode::OK),
+        (&Method::HEAD, false) => {
+            stats.heads.fetch_add(1, Ordering::Relaxed);
+            head(key, config)
+        }
+        _ => error(
+            StatusCode::NOT_IMPLEMENTED,
+            "NotImplemented",
+            "Only LIST and HEAD are served",
+        ),
+    }
+}
+
+/// A well-spread number in [0, 1) from a counter (deterministic SlowDowns).
+fn unit(n: u64) -> f64 {
+    let x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11;
+    x as f64 / (1u64 << 53) as f64
+}
+
+fn head(raw_key: &str, config: &Config) -> Response<Full<Bytes>> {
+    let key = percent_encoding::percent_decode_str(raw_key).decode_utf8_lossy();
+    let Some(i) = config.keyspace.index_of(&key) else {
+        return empty(StatusCode::NOT_FOUND);
+    };
+    let object = config.keyspace.head(i);
+    let mut resp = Response::builder()
+        .status(StatusCode::OK)
+        .header("content-length", object.size)
+        .header("etag", format!("\"{}\"", object.etag))
+        .header("last-modified", LAST_MODIFIED_HTTP)
+        .header("content-type", "application/octet-stream");
+    for (name, value) in &object.metadata {
+        resp = resp.header(format!("x-amz-meta-{name}"), value);
+    }
+    // A HEAD answer has no body; its content-length is the object's size.
+    resp.body(Full::new(Bytes::new())).expect("valid headers")
+}
+
+fn list(req: &Request<hyper::body::Incoming>, config: &Config) -> Response<Full<Bytes>> {
+    let query: HashMap<String, String> = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            let decode = |s: &str| {
+                percent_encoding::percent_decode_str(&s.replace('+', " "))
+                    .decode_utf8_lossy()
+                    .into_owned()
+            };
+            (decode(k), decode(v))
+        })
+        .collect();
+    let get = |k: &str| query.get(k).map(String::as_str);
+    let prefix = get("prefix").unwrap_or("");
+    let max = get("max-keys")
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(1000usize)
+        .clamp(1, 1000);
+    let from = match get("continuation-token") {
+        Some(token) => match token.parse() {
+            Ok(i) => Some(i),
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidArgument",
+                    "bad continuation token",
+                )
+            }
+        },
+        None => None,
+    };
+    let delimiter = get("delimiter").filter(|d| !d.is_empty());
+    let page = config
+        .keyspace
+        .list(prefix, get("start-after"), from, delimiter, max);
+    let body = list_xml(
+        &config.bucket,
+        prefix,
+        delimiter,
+        max,
+        get("encoding-type"),
+        &page,
+    );
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/xml")
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid headers")
+}
+
+fn list_xml(
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    max: usize,
+    encoding: Option<&str>,
+    page: &Page,
+) -> String {
+    // Generated keys are plain ASCII without XML specials; no escaping needed.
+    let mut x = String::with_capacity(200 + page.keys.len() * 220);
+    x.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
+    let _ = write!(
+        x,
+        "<Name>{bucket}</Name><Prefix>{prefix}</Prefix><MaxKeys>{max}</MaxKeys>"
+    );
+    let _ = write!(
+        x,
+        "<KeyCount>{}</KeyCount>",
+        page.keys.len() + page.common_prefixes.len()
+    );
+    if let Some(d) = delimiter {
+        let _ = write!(x, "<Delimiter>{d}</Delimiter>");
+    }
+    if let Some(e) = encoding {
+        let _ = write!(x, "<EncodingType>{e}</EncodingType>");
+    }
+    let _ = write!(x, "<IsTruncated>{}</IsTruncated>", page.next.is_some());
+    if let Some(next) = page.next {
+        let _ = write!(x, "<NextContinuationToken>{next}</NextContinuationToken>");
+    }
+    for (key, size) in &page.keys {
+        let _ = write!(
+            x,
+            "<Contents><Key>{key}</Key><LastModified>{LAST_MODIFIED_XML}</LastModified><ETag>&quot;00&quot;</ETag><Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>"
+        );
+    }
+    for p in &page.common_prefixes {
+        let _ = write!(x, "<CommonPrefixes><Prefix>{p}</Prefix></CommonPrefixes>");
+    }
+    x.push_str("</ListBucketResult>");
+    x
+}
+
+fn empty(status: StatusCode) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .body(Full::new(Bytes::new()))
+        .expect("valid")
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response<Full<Bytes>> {
+    let body = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message></Error>");
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/xml")
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid")
+}
