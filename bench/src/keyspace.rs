@@ -28,6 +28,27 @@ impl std::str::FromStr for Layout {
     }
 }
 
+/// The bucket both the endpoint and the clients that know its keys agree on.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BucketArgs {
+    #[arg(long, default_value = "synthetic")]
+    pub bucket: String,
+    #[arg(long, default_value_t = 100_000)]
+    pub objects: u64,
+    /// flat, nested or skewed
+    #[arg(long, default_value = "flat")]
+    pub layout: Layout,
+}
+
+impl BucketArgs {
+    pub fn keyspace(&self) -> Keyspace {
+        Keyspace {
+            objects: self.objects,
+            layout: self.layout,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Keyspace {
     pub objects: u64,

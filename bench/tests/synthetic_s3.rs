@@ -88,3 +88,32 @@ async fn slowdowns_are_retried_away() {
     assert!(records.values().all(|r| r["status"] == "ok"));
     assert!(stats.slowdowns.load(std::sync::atomic::Ordering::Relaxed) > 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bare_hyper_loop_heads_every_object() {
+    let keyspace = Keyspace {
+        objects: 3_000,
+        layout: Layout::Skewed,
+    };
+    let (url, stats) = endpoint(keyspace, 0.0).await;
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hyper-head-loop"))
+            .args([
+                &url,
+                "--objects",
+                "3000",
+                "--layout",
+                "skewed",
+                "--in-flight",
+                "32",
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["objects"], 3_000);
+    assert_eq!(stats.heads.load(std::sync::atomic::Ordering::Relaxed), 3_000);
+}

@@ -2,7 +2,7 @@
 //! `--objects` generated objects on `--listen`, each answer after
 //! `--latency-us` (default 1,000: an all-flash store's HEAD time).
 
-use bucketscan_bench::keyspace::{Keyspace, Layout};
+use bucketscan_bench::keyspace::BucketArgs;
 use bucketscan_bench::server::{serve, Config, Stats};
 use clap::Parser;
 use std::sync::Arc;
@@ -13,13 +13,8 @@ use std::time::Duration;
 struct Args {
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: std::net::SocketAddr,
-    #[arg(long, default_value = "synthetic")]
-    bucket: String,
-    #[arg(long, default_value_t = 100_000)]
-    objects: u64,
-    /// flat, nested or skewed
-    #[arg(long, default_value = "flat")]
-    layout: Layout,
+    #[command(flatten)]
+    bucket: BucketArgs,
     #[arg(long, default_value_t = 1_000)]
     latency_us: u64,
     /// Share of requests answered 503 SlowDown.
@@ -41,11 +36,8 @@ fn main() -> anyhow::Result<()> {
         // The benchmark reads the address from the first line.
         println!("listening on http://{}", listener.local_addr()?);
         let config = Config {
-            bucket: args.bucket,
-            keyspace: Keyspace {
-                objects: args.objects,
-                layout: args.layout,
-            },
+            keyspace: args.bucket.keyspace(),
+            bucket: args.bucket.bucket,
             latency: Duration::from_micros(args.latency_us),
             slowdown: args.slowdown,
         };
