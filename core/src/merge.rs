@@ -12,7 +12,6 @@ use crate::queue::{Queue, QueueError, ShardRecord};
 use crate::s3::S3;
 use crate::spec::ScanSpec;
 use crate::upload::{content_type, Upload};
-use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -120,16 +119,13 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         spec: spec.clone(),
     };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
-    let (bucket, key) = (spec.output_bucket.as_str(), spec.manifest_key());
-    s3.send_retried(bucket, || {
-        s3.sdk
-            .put_object()
-            .bucket(bucket)
-            .key(&key)
-            .content_type("application/json")
-            .body(ByteStream::from(json.clone()))
-            .send()
-    })
+    let bucket = spec.output_bucket.as_str();
+    s3.put(
+        bucket,
+        &spec.manifest_key(),
+        "application/json",
+        json.clone().into(),
+    )
     .await?;
     queue
         .set_meta_field("manifest", &String::from_utf8_lossy(&json))
@@ -230,24 +226,8 @@ impl Composer {
         if len == 0 {
             return Ok(Vec::new());
         }
-        let (s3, bucket) = (&self.s3, self.bucket.as_str());
         let range = format!("bytes={offset}-{}", offset + len - 1);
-        let got = s3
-            .send_retried(bucket, || {
-                s3.sdk
-                    .get_object()
-                    .bucket(bucket)
-                    .key(source)
-                    .range(&range)
-                    .send()
-            })
-            .await?;
-        let body = got
-            .body
-            .collect()
-            .await
-            .map_err(|e| S3Error::Connection(format!("reading {source}: {e}")))?;
-        Ok(body.into_bytes().to_vec())
+        self.s3.get(&self.bucket, source, Some(&range)).await
     }
 
     /// Returns the result's size.

@@ -81,7 +81,23 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
+/// A connection to Redis that reconnects and retries through outages; cheap
+/// to clone, shared by every [`Queue`] made [`on`](Queue::on) it.
+#[derive(Clone)]
+pub struct RedisConnection(PatientConnection);
+
 impl RedisConfig {
+    /// Connect (the first connection must succeed).
+    pub async fn connect(&self) -> Result<RedisConnection, QueueError> {
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(10)))
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let manager = redis::aio::ConnectionManager::new_with_config(self.client()?, config).await?;
+        Ok(RedisConnection(PatientConnection::new(manager, self.patience)))
+    }
+
     pub fn client(&self) -> Result<redis::Client, QueueError> {
         // rustls needs one process-wide crypto provider; the S3 clients use
         // ring too. Installing twice is harmless (the first one stays).
@@ -258,18 +274,18 @@ impl Queue {
         owner: &str,
         lease: Duration,
     ) -> Result<Queue, QueueError> {
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(Duration::from_secs(10)))
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(2));
-        let manager = redis::aio::ConnectionManager::new_with_config(redis.client()?, config).await?;
-        Ok(Queue {
-            con: PatientConnection::new(manager, redis.patience),
+        Ok(Queue::on(&redis.connect().await?, scan, owner, lease))
+    }
+
+    /// A queue over a connection the caller keeps (the operator shares one
+    /// across all scans instead of connecting per reconcile).
+    pub fn on(con: &RedisConnection, scan: &str, owner: &str, lease: Duration) -> Queue {
+        Queue {
+            con: con.0.clone(),
             keys: ScanKeys::new(scan),
             owner: owner.to_string(),
             lease,
-        })
+        }
     }
 
     pub fn keys(&self) -> &ScanKeys {

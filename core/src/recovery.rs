@@ -8,7 +8,6 @@ use crate::queue::{Queue, QueueError};
 use crate::s3::{ListRequest, S3};
 use crate::shard::{key_before, prefix_end, Shard};
 use crate::spec::ScanSpec;
-use aws_sdk_s3::primitives::ByteStream;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -36,18 +35,9 @@ pub enum RecoveryError {
 
 pub async fn write_done(s3: &S3, spec: &ScanSpec, record: &DoneRecord) -> Result<(), S3Error> {
     let body = serde_json::to_vec(record).expect("a done record serializes");
-    let (bucket, key) = (spec.output_bucket.as_str(), spec.done_key(&record.id));
-    s3.send_retried(bucket, || {
-        s3.sdk
-            .put_object()
-            .bucket(bucket)
-            .key(&key)
-            .content_type("application/json")
-            .body(ByteStream::from(body.clone()))
-            .send()
-    })
-    .await?;
-    Ok(())
+    let key = spec.done_key(&record.id);
+    s3.put(&spec.output_bucket, &key, "application/json", body.into())
+        .await
 }
 
 /// Every done record under the scan's parts.
@@ -62,22 +52,13 @@ pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, Reco
     loop {
         let page = s3.list_page(bucket, &req).await?;
         for object in page.objects.iter().filter(|o| o.key.ends_with("/done.json")) {
-            let got = s3
-                .send_retried(bucket, || {
-                    s3.sdk.get_object().bucket(bucket).key(&object.key).send()
-                })
-                .await?;
-            let body = got
-                .body
-                .collect()
-                .await
-                .map_err(|e| S3Error::Connection(format!("reading {}: {e}", object.key)))?;
-            records.push(serde_json::from_slice(&body.into_bytes()).map_err(|source| {
-                RecoveryError::Corrupt {
+            let body = s3.get(bucket, &object.key, None).await?;
+            records.push(
+                serde_json::from_slice(&body).map_err(|source| RecoveryError::Corrupt {
                     key: object.key.clone(),
                     source,
-                }
-            })?);
+                })?,
+            );
         }
         match page.next {
             Some(token) => req.continuation = Some(token),

@@ -206,6 +206,47 @@ impl S3 {
         })
     }
 
+    /// Write `body` as object `key`, in one retried PutObject.
+    pub async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: bytes::Bytes,
+    ) -> Result<(), S3Error> {
+        self.send_retried(bucket, || {
+            self.sdk
+                .put_object()
+                .bucket(bucket)
+                .key(key)
+                .content_type(content_type)
+                .body(aws_sdk_s3::primitives::ByteStream::from(body.clone()))
+                .send()
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The body of object `key`, or the bytes `range` of it (`bytes=A-B`).
+    pub async fn get(&self, bucket: &str, key: &str, range: Option<&str>) -> Result<Vec<u8>, S3Error> {
+        let got = self
+            .send_retried(bucket, || {
+                self.sdk
+                    .get_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .set_range(range.map(str::to_string))
+                    .send()
+            })
+            .await?;
+        let body = got
+            .body
+            .collect()
+            .await
+            .map_err(|e| S3Error::Connection(format!("reading {key}: {e}")))?;
+        Ok(body.into_bytes().to_vec())
+    }
+
     /// Send an SDK request under the shared retry policy, with its errors
     /// mapped to ours. `send` builds and sends the request again per attempt.
     pub async fn send_retried<T, E, F, Fut>(&self, bucket: &str, mut send: F) -> Result<T, S3Error>

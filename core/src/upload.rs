@@ -140,18 +140,7 @@ impl Upload {
     async fn complete_inner(&mut self, rest: Vec<u8>) -> Result<(), S3Error> {
         let (s3, bucket, key) = (self.s3.clone(), self.bucket.clone(), self.key.clone());
         if !self.is_multipart() {
-            let body = bytes::Bytes::from(rest);
-            s3.send_retried(&bucket, || {
-                s3.sdk
-                    .put_object()
-                    .bucket(&bucket)
-                    .key(&key)
-                    .content_type(self.content_type)
-                    .body(ByteStream::from(body.clone()))
-                    .send()
-            })
-            .await?;
-            return Ok(());
+            return s3.put(&bucket, &key, self.content_type, rest.into()).await;
         }
         if !rest.is_empty() {
             self.upload_part(rest).await?;

@@ -9,7 +9,7 @@ use crate::status::{self, COMPLETE, FAILED, PLANNED};
 use bucketscan_core::merge::{delete_prefix, Manifest};
 use bucketscan_core::plan::{plan_scan, PlanError};
 use bucketscan_core::planner::PlanOptions;
-use bucketscan_core::queue::{Queue, QueueError, RedisConfig};
+use bucketscan_core::queue::{Queue, QueueError, RedisConfig, RedisConnection};
 use bucketscan_core::recovery;
 use bucketscan_core::s3::{Endpoint, S3};
 use bucketscan_core::spec::ScanSpec;
@@ -56,7 +56,10 @@ pub enum Error {
 pub struct Context {
     pub client: Client,
     pub settings: Settings,
+    /// Where Redis is (the workers get it too).
     pub redis: RedisConfig,
+    /// One connection to it for every scan.
+    pub connection: RedisConnection,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     /// When each scan's status was last written.
@@ -68,6 +71,7 @@ impl Context {
         client: Client,
         settings: Settings,
         redis: RedisConfig,
+        connection: RedisConnection,
         instance: String,
         metrics: Arc<Metrics>,
     ) -> Arc<Context> {
@@ -80,6 +84,7 @@ impl Context {
             client,
             settings,
             redis,
+            connection,
             metrics,
             last_status: Mutex::default(),
         })
@@ -210,7 +215,7 @@ async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     if let Err(message) = crate::validate::validate(scan) {
         return fail(scan, ctx, st, "InvalidSpec", &message, &now).await;
     }
-    let queue = Queue::connect(&ctx.redis, &desired::scan_id(scan), MANAGER, lease(ctx)).await?;
+    let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
     let mut seen = observe(&queue).await?;
 
     if !seen.planned {
@@ -585,7 +590,7 @@ async fn merge_job_failure(scan: &BucketScan, ctx: &Context) -> Result<Option<St
 /// Delete: the scan's Redis keys and its parts in S3 go; the merged result
 /// (if any) stays.
 async fn cleanup(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
-    let queue = Queue::connect(&ctx.redis, &desired::scan_id(scan), MANAGER, lease(ctx)).await?;
+    let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
     match s3_for(scan, ctx).await {
         Ok(s3) => {
             let spec = spec_of(scan);

@@ -115,9 +115,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .apiserver_version()
         .await
         .context("the Kubernetes API does not answer")?;
-    bucketscan_core::queue::Queue::connect(&redis, "operator-startup", &instance, Duration::from_secs(30))
-        .await
-        .context("cannot reach Redis")?;
+    let connection = redis.connect().await.context("cannot reach Redis")?;
     metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
 
     let election = args.leader_election_namespace.as_deref().map(|ns| {
@@ -133,7 +131,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         election.acquire().await;
     }
     metrics.leader.set(1);
-    let ctx = Context::new(client, settings, redis, instance, metrics);
+    let ctx = Context::new(client, settings, redis, connection, instance, metrics);
     let controller = controller::run(ctx, args.concurrency, args.namespace.as_deref());
     tokio::select! {
         _ = controller => Ok(()),

@@ -11,7 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NS: &str = "leader";
 
@@ -78,17 +78,6 @@ async fn get(port: u16, path: &str) -> Option<(u16, String)> {
 
 fn leads(metrics: &str) -> bool {
     metrics.lines().any(|l| l.trim() == "bucketscan_leader 1")
-}
-
-async fn eventually<T>(what: &str, secs: u64, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NS: &str = "lifecycle";
 
@@ -45,17 +45,6 @@ fn start_operator(tag: &str) -> Child {
         .stderr(log)
         .spawn()
         .unwrap()
-}
-
-async fn wait_for<T>(what: &str, secs: u64, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn phase(api: &Api<BucketScan>, name: &str) -> Option<Phase> {
@@ -93,17 +82,6 @@ async fn run_like_pod(client: &Client, container: &Container, pod: &str, extra: 
     }
     let log = std::fs::File::create(temp_path(&format!("{pod}.log"))).unwrap();
     cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap()
-}
-
-fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "process did not exit in {secs} s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 async fn redis_keys(scan_id: &str) -> Vec<String> {
@@ -153,7 +131,7 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     scans.create(&PostParams::default(), &scan).await.unwrap();
 
     let mut operator = start_operator("first");
-    wait_for("Scanning", 60, async || {
+    eventually("Scanning", 60, async || {
         (phase(&scans, "photos").await == Some(Phase::Scanning)).then_some(())
     })
     .await;
@@ -186,7 +164,7 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
         run_like_pod(&client, &container, "photos-workers-a", &pace).await,
         run_like_pod(&client, &container, "photos-workers-b", &pace).await,
     ];
-    wait_for("progress", 60, async || {
+    eventually("progress", 60, async || {
         let objects = scans.get("photos").await.ok()?.status?.objects?.scanned;
         (objects >= 800).then_some(())
     })
@@ -197,7 +175,7 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
 
     // Redis loses the scan (a restart without persistence) once some shards
     // are done: the operator plans again, restoring finished shards from S3.
-    wait_for("a finished shard", 60, async || {
+    eventually("a finished shard", 60, async || {
         let done = scans.get("photos").await.ok()?.status?.shards?.done;
         (done >= 1).then_some(())
     })
@@ -214,7 +192,7 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
         .query_async::<()>(&mut con)
         .await
         .unwrap();
-    let replanned = wait_for("Replanned", 60, async || {
+    let replanned = eventually("Replanned", 60, async || {
         let st = scans.get("photos").await.ok()?.status?;
         let planned = st.conditions.iter().find(|c| c.type_ == "Planned")?;
         (planned.reason == "Replanned").then(|| planned.message.clone())
@@ -226,9 +204,9 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
         run_like_pod(&client, &container, "photos-workers-d", &pace).await,
     ];
     for w in &mut workers {
-        assert!(wait_exit(w, 120).success(), "worker failed");
+        assert!(wait_exit(w, Duration::from_secs(120)).success(), "worker failed");
     }
-    wait_for("Merging", 60, async || {
+    eventually("Merging", 60, async || {
         (phase(&scans, "photos").await == Some(Phase::Merging)).then_some(())
     })
     .await;
@@ -236,7 +214,10 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     let job = jobs.get("photos-merge").await.unwrap();
     let merge_container = job.spec.unwrap().template.spec.unwrap().containers[0].clone();
     let mut merge = run_like_pod(&client, &merge_container, "photos-merge-x", &[]).await;
-    assert!(wait_exit(&mut merge, 60).success(), "merge failed");
+    assert!(
+        wait_exit(&mut merge, Duration::from_secs(60)).success(),
+        "merge failed"
+    );
 
     // `kubectl wait` is how a person or a pipeline waits for the result.
     let waited = Command::new("kubectl")
@@ -271,7 +252,7 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
         manifest["progress"]["heads"].as_u64().unwrap() < 3000,
         "finished shards were not scanned again after the replan: {manifest}"
     );
-    wait_for("workers removed", 30, async || {
+    eventually("workers removed", 30, async || {
         deployments
             .get_opt("photos-workers")
             .await
@@ -300,20 +281,12 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     // Delete: the finalizer removes the Redis keys and the parts; the result stays.
     assert!(!redis_keys(&scan_id).await.is_empty());
     scans.delete("photos", &DeleteParams::default()).await.unwrap();
-    wait_for("deletion", 60, async || {
+    eventually("deletion", 60, async || {
         scans.get_opt("photos").await.unwrap().is_none().then_some(())
     })
     .await;
     assert_eq!(redis_keys(&scan_id).await, Vec::<String>::new());
-    let parts = s3
-        .client()
-        .list_objects_v2()
-        .bucket(&out)
-        .prefix("scan/parts/")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(parts.key_count(), Some(0));
+    assert_eq!(s3.key_count(&out, "scan/parts/").await, 0);
     assert!(!s3.read(&out, "scan/result.jsonl").await.is_empty());
     operator.kill().unwrap();
     operator.wait().unwrap();

@@ -66,14 +66,7 @@ async fn objects_deleted_between_list_and_head_are_vanished() {
     assert_eq!(page.objects.len(), 300);
     let deleted: Vec<String> = page.objects.iter().step_by(3).map(|o| o.key.clone()).collect();
     for key in &deleted {
-        server
-            .client()
-            .delete_object()
-            .bucket(&bucket)
-            .key(key)
-            .send()
-            .await
-            .unwrap();
+        server.delete(&bucket, key).await;
     }
     for kind in [HeadClientKind::Fast, HeadClientKind::Sdk] {
         let engine = engine(&s3, &bucket, kind);

@@ -106,17 +106,6 @@ impl Fleet {
     }
 }
 
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "worker did not exit within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// 20,000 objects, 80 % of them under one prefix; every fifth has metadata.
 fn skewed_bucket() -> BTreeMap<String, Seeded> {
     (0..20_000)
@@ -214,15 +203,11 @@ async fn fleet_survives_kill_stop_and_join_with_exact_output() {
     // killed worker's last unreported seconds are missing from it.
     let heads = manifest["progress"]["heads"].as_u64().unwrap();
     assert!((15_000..25_000).contains(&heads), "{manifest}");
-    let parts = s3
-        .client()
-        .list_objects_v2()
-        .bucket(&out)
-        .prefix("scan/parts/")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(parts.key_count(), Some(0), "parts are removed after the merge");
+    assert_eq!(
+        s3.key_count(&out, "scan/parts/").await,
+        0,
+        "parts are removed after the merge"
+    );
 
     // A second merge changes nothing.
     let again = fleet.run_ok(&["merge"]);
@@ -253,13 +238,7 @@ async fn a_shard_that_keeps_failing_is_dead_lettered_and_reported() {
     ]);
     // The bucket disappears after planning: every attempt fails.
     for key in seeded.keys() {
-        s3.client()
-            .delete_object()
-            .bucket(&bucket)
-            .key(key)
-            .send()
-            .await
-            .unwrap();
+        s3.delete(&bucket, key).await;
     }
     s3.client().delete_bucket().bucket(&bucket).send().await.unwrap();
 
@@ -342,7 +321,7 @@ async fn one_huge_shard_is_split_live_until_every_worker_is_busy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_carries_shards_not_keys() {
     let redis = PrivateRedis::start();
-    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let url = redis.url();
     let s3 = versitygw();
     let bucket = s3.bucket("ops").await;
     let out = s3.bucket("ops-out").await;
@@ -415,7 +394,7 @@ async fn a_redis_crash_and_restart_mid_scan_loses_nothing() {
     s3.seed(&bucket, &seeded).await;
     let fleet = Fleet {
         s3: s3.clone(),
-        redis: format!("redis://127.0.0.1:{}", redis.port),
+        redis: redis.url(),
         scan: "restart".into(),
     };
     let output = format!("s3://{out}/r/");
@@ -458,7 +437,7 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
     use bucketscan_core::queue::{Queue, RedisConfig};
     use bucketscan_core::s3::{Endpoint, S3};
     let redis = PrivateRedis::start();
-    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let url = redis.url();
     let s3 = versitygw();
     let bucket = s3.bucket("lost").await;
     let out = s3.bucket("lost-out").await;

@@ -69,3 +69,18 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Poll `probe` until it returns a value, at most `secs` seconds.
+pub async fn eventually<T>(what: &str, secs: u64, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -74,6 +74,29 @@ impl Server {
         aws_sdk_s3::Client::from_conf(conf)
     }
 
+    /// How many objects the bucket holds under `prefix` (up to 1,000).
+    pub async fn key_count(&self, bucket: &str, prefix: &str) -> i32 {
+        let page = self
+            .client()
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .unwrap();
+        page.key_count().unwrap_or(0)
+    }
+
+    pub async fn delete(&self, bucket: &str, key: &str) {
+        self.client()
+            .delete_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+    }
+
     /// The whole body of an object.
     pub async fn read(&self, bucket: &str, key: &str) -> Vec<u8> {
         let got = self
@@ -271,6 +294,11 @@ impl PrivateRedis {
         panic!("redis-server did not start")
     }
 
+    /// `redis://127.0.0.1:PORT` (for servers started without TLS).
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
     /// SIGKILL the server, keep it down for `down`, start it again on the
     /// same port with the same arguments (and whatever it persisted).
     pub fn crash_and_restart(&mut self, down: std::time::Duration) {
@@ -381,4 +409,19 @@ pub fn certificates(dir: &std::path::Path) -> std::path::PathBuf {
         "ext",
     ]);
     dir.to_path_buf()
+}
+
+/// Wait for a child process to exit, at most `within`.
+pub fn wait_exit(child: &mut std::process::Child, within: std::time::Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "worker did not exit within {within:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
