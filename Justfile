@@ -1,4 +1,5 @@
-# bucketscan tasks. `just test` runs every check and test; `just demo` a real scan.
+# bucketscan tasks. `just test` runs every check and test; `just demo` a real
+# scan on a real (local, single-node) Kubernetes cluster.
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
@@ -21,9 +22,22 @@ lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Every test, against real S3 servers, Redis and a kube-apiserver started for the run.
+# Every test: against real S3 servers, Redis and a kube-apiserver started for
+# the run, then the real-cluster end to end (stopped afterwards).
 test: deps lint crds-check
     BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo test --workspace --no-fail-fast
+    just build
+    E2E_DOWN=1 e2e/run.sh test
+
+# The real-cluster end to end: local cluster up (kept running), images,
+# helm install, a 20,000-object scan, then the chaos scan. E2E_CLUSTER=kind
+# runs it on a kind cluster instead (needs Docker; see e2e/README.md).
+e2e: deps build
+    e2e/run.sh test
+
+# Stop the local e2e cluster (`just cluster-down --purge` also deletes its state).
+cluster-down *ARGS:
+    e2e/cluster/down.sh {{ARGS}}
 
 # Only the tests whose name contains FILTER (servers started as for `test`).
 test-one FILTER: deps
@@ -44,12 +58,12 @@ crds-check:
 
 # Release build of the binaries.
 build:
-    cargo build --release --workspace
+    cargo build --release -p bucketscan-operator -p bucketscan-worker
 
-# A real scan end to end: seed a bucket on a local S3 server and scan it.
-demo: build
-    scripts/install-deps.sh
-    scripts/with-test-servers.sh scripts/demo.sh
+# A real scan end to end: a local Kubernetes cluster, the chart, a seeded
+# bucket, `kubectl apply -f e2e/bucketscan.yaml`, its status and result.
+demo: deps build
+    e2e/run.sh demo
 
 # Format the code.
 fmt:

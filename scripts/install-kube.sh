@@ -2,11 +2,14 @@
 # Build the Kubernetes pieces the tests use from the Go module proxy (no git
 # clone, no prebuilt downloads), into $BUCKETSCAN_CACHE/bin:
 #   etcd, kube-apiserver, kubectl   (a real control plane for the operator tests)
+#   kube-controller-manager, kube-scheduler, kubelet, kube-proxy
+#                                   (the node of the e2e cluster, e2e/cluster)
+#   coredns                         (cluster DNS of the e2e cluster)
 #   helm                            (chart lint and template)
 #   kubeconform                     (schema check of rendered manifests)
 # Idempotent: a binary of the pinned version is kept. A cold build takes about
-# 12 CPU-minutes for the Kubernetes binaries and 4 for helm; the Go caches
-# (~/go, ~/.cache/go-build) make a rebuild cheap.
+# 25 CPU-minutes for the Kubernetes binaries, 4 for helm and 3 for CoreDNS; the
+# Go caches (~/go, ~/.cache/go-build) make a rebuild cheap.
 #
 # How: Kubernetes' own module cannot be `go install`ed (its go.mod points its
 # k8s.io/* staging modules at ./staging). A small wrapper module requires
@@ -19,6 +22,7 @@ BIN=$CACHE/bin
 K8S_VERSION=v1.34.4
 HELM_VERSION=v4.3.1
 KUBECONFORM_VERSION=v0.7.0
+COREDNS_VERSION=v1.12.4
 mkdir -p "$BIN"
 
 say() { printf '%-10s %-28s %s\n' "$1" "$2" "$3"; }
@@ -27,8 +31,8 @@ stamp() { echo "$2" > "$BIN/.$1.version"; }
 
 command -v go >/dev/null || { echo "install-kube: go is missing (Debian: golang-go)" >&2; exit 1; }
 
-# --- etcd, kube-apiserver, kubectl ---------------------------------------------
-KUBE_BINS=(etcd kube-apiserver kubectl)
+# --- etcd and the Kubernetes commands -------------------------------------------
+KUBE_BINS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
 missing=()
 for b in "${KUBE_BINS[@]}"; do
   if [ ! -x "$BIN/$b" ] || [ "$(stamp_of "$b")" != "$K8S_VERSION" ]; then missing+=("$b"); fi
@@ -36,7 +40,8 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   WRAP=$CACHE/src/k8s-wrapper-$K8S_VERSION
   mkdir -p "$WRAP"
-  if [ ! -f "$WRAP/go.sum" ]; then
+  # The wrapper's imports name every command; a changed list needs a new tidy.
+  if [ ! -f "$WRAP/go.sum" ] || [ "$(cat "$WRAP/.commands" 2>/dev/null)" != "${KUBE_BINS[*]}" ]; then
     staging_version=v0.${K8S_VERSION#v1.}
     go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
     kube_mod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod
@@ -55,10 +60,15 @@ package tools
 import (
 	_ "go.etcd.io/etcd/server/v3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 EOF
-    (cd "$WRAP" && go mod tidy)
+    (cd "$WRAP" && rm -f go.sum && go mod tidy)
+    echo "${KUBE_BINS[*]}" > "$WRAP/.commands"
   fi
   minor=$(echo "$K8S_VERSION" | cut -d. -f2)
   ldflags="-s -w"
@@ -98,3 +108,5 @@ go_tool() { # name version module-path
 }
 go_tool helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
 go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform
+# CoreDNS's main package is its module root; static, so the image is the binary.
+go_tool coredns "$COREDNS_VERSION" github.com/coredns/coredns

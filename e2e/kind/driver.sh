@@ -1,0 +1,63 @@
+# e2e/run.sh's driver for a kind cluster (sourced), where a Docker engine
+# exists: laptops, hosted CI. Needs docker, kind, kubectl and helm on PATH.
+# Images are built from the repository's Dockerfile and loaded with
+# `kind load docker-image`; Redis is the chart's default image, pulled once.
+# The S3 server (versitygw, from scripts/install-deps.sh) runs on this host;
+# pods reach it at the kind network's gateway (E2E_KIND_S3_HOST overrides it,
+# e.g. host.docker.internal on Docker Desktop).
+
+KIND_CLUSTER=bucketscan-e2e
+for tool in docker kind kubectl helm; do
+  command -v "$tool" >/dev/null || die "E2E_CLUSTER=kind needs $tool on PATH"
+done
+
+cluster_up() {
+  if ! kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
+    kind create cluster --config "$HERE/kind/kind.yaml" --wait 180s
+  fi
+}
+cluster_down() { kind delete cluster --name "$KIND_CLUSTER"; }
+
+k() { kubectl --context "kind-$KIND_CLUSTER" "$@"; }
+h() { helm --kube-context "kind-$KIND_CLUSTER" "$@"; }
+
+REDIS_IMAGE_REPOSITORY=redis
+REDIS_IMAGE_TAG=7.2-alpine
+build_images() {
+  local id
+  id=$(docker build -q "$REPO")
+  TAG=e2e-$(echo "${id#sha256:}" | cut -c1-12)
+  docker tag "$id" "bucketscan:$TAG"
+  docker image inspect "$REDIS_IMAGE_REPOSITORY:$REDIS_IMAGE_TAG" >/dev/null 2>&1 ||
+    docker pull "$REDIS_IMAGE_REPOSITORY:$REDIS_IMAGE_TAG"
+  kind load docker-image --name "$KIND_CLUSTER" "bucketscan:$TAG" "$REDIS_IMAGE_REPOSITORY:$REDIS_IMAGE_TAG"
+}
+
+S3_PORT=${E2E_KIND_S3_PORT:-9000}
+S3_HOST_ENDPOINT=http://127.0.0.1:$S3_PORT
+S3_POD_ENDPOINT=http://${E2E_KIND_S3_HOST:-$(docker network inspect kind -f '{{(index .IPAM.Config 0).Gateway}}')}:$S3_PORT
+
+s3_start() {
+  if running s3; then
+    kill "$(pid_of s3)"
+    for _ in $(seq 50); do running s3 || break; sleep 0.1; done
+  fi
+  rm -rf "$DATA/s3-kind"
+  mkdir -p "$DATA/s3-kind"
+  # Listens on every interface: the kind node reaches it through the gateway.
+  ROOT_ACCESS_KEY=$1 ROOT_SECRET_KEY=$2 setsid bash -c 'echo $$ > "$0"; exec "${@:1}"' "$RUN/s3.pid" \
+    "$BIN/versitygw" --port "0.0.0.0:$S3_PORT" --health /_health posix "$DATA/s3-kind" \
+    >>"$LOGS/s3.log" 2>&1 </dev/null &
+  await s3 30 curl -sf "$S3_HOST_ENDPOINT/_health"
+}
+
+s3_python() { "$PYTHON" "$@"; }
+
+raw_scan_rate() {
+  local begin end
+  begin=$(date +%s.%N)
+  "${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release/bucketscan-worker" scan --quiet \
+    --endpoint "$S3_HOST_ENDPOINT" --path-style --bucket "$BUCKET" --concurrency "$1" --output /dev/null
+  end=$(date +%s.%N)
+  python3 -c "print(round($OBJECTS / ($end - $begin)))"
+}

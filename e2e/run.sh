@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# The real-cluster end-to-end test, done the way a user does it:
+#   images -> helm install (operator, bundled Redis, CRD) -> an S3 server with
+#   a seeded bucket reachable from the pods -> kubectl apply -f bucketscan.yaml
+#   -> kubectl wait --for=condition=Complete -> the merged result in S3 equals
+#   the seeded set exactly.
+# Then the chaos scan: worker pods deleted every few seconds, the operator pod
+# deleted, the workers scaled up and down by editing the BucketScan, Redis
+# restarted (its data lost), and again the exact seeded set.
+#
+# Usage: e2e/run.sh [test|demo]
+#   test  (default, `just e2e`) the clean scan and the chaos scan
+#   demo  (`just demo`) the clean scan, showing `kubectl get bucketscans` while
+#         it runs, then the scan's status and the first records of the result
+# Environment: E2E_OBJECTS (default 20000) objects to seed;
+#   E2E_CLUSTER=local (default: e2e/cluster, no Docker) or kind (a kind cluster
+#   and `docker build`; see e2e/README.md); E2E_DOWN=1 stops the local cluster
+#   at the end (`just test` does; otherwise it keeps running for the next run).
+# Needs release binaries (`just build`) and the tools of scripts/install-*.sh.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+. "$HERE/cluster/lib.sh"
+MODE=${1:-test}
+OBJECTS=${E2E_OBJECTS:-20000}
+CLUSTER=${E2E_CLUSTER:-local}
+PYTHON=$E2E_CACHE/venv/bin/python
+RELEASE_NS=bucketscan
+SCAN_NS=e2e
+BUCKET=e2e-source
+RESULTS=e2e-source-results
+started=$SECONDS
+step() { log "== $* ($((SECONDS - started))s)"; }
+
+case $CLUSTER in
+  local) . "$HERE/cluster/driver.sh" ;;
+  kind) . "$HERE/kind/driver.sh" ;;
+  *) die "E2E_CLUSTER must be local or kind, not $CLUSTER" ;;
+esac
+# The driver provides: cluster_up, cluster_down, build_images (sets TAG and
+# REDIS_IMAGE_REPOSITORY/_TAG; the images are then in the cluster), k
+# (kubectl), h (helm), s3_start ACCESS SECRET, s3_python ARGS (python that
+# reaches the S3 server), S3_HOST_ENDPOINT (for s3_python), S3_POD_ENDPOINT
+# (for the pods) and raw_scan_rate (the worker's HEAD rate without the cluster).
+if [ "${E2E_DOWN:-0}" = 1 ]; then trap cluster_down EXIT; fi
+
+step "cluster"
+cluster_up
+
+step "images"
+build_images
+
+step "S3 server with bucket $BUCKET ($OBJECTS objects)"
+# Scans left from an earlier run go first, while their operator and S3 server
+# still run to finish them (finalizers).
+k -n "$SCAN_NS" delete bucketscans --all --timeout=120s >/dev/null 2>&1 || true
+S3_ACCESS=e2e-$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')
+S3_SECRET=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
+s3_start "$S3_ACCESS" "$S3_SECRET"
+EXPECTED=$STATE/expected.json
+AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
+  s3_python "$HERE/s3data.py" seed "$S3_HOST_ENDPOINT" "$BUCKET" "$OBJECTS" "$EXPECTED"
+
+step "helm install bucketscan"
+h upgrade --install bucketscan "$REPO/charts/bucketscan" -n "$RELEASE_NS" --create-namespace \
+  --set-string image.tag="$TAG" --set-string worker.image.tag="$TAG" \
+  --set redis.image.repository="$REDIS_IMAGE_REPOSITORY" --set-string redis.image.tag="$REDIS_IMAGE_TAG" \
+  --set operator.logFormat=text --wait --timeout 5m
+k -n "$RELEASE_NS" get pods
+
+k create namespace "$SCAN_NS" --dry-run=client -o yaml | k apply -f - >/dev/null
+credentials=$(mktemp)
+chmod 600 "$credentials"
+printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$S3_ACCESS" "$S3_SECRET" >"$credentials"
+k -n "$SCAN_NS" create secret generic s3-credentials --from-env-file="$credentials" \
+  --dry-run=client -o yaml | k apply -f - >/dev/null
+rm -f "$credentials"
+
+# apply_scan FILE: kubectl apply -f, with the endpoint the pods reach.
+apply_scan() {
+  sed "s|http://10.200.0.1:9000|$S3_POD_ENDPOINT|" "$1" | k -n "$SCAN_NS" apply -f -
+}
+
+phase_of() { k -n "$SCAN_NS" get bucketscan "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
+
+# wait_complete NAME SECONDS [WATCH]: kubectl wait for Complete; with WATCH,
+# print `kubectl get bucketscans` every few seconds meanwhile. Fails at once
+# when the scan fails.
+wait_complete() {
+  local name=$1 seconds=$2 watch=${3:-} begin=$SECONDS phase
+  while true; do
+    phase=$(phase_of "$name")
+    [ -n "$watch" ] && k -n "$SCAN_NS" get bucketscans "$name" --no-headers 2>/dev/null | sed 's/^/  /'
+    case $phase in
+      Complete) break ;;
+      Failed)
+        k -n "$SCAN_NS" describe bucketscan "$name" | tail -n 30
+        die "scan $name failed"
+        ;;
+    esac
+    if [ $((SECONDS - begin)) -ge "$seconds" ]; then
+      k -n "$SCAN_NS" describe bucketscan "$name" | tail -n 30
+      k -n "$SCAN_NS" get pods
+      die "scan $name not complete after ${seconds}s (phase ${phase:-none})"
+    fi
+    sleep 3
+  done
+  k -n "$SCAN_NS" wait --for=condition=Complete "bucketscan/$name" --timeout=10s >/dev/null
+  log "scan $name complete after $((SECONDS - begin))s"
+}
+
+# result_key NAME: the result's key in $RESULTS, from the scan's status.
+result_key() {
+  local output
+  output=$(k -n "$SCAN_NS" get bucketscan "$1" -o jsonpath='{.status.output}')
+  [[ $output == "s3://$RESULTS/"* ]] || die "scan $1: unexpected output '$output'"
+  echo "${output#"s3://$RESULTS/"}"
+}
+
+verify() { # NAME [HEAD_LINES]
+  AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
+    s3_python "$HERE/s3data.py" verify "$S3_HOST_ENDPOINT" "$RESULTS" "$(result_key "$1")" "$EXPECTED" --head "${2:-0}"
+}
+
+manifest_field() { # NAME FIELD
+  local key
+  key=$(result_key "$1")
+  AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
+    s3_python "$HERE/s3data.py" manifest "$S3_HOST_ENDPOINT" "$RESULTS" "${key%/*}/manifest.json" |
+    python3 -c "import json, sys; print(json.load(sys.stdin)['$2'])"
+}
+
+step "kubectl apply -f e2e/bucketscan.yaml"
+apply_scan "$HERE/bucketscan.yaml"
+wait_complete e2e 600 "${MODE/test/}"
+step "result of the scan"
+verify e2e "$([ "$MODE" = demo ] && echo 5 || echo 0)"
+scan_seconds() { # NAME: from the status's start to its completion time
+  local times
+  times=$(k -n "$SCAN_NS" get bucketscan "$1" -o jsonpath='{.status.startTime} {.status.completionTime}')
+  echo $(($(date -d "${times#* }" +%s) - $(date -d "${times% *}" +%s)))
+}
+if [ "$MODE" = demo ]; then
+  k -n "$SCAN_NS" get bucketscans
+  k -n "$SCAN_NS" get bucketscan e2e -o yaml | sed -n '/^status:/,$p'
+  log "demo done in $((SECONDS - started))s; the cluster keeps running (e2e/cluster/kubectl get pods -A;"
+  log "e2e/cluster/down.sh stops it)"
+  exit 0
+fi
+
+# The benchmark's end-to-end figure (BENCHMARKS.md): this scan's objects per
+# second, start to completion, against the workers' raw HEAD rate: one
+# bucketscan-worker scan of the same bucket with the same HEADs in flight,
+# without Kubernetes, Redis or merging.
+step "end to end against the raw HEAD rate"
+e2e_seconds=$(scan_seconds e2e)
+raw_rate=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET raw_scan_rate 192)
+mkdir -p "$E2E_CACHE/bench"
+printf '{"objects": %d, "seconds": %d, "raw_head_per_s": %s, "workers": 3, "concurrency_per_worker": 64, "cluster": "%s"}\n' \
+  "$OBJECTS" "$e2e_seconds" "$raw_rate" "$CLUSTER" | tee "$E2E_CACHE/bench/e2e.json"
+
+step "chaos scan: pods killed, workers scaled, operator and Redis restarted"
+apply_scan "$HERE/bucketscan-chaos.yaml"
+workers="app.kubernetes.io/instance=e2e-chaos,app.kubernetes.io/component=worker"
+chaos_log=$STATE/chaos.log
+: >"$chaos_log"
+act() { log "chaos: $*" 2>&1 | tee -a "$chaos_log" >&2; }
+# Chaos starts once the workers scan, and stops when the scan merges.
+for _ in $(seq 120); do [ "$(phase_of e2e-chaos)" = Scanning ] && break; sleep 1; done
+[ "$(phase_of e2e-chaos)" = Scanning ] || die "chaos scan never reached Scanning"
+tick=0
+killed=0
+# (A Redis that lost the scan sends it back through Planning: chaos goes on.)
+while [[ "$(phase_of e2e-chaos)" =~ ^(Scanning|Planning|Pending)$ ]]; do
+  tick=$((tick + 1))
+  case $tick in
+    3) k -n "$SCAN_NS" patch bucketscan e2e-chaos --type merge -p '{"spec":{"workers":{"replicas":4}}}' >/dev/null
+       act "workers scaled 2 -> 4" ;;
+    5) k -n "$RELEASE_NS" delete pod -l app.kubernetes.io/component=operator --wait=false >/dev/null
+       act "operator pod deleted" ;;
+    8) k -n "$RELEASE_NS" delete pod -l app.kubernetes.io/component=redis --wait=false >/dev/null
+       act "Redis pod deleted (its data goes with it)" ;;
+    11) k -n "$SCAN_NS" patch bucketscan e2e-chaos --type merge -p '{"spec":{"workers":{"replicas":2}}}' >/dev/null
+        act "workers scaled 4 -> 2" ;;
+  esac
+  victim=$(k -n "$SCAN_NS" get pods -l "$workers" --field-selector=status.phase=Running -o name | shuf -n 1)
+  if [ -n "$victim" ]; then
+    k -n "$SCAN_NS" delete "$victim" --wait=false >/dev/null
+    killed=$((killed + 1))
+    act "worker ${victim#pod/} deleted"
+  fi
+  k -n "$SCAN_NS" get bucketscan e2e-chaos --no-headers | sed 's/^/  /'
+  sleep 5
+done
+[ "$tick" -ge 11 ] || die "the chaos scan ended after $tick rounds, before every chaos step ran (too few objects?)"
+wait_complete e2e-chaos 900
+step "result of the chaos scan"
+verify e2e-chaos
+log "chaos: $killed worker pods deleted, operator and Redis restarted, workers scaled 2 -> 4 -> 2;" \
+  "shards: $(manifest_field e2e-chaos shards), retried or resumed: $(manifest_field e2e-chaos shards_retried)," \
+  "leases taken: $(manifest_field e2e-chaos attempts), split while running: $(manifest_field e2e-chaos splits)"
+log "e2e passed in $((SECONDS - started))s"
