@@ -39,9 +39,10 @@ case $CLUSTER in
 esac
 # The driver provides: cluster_up, cluster_down, build_images (sets TAG and
 # REDIS_IMAGE_REPOSITORY/_TAG; the images are then in the cluster), k
-# (kubectl), h (helm), s3_start ACCESS SECRET, s3_python ARGS (python that
-# reaches the S3 server), S3_HOST_ENDPOINT (for s3_python), S3_POD_ENDPOINT
-# (for the pods) and raw_scan_rate (the worker's HEAD rate without the cluster).
+# (kubectl), h (helm), s3_start ACCESS SECRET, s3_run CMD (runs a command
+# that reaches the S3 server), S3_HOST_ENDPOINT (for s3_run) and
+# S3_POD_ENDPOINT (for the pods).
+s3_python() { s3_run "$PYTHON" "$@"; }
 if [ "${E2E_DOWN:-0}" = 1 ]; then trap cluster_down EXIT; fi
 
 step "cluster"
@@ -152,6 +153,14 @@ fi
 # second, start to completion, against the workers' raw HEAD rate: one
 # bucketscan-worker scan of the same bucket with the same HEADs in flight,
 # without Kubernetes, Redis or merging.
+raw_scan_rate() { # CONCURRENCY: objects/s of one `bucketscan-worker scan` of the bucket
+  local begin end
+  begin=$(date +%s.%N)
+  s3_run "${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release/bucketscan-worker" scan --quiet \
+    --endpoint "$S3_HOST_ENDPOINT" --path-style --bucket "$BUCKET" --concurrency "$1" --output /dev/null
+  end=$(date +%s.%N)
+  python3 -c "print(round($OBJECTS / ($end - $begin)))"
+}
 step "end to end against the raw HEAD rate"
 e2e_seconds=$(scan_seconds e2e)
 raw_rate=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET raw_scan_rate 192)

@@ -87,15 +87,24 @@ impl std::fmt::Debug for RedisConfig {
 pub struct RedisConnection(PatientConnection);
 
 impl RedisConfig {
-    /// Connect (the first connection must succeed).
+    /// Connect. A Redis that is not up yet (refused, timed out, name not
+    /// resolving: pods started together with it) is waited for up to
+    /// `patience`; anything else, such as a wrong password or an untrusted
+    /// certificate, fails at once.
     pub async fn connect(&self) -> Result<RedisConnection, QueueError> {
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(Duration::from_secs(10)))
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(2));
-        let manager = redis::aio::ConnectionManager::new_with_config(self.client()?, config).await?;
-        Ok(RedisConnection(PatientConnection::new(manager, self.patience)))
+        let mut backoff = patient::Backoff::new(self.patience);
+        loop {
+            match redis::aio::ConnectionManager::new_with_config(self.client()?, config.clone()).await {
+                Ok(manager) => return Ok(RedisConnection(PatientConnection::new(manager, self.patience))),
+                Err(e) if patient::not_up_yet(&e) && backoff.retry_after(&e).await => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     pub fn client(&self) -> Result<redis::Client, QueueError> {

@@ -47,15 +47,5 @@ s3_start() {
   await s3 30 in_node curl -sf "$S3_HOST_ENDPOINT/_health"
 }
 
-s3_python() { in_node "$PYTHON" "$@"; }
-
-# raw_scan_rate CONCURRENCY: objects per second of one `bucketscan-worker scan`
-# of the bucket (the release binary, run in the node namespace).
-raw_scan_rate() {
-  local begin end
-  begin=$(date +%s.%N)
-  in_node "${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release/bucketscan-worker" scan --quiet \
-    --endpoint "$S3_HOST_ENDPOINT" --path-style --bucket "$BUCKET" --concurrency "$1" --output /dev/null
-  end=$(date +%s.%N)
-  python3 -c "print(round($OBJECTS / ($end - $begin)))"
-}
+# s3_run CMD...: run a command that reaches the S3 server (in the node namespace).
+s3_run() { in_node "$@"; }

@@ -51,13 +51,4 @@ s3_start() {
   await s3 30 curl -sf "$S3_HOST_ENDPOINT/_health"
 }
 
-s3_python() { "$PYTHON" "$@"; }
-
-raw_scan_rate() {
-  local begin end
-  begin=$(date +%s.%N)
-  "${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release/bucketscan-worker" scan --quiet \
-    --endpoint "$S3_HOST_ENDPOINT" --path-style --bucket "$BUCKET" --concurrency "$1" --output /dev/null
-  end=$(date +%s.%N)
-  python3 -c "print(round($OBJECTS / ($end - $begin)))"
-}
+s3_run() { "$@"; }

@@ -21,13 +21,13 @@ impl PatientConnection {
 }
 
 /// When to try again after a failed command.
-struct Backoff {
+pub(crate) struct Backoff {
     deadline: Instant,
     pause: Duration,
 }
 
 impl Backoff {
-    fn new(patience: Duration) -> Backoff {
+    pub(crate) fn new(patience: Duration) -> Backoff {
         Backoff {
             deadline: Instant::now() + patience,
             pause: Duration::from_millis(100),
@@ -35,7 +35,7 @@ impl Backoff {
     }
 
     /// Waits and returns true when `e` is worth another try in time.
-    async fn retry_after(&mut self, e: &RedisError) -> bool {
+    pub(crate) async fn retry_after(&mut self, e: &RedisError) -> bool {
         if !is_transient(e) || Instant::now() + self.pause >= self.deadline {
             return false;
         }
@@ -44,6 +44,16 @@ impl Backoff {
         self.pause = (self.pause * 2).min(Duration::from_secs(2));
         true
     }
+}
+
+/// The first connection failed because Redis is not there yet, rather than
+/// because it refused us.
+pub(crate) fn not_up_yet(e: &RedisError) -> bool {
+    let message = e.to_string();
+    e.is_connection_refusal()
+        || e.is_timeout()
+        || message.contains("failed to lookup address")
+        || message.contains("unreachable")
 }
 
 /// Worth retrying: the connection broke or timed out, or the server is
