@@ -348,31 +348,43 @@ impl Runner {
 /// What was last reported, to send deltas.
 struct Progress {
     last: CountersSnapshot,
+    /// When `last` was taken.
     at: Instant,
+}
+
+impl Progress {
+    /// Counter deltas since the last report and the HEAD rate over the same
+    /// interval: both measured between the two snapshots, so a report that
+    /// took long (Redis restarting) cannot inflate the next rate.
+    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 6], f64) {
+        let d = |f: fn(&CountersSnapshot) -> u64| f(now).saturating_sub(f(&self.last));
+        let deltas = [
+            ("listed", d(|c| c.listed)),
+            ("heads", d(|c| c.heads)),
+            ("with_metadata", d(|c| c.with_metadata)),
+            ("vanished", d(|c| c.vanished)),
+            ("errors", d(|c| c.errors)),
+            ("bytes", d(|c| c.bytes)),
+        ];
+        let secs = taken.duration_since(self.at).as_secs_f64().max(1e-3);
+        (deltas, (deltas[1].1 as f64 / secs).round())
+    }
 }
 
 /// Returns true when another worker waits for a split.
 async fn report_progress(queue: &Queue, engine: &Engine, progress: &mut Progress) -> bool {
+    let taken = Instant::now();
     let now = engine.counters.snapshot();
-    let d = |f: fn(&CountersSnapshot) -> u64| f(&now).saturating_sub(f(&progress.last));
-    let deltas = [
-        ("listed", d(|c| c.listed)),
-        ("heads", d(|c| c.heads)),
-        ("with_metadata", d(|c| c.with_metadata)),
-        ("vanished", d(|c| c.vanished)),
-        ("errors", d(|c| c.errors)),
-        ("bytes", d(|c| c.bytes)),
-    ];
-    let secs = progress.at.elapsed().as_secs_f64().max(1e-3);
+    let (deltas, rate) = progress.since_last(&now, taken);
     let status = serde_json::json!({
         "heads": now.heads,
-        "rate": (deltas[1].1 as f64 / secs).round(),
+        "rate": rate,
         "updated": time::OffsetDateTime::now_utc().unix_timestamp(),
     });
     match queue.report_progress(&deltas, &status.to_string()).await {
         Ok(split_wanted) => {
             progress.last = now;
-            progress.at = Instant::now();
+            progress.at = taken;
             split_wanted
         }
         Err(e) => {
@@ -494,5 +506,33 @@ impl Part {
         if let Some(w) = self.writer.take() {
             w.abort().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_covers_the_interval_between_snapshots() {
+        let start = Instant::now();
+        let progress = Progress {
+            last: CountersSnapshot {
+                heads: 1_000,
+                ..CountersSnapshot::default()
+            },
+            at: start,
+        };
+        // 3,000 HEADs in the 10 s between snapshots: 300/s, however long
+        // the previous report took to reach Redis.
+        let now = CountersSnapshot {
+            heads: 4_000,
+            listed: 3_500,
+            ..CountersSnapshot::default()
+        };
+        let (deltas, rate) = progress.since_last(&now, start + Duration::from_secs(10));
+        assert_eq!(rate, 300.0);
+        assert_eq!(deltas[1], ("heads", 3_000));
+        assert_eq!(deltas[0], ("listed", 3_500));
     }
 }
