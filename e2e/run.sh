@@ -136,11 +136,6 @@ apply_scan "$HERE/bucketscan.yaml"
 wait_complete e2e 600 "${MODE/test/}"
 step "result of the scan"
 verify e2e "$([ "$MODE" = demo ] && echo 5 || echo 0)"
-scan_seconds() { # NAME: from the status's start to its completion time
-  local times
-  times=$(k -n "$SCAN_NS" get bucketscan "$1" -o jsonpath='{.status.startTime} {.status.completionTime}')
-  echo $(($(date -d "${times#* }" +%s) - $(date -d "${times% *}" +%s)))
-}
 if [ "$MODE" = demo ]; then
   k -n "$SCAN_NS" get bucketscans
   k -n "$SCAN_NS" get bucketscan e2e -o yaml | sed -n '/^status:/,$p'
@@ -162,11 +157,12 @@ raw_scan_rate() { # CONCURRENCY: objects/s of one `bucketscan-worker scan` of th
   python3 -c "print(round($OBJECTS / ($end - $begin)))"
 }
 step "end to end against the raw HEAD rate"
-e2e_seconds=$(scan_seconds e2e)
 raw_rate=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET raw_scan_rate 192)
 mkdir -p "$E2E_CACHE/bench"
-printf '{"objects": %d, "seconds": %d, "raw_head_per_s": %s, "workers": 3, "concurrency_per_worker": 64, "cluster": "%s"}\n' \
-  "$OBJECTS" "$e2e_seconds" "$raw_rate" "$CLUSTER" | tee "$E2E_CACHE/bench/e2e.json"
+k -n "$SCAN_NS" get bucketscan e2e -o json >"$STATE/scan.json"
+k -n "$SCAN_NS" get events -o json >"$STATE/events.json"
+python3 "$HERE/timeline.py" "$STATE/scan.json" "$STATE/events.json" "$OBJECTS" "$raw_rate" "$CLUSTER" |
+  tee "$E2E_CACHE/bench/e2e.json"
 
 step "chaos scan: pods killed, workers scaled, operator and Redis restarted"
 apply_scan "$HERE/bucketscan-chaos.yaml"
