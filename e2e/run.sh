@@ -8,10 +8,14 @@
 # deleted, the workers scaled up and down by editing the BucketScan, Redis
 # restarted (its data lost), and again the exact seeded set.
 #
-# Usage: e2e/run.sh [test|demo]
+# Usage: e2e/run.sh [test|demo|bench]
 #   test  (default, `just e2e`) the clean scan and the chaos scan
 #   demo  (`just demo`) the clean scan, showing `kubectl get bucketscans` while
 #         it runs, then the scan's status and the first records of the result
+#   bench (`just bench`) the end-to-end figure of BENCHMARKS.md: a scan of
+#         E2E_BENCH_OBJECTS (default 1,000,000) objects on synthetic-s3 (1 ms
+#         per request; results forwarded to versitygw) against the raw HEAD
+#         rate of one bucketscan-worker scan of the same endpoint
 # Environment: E2E_OBJECTS (default 20000) objects to seed;
 #   E2E_CLUSTER=local (default: e2e/cluster, no Docker) or kind (a kind cluster
 #   and `docker build`; see e2e/README.md); E2E_DOWN=1 stops the local cluster
@@ -23,6 +27,7 @@ REPO=$(cd "$HERE/.." && pwd)
 . "$HERE/cluster/lib.sh"
 MODE=${1:-test}
 OBJECTS=${E2E_OBJECTS:-20000}
+if [ "$MODE" = bench ]; then OBJECTS=0; fi # versitygw only holds the results
 CLUSTER=${E2E_CLUSTER:-local}
 PYTHON=$E2E_CACHE/venv/bin/python
 RELEASE_NS=bucketscan
@@ -39,10 +44,35 @@ case $CLUSTER in
 esac
 # The driver provides: cluster_up, cluster_down, build_images (sets TAG and
 # REDIS_IMAGE_REPOSITORY/_TAG; the images are then in the cluster), k
-# (kubectl), h (helm), s3_start ACCESS SECRET, s3_run CMD (runs a command
-# that reaches the S3 server), S3_HOST_ENDPOINT (for s3_run) and
-# S3_POD_ENDPOINT (for the pods).
+# (kubectl), h (helm), serve NAME CMD (starts a test server), s3_run CMD
+# (runs a command that reaches the test servers), LISTEN_HOST (the address
+# test servers bind), HOST_SIDE_HOST (where s3_run reaches them) and
+# POD_SIDE_HOST (where pods do).
 s3_python() { s3_run "$PYTHON" "$@"; }
+
+# restart_server NAME PORT PATH CMD...: stop NAME if it runs, start CMD, wait
+# until http://HOST:PORT/PATH answers.
+restart_server() {
+  local name=$1 port=$2 path=$3
+  shift 3
+  if running "$name"; then
+    kill "$(pid_of "$name")"
+    for _ in $(seq 50); do running "$name" || break; sleep 0.1; done
+  fi
+  serve "$name" "$@"
+  await "$name" 30 s3_run curl -sf -o /dev/null "http://$HOST_SIDE_HOST:$port/$path"
+}
+S3_HOST_ENDPOINT=http://$HOST_SIDE_HOST:9000
+S3_POD_ENDPOINT=http://$POD_SIDE_HOST:9000
+
+# s3_start ACCESS SECRET: a fresh versitygw (empty data, new credentials;
+# given through its environment, so they are not in `ps`).
+s3_start() {
+  rm -rf "$DATA/s3"
+  mkdir -p "$DATA/s3"
+  ROOT_ACCESS_KEY=$1 ROOT_SECRET_KEY=$2 restart_server s3 9000 _health \
+    "$BIN/versitygw" --port "$LISTEN_HOST:9000" --health /_health posix "$DATA/s3"
+}
 if [ "${E2E_DOWN:-0}" = 1 ]; then trap cluster_down EXIT; fi
 
 step "cluster"
@@ -123,13 +153,68 @@ verify() { # NAME [HEAD_LINES]
     s3_python "$HERE/s3data.py" verify "$S3_HOST_ENDPOINT" "$RESULTS" "$(result_key "$1")" "$EXPECTED" --head "${2:-0}"
 }
 
-manifest_field() { # NAME FIELD
+manifest_field() { # NAME FIELD[.FIELD...]
   local key
   key=$(result_key "$1")
   AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
     s3_python "$HERE/s3data.py" manifest "$S3_HOST_ENDPOINT" "$RESULTS" "${key%/*}/manifest.json" |
-    python3 -c "import json, sys; print(json.load(sys.stdin)['$2'])"
+    python3 -c "import functools, json, sys; print(functools.reduce(lambda v, f: v[f], '$2'.split('.'), json.load(sys.stdin)))"
 }
+
+# The end-to-end benchmark (mode bench): synthetic-s3 serves the bucket and
+# passes the results bucket on to versitygw, so the scan can be large.
+bench_in_cluster() {
+  local objects=${E2E_BENCH_OBJECTS:-1000000} target=${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release
+  local synthetic=$target/synthetic-s3 raw_rate
+  [ -x "$synthetic" ] || die "$synthetic missing: cargo build --release -p bucketscan-bench"
+  step "synthetic-s3 with $objects objects, 1 ms per request"
+  restart_server synthetic-s3 9100 _stats "$synthetic" --listen "$LISTEN_HOST:9100" \
+    --objects "$objects" --layout nested --latency-us 1000 --threads 2 --forward "$S3_HOST_ENDPOINT"
+  k -n "$SCAN_NS" delete bucketscan e2e-bench --ignore-not-found --timeout=120s >/dev/null
+  k -n "$SCAN_NS" apply -f - <<YAML
+apiVersion: bucketscan.dev/v1alpha1
+kind: BucketScan
+metadata: {name: e2e-bench}
+spec:
+  source: {endpoint: "http://$POD_SIDE_HOST:9100", bucket: synthetic, pathStyle: true, credentialsSecret: {name: s3-credentials}}
+  output: {bucket: $RESULTS}
+  workers: {replicas: 3, concurrency: 64, resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {memory: 1Gi}}}
+  sharding: {targetShards: 64}
+YAML
+  wait_complete e2e-bench 1800 watch
+  [ "$(manifest_field e2e-bench counts.objects)" = "$objects" ] ||
+    die "the bench scan's manifest does not count $objects objects"
+  step "raw HEAD rate: one bucketscan-worker scan of the same endpoint"
+  raw_rate=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
+    BUCKET=synthetic OBJECTS=$objects S3_HOST_ENDPOINT=http://$HOST_SIDE_HOST:9100 raw_scan_rate 192)
+  record_figure e2e-bench "$objects" "$raw_rate" "synthetic-s3, 1 ms"
+  kill "$(pid_of synthetic-s3)"
+}
+
+# record_figure NAME OBJECTS RAW_RATE SOURCE: the scan's end-to-end figure
+# for BENCHMARKS.md.
+record_figure() {
+  mkdir -p "$E2E_CACHE/bench"
+  k -n "$SCAN_NS" get bucketscan "$1" -o json >"$STATE/scan.json"
+  k -n "$SCAN_NS" get events -o json >"$STATE/events.json"
+  python3 "$HERE/timeline.py" "$STATE/scan.json" "$STATE/events.json" "$2" "$3" "$CLUSTER" "$4" |
+    tee "$E2E_CACHE/bench/e2e.json"
+}
+
+raw_scan_rate() { # CONCURRENCY: objects/s of one `bucketscan-worker scan` of the bucket
+  local begin end
+  begin=$(date +%s.%N)
+  s3_run "${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release/bucketscan-worker" scan --quiet \
+    --endpoint "$S3_HOST_ENDPOINT" --path-style --bucket "$BUCKET" --concurrency "$1" --output /dev/null
+  end=$(date +%s.%N)
+  python3 -c "print(round($OBJECTS / ($end - $begin)))"
+}
+
+if [ "$MODE" = bench ]; then
+  bench_in_cluster
+  log "bench done in $((SECONDS - started))s"
+  exit 0
+fi
 
 step "kubectl apply -f e2e/bucketscan.yaml"
 apply_scan "$HERE/bucketscan.yaml"
@@ -148,21 +233,9 @@ fi
 # second, start to completion, against the workers' raw HEAD rate: one
 # bucketscan-worker scan of the same bucket with the same HEADs in flight,
 # without Kubernetes, Redis or merging.
-raw_scan_rate() { # CONCURRENCY: objects/s of one `bucketscan-worker scan` of the bucket
-  local begin end
-  begin=$(date +%s.%N)
-  s3_run "${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release/bucketscan-worker" scan --quiet \
-    --endpoint "$S3_HOST_ENDPOINT" --path-style --bucket "$BUCKET" --concurrency "$1" --output /dev/null
-  end=$(date +%s.%N)
-  python3 -c "print(round($OBJECTS / ($end - $begin)))"
-}
 step "end to end against the raw HEAD rate"
 raw_rate=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET raw_scan_rate 192)
-mkdir -p "$E2E_CACHE/bench"
-k -n "$SCAN_NS" get bucketscan e2e -o json >"$STATE/scan.json"
-k -n "$SCAN_NS" get events -o json >"$STATE/events.json"
-python3 "$HERE/timeline.py" "$STATE/scan.json" "$STATE/events.json" "$OBJECTS" "$raw_rate" "$CLUSTER" |
-  tee "$E2E_CACHE/bench/e2e.json"
+record_figure e2e "$OBJECTS" "$raw_rate" "versitygw"
 
 step "chaos scan: pods killed, workers scaled, operator and Redis restarted"
 apply_scan "$HERE/bucketscan-chaos.yaml"

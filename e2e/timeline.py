@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The end-to-end figure of the e2e scan, as JSON for BENCHMARKS.md.
 
-    timeline.py SCAN.json EVENTS.json OBJECTS RAW_HEAD_PER_S CLUSTER
+    timeline.py SCAN.json EVENTS.json OBJECTS RAW_HEAD_PER_S CLUSTER SOURCE
 
 SCAN.json is `kubectl get bucketscan NAME -o json`, EVENTS.json `kubectl get
 events -o json` of its namespace. The scan's wall time runs from its status's
@@ -19,7 +19,7 @@ def when(stamp):
 
 
 def main():
-    scan_path, events_path, objects, raw, cluster = sys.argv[1:6]
+    scan_path, events_path, objects, raw, cluster, source = sys.argv[1:7]
     with open(scan_path) as f:
         scan = json.load(f)
     with open(events_path) as f:
@@ -37,6 +37,7 @@ def main():
         "workers": scan["spec"]["workers"].get("replicas"),
         "concurrency_per_worker": scan["spec"]["workers"].get("concurrency"),
         "cluster": cluster,
+        "source": source,
     }
     if len(marks) == 3:
         figure["phases_seconds"] = {

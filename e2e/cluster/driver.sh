@@ -30,22 +30,14 @@ build_images() {
   log "images imported: $ref as ${ref%:*}:$TAG, $(cat "$IMAGES/redis.ref")"
 }
 
-S3_HOST_ENDPOINT=http://$NODE_IP:9000
-S3_POD_ENDPOINT=$S3_HOST_ENDPOINT
+# Test servers listen on the node's IP inside the node namespace: the test's
+# own clients (run with s3_run) and the pods reach them there.
+LISTEN_HOST=$NODE_IP
+HOST_SIDE_HOST=$NODE_IP
+POD_SIDE_HOST=$NODE_IP
 
-# s3_start ACCESS SECRET: a fresh versitygw (empty data, new credentials).
-s3_start() {
-  if running s3; then
-    kill "$(pid_of s3)"
-    for _ in $(seq 50); do running s3 || break; sleep 0.1; done
-  fi
-  rm -rf "$DATA/s3" "$RUN/s3.pid"
-  mkdir -p "$DATA/s3"
-  # Credentials through the environment, so they are not in `ps`.
-  ROOT_ACCESS_KEY=$1 ROOT_SECRET_KEY=$2 launch s3 "$BIN/versitygw" \
-    --port "$NODE_IP:9000" --health /_health posix "$DATA/s3"
-  await s3 30 in_node curl -sf "$S3_HOST_ENDPOINT/_health"
-}
+# serve NAME CMD...: run a test server (a pid file in $RUN, its log in $LOGS).
+serve() { launch "$@"; }
 
-# s3_run CMD...: run a command that reaches the S3 server (in the node namespace).
+# s3_run CMD...: run a command that reaches the test servers.
 s3_run() { in_node "$@"; }

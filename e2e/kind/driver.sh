@@ -4,7 +4,7 @@
 # `kind load docker-image`; Redis is the chart's default image, pulled once.
 # The S3 server (versitygw, from scripts/install-deps.sh) runs on this host;
 # pods reach it at the kind network's gateway (E2E_KIND_S3_HOST overrides it,
-# e.g. host.docker.internal on Docker Desktop).
+# e.g. host.docker.internal on Docker Desktop), port 9000.
 
 KIND_CLUSTER=bucketscan-e2e
 for tool in docker kind kubectl helm; do
@@ -33,22 +33,17 @@ build_images() {
   kind load docker-image --name "$KIND_CLUSTER" "bucketscan:$TAG" "$REDIS_IMAGE_REPOSITORY:$REDIS_IMAGE_TAG"
 }
 
-S3_PORT=${E2E_KIND_S3_PORT:-9000}
-S3_HOST_ENDPOINT=http://127.0.0.1:$S3_PORT
-S3_POD_ENDPOINT=http://${E2E_KIND_S3_HOST:-$(docker network inspect kind -f '{{(index .IPAM.Config 0).Gateway}}')}:$S3_PORT
+# Test servers listen on every interface of this host: the kind node reaches
+# them through the kind network's gateway.
+LISTEN_HOST=0.0.0.0
+HOST_SIDE_HOST=127.0.0.1
+POD_SIDE_HOST=${E2E_KIND_S3_HOST:-$(docker network inspect kind -f '{{(index .IPAM.Config 0).Gateway}}')}
 
-s3_start() {
-  if running s3; then
-    kill "$(pid_of s3)"
-    for _ in $(seq 50); do running s3 || break; sleep 0.1; done
-  fi
-  rm -rf "$DATA/s3-kind"
-  mkdir -p "$DATA/s3-kind"
-  # Listens on every interface: the kind node reaches it through the gateway.
-  ROOT_ACCESS_KEY=$1 ROOT_SECRET_KEY=$2 setsid bash -c 'echo $$ > "$0"; exec "${@:1}"' "$RUN/s3.pid" \
-    "$BIN/versitygw" --port "0.0.0.0:$S3_PORT" --health /_health posix "$DATA/s3-kind" \
-    >>"$LOGS/s3.log" 2>&1 </dev/null &
-  await s3 30 curl -sf "$S3_HOST_ENDPOINT/_health"
+serve() {
+  local name=$1
+  shift
+  setsid bash -c 'echo $$ > "$0"; exec "$@"' "$RUN/$name.pid" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  for _ in $(seq 50); do [ -s "$RUN/$name.pid" ] && break; sleep 0.05; done
 }
 
 s3_run() { "$@"; }
