@@ -50,15 +50,21 @@ esac
 # POD_SIDE_HOST (where pods do).
 s3_python() { s3_run "$PYTHON" "$@"; }
 
+# stop_server NAME: TERM, and KILL after 5 s.
+stop_server() {
+  running "$1" || return 0
+  kill "$(pid_of "$1")"
+  for _ in $(seq 50); do running "$1" || return 0; sleep 0.1; done
+  kill -KILL "$(pid_of "$1")" 2>/dev/null
+  sleep 0.2
+}
+
 # restart_server NAME PORT PATH CMD...: stop NAME if it runs, start CMD, wait
 # until http://HOST:PORT/PATH answers.
 restart_server() {
   local name=$1 port=$2 path=$3
   shift 3
-  if running "$name"; then
-    kill "$(pid_of "$name")"
-    for _ in $(seq 50); do running "$name" || break; sleep 0.1; done
-  fi
+  stop_server "$name"
   serve "$name" "$@"
   await "$name" 30 s3_run curl -sf -o /dev/null "http://$HOST_SIDE_HOST:$port/$path"
 }
@@ -68,6 +74,7 @@ S3_POD_ENDPOINT=http://$POD_SIDE_HOST:9000
 # s3_start ACCESS SECRET: a fresh versitygw (empty data, new credentials;
 # given through its environment, so they are not in `ps`).
 s3_start() {
+  stop_server s3
   rm -rf "$DATA/s3"
   mkdir -p "$DATA/s3"
   ROOT_ACCESS_KEY=$1 ROOT_SECRET_KEY=$2 restart_server s3 9000 _health \
@@ -188,7 +195,7 @@ YAML
   raw_rate=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
     BUCKET=synthetic OBJECTS=$objects S3_HOST_ENDPOINT=http://$HOST_SIDE_HOST:9100 raw_scan_rate 192)
   record_figure e2e-bench "$objects" "$raw_rate" "synthetic-s3, 1 ms"
-  kill "$(pid_of synthetic-s3)"
+  stop_server synthetic-s3
 }
 
 # record_figure NAME OBJECTS RAW_RATE SOURCE: the scan's end-to-end figure
