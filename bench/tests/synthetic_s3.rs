@@ -21,6 +21,7 @@ async fn endpoint(keyspace: Keyspace, slowdown: f64) -> (String, Arc<Stats>) {
         keyspace,
         latency: Duration::from_micros(200),
         slowdown,
+        forward: None,
     };
     tokio::spawn(serve(listener, config, stats.clone()));
     (url, stats)
