@@ -31,7 +31,9 @@ if [ ! -x "$GO_POOL" ] || [ -n "$(find "$HERE/peers/go" -newer "$GO_POOL" -type 
 fi
 
 RCLONE=$CACHE/bin/rclone
-if ! { [ -x "$RCLONE" ] && "$RCLONE" version 2>/dev/null | head -1 | grep -q "rclone ${RCLONE_VERSION}"; }; then
+# (Read whole: a pipe into `head` would break rclone's output under pipefail.)
+installed=$([ -x "$RCLONE" ] && "$RCLONE" version 2>/dev/null || true)
+if [[ $installed != "rclone ${RCLONE_VERSION}"* ]]; then
   echo "building rclone $RCLONE_VERSION from the Go module proxy (a few minutes, once)" >&2
   if (cd "$CACHE/bench" && GOBIN=$CACHE/bin nice go install "github.com/rclone/rclone@$RCLONE_VERSION") \
       2>"$CACHE/bench/rclone-install.log"; then

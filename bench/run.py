@@ -15,7 +15,7 @@ compares medians taken in this same run.
 
 Also: LIST keys/s for one stream versus N key-range shards (list-shards), the
 fleet (plan + W x run + merge through a private redis-server, output to a
-moto server behind synthetic-s3's --forward) with Redis commands per object,
+versitygw behind synthetic-s3's --forward) with Redis commands per object,
 and the end-to-end figure read from $BUCKETSCAN_CACHE/bench/e2e.json.
 
 Writes a results JSON, BENCHMARKS.md and (unless --no-chart) a PNG chart.
@@ -298,9 +298,13 @@ class Endpoint:
         return usage.ru_utime + usage.ru_stime
 
 
+# Any credentials do for synthetic-s3; versitygw (the fleet's output) checks them.
+CREDENTIALS = ("bucketscan-bench", "bucketscan-bench-secret")
+
+
 def client_env():
     env = dict(os.environ)
-    env.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1",
+    env.update(AWS_ACCESS_KEY_ID=CREDENTIALS[0], AWS_SECRET_ACCESS_KEY=CREDENTIALS[1], AWS_REGION="us-east-1",
                AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
     for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
         env.pop(k, None)
@@ -346,8 +350,8 @@ class Bench:
             return [self.args.go_pool, url, BUCKET], self.env, "json"
         if client == "rclone":
             env = dict(self.env, RCLONE_CONFIG_BENCH_TYPE="s3", RCLONE_CONFIG_BENCH_PROVIDER="Other",
-                       RCLONE_CONFIG_BENCH_ENDPOINT=url, RCLONE_CONFIG_BENCH_ACCESS_KEY_ID="bench",
-                       RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY="bench", RCLONE_CONFIG_BENCH_REGION="us-east-1",
+                       RCLONE_CONFIG_BENCH_ENDPOINT=url, RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=CREDENTIALS[0],
+                       RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY=CREDENTIALS[1], RCLONE_CONFIG_BENCH_REGION="us-east-1",
                        RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE="true", RCLONE_CONFIG_BENCH_LIST_VERSION="2")
             return [self.args.rclone, "--config", "", "lsjson", "-R", "--metadata", f"bench:{BUCKET}"], \
                 env, "rclone"
@@ -450,35 +454,41 @@ class Bench:
         import boto3
         from botocore.config import Config
         n = self.args.objects or SIZES[self.args.mode]["fleet"]
-        moto_port = free_port()
-        moto = subprocess.Popen([self.args.moto, "-H", "127.0.0.1", "-p", str(moto_port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.tmp)
-        moto_url = f"http://127.0.0.1:{moto_port}"
-        s3 = boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1",
-                          aws_access_key_id="bench", aws_secret_access_key="bench",
+        # versitygw (posix backend) holds the output: it verifies every
+        # signature, which the forwarded requests keep.
+        store_port = free_port()
+        data = os.path.join(self.tmp, "versitygw")
+        os.makedirs(data, exist_ok=True)
+        store = subprocess.Popen([self.args.versitygw, "--port", f"127.0.0.1:{store_port}", "--health", "/_health",
+                                  "posix", data], env=dict(self.env, ROOT_ACCESS_KEY=CREDENTIALS[0],
+                                                           ROOT_SECRET_KEY=CREDENTIALS[1]),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.tmp)
+        store_url = f"http://127.0.0.1:{store_port}"
+        s3 = boto3.client("s3", endpoint_url=store_url, region_name="us-east-1",
+                          aws_access_key_id=CREDENTIALS[0], aws_secret_access_key=CREDENTIALS[1],
                           config=Config(s3={"addressing_style": "path"}))
-        wait_until(lambda: s3.list_buckets() is not None, "moto_server")
+        wait_until(lambda: s3.list_buckets() is not None, "versitygw")
         s3.create_bucket(Bucket="bench-out")
         results = {w: [] for w in FLEET_WORKERS}
         try:
             for rep in range(self.args.runs):
                 for w in FLEET_WORKERS:
-                    results[w].append(self.fleet_once(n, w, f"s{rep}w{w}", moto_url, s3))
+                    results[w].append(self.fleet_once(n, w, f"s{rep}w{w}", store_url, s3))
                     f = results[w][-1]
                     log(f"[{rep + 1}/{self.args.runs}] fleet of {w}: {f['objects_per_s']:.0f} objects/s, "
                         f"{f['redis_per_object']:.4f} Redis commands/object")
         finally:
-            moto.kill()
-            moto.wait()
+            store.kill()
+            store.wait()
         return {w: summarize(r) for w, r in results.items()}, n
 
-    def fleet_once(self, n, workers, scan, moto_url, s3):
+    def fleet_once(self, n, workers, scan, store_url, s3):
         port = free_port()
         redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
                                   "--appendonly", "no", "--dir", self.tmp],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"redis://127.0.0.1:{port}"
-        ep = Endpoint(self.binary("synthetic-s3"), n, self.args.latency_us, forward=moto_url)
+        ep = Endpoint(self.binary("synthetic-s3"), n, self.args.latency_us, forward=store_url)
         worker = self.binary("bucketscan-worker")
         common = ["--redis", url, "--scan", scan]
         endpoint = ["--endpoint", ep.url, "--path-style"]
@@ -666,7 +676,7 @@ def render_markdown(res):
             "## Fleet: plan, W worker processes, merge (Redis queue)",
             "",
             f"{fl['objects']:,} objects; each `bucketscan-worker run` keeps {FLEET_CONCURRENCY} HEADs in "
-            "flight; parts and the merged result go to a moto S3 server behind synthetic-s3's `--forward`; a "
+            "flight; parts and the merged result go to a versitygw S3 server behind synthetic-s3's `--forward`; a "
             "private redis-server counts commands (`total_commands_processed`, including those inside Lua "
             "scripts) over plan + run + merge. objects/s is over the run phase.",
             "",
@@ -820,7 +830,7 @@ def main(argv=None):
     p.add_argument("--rclone", default=os.path.join(CACHE, "bin", "rclone"))
     p.add_argument("--rclone-error", default=os.path.join(CACHE, "bench", "rclone-install.err"),
                    help="file holding why rclone did not install, if it did not")
-    p.add_argument("--moto", default=os.path.join(CACHE, "bin", "moto_server"))
+    p.add_argument("--versitygw", default=os.path.join(CACHE, "bin", "versitygw"))
     p.add_argument("--latency-us", type=int, default=1000)
     p.add_argument("--e2e", default=os.path.join(CACHE, "bench", "e2e.json"))
     p.add_argument("--json", help="write the results here")
