@@ -692,12 +692,25 @@ def render_markdown(res):
     e2e = res.get("e2e")
     if e2e:
         lines += [
-            f"From `{res['e2e_path']}` (written by `just e2e`, {e2e.get('written', 'date unknown')}; not "
+            f"From `{res['e2e_path'].replace(CACHE, '$BUCKETSCAN_CACHE')}` (written by `just e2e`, {e2e.get('written', 'date unknown')}; not "
             "measured by this run): "
             f"{e2e['objects']:,} objects in {e2e['seconds']} s = {e2e['objects_per_s']:,.0f} objects/s end to end, "
             f"against the workers' raw HEAD rate of {e2e['raw_head_per_s']:,.0f} HEAD/s: **{e2e['ratio']:.2f}x**."
-            + (f" Cluster: {e2e['cluster']}." if e2e.get("cluster") else ""),
+            + (f" Cluster: {e2e['cluster']}." if e2e.get("cluster") else "")
+            + (f" Source: {e2e['source']}." if e2e.get("source") else ""),
         ]
+        phases = e2e.get("phases_seconds")
+        if isinstance(phases, dict) and phases:
+            lines += ["", "| phase | seconds | share |", "| --- | ---: | ---: |"]
+            total = sum(v for v in phases.values() if isinstance(v, (int, float)))
+            for name, secs in phases.items():
+                if isinstance(secs, (int, float)) and total > 0:
+                    lines.append(f"| {name} | {secs:.1f} | {secs / total * 100:.0f} % |")
+            scanning = phases.get("scanning")
+            if isinstance(scanning, (int, float)) and scanning > 0:
+                rate = e2e["objects"] / scanning
+                lines += ["", f"The scanning phase alone: {rate:,.0f} objects/s, "
+                              f"{rate / e2e['raw_head_per_s']:.2f}x the raw HEAD rate."]
     else:
         lines.append(f"not measured in this run (run `just e2e` first): {res.get('e2e_missing')}.")
     ours, hyper, lst = clients.get(OURS), clients.get("hyper-loop"), res.get("list")
@@ -737,6 +750,8 @@ def render_markdown(res):
         "keyspace formula and only HEADs, unsigned). A run counts only if the client reports every object "
         "with its metadata and the endpoint served at least that many HEADs (rclone: its JSON listing has "
         "the `index` metadata of every object, read by one HEAD each).",
+        "- `--head-client sdk` and `fast` differ only in the HEAD path: both list with bucketscan's own LIST "
+        "path (core/src/fastlist.rs), as every scan does.",
         "- Objects per client differ: a slow client gets fewer, so that no run takes minutes "
         "(naive boto3 does well under 1,000 HEAD/s at 1 ms). Every figure is a rate (per second, per CPU-"
         "second, per 100k HEADs), and each run lasts seconds, so process start-up is a small part of it.",
@@ -812,6 +827,20 @@ def render_chart(res, path):
 NOTES_FILE = os.path.join(HERE, "notes.json")
 
 
+def int_keys(d):
+    """JSON turns the shard and worker counts used as keys into strings: back to ints."""
+    return {int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in d.items()}
+
+
+def write_reports(res, args):
+    if args.chart:
+        render_chart(res, args.chart)
+        res["chart"] = os.path.relpath(args.chart, os.path.dirname(os.path.abspath(args.markdown or args.chart)))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(render_markdown(res))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=["quick", "full"], default="quick")
@@ -821,7 +850,7 @@ def main(argv=None):
                    help="comma-separated subset of: " + ", ".join(c for c, _ in CLIENTS))
     p.add_argument("--no-list", action="store_true", help="skip the LIST streams figure")
     p.add_argument("--no-fleet", action="store_true", help="skip the fleet figures")
-    p.add_argument("--bin-dir", required=True, help="where synthetic-s3, hyper-head-loop, list-shards and "
+    p.add_argument("--bin-dir", help="where synthetic-s3, hyper-head-loop, list-shards and "
                                                     "bucketscan-worker are")
     p.add_argument("--worker", help="the bucketscan-worker binary (default: in --bin-dir)")
     p.add_argument("--python", default=os.path.join(CACHE, "venv", "bin", "python"),
@@ -836,7 +865,17 @@ def main(argv=None):
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", help="write BENCHMARKS.md here")
     p.add_argument("--chart", help="write the PNG chart here")
+    p.add_argument("--render-from", help="measure nothing: write --markdown and --chart from this results JSON "
+                                         "(after editing bench/notes.json, say)")
     args = p.parse_args(argv)
+    if args.render_from:
+        res = json.load(open(args.render_from), object_hook=int_keys)
+        if os.path.exists(NOTES_FILE):
+            res["notes"] = json.load(open(NOTES_FILE))
+        write_reports(res, args)
+        return 0
+    if not args.bin_dir:
+        p.error("--bin-dir is required (unless --render-from)")
     args.runs = args.runs or RUNS[args.mode]
     args.clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     unknown = set(args.clients) - {c for c, _ in CLIENTS}
@@ -880,15 +919,10 @@ def main(argv=None):
         res["rclone_version"] = v.replace("rclone ", "").replace("-DEV", "")
     if os.path.exists(NOTES_FILE):
         res["notes"] = json.load(open(NOTES_FILE))
-    if args.chart:
-        render_chart(res, args.chart)
-        res["chart"] = os.path.relpath(args.chart, os.path.dirname(os.path.abspath(args.markdown or args.chart)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1, default=str)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(render_markdown(res))
+    write_reports(res, args)
     for t in res["targets"]:
         log(f"{ {True: 'MET   ', False: 'MISSED', None: 'n/a   '}[t['met']]} {t['target']}: {t['text']}")
     return 0
