@@ -661,13 +661,18 @@ def render_markdown(res):
             f"The target holds until the endpoint saturates: a row whose client and endpoint kept the cores "
             f"{SATURATED * 100:.0f} % busy or more is saturated (the machine has no more to give) and is not judged.",
             "",
-            "| streams | keys/s | efficiency | client CPU-s | endpoint CPU-s | cores busy |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: |",
+            "'cores for linear' is what N streams at N x the one-stream rate would keep busy (N x the one-stream "
+            "row's cores busy): near or above 100 %, linear scaling is out of reach on this machine.",
+            "",
+            "| streams | keys/s | efficiency | client CPU-s | endpoint CPU-s | cores busy | cores for linear |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
+        one_busy = lst["busy"].get(1)
         for s, rate in lst["rates"].items():
             lines.append(f"| {s} | {fmt(rate)} | {fmt(lst['efficiency'][s], '{:.2f}')} | "
                          f"{fmt(lst['cpu'][s], '{:.2f}')} | {fmt(lst['endpoint_cpu'][s], '{:.2f}')} | "
-                         f"{fmt(lst['busy'][s] * 100, '{:.0f} %')} |")
+                         f"{fmt(lst['busy'][s] * 100, '{:.0f} %')} | "
+                         f"{fmt(one_busy and one_busy * s * 100, '{:.0f} %')} |")
     if res.get("fleet"):
         fl = res["fleet"]
         base = fl["workers"].get("1") or fl["workers"].get(1)
