@@ -68,3 +68,20 @@ demo: deps build
 # Format the code.
 fmt:
     cargo fmt --all
+
+# Benchmarks against the peers (full: >= 3 runs per figure, about 15 minutes on
+# 2 cores): writes BENCHMARKS.md and docs/benchmarks.png. See docs/benchmarks.md.
+bench: (_bench "full" "BENCHMARKS.md" "docs/benchmarks.png")
+
+# A smoke run of the benchmarks (1 run, small N, a few minutes); writes under
+# $BUCKETSCAN_CACHE/bench/quick/, not the committed BENCHMARKS.md.
+bench-quick: (_bench "quick" (cache + "/bench/quick/BENCHMARKS.md") (cache + "/bench/quick/benchmarks.png"))
+
+_bench MODE MARKDOWN CHART:
+    nice cargo build --release -p bucketscan-bench -p bucketscan-worker
+    scripts/install-deps.sh
+    bench/install-peers.sh
+    mkdir -p "$(dirname {{MARKDOWN}})" "$(dirname {{CHART}})" {{cache}}/bench
+    {{cache}}/venv/bin/python bench/run.py --mode {{MODE}} --bin-dir "$CARGO_TARGET_DIR/release" \
+      --json {{cache}}/bench/results-{{MODE}}.json --markdown {{MARKDOWN}} --chart {{CHART}}
+    @echo "wrote {{MARKDOWN}} and {{CHART}}"

@@ -6,8 +6,12 @@
 
 use crate::keyspace::{Keyspace, Page};
 use bytes::Bytes;
+use http_body_util::BodyExt;
 use http_body_util::Full;
+use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +26,8 @@ pub struct Config {
     pub latency: Duration,
     /// Share of requests answered 503 SlowDown (0 to 1).
     pub slowdown: f64,
+    /// `http://HOST:PORT` of a real S3 server for every other bucket.
+    pub forward: Option<String>,
 }
 
 /// Requests served, by kind (for the benchmark's own bookkeeping).
@@ -31,7 +37,25 @@ pub struct Stats {
     pub lists: AtomicU64,
     pub heads: AtomicU64,
     pub slowdowns: AtomicU64,
+    /// Requests passed on to `forward` (not counted in `requests`).
+    pub forwarded: AtomicU64,
 }
+
+impl Stats {
+    pub fn json(&self) -> String {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        format!(
+            "{{\"requests\":{},\"lists\":{},\"heads\":{},\"slowdowns\":{},\"forwarded\":{}}}",
+            get(&self.requests),
+            get(&self.lists),
+            get(&self.heads),
+            get(&self.slowdowns),
+            get(&self.forwarded)
+        )
+    }
+}
+
+type Upstream = Client<HttpConnector, Incoming>;
 
 const LAST_MODIFIED_HTTP: &str = "Mon, 02 Nov 2026 10:00:00 GMT";
 const LAST_MODIFIED_XML: &str = "2026-11-02T10:00:00.000Z";
@@ -43,14 +67,16 @@ pub async fn serve(
     stats: Arc<Stats>,
 ) -> std::io::Result<()> {
     let config = Arc::new(config);
+    let upstream: Upstream =
+        Client::builder(hyper_util::rt::TokioExecutor::new()).build(HttpConnector::new());
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let (config, stats) = (config.clone(), stats.clone());
+        let (config, stats, upstream) = (config.clone(), stats.clone(), upstream.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let (config, stats) = (config.clone(), stats.clone());
-                async move { Ok::<_, std::convert::Infallible>(answer(&req, &config, &stats).await) }
+                let (config, stats, upstream) = (config.clone(), stats.clone(), upstream.clone());
+                async move { Ok::<_, std::convert::Infallible>(answer(req, &config, &stats, &upstream).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new()
@@ -62,10 +88,23 @@ pub async fn serve(
 }
 
 async fn answer(
-    req: &Request<hyper::body::Incoming>,
+    req: Request<Incoming>,
     config: &Config,
     stats: &Stats,
+    upstream: &Upstream,
 ) -> Response<Full<Bytes>> {
+    let path = req.uri().path().trim_start_matches('/');
+    let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+    if path == "_stats" {
+        return Response::builder()
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(stats.json())))
+            .expect("valid");
+    }
+    if let Some(base) = config.forward.as_deref().filter(|_| bucket != config.bucket) {
+        stats.forwarded.fetch_add(1, Ordering::Relaxed);
+        return forward(req, base, upstream).await;
+    }
     if !config.latency.is_zero() {
         tokio::time::sleep(config.latency).await;
     }
@@ -78,8 +117,6 @@ async fn answer(
             "Please reduce your request rate.",
         );
     }
-    let path = req.uri().path().trim_start_matches('/');
-    let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
     if bucket != config.bucket {
         return error(
             StatusCode::NOT_FOUND,
@@ -90,7 +127,7 @@ async fn answer(
     match (req.method(), key.is_empty()) {
         (&Method::GET, true) => {
             stats.lists.fetch_add(1, Ordering::Relaxed);
-            list(req, config)
+            list(&req, config)
         }
         (&Method::HEAD, true) => empty(StatusCode::OK),
         (&Method::HEAD, false) => {
@@ -103,6 +140,36 @@ async fn answer(
             "Only LIST and HEAD are served",
         ),
     }
+}
+
+/// Pass `req` on to the server at `base` as it came (its Host header, so its
+/// signature, unchanged) and relay the answer.
+async fn forward(req: Request<Incoming>, base: &str, upstream: &Upstream) -> Response<Full<Bytes>> {
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let uri = match format!("{base}{target}").parse::<hyper::Uri>() {
+        Ok(uri) => uri,
+        Err(e) => return error(StatusCode::BAD_GATEWAY, "BadGateway", &e.to_string()),
+    };
+    let (mut parts, body) = req.into_parts();
+    parts.uri = uri;
+    let head = parts.method == Method::HEAD;
+    let answer = match upstream.request(Request::from_parts(parts, body)).await {
+        Ok(answer) => answer,
+        Err(e) => return error(StatusCode::BAD_GATEWAY, "BadGateway", &e.to_string()),
+    };
+    let (mut parts, body) = answer.into_parts();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return error(StatusCode::BAD_GATEWAY, "BadGateway", &e.to_string()),
+    };
+    // The body is relayed whole: its length is known again here (a HEAD
+    // answer keeps the object's).
+    parts.headers.remove(hyper::header::TRANSFER_ENCODING);
+    parts.headers.remove(hyper::header::CONNECTION);
+    if !head {
+        parts.headers.remove(hyper::header::CONTENT_LENGTH);
+    }
+    Response::from_parts(parts, Full::new(body))
 }
 
 /// A well-spread number in [0, 1) from a counter (deterministic SlowDowns).
@@ -130,7 +197,7 @@ fn head(raw_key: &str, config: &Config) -> Response<Full<Bytes>> {
     resp.body(Full::new(Bytes::new())).expect("valid headers")
 }
 
-fn list(req: &Request<hyper::body::Incoming>, config: &Config) -> Response<Full<Bytes>> {
+fn list(req: &Request<Incoming>, config: &Config) -> Response<Full<Bytes>> {
     let query: HashMap<String, String> = req
         .uri()
         .query()

@@ -13,14 +13,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 async fn endpoint(keyspace: Keyspace, slowdown: f64) -> (String, Arc<Stats>) {
+    endpoint_with("synthetic", keyspace, slowdown, None).await
+}
+
+async fn endpoint_with(
+    bucket: &str,
+    keyspace: Keyspace,
+    slowdown: f64,
+    forward: Option<String>,
+) -> (String, Arc<Stats>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let stats = Arc::new(Stats::default());
     let config = Config {
-        bucket: "synthetic".into(),
+        bucket: bucket.into(),
         keyspace,
         latency: Duration::from_micros(200),
         slowdown,
+        forward,
     };
     tokio::spawn(serve(listener, config, stats.clone()));
     (url, stats)
@@ -116,4 +126,76 @@ async fn the_bare_hyper_loop_heads_every_object() {
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["objects"], 3_000);
     assert_eq!(stats.heads.load(std::sync::atomic::Ordering::Relaxed), 3_000);
+}
+
+/// Other buckets go to the `--forward` server as they came (signed requests
+/// included), and `GET /_stats` counts what was served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_buckets_are_forwarded_and_stats_are_served() {
+    let keyspace = |objects| Keyspace {
+        objects,
+        layout: Layout::Flat,
+    };
+    let (upstream, upstream_stats) = endpoint_with("other", keyspace(1_500), 0.0, None).await;
+    let (front, front_stats) = endpoint_with("synthetic", keyspace(10), 0.0, Some(upstream)).await;
+    std::env::set_var("AWS_ACCESS_KEY_ID", "bench");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "bench");
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    let s3 = bucketscan_core::s3::S3::connect(bucketscan_core::s3::Endpoint {
+        url: Some(front.clone()),
+        region: "us-east-1".into(),
+        path_style: true,
+        ca_pem: None,
+        insecure: false,
+        pool_size: 4,
+    })
+    .await
+    .unwrap();
+    let req = bucketscan_core::s3::ListRequest {
+        max_keys: 1000,
+        ..Default::default()
+    };
+    let (mut listed, mut req) = (0, req);
+    loop {
+        let page = s3.list_page("other", &req).await.unwrap();
+        listed += page.objects.len();
+        match page.next {
+            Some(token) => req.continuation = Some(token),
+            None => break,
+        }
+    }
+    assert_eq!(listed, 1_500);
+    assert_eq!(
+        s3.list_page("synthetic", &req_all()).await.unwrap().objects.len(),
+        10
+    );
+    assert!(matches!(
+        s3.list_page("missing", &req_all()).await,
+        Err(bucketscan_core::error::S3Error::NoSuchBucket { .. })
+    ));
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(load(&front_stats.forwarded), 3);
+    assert_eq!(load(&front_stats.lists), 1);
+    assert_eq!(load(&upstream_stats.lists), 2);
+
+    let stats = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(front.trim_start_matches("http://")).unwrap();
+        conn.write_all(b"GET /_stats HTTP/1.0\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        answer
+    })
+    .await
+    .unwrap();
+    let body: serde_json::Value = serde_json::from_str(stats.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["lists"], 1);
+    assert_eq!(body["forwarded"], 3);
+}
+
+fn req_all() -> bucketscan_core::s3::ListRequest {
+    bucketscan_core::s3::ListRequest {
+        max_keys: 1000,
+        ..Default::default()
+    }
 }

@@ -88,17 +88,36 @@ impl FastHead {
 
     /// One HEAD attempt (the caller retries).
     pub async fn head(&self, bucket: &str, key: &str) -> HeadResult {
-        let encoded_key = encode_key(key);
-        let (host, path) = if self.path_style {
-            (self.authority.clone(), format!("/{bucket}/{encoded_key}"))
-        } else {
-            (format!("{bucket}.{}", self.authority), format!("/{encoded_key}"))
+        let resp = self.send("HEAD", bucket, &encode_key(key), "").await?;
+        match resp.status() {
+            StatusCode::OK => Ok(Some(head_info(resp.headers()))),
+            StatusCode::NOT_FOUND => Ok(None),
+            status => Err(S3Error::from_status(status.as_u16(), None, bucket)),
+        }
+    }
+
+    /// Sign and send one bodiless request for `encoded_key` in `bucket` (the
+    /// bucket itself when the key is empty) with a canonical `query`.
+    pub(crate) async fn send(
+        &self,
+        method: &str,
+        bucket: &str,
+        encoded_key: &str,
+        query: &str,
+    ) -> Result<http::Response<hyper::body::Incoming>, S3Error> {
+        let (host, path) = match (self.path_style, encoded_key.is_empty()) {
+            (true, true) => (self.authority.clone(), format!("/{bucket}")),
+            (true, false) => (self.authority.clone(), format!("/{bucket}/{encoded_key}")),
+            (false, _) => (format!("{bucket}.{}", self.authority), format!("/{encoded_key}")),
         };
         let now = SystemTime::now();
         let amz_date = amz_date(now);
         let state = self.signer.state(now, &amz_date[..8]).await?;
-        let authorization = state.authorization(&host, &path, &amz_date);
-        let mut req = Request::head(format!("{}://{host}{path}", self.scheme))
+        let authorization = state.authorization(method, &host, &path, query, &amz_date);
+        let sep = if query.is_empty() { "" } else { "?" };
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}://{host}{path}{sep}{query}", self.scheme))
             .header("host", &host)
             .header("x-amz-date", &amz_date)
             .header("x-amz-content-sha256", EMPTY_SHA256)
@@ -108,16 +127,15 @@ impl FastHead {
         }
         let req = req
             .body(Empty::new())
-            .map_err(|e| S3Error::Other(format!("cannot build HEAD request: {e}")))?;
-        let resp = tokio::time::timeout(self.timeout, self.client.request(req))
+            .map_err(|e| S3Error::Other(format!("cannot build {method} request: {e}")))?;
+        tokio::time::timeout(self.timeout, self.client.request(req))
             .await
             .map_err(|_| S3Error::Timeout(self.timeout))?
-            .map_err(|e| S3Error::Connection(error_chain(&e)))?;
-        match resp.status() {
-            StatusCode::OK => Ok(Some(head_info(resp.headers()))),
-            StatusCode::NOT_FOUND => Ok(None),
-            status => Err(S3Error::from_status(status.as_u16(), None, bucket)),
-        }
+            .map_err(|e| S3Error::Connection(error_chain(&e)))
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 }
 
@@ -152,7 +170,7 @@ pub fn head_info(headers: &HeaderMap) -> HeadInfo {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -190,17 +208,22 @@ struct SigningState {
 }
 
 impl SigningState {
-    fn authorization(&self, host: &str, path: &str, amz_date: &str) -> String {
+    /// The Authorization header of a bodiless request; `query` is already
+    /// canonical (sorted, encoded: see [`crate::fastlist::list_query`]).
+    fn authorization(&self, method: &str, host: &str, path: &str, query: &str, amz_date: &str) -> String {
         let token = self.credentials.session_token();
         let signed_headers = if token.is_some() {
             "host;x-amz-content-sha256;x-amz-date;x-amz-security-token"
         } else {
             "host;x-amz-content-sha256;x-amz-date"
         };
-        let mut canonical = String::with_capacity(256 + path.len());
-        canonical.push_str("HEAD\n");
+        let mut canonical = String::with_capacity(256 + path.len() + query.len());
+        canonical.push_str(method);
+        canonical.push('\n');
         canonical.push_str(path);
-        canonical.push_str("\n\nhost:");
+        canonical.push('\n');
+        canonical.push_str(query);
+        canonical.push_str("\nhost:");
         canonical.push_str(host);
         canonical.push_str("\nx-amz-content-sha256:");
         canonical.push_str(EMPTY_SHA256);
@@ -304,7 +327,13 @@ mod tests {
     use aws_sigv4::sign::v4::SigningParams;
 
     /// Our HEAD signature must equal what aws-sigv4's general signer produces.
-    fn reference_authorization(creds: &Credentials, host: &str, path: &str, now: SystemTime) -> String {
+    fn reference_authorization(
+        creds: &Credentials,
+        method: &str,
+        host: &str,
+        path_and_query: &str,
+        now: SystemTime,
+    ) -> String {
         let mut settings = SigningSettings::default();
         settings.percent_encoding_mode = PercentEncodingMode::Single;
         settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
@@ -319,8 +348,8 @@ mod tests {
             .build()
             .unwrap()
             .into();
-        let url = format!("http://{host}{path}");
-        let req = SignableRequest::new("HEAD", &url, std::iter::empty(), SignableBody::Bytes(&[])).unwrap();
+        let url = format!("http://{host}{path_and_query}");
+        let req = SignableRequest::new(method, &url, std::iter::empty(), SignableBody::Bytes(&[])).unwrap();
         let (instructions, _) = sign(req, &params).unwrap().into_parts();
         let authorization = instructions
             .headers()
@@ -353,11 +382,32 @@ mod tests {
                 "~tilde_-.",
             ] {
                 let path = format!("/bucket/{}", utf8_percent_encode(key, KEY_ENCODE));
-                let ours = state.authorization("127.0.0.1:9000", &path, &amz_date(now));
+                let ours = state.authorization("HEAD", "127.0.0.1:9000", &path, "", &amz_date(now));
                 assert_eq!(
                     ours,
-                    reference_authorization(&creds, "127.0.0.1:9000", &path, now),
+                    reference_authorization(&creds, "HEAD", "127.0.0.1:9000", &path, now),
                     "key {key:?}"
+                );
+                // The same string as a LIST's prefix and start-after.
+                let req = crate::s3::ListRequest {
+                    prefix: key.to_string(),
+                    start_after: Some(format!("{key}~")),
+                    delimiter: Some("/".into()),
+                    continuation: Some("tok/en+=".into()),
+                    max_keys: 1000,
+                };
+                let query = crate::fastlist::list_query(&req, req.start_after.as_deref());
+                let ours = state.authorization("GET", "127.0.0.1:9000", "/bucket", &query, &amz_date(now));
+                assert_eq!(
+                    ours,
+                    reference_authorization(
+                        &creds,
+                        "GET",
+                        "127.0.0.1:9000",
+                        &format!("/bucket?{query}"),
+                        now
+                    ),
+                    "prefix {key:?}"
                 );
             }
         }

@@ -6,6 +6,7 @@
 pub mod engine;
 pub mod error;
 pub mod fasthead;
+pub mod fastlist;
 pub mod head;
 pub mod http;
 pub mod merge;

@@ -1,6 +1,6 @@
-//! S3 client setup and the LIST call. aws-sdk-s3 does LIST, PUT and multipart;
-//! HEAD has its own fast path (see `fasthead`), which reuses the credentials
-//! provider built here.
+//! S3 client setup and the LIST call. aws-sdk-s3 does PUT, GET and multipart;
+//! HEAD and LIST have their own fast path (see `fasthead` and `fastlist`),
+//! which reuses the credentials provider built here.
 
 use crate::error::S3Error;
 use crate::retry::RetryPolicy;
@@ -44,6 +44,8 @@ impl Endpoint {
 /// The clients for one endpoint, shared by every task of a process.
 pub struct S3 {
     pub sdk: aws_sdk_s3::Client,
+    /// Signed hyper requests for LIST (see `fastlist`).
+    fast: crate::fasthead::FastHead,
     pub credentials: SharedCredentialsProvider,
     pub endpoint: Endpoint,
     pub retry: RetryPolicy,
@@ -122,6 +124,7 @@ impl S3 {
             conf = conf.endpoint_url(url.trim_end_matches('/'));
         }
         Ok(Arc::new(S3 {
+            fast: crate::fasthead::FastHead::new(&endpoint, credentials.clone())?,
             sdk: aws_sdk_s3::Client::from_conf(conf.build()),
             credentials,
             endpoint,
@@ -133,10 +136,30 @@ impl S3 {
     /// One LIST page, retried on transient errors (decoding is not retried). Keys are requested URL
     /// encoded (servers fail on control characters otherwise) and decoded here.
     pub async fn list_page(&self, bucket: &str, req: &ListRequest) -> Result<ListPage, S3Error> {
-        let wire_start_after = req.start_after.as_deref().map(wire_safe_start_after);
-        let mut page = self
-            .list_page_raw(bucket, req, wire_start_after.flatten())
-            .await?;
+        self.list_page_via(bucket, req, false).await
+    }
+
+    /// [`S3::list_page`] through aws-sdk-s3 instead of the fast path: the
+    /// reference the fast path is tested against.
+    pub async fn list_page_sdk(&self, bucket: &str, req: &ListRequest) -> Result<ListPage, S3Error> {
+        self.list_page_via(bucket, req, true).await
+    }
+
+    async fn list_page_via(&self, bucket: &str, req: &ListRequest, sdk: bool) -> Result<ListPage, S3Error> {
+        let wire_start_after = req.start_after.as_deref().and_then(wire_safe_start_after);
+        let mut page = if sdk {
+            self.list_page_raw(bucket, req, wire_start_after).await?
+        } else {
+            self.retry
+                .run(&self.retries, || {
+                    self.fast.list(bucket, req, wire_start_after.as_deref())
+                })
+                .await
+                .map_err(|e| match e {
+                    S3Error::Credentials(text) => S3Error::Credentials(no_credentials_message(&text)),
+                    e => e,
+                })?
+        };
         if let Some(after) = &req.start_after {
             // The server started earlier than asked (see `wire_safe_start_after`).
             page.objects.retain(|o| o.key.as_str() > after.as_str());
@@ -349,6 +372,9 @@ fn wire_safe_start_after(start_after: &str) -> Option<String> {
 /// Decode a key from a listing with `encoding-type=url`. AWS encodes a space
 /// as `+` (and a real `+` as `%2B`), so `+` is decoded first.
 pub fn url_decode(s: &str) -> Result<String, S3Error> {
+    if !s.contains(['+', '%']) {
+        return Ok(s.to_string());
+    }
     let plus_decoded = s.replace('+', " ");
     percent_encoding::percent_decode_str(&plus_decoded)
         .decode_utf8()

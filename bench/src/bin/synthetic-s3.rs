@@ -1,6 +1,7 @@
 //! `synthetic-s3`: the benchmarks' S3 endpoint. Serves one bucket of
 //! `--objects` generated objects on `--listen`, each answer after
-//! `--latency-us` (default 1,000: an all-flash store's HEAD time).
+//! `--latency-us` (default 1,000: an all-flash store's HEAD time). Request
+//! counts: `GET /_stats`.
 
 use bucketscan_bench::keyspace::BucketArgs;
 use bucketscan_bench::server::{serve, Config, Stats};
@@ -20,6 +21,10 @@ struct Args {
     /// Share of requests answered 503 SlowDown.
     #[arg(long, default_value_t = 0.0)]
     slowdown: f64,
+    /// http://HOST:PORT of a real S3 server that gets the requests for every
+    /// other bucket (a fleet scan's output).
+    #[arg(long)]
+    forward: Option<String>,
     /// Worker threads (the benchmark pins the endpoint to its own cores).
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -40,6 +45,7 @@ fn main() -> anyhow::Result<()> {
             bucket: args.bucket.bucket,
             latency: Duration::from_micros(args.latency_us),
             slowdown: args.slowdown,
+            forward: args.forward.map(|f| f.trim_end_matches('/').to_string()),
         };
         serve(listener, config, Arc::new(Stats::default())).await?;
         Ok(())

@@ -1,0 +1,937 @@
+#!/usr/bin/env python3
+"""The benchmark harness behind `just bench`: every client against one
+synthetic-s3 endpoint on 127.0.0.1, same machine, same run.
+
+For each client run it starts a fresh synthetic-s3 (so the endpoint's own CPU
+can be read from its rusage), runs the client as a child process, waits for it
+with os.wait4 (user + system CPU, ru_maxrss; for a client with child
+processes this covers the children it waited for, and ru_maxrss is that of
+the largest single process, so the harness also samples the summed RSS of the
+whole process tree), checks that the client saw every object and that the
+endpoint served that many HEADs, and fails loudly otherwise. Repetitions are
+interleaved (rep 1 of every client, then rep 2...) so background load hits
+them alike; each figure is the median over the repetitions, and every ratio
+compares medians taken in this same run.
+
+Also: LIST keys/s for one stream versus N key-range shards (list-shards), the
+fleet (plan + W x run + merge through a private redis-server, output to a
+versitygw behind synthetic-s3's --forward) with Redis commands per object,
+and the end-to-end figure read from $BUCKETSCAN_CACHE/bench/e2e.json.
+
+Writes a results JSON, BENCHMARKS.md and (unless --no-chart) a PNG chart.
+Pure logic (medians, ratios, targets, e2e parsing) is unit-tested in
+bench/test_run.py.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+CACHE = os.environ.get("BUCKETSCAN_CACHE", os.path.expanduser("~/.cache/bucketscan"))
+BUCKET = "synthetic"
+CONCURRENCY = 256  # in flight for our worker and the hyper loop alike
+
+# Objects per client run, by mode: slow clients get fewer (every figure is a
+# rate, per second or per 100k HEADs, so N only has to make a run last
+# seconds, not the same for all).
+SIZES = {
+    "quick": {"boto3-naive": 500, "boto3-multiprocessing": 2_000, "go-pool": 10_000,
+              "rclone": 500, "ours-sdk": 20_000, "ours-fast": 50_000, "hyper-loop": 50_000,
+              "list": 100_000, "fleet": 20_000},
+    "full": {"boto3-naive": 4_000, "boto3-multiprocessing": 15_000, "go-pool": 60_000,
+             "rclone": 4_000, "ours-sdk": 150_000, "ours-fast": 300_000, "hyper-loop": 300_000,
+             "list": 1_000_000, "fleet": 200_000},
+}
+RUNS = {"quick": 1, "full": 3}
+LIST_SHARDS = [1, 2, 4, 8]
+FLEET_WORKERS = [1, 2, 4]
+FLEET_CONCURRENCY = 32  # per worker: one worker is bound by latency, not CPU
+
+CLIENTS = [
+    # name, label
+    ("boto3-naive", "naive boto3 (1 process, 1 HEAD at a time)"),
+    ("boto3-multiprocessing", "boto3 multiprocessing (2 x cores processes)"),
+    ("go-pool", "Go aws-sdk-go-v2 pool (2 x cores goroutines)"),
+    ("rclone", "rclone lsjson -R --metadata"),
+    ("ours-sdk", "bucketscan, --head-client sdk"),
+    ("ours-fast", "bucketscan, --head-client fast"),
+    ("hyper-loop", "bare hyper HEAD loop (physical limit)"),
+]
+OURS = "ours-fast"
+
+E2E_FIELDS = ("objects", "seconds", "raw_head_per_s")
+
+
+# ---------------------------------------------------------------- pure logic
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def ratio(a, b):
+    """a / b, or None when either is missing or b is zero."""
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def figures(objects, wall, cpu, maxrss_kb, tree_rss_kb):
+    """The per-run figures of one client run."""
+    return {
+        "objects": objects,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "head_per_s": objects / wall if wall > 0 else None,
+        "cpu_per_100k": cpu / objects * 100_000 if objects else None,
+        "cores_used": cpu / wall if wall > 0 else None,
+        # HEAD/s / (CPU-s / wall-s) = HEADs per CPU-second.
+        "head_per_core_s": objects / cpu if cpu > 0 else None,
+        "maxrss_mb": maxrss_kb / 1024,
+        "tree_rss_mb": tree_rss_kb / 1024 if tree_rss_kb else None,
+    }
+
+
+def summarize(runs):
+    """Median of every numeric figure over a client's runs."""
+    keys = [k for k in runs[0] if isinstance(runs[0][k], (int, float)) or runs[0][k] is None]
+    return {k: median([r.get(k) for r in runs]) for k in keys} | {"runs": len(runs)}
+
+
+def ratios_to_ours(clients, ours=OURS):
+    """For each client: how many times ours is better (>1 = ours wins)."""
+    base = clients.get(ours)
+    out = {}
+    for name, c in clients.items():
+        if base is None:
+            out[name] = {}
+            continue
+        out[name] = {
+            "head_per_s": ratio(base["head_per_s"], c["head_per_s"]),
+            "head_per_core_s": ratio(base["head_per_core_s"], c["head_per_core_s"]),
+            # CPU: ours / theirs (<1 = ours uses less).
+            "cpu_per_100k": ratio(base["cpu_per_100k"], c["cpu_per_100k"]),
+        }
+    return out
+
+
+def parse_e2e(text):
+    """The e2e file: JSON with objects, seconds, raw_head_per_s (numbers > 0).
+    Returns (dict, None) or (None, reason)."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        return None, f"not JSON: {e}"
+    if not isinstance(data, dict):
+        return None, "not a JSON object"
+    for field in E2E_FIELDS:
+        v = data.get(field)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            return None, f"field {field!r} missing or not a positive number"
+    data = dict(data)
+    data["objects_per_s"] = data["objects"] / data["seconds"]
+    data["ratio"] = data["objects_per_s"] / data["raw_head_per_s"]
+    return data, None
+
+
+def list_efficiency(list_runs):
+    """{shards: keys/s} -> {shards: keys/s(N) / (N * keys/s(1))}."""
+    one = list_runs.get(1)
+    return {n: ratio(rate, n * one) if one else None for n, rate in list_runs.items()}
+
+
+# The LIST target holds "until the endpoint saturates": a run with N streams
+# whose processes (client and endpoint) kept the machine's cores at least
+# this busy is saturated, and is reported but not judged.
+SATURATED = 0.75
+
+
+def evaluate_targets(clients, listing, redis_per_object, e2e):
+    """Every target of the issue as {target, value, met: True/False/None, text}."""
+    r = ratios_to_ours(clients)
+    targets = []
+
+    def add(name, value, threshold, fmt, higher_is_better=True):
+        if value is None:
+            targets.append({"target": name, "value": None, "met": None, "text": "not measured"})
+            return
+        met = value >= threshold if higher_is_better else value <= threshold
+        targets.append({"target": name, "value": value, "met": met, "text": fmt.format(value)})
+
+    def per_core(peer):
+        return r.get(peer, {}).get("head_per_core_s")
+
+    add("HEAD/s per client core >= 2x Go pool", per_core("go-pool"), 2, "{:.2f}x")
+    add("HEAD/s per client core >= 6x boto3 multiprocessing", per_core("boto3-multiprocessing"), 6, "{:.1f}x")
+    add("HEAD/s per client core >= 80x naive boto3", per_core("boto3-naive"), 80, "{:.1f}x")
+    add("CPU per 100k HEADs <= 0.5x Go's", r.get("go-pool", {}).get("cpu_per_100k"), 0.5, "{:.2f}x",
+        higher_is_better=False)
+    hyper = clients.get("hyper-loop")
+    ours = clients.get(OURS)
+    add("fast path >= 0.8x bare hyper loop (HEAD/s, same in-flight)",
+        ratio(ours and ours["head_per_s"], hyper and hyper["head_per_s"]), 0.8, "{:.2f}x")
+    add("fast path >= 0.8x bare hyper loop (HEADs per CPU-second)",
+        ratio(ours and ours["head_per_core_s"], hyper and hyper["head_per_core_s"]), 0.8, "{:.2f}x")
+    listing = listing or {"rates": {}, "busy": {}}
+    eff = list_efficiency(listing["rates"])
+    for n in sorted(eff):
+        if n == 1:
+            continue
+        name = f"{n}-shard LIST >= 0.8 x {n} x one stream"
+        busy = listing["busy"].get(n)
+        add(name, eff[n], 0.8, "{:.2f} of linear" + f" (cores {busy * 100:.0f} % busy)")
+        if busy is not None and busy >= SATURATED and targets[-1]["met"] is False:
+            targets[-1]["met"] = None
+            targets[-1]["text"] += f": saturated (>= {SATURATED * 100:.0f} %), not judged"
+    add("Redis operations per object < 0.01", redis_per_object, 0.01, "{:.4f}", higher_is_better=False)
+    if e2e is not None:
+        add("end to end >= 0.8x raw HEAD rate", e2e["ratio"], 0.8, "{:.2f}x")
+    else:
+        add("end to end >= 0.8x raw HEAD rate", None, 0.8, "")
+    # Strictly below 0.01 for Redis.
+    for t in targets:
+        if t["target"].startswith("Redis") and t["value"] is not None:
+            t["met"] = t["value"] < 0.01
+    return targets
+
+
+# ---------------------------------------------------------------- processes
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tree_rss_kb(pid):
+    """Summed VmRSS of pid and all its descendants (0 when gone)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total
+
+
+class Sampler(threading.Thread):
+    """Peak summed RSS of a process tree, sampled every 50 ms."""
+
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.stop = pid, 0, threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.05):
+            self.peak = max(self.peak, tree_rss_kb(self.pid))
+
+
+def run_client(cmd, env=None, stdout=None, timeout=1800):
+    """Run cmd to its end; returns (exit status, wall s, CPU s, maxrss KB, peak tree RSS KB)."""
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE)
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    err = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - started
+    killer.cancel()
+    sampler.stop.set()
+    reader.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = (err[0] if err else b"").decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {stderr[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, sampler.peak, stderr
+
+
+class Endpoint:
+    """One synthetic-s3 process; stop() returns its CPU seconds."""
+
+    def __init__(self, binary, objects, latency_us, forward=None):
+        cmd = [binary, "--objects", str(objects), "--bucket", BUCKET, "--latency-us", str(latency_us),
+               "--threads", "1"]
+        if forward:
+            cmd += ["--forward", forward]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        line = self.proc.stdout.readline().decode()
+        m = re.search(r"listening on (http://\S+)", line)
+        if not m:
+            self.proc.kill()
+            raise RuntimeError(f"synthetic-s3 did not start: {line!r}")
+        self.url = m.group(1)
+
+    def stats(self):
+        import urllib.request
+        with urllib.request.urlopen(self.url + "/_stats", timeout=10) as r:
+            return json.load(r)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGKILL)
+        _, _, usage = os.wait4(self.proc.pid, 0)
+        self.proc.returncode = -9
+        return usage.ru_utime + usage.ru_stime
+
+
+# Any credentials do for synthetic-s3; versitygw (the fleet's output) checks them.
+CREDENTIALS = ("bucketscan-bench", "bucketscan-bench-secret")
+
+
+def client_env():
+    env = dict(os.environ)
+    env.update(AWS_ACCESS_KEY_ID=CREDENTIALS[0], AWS_SECRET_ACCESS_KEY=CREDENTIALS[1], AWS_REGION="us-east-1",
+               AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        env.pop(k, None)
+    return env
+
+
+def count_jsonl(path):
+    """(records, records with our metadata) in a worker's JSON Lines output."""
+    records = with_meta = 0
+    with open(path, "rb") as f:
+        for line in f:
+            records += 1
+            with_meta += b'"index":' in line
+    return records, with_meta
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.bins = args.bin_dir
+        self.python = args.python
+        self.env = client_env()
+        self.tmp = tempfile.mkdtemp(prefix="bucketscan-bench.")
+        self.endpoint_cpu = {}
+
+    def binary(self, name):
+        if name == "bucketscan-worker" and self.args.worker:
+            return self.args.worker
+        return os.path.join(self.bins, name)
+
+    def command(self, client, url, objects, out):
+        """(argv, env, how to count the output) of one client."""
+        peers = os.path.join(HERE, "peers")
+        worker = [self.binary("bucketscan-worker"), "scan", "--endpoint", url, "--path-style",
+                  "--bucket", BUCKET, "--output", out, "--quiet", "--concurrency", str(CONCURRENCY)]
+        if client == "boto3-naive":
+            return [self.python, os.path.join(peers, "boto3_naive.py"), url, BUCKET], self.env, "json"
+        if client == "boto3-multiprocessing":
+            procs = str(2 * (os.cpu_count() or 1))
+            return [self.python, os.path.join(peers, "boto3_multiprocessing.py"), url, BUCKET, procs], \
+                self.env, "json"
+        if client == "go-pool":
+            return [self.args.go_pool, url, BUCKET], self.env, "json"
+        if client == "rclone":
+            env = dict(self.env, RCLONE_CONFIG_BENCH_TYPE="s3", RCLONE_CONFIG_BENCH_PROVIDER="Other",
+                       RCLONE_CONFIG_BENCH_ENDPOINT=url, RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=CREDENTIALS[0],
+                       RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY=CREDENTIALS[1], RCLONE_CONFIG_BENCH_REGION="us-east-1",
+                       RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE="true", RCLONE_CONFIG_BENCH_LIST_VERSION="2")
+            return [self.args.rclone, "--config", "", "lsjson", "-R", "--metadata", f"bench:{BUCKET}"], \
+                env, "rclone"
+        if client == "ours-sdk":
+            return worker + ["--head-client", "sdk"], self.env, "jsonl"
+        if client == "ours-fast":
+            return worker + ["--head-client", "fast"], self.env, "jsonl"
+        if client == "hyper-loop":
+            return [self.binary("hyper-head-loop"), url, "--objects", str(objects), "--bucket", BUCKET,
+                    "--in-flight", str(CONCURRENCY)], self.env, "json"
+        raise ValueError(client)
+
+    def available(self, client):
+        if client.startswith("boto3"):
+            return self.python and os.path.exists(self.python)
+        if client == "go-pool":
+            return bool(self.args.go_pool) and os.path.exists(self.args.go_pool)
+        if client == "rclone":
+            return bool(self.args.rclone) and os.path.exists(self.args.rclone)
+        return True
+
+    def run_one(self, client, objects):
+        ep = Endpoint(self.binary("synthetic-s3"), objects, self.args.latency_us)
+        out = os.path.join(self.tmp, f"{client}.out")
+        try:
+            argv, env, kind = self.command(client, ep.url, objects, out)
+            stdout_path = out if kind != "jsonl" else out + ".stdout"
+            with open(stdout_path, "wb") as stdout:
+                wall, cpu, maxrss, tree, _ = run_client(argv, env=env, stdout=stdout)
+            stats = ep.stats()
+        finally:
+            server_cpu = ep.stop()
+        if kind == "json":
+            line = json.loads(open(out).read().strip().splitlines()[-1])
+            seen, with_meta = line["objects"], line.get("with_metadata", line["objects"])
+        elif kind == "rclone":
+            listing = json.load(open(out))
+            seen = sum(1 for o in listing if not o.get("IsDir"))
+            with_meta = sum(1 for o in listing if "index" in (o.get("Metadata") or {}))
+        else:
+            seen, with_meta = count_jsonl(out)
+        os.unlink(out)
+        if seen != objects or with_meta != objects or stats["heads"] < objects:
+            raise RuntimeError(f"{client}: saw {seen} of {objects} objects ({with_meta} with metadata); "
+                               f"the endpoint served {stats['heads']} HEADs")
+        f = figures(objects, wall, cpu, maxrss, tree)
+        f["endpoint_cpu_s"] = server_cpu
+        f["endpoint_cpu_per_100k_requests"] = server_cpu / stats["requests"] * 100_000
+        f["endpoint_share"] = server_cpu / (server_cpu + cpu)
+        f["heads_served"] = stats["heads"]
+        f["lists_served"] = stats["lists"]
+        return f
+
+    def clients(self):
+        mode = self.args.mode
+        wanted = [c for c, _ in CLIENTS if c in self.args.clients]
+        skipped = {c: "not installed" for c in wanted if not self.available(c)}
+        wanted = [c for c in wanted if c not in skipped]
+        runs = {c: [] for c in wanted}
+        for rep in range(self.args.runs):
+            for c in wanted:
+                n = self.args.objects or SIZES[mode][c]
+                log(f"[{rep + 1}/{self.args.runs}] {c}: {n} objects")
+                f = self.run_one(c, n)
+                log(f"    {f['head_per_s']:.0f} HEAD/s, {f['cpu_per_100k']:.2f} CPU-s/100k, "
+                    f"{f['maxrss_mb']:.0f} MB, endpoint {f['endpoint_share'] * 100:.0f} % of the CPU")
+                runs[c].append(f)
+        return {c: summarize(r) for c, r in runs.items()}, runs, skipped
+
+    def list_streams(self):
+        n = self.args.objects or SIZES[self.args.mode]["list"]
+        rates = {s: [] for s in LIST_SHARDS}
+        endpoint_cpu = {s: [] for s in LIST_SHARDS}
+        cpu = {s: [] for s in LIST_SHARDS}
+        busy = {s: [] for s in LIST_SHARDS}
+        for rep in range(self.args.runs):
+            for s in LIST_SHARDS:
+                ep = Endpoint(self.binary("synthetic-s3"), n, self.args.latency_us)
+                try:
+                    out = os.path.join(self.tmp, "list.out")
+                    with open(out, "wb") as stdout:
+                        wall, c, _, _, _ = run_client(
+                            [self.binary("list-shards"), ep.url, "--objects", str(n), "--bucket", BUCKET,
+                             "--shards", str(s)], env=self.env, stdout=stdout)
+                finally:
+                    server = ep.stop()
+                line = json.loads(open(out).read())
+                if line["objects"] != n:
+                    raise RuntimeError(f"list-shards {s}: listed {line['objects']} of {n}")
+                rates[s].append(n / line["seconds"])
+                cpu[s].append(c)
+                endpoint_cpu[s].append(server)
+                busy[s].append((c + server) / (wall * (os.cpu_count() or 1)))
+                log(f"[{rep + 1}/{self.args.runs}] LIST {s} stream(s): {n / line['seconds']:.0f} keys/s")
+        return {"objects": n, **{name: {s: median(v) for s, v in series.items()} for name, series in
+                                 (("rates", rates), ("cpu", cpu), ("endpoint_cpu", endpoint_cpu), ("busy", busy))}}
+
+    def fleet(self):
+        """plan + W x run + merge, W in FLEET_WORKERS; Redis commands per object."""
+        import boto3
+        from botocore.config import Config
+        n = self.args.objects or SIZES[self.args.mode]["fleet"]
+        # versitygw (posix backend) holds the output: it verifies every
+        # signature, which the forwarded requests keep.
+        store_port = free_port()
+        data = os.path.join(self.tmp, "versitygw")
+        os.makedirs(data, exist_ok=True)
+        store = subprocess.Popen([self.args.versitygw, "--port", f"127.0.0.1:{store_port}", "--health", "/_health",
+                                  "posix", data], env=dict(self.env, ROOT_ACCESS_KEY=CREDENTIALS[0],
+                                                           ROOT_SECRET_KEY=CREDENTIALS[1]),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.tmp)
+        store_url = f"http://127.0.0.1:{store_port}"
+        s3 = boto3.client("s3", endpoint_url=store_url, region_name="us-east-1",
+                          aws_access_key_id=CREDENTIALS[0], aws_secret_access_key=CREDENTIALS[1],
+                          config=Config(s3={"addressing_style": "path"}))
+        wait_until(lambda: s3.list_buckets() is not None, "versitygw")
+        s3.create_bucket(Bucket="bench-out")
+        results = {w: [] for w in FLEET_WORKERS}
+        try:
+            for rep in range(self.args.runs):
+                for w in FLEET_WORKERS:
+                    results[w].append(self.fleet_once(n, w, f"s{rep}w{w}", store_url, s3))
+                    f = results[w][-1]
+                    log(f"[{rep + 1}/{self.args.runs}] fleet of {w}: {f['objects_per_s']:.0f} objects/s, "
+                        f"{f['redis_per_object']:.4f} Redis commands/object")
+        finally:
+            store.kill()
+            store.wait()
+        return {w: summarize(r) for w, r in results.items()}, n
+
+    def fleet_once(self, n, workers, scan, store_url, s3):
+        port = free_port()
+        redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                                  "--appendonly", "no", "--dir", self.tmp],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"redis://127.0.0.1:{port}"
+        ep = Endpoint(self.binary("synthetic-s3"), n, self.args.latency_us, forward=store_url)
+        worker = self.binary("bucketscan-worker")
+        common = ["--redis", url, "--scan", scan]
+        endpoint = ["--endpoint", ep.url, "--path-style"]
+        try:
+            wait_until(lambda: redis_commands(port) is not None, "redis-server")
+            before = redis_commands(port)
+            started = time.monotonic()
+            run_client([worker, "plan", *common, *endpoint, "--bucket", BUCKET,
+                        "--output", f"s3://bench-out/{scan}/"], env=self.env)
+            planned = time.monotonic()
+            procs, procs_out = [], []
+            for i in range(workers):
+                procs.append(threading.Thread(target=lambda i=i: procs_out.append(run_client(
+                    [worker, "run", *common, *endpoint, "--concurrency", str(FLEET_CONCURRENCY),
+                     "--name", f"w{i}"], env=self.env))))
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
+            if len(procs_out) != workers:
+                raise RuntimeError("a fleet worker failed (see above)")
+            ran = time.monotonic()
+            run_client([worker, "merge", *common, *endpoint], env=self.env)
+            merged = time.monotonic()
+            after = redis_commands(port)
+            stats = ep.stats()
+        finally:
+            server_cpu = ep.stop()
+            redis.kill()
+            redis.wait()
+        manifest = json.loads(s3.get_object(Bucket="bench-out", Key=f"{scan}/manifest.json")["Body"].read())
+        counts = manifest.get("counts", {})
+        if counts.get("objects") != n or counts.get("with_metadata") != n or stats["heads"] < n:
+            raise RuntimeError(f"fleet of {workers}: the manifest counts {counts} for {n} objects, "
+                               f"the endpoint served {stats['heads']} HEADs")
+        cpu = sum(o[1] for o in procs_out)
+        run_wall = ran - planned
+        return {
+            "objects": n,
+            "workers": workers,
+            "objects_per_s": n / run_wall,
+            "end_to_end_s": merged - started,
+            "plan_s": planned - started,
+            "merge_s": merged - ran,
+            "cpu_per_100k": cpu / n * 100_000,
+            # INFO itself is counted once (the first call).
+            "redis_commands": after - before - 1,
+            "redis_per_object": (after - before - 1) / n,
+            "endpoint_cpu_s": server_cpu,
+        }
+
+
+def redis_commands(port):
+    try:
+        out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "stats"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    m = re.search(r"total_commands_processed:(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def wait_until(check, what, seconds=60):
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not come up within {seconds} s")
+        time.sleep(0.1)
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- report
+
+def machine():
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu": model, "kernel": platform.release(),
+            "python": platform.python_version(), "load_before": os.getloadavg()}
+
+
+def fmt(v, spec="{:,.0f}"):
+    return "–" if v is None else spec.format(v)
+
+
+def render_markdown(res):
+    m, mode = res["machine"], res["mode"]
+    labels = dict(CLIENTS)
+    clients, ratios = res["clients"], res["ratios"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Generated by `just bench{'' if mode == 'full' else '-quick'}` ({mode} mode, "
+        f"{res['runs']} run(s) per figure, median) on {res['date']}. Every figure below was measured in "
+        "this one run, against one synthetic S3 endpoint on the same machine; the machine is shared, so "
+        "absolute rates are noisy: **read the ratios**, which compare clients measured side by side.",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | met |",
+        "| --- | --- | --- |",
+    ]
+    for t in res["targets"]:
+        met = {True: "**met**", False: "**missed**",
+               None: "not judged" if t["value"] is not None else "not measured in this run"}[t["met"]]
+        lines.append(f"| {t['target']} | {t['text'] or '–'} | {met} |")
+    lines += [
+        "",
+        "## HEAD throughput and cost, by client",
+        "",
+        f"Endpoint latency {res['latency_us']} µs per request; our worker and the hyper loop keep "
+        f"{CONCURRENCY} HEADs in flight, the peers use their own defaults (Go and boto3 multiprocessing: "
+        "2 x cores).",
+        "",
+        "| client | objects | HEAD/s | CPU-s per 100k HEADs | client cores used | HEAD/s per client core "
+        "| peak RSS (largest process) | peak RSS (process tree) | endpoint share of CPU |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, c in clients.items():
+        lines.append(
+            f"| {labels.get(name, name)} | {c['objects']:,.0f} | {fmt(c['head_per_s'])} | "
+            f"{fmt(c['cpu_per_100k'], '{:.2f}')} | {fmt(c['cores_used'], '{:.2f}')} | "
+            f"{fmt(c['head_per_core_s'])} | {fmt(c['maxrss_mb'], '{:.0f} MB')} | "
+            f"{fmt(c['tree_rss_mb'], '{:.0f} MB')} | {fmt(c['endpoint_share'] * 100, '{:.0f} %')} |")
+    for name, why in res["skipped"].items():
+        lines.append(f"| {labels.get(name, name)} | {why} | | | | | | | |")
+    lines += [
+        "",
+        f"![HEAD/s and CPU per 100k HEADs by client]({res['chart']})" if res.get("chart") else "",
+        "",
+        "## Ratios: bucketscan (fast HEAD path) against each client, same run",
+        "",
+        "Above 1: ours is faster or cheaper by that factor. HEAD/s per client core is HEADs per CPU-second "
+        "of the client (HEAD/s divided by the cores it kept busy), the fair comparison when the clients "
+        "run at different concurrency; the CPU column is ours divided by theirs (below 1: ours uses less).",
+        "",
+        "| against | HEAD/s (ours / theirs) | HEAD/s per client core (ours / theirs) | CPU per HEAD (ours / theirs) |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, r in ratios.items():
+        if name == OURS:
+            continue
+        lines.append(f"| {labels.get(name, name)} | {fmt(r.get('head_per_s'), '{:.2f}x')} | "
+                     f"{fmt(r.get('head_per_core_s'), '{:.2f}x')} | {fmt(r.get('cpu_per_100k'), '{:.2f}x')} |")
+    if res.get("list"):
+        lst = res["list"]
+        lines += [
+            "",
+            "## LIST: one stream against N key-range shards in parallel",
+            "",
+            f"`list-shards` (bucketscan-core's LIST call, 1,000 keys a page) over {lst['objects']:,} keys, the "
+            "bucket cut into N equal key ranges, one LIST stream each. Efficiency = keys/s with N streams / "
+            "(N x keys/s of one stream); the endpoint runs on one thread of a 2-core machine, so it saturates "
+            "early.",
+            "",
+            f"The target holds until the endpoint saturates: a row whose client and endpoint kept the cores "
+            f"{SATURATED * 100:.0f} % busy or more is saturated (the machine has no more to give) and is not judged.",
+            "",
+            "'cores for linear' is what N streams at N x the one-stream rate would keep busy (N x the one-stream "
+            "row's cores busy): near or above 100 %, linear scaling is out of reach on this machine.",
+            "",
+            "| streams | keys/s | efficiency | client CPU-s | endpoint CPU-s | cores busy | cores for linear |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        one_busy = lst["busy"].get(1)
+        for s, rate in lst["rates"].items():
+            lines.append(f"| {s} | {fmt(rate)} | {fmt(lst['efficiency'][s], '{:.2f}')} | "
+                         f"{fmt(lst['cpu'][s], '{:.2f}')} | {fmt(lst['endpoint_cpu'][s], '{:.2f}')} | "
+                         f"{fmt(lst['busy'][s] * 100, '{:.0f} %')} | "
+                         f"{fmt(one_busy and one_busy * s * 100, '{:.0f} %')} |")
+    if res.get("fleet"):
+        fl = res["fleet"]
+        base = fl["workers"].get("1") or fl["workers"].get(1)
+        lines += [
+            "",
+            "## Fleet: plan, W worker processes, merge (Redis queue)",
+            "",
+            f"{fl['objects']:,} objects; each `bucketscan-worker run` keeps {FLEET_CONCURRENCY} HEADs in "
+            "flight; parts and the merged result go to a versitygw S3 server behind synthetic-s3's `--forward`; a "
+            "private redis-server counts commands (`total_commands_processed`, including those inside Lua "
+            "scripts) over plan + run + merge. objects/s is over the run phase.",
+            "",
+            "| workers | objects/s | speed-up | CPU-s per 100k | plan s | merge s | Redis commands | per object |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for w, f in fl["workers"].items():
+            lines.append(
+                f"| {w} | {fmt(f['objects_per_s'])} | {fmt(ratio(f['objects_per_s'], base['objects_per_s']), '{:.2f}x')} | "
+                f"{fmt(f['cpu_per_100k'], '{:.2f}')} | {fmt(f['plan_s'], '{:.2f}')} | {fmt(f['merge_s'], '{:.2f}')} | "
+                f"{fmt(f['redis_commands'])} | {fmt(f['redis_per_object'], '{:.4f}')} |")
+    lines += ["", "## End to end in the e2e cluster", ""]
+    e2e = res.get("e2e")
+    if e2e:
+        lines += [
+            f"From `{res['e2e_path'].replace(CACHE, '$BUCKETSCAN_CACHE')}` (written by `just e2e`, {e2e.get('written', 'date unknown')}; not "
+            "measured by this run): "
+            f"{e2e['objects']:,} objects in {e2e['seconds']} s = {e2e['objects_per_s']:,.0f} objects/s end to end, "
+            f"against the workers' raw HEAD rate of {e2e['raw_head_per_s']:,.0f} HEAD/s: **{e2e['ratio']:.2f}x**."
+            + (f" Cluster: {e2e['cluster']}." if e2e.get("cluster") else "")
+            + (f" Source: {e2e['source']}." if e2e.get("source") else ""),
+        ]
+        phases = e2e.get("phases_seconds")
+        if isinstance(phases, dict) and phases:
+            lines += ["", "| phase | seconds | share |", "| --- | ---: | ---: |"]
+            total = sum(v for v in phases.values() if isinstance(v, (int, float)))
+            for name, secs in phases.items():
+                if isinstance(secs, (int, float)) and total > 0:
+                    lines.append(f"| {name} | {secs:.1f} | {secs / total * 100:.0f} % |")
+            scanning = phases.get("scanning")
+            if isinstance(scanning, (int, float)) and scanning > 0:
+                rate = e2e["objects"] / scanning
+                lines += ["", f"The scanning phase alone: {rate:,.0f} objects/s, "
+                              f"{rate / e2e['raw_head_per_s']:.2f}x the raw HEAD rate."]
+    else:
+        lines.append(f"not measured in this run (run `just e2e` first): {res.get('e2e_missing')}.")
+    ours, hyper, lst = clients.get(OURS), clients.get("hyper-loop"), res.get("list")
+    if ours and hyper and lst and lst["rates"].get(1):
+        list_cost = lst["cpu"][1] / lst["objects"] * 100_000
+        lines += [
+            "",
+            "## Where our CPU goes",
+            "",
+            f"Per 100k objects, same run: bucketscan (fast path) {ours['cpu_per_100k']:.2f} CPU-s; listing "
+            f"alone (`list-shards`, one stream, the same LIST code) {list_cost:.2f} CPU-s; the bare hyper loop, "
+            f"which neither lists, signs nor writes records, {hyper['cpu_per_100k']:.2f} CPU-s. What is left "
+            f"of ours after its LIST, {ours['cpu_per_100k'] - list_cost:.2f} CPU-s, is "
+            f"{ratio(ours['cpu_per_100k'] - list_cost, hyper['cpu_per_100k']):.2f}x the hyper loop's: SigV4 "
+            "signing, a task per HEAD, records in key order, JSON output, and the planner's sampling LISTs.",
+        ]
+    lines += ["", "## Why targets are missed", ""]
+    missed = [t for t in res["targets"] if t["met"] is False]
+    notes = res.get("notes") or {}
+    if not missed:
+        lines.append("None missed in this run.")
+    for t in missed:
+        lines.append(f"- **{t['target']}** ({t['text']}): "
+                     + notes.get(note_key(t["target"]), "see the method below."))
+    lines += [
+        "",
+        "## Method",
+        "",
+        "- One harness, `bench/run.py`, runs everything; `just bench` (full) or `just bench-quick` (smoke). "
+        "Clients run one at a time as child processes; for each run a fresh `synthetic-s3` serves a "
+        "generated flat keyspace (hex keys, three `x-amz-meta-*` headers on every object) on 127.0.0.1 with "
+        f"{res['latency_us']} µs added to every answer (a timer, not CPU) on one thread of its own.",
+        "- Client CPU and peak RSS come from `os.wait4` on the client process (user + system, including "
+        "child processes it waited for: boto3 multiprocessing's pool is counted). `ru_maxrss` is the "
+        "largest single process; the harness also samples the summed RSS of the process tree every 50 ms.",
+        "- Each client lists the bucket, then HEADs every object (the hyper loop knows the keys from the "
+        "keyspace formula and only HEADs, unsigned). A run counts only if the client reports every object "
+        "with its metadata and the endpoint served at least that many HEADs (rclone: its JSON listing has "
+        "the `index` metadata of every object, read by one HEAD each).",
+        "- `--head-client sdk` and `fast` differ only in the HEAD path: both list with bucketscan's own LIST "
+        "path (core/src/fastlist.rs), as every scan does.",
+        "- Objects per client differ: a slow client gets fewer, so that no run takes minutes "
+        "(naive boto3 does well under 1,000 HEAD/s at 1 ms). Every figure is a rate (per second, per CPU-"
+        "second, per 100k HEADs), and each run lasts seconds, so process start-up is a small part of it.",
+        "- The endpoint's CPU is measured too (its rusage): the 'endpoint share' column is its part of the "
+        "CPU used during the run. Both share the machine's cores, so a client that is fast enough is "
+        "bound by the cores, and then HEAD/s per client core is the figure that compares clients.",
+        "- rclone is built from the Go module proxy (`go install github.com/rclone/rclone@"
+        f"{res.get('rclone_version') or 'pinned'}`) and configured through `RCLONE_CONFIG_BENCH_*` "
+        "environment variables (provider Other, path style, ListObjectsV2).",
+        "",
+        "## Machine",
+        "",
+        f"- {m['nproc']} cores: {m['cpu']}; kernel {m['kernel']}; Python {m['python']}",
+        f"- load average before the run: {', '.join(f'{x:.2f}' for x in m['load_before'])}; after: "
+        f"{', '.join(f'{x:.2f}' for x in m['load_after'])} (other work shared the machine)",
+        "",
+        "## Re-run",
+        "",
+        "```",
+        "just bench        # full: >= 3 runs per figure, writes BENCHMARKS.md and docs/benchmarks.png",
+        "just bench-quick  # smoke: 1 run, small N, writes under $BUCKETSCAN_CACHE/bench/quick/",
+        "```",
+        "",
+        "The e2e figure comes from `$BUCKETSCAN_CACHE/bench/e2e.json`, written by `just e2e`: "
+        '`{"objects": N, "seconds": S, "raw_head_per_s": R}` (other fields are kept as notes); see '
+        "docs/benchmarks.md.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def note_key(target):
+    for key in ("Go", "multiprocessing", "naive", "hyper loop (HEAD/s", "hyper loop (HEADs", "LIST", "Redis",
+                "end to end"):
+        if key in target:
+            return key
+    return target
+
+
+def render_chart(res, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = dict(CLIENTS)
+    names = list(res["clients"])
+    rate = [res["clients"][n]["head_per_s"] for n in names]
+    cpu = [res["clients"][n]["cpu_per_100k"] for n in names]
+    short = [labels.get(n, n).split(" (")[0].split(",")[0] if not n.startswith("ours") else
+             labels[n].replace("bucketscan, --head-client ", "bucketscan ") for n in names]
+    colors = ["#d62728" if n.startswith("ours") else "#7f7f7f" if n == "hyper-loop" else "#1f77b4"
+              for n in names]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    a.barh(short, rate, color=colors)
+    a.set_xscale("log")
+    a.set_xlabel("HEAD/s (log)")
+    a.set_title("Throughput (higher is better)")
+    a.invert_yaxis()
+    b.barh(short, cpu, color=colors)
+    b.set_xscale("log")
+    b.set_xlabel("client CPU-seconds per 100k HEADs (log)")
+    b.set_title("Cost (lower is better)")
+    b.invert_yaxis()
+    b.set_yticklabels([])
+    for ax, vals, f in ((a, rate, "{:,.0f}"), (b, cpu, "{:.2f}")):
+        for i, v in enumerate(vals):
+            ax.text(v, i, " " + f.format(v), va="center", fontsize=8)
+    fig.suptitle(f"bucketscan vs peers, synthetic S3 at {res['latency_us']} µs, {res['machine']['nproc']} cores "
+                 f"({res['mode']} run, {res['date']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+NOTES_FILE = os.path.join(HERE, "notes.json")
+
+
+def int_keys(d):
+    """JSON turns the shard and worker counts used as keys into strings: back to ints."""
+    return {int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in d.items()}
+
+
+def write_reports(res, args):
+    if args.chart:
+        render_chart(res, args.chart)
+        res["chart"] = os.path.relpath(args.chart, os.path.dirname(os.path.abspath(args.markdown or args.chart)))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(render_markdown(res))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mode", choices=["quick", "full"], default="quick")
+    p.add_argument("--runs", type=int, help="runs per figure (default: 1 quick, 3 full)")
+    p.add_argument("--objects", type=int, help="objects for every client (default: by mode and client)")
+    p.add_argument("--clients", default=",".join(c for c, _ in CLIENTS),
+                   help="comma-separated subset of: " + ", ".join(c for c, _ in CLIENTS))
+    p.add_argument("--no-list", action="store_true", help="skip the LIST streams figure")
+    p.add_argument("--no-fleet", action="store_true", help="skip the fleet figures")
+    p.add_argument("--bin-dir", help="where synthetic-s3, hyper-head-loop, list-shards and "
+                                                    "bucketscan-worker are")
+    p.add_argument("--worker", help="the bucketscan-worker binary (default: in --bin-dir)")
+    p.add_argument("--python", default=os.path.join(CACHE, "venv", "bin", "python"),
+                   help="python with boto3 for the boto3 peers")
+    p.add_argument("--go-pool", default=os.path.join(CACHE, "bench", "go-pool"))
+    p.add_argument("--rclone", default=os.path.join(CACHE, "bin", "rclone"))
+    p.add_argument("--rclone-error", default=os.path.join(CACHE, "bench", "rclone-install.err"),
+                   help="file holding why rclone did not install, if it did not")
+    p.add_argument("--versitygw", default=os.path.join(CACHE, "bin", "versitygw"))
+    p.add_argument("--latency-us", type=int, default=1000)
+    p.add_argument("--e2e", default=os.path.join(CACHE, "bench", "e2e.json"))
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--markdown", help="write BENCHMARKS.md here")
+    p.add_argument("--chart", help="write the PNG chart here")
+    p.add_argument("--render-from", help="measure nothing: write --markdown and --chart from this results JSON "
+                                         "(after editing bench/notes.json, say)")
+    args = p.parse_args(argv)
+    if args.render_from:
+        res = json.load(open(args.render_from), object_hook=int_keys)
+        if os.path.exists(NOTES_FILE):
+            res["notes"] = json.load(open(NOTES_FILE))
+        write_reports(res, args)
+        return 0
+    if not args.bin_dir:
+        p.error("--bin-dir is required (unless --render-from)")
+    args.runs = args.runs or RUNS[args.mode]
+    args.clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    unknown = set(args.clients) - {c for c, _ in CLIENTS}
+    if unknown:
+        p.error(f"unknown clients: {', '.join(sorted(unknown))}")
+
+    bench = Bench(args)
+    res = {"mode": args.mode, "runs": args.runs, "latency_us": args.latency_us, "machine": machine(),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        res["clients"], res["all_runs"], res["skipped"] = bench.clients()
+        if "rclone" in res["skipped"] and os.path.exists(args.rclone_error):
+            res["skipped"]["rclone"] = "did not install: " + open(args.rclone_error).read().strip()[-300:]
+        res["ratios"] = ratios_to_ours(res["clients"])
+        if not args.no_list:
+            res["list"] = bench.list_streams()
+            res["list"]["efficiency"] = list_efficiency(res["list"]["rates"])
+        redis_per_object = None
+        if not args.no_fleet:
+            workers, n = bench.fleet()
+            res["fleet"] = {"objects": n, "workers": workers}
+            redis_per_object = max(w["redis_per_object"] for w in workers.values())
+    finally:
+        shutil.rmtree(bench.tmp, ignore_errors=True)
+    e2e = None
+    res["e2e_path"] = args.e2e
+    if os.path.exists(args.e2e):
+        e2e, why = parse_e2e(open(args.e2e).read())
+        if e2e:
+            e2e["written"] = datetime.datetime.fromtimestamp(
+                os.path.getmtime(args.e2e), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        else:
+            res["e2e_missing"] = f"{args.e2e} is unusable: {why}"
+    else:
+        res["e2e_missing"] = f"no {args.e2e}"
+    res["e2e"] = e2e
+    res["targets"] = evaluate_targets(res["clients"], res.get("list"), redis_per_object, e2e)
+    res["machine"]["load_after"] = os.getloadavg()
+    if os.path.exists(args.rclone):
+        v = subprocess.run([args.rclone, "version"], capture_output=True, text=True).stdout.split("\n")[0]
+        res["rclone_version"] = v.replace("rclone ", "").replace("-DEV", "")
+    if os.path.exists(NOTES_FILE):
+        res["notes"] = json.load(open(NOTES_FILE))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+    write_reports(res, args)
+    for t in res["targets"]:
+        log(f"{ {True: 'MET   ', False: 'MISSED', None: 'n/a   '}[t['met']]} {t['target']}: {t['text']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+//! The benchmark harness (bench/run.py): its pure logic's unit tests, and a
+//! quick run on tiny N against the real synthetic-s3 with our worker and the
+//! hyper loop, which must produce a table with every object counted. Skips
+//! (saying why) when the benchmark's Python venv is missing.
+
+#[path = "../../worker/tests/common/bin.rs"]
+mod bin;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn venv_python() -> Option<PathBuf> {
+    let cache = std::env::var_os("BUCKETSCAN_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/bucketscan"));
+    let python = cache.join("venv/bin/python");
+    python.exists().then_some(python)
+}
+
+fn bench_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn harness_logic_unit_tests_pass() {
+    let Some(python) = venv_python() else {
+        eprintln!("skipped: no Python venv (run scripts/install-deps.sh)");
+        return;
+    };
+    let out = Command::new(python)
+        .arg(bench_dir().join("test_run.py"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_quick_run_counts_every_object() {
+    let Some(python) = venv_python() else {
+        eprintln!("skipped: no Python venv (run scripts/install-deps.sh)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("bucketscan-harness-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_synthetic-s3")).parent().unwrap();
+    let out = Command::new(python)
+        .arg(bench_dir().join("run.py"))
+        .args(["--mode", "quick", "--objects", "1500", "--no-fleet"])
+        .args(["--clients", "ours-fast,hyper-loop"])
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--worker")
+        .arg(bin::worker_bin())
+        .arg("--e2e")
+        .arg(dir.join("no-e2e.json"))
+        .arg("--json")
+        .arg(dir.join("results.json"))
+        .arg("--markdown")
+        .arg(dir.join("BENCHMARKS.md"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    for client in ["ours-fast", "hyper-loop"] {
+        let c = &results["clients"][client];
+        assert_eq!(c["objects"], 1500.0, "{client}: {c}");
+        assert!(c["heads_served"].as_f64().unwrap() >= 1500.0, "{client}: {c}");
+        assert!(c["head_per_s"].as_f64().unwrap() > 0.0, "{client}: {c}");
+    }
+    assert_eq!(results["list"]["objects"], 1500);
+    let md = std::fs::read_to_string(dir.join("BENCHMARKS.md")).unwrap();
+    assert!(md.contains("| bucketscan, --head-client fast | 1,500 |"), "{md}");
+    assert!(
+        md.contains("| bare hyper HEAD loop (physical limit) | 1,500 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("not measured in this run (run `just e2e` first)"),
+        "{md}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
