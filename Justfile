@@ -71,7 +71,10 @@ fmt:
 
 # Benchmarks against the peers (full: >= 3 runs per figure, about 15 minutes on
 # 2 cores): writes BENCHMARKS.md and docs/benchmarks.png. See docs/benchmarks.md.
-bench: (_bench "full" "BENCHMARKS.md" "docs/benchmarks.png")
+bench: deps build
+    cargo build --release -p bucketscan-bench
+    E2E_DOWN=1 e2e/run.sh bench
+    just _bench full BENCHMARKS.md docs/benchmarks.png
 
 # A smoke run of the benchmarks (1 run, small N, a few minutes); writes under
 # $BUCKETSCAN_CACHE/bench/quick/, not the committed BENCHMARKS.md.

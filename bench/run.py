@@ -697,8 +697,8 @@ def render_markdown(res):
     e2e = res.get("e2e")
     if e2e:
         lines += [
-            f"From `{res['e2e_path'].replace(CACHE, '$BUCKETSCAN_CACHE')}` (written by `just e2e`, {e2e.get('written', 'date unknown')}; not "
-            "measured by this run): "
+            f"From `{res['e2e_path'].replace(CACHE, '$BUCKETSCAN_CACHE')}` (written by `e2e/run.sh bench`, which `just bench` runs first, at {e2e.get('written', 'date unknown')}; "
+            "a real scan in the e2e Kubernetes cluster): "
             f"{e2e['objects']:,} objects in {e2e['seconds']} s = {e2e['objects_per_s']:,.0f} objects/s end to end, "
             f"against the workers' raw HEAD rate of {e2e['raw_head_per_s']:,.0f} HEAD/s: **{e2e['ratio']:.2f}x**."
             + (f" Cluster: {e2e['cluster']}." if e2e.get("cluster") else "")
@@ -717,7 +717,7 @@ def render_markdown(res):
                 lines += ["", f"The scanning phase alone: {rate:,.0f} objects/s, "
                               f"{rate / e2e['raw_head_per_s']:.2f}x the raw HEAD rate."]
     else:
-        lines.append(f"not measured in this run (run `just e2e` first): {res.get('e2e_missing')}.")
+        lines.append(f"not measured in this run (`e2e/run.sh bench` writes it; `just bench` runs it first): {res.get('e2e_missing')}.")
     ours, hyper, lst = clients.get(OURS), clients.get("hyper-loop"), res.get("list")
     if ours and hyper and lst and lst["rates"].get(1):
         list_cost = lst["cpu"][1] / lst["objects"] * 100_000
@@ -780,7 +780,7 @@ def render_markdown(res):
         "just bench-quick  # smoke: 1 run, small N, writes under $BUCKETSCAN_CACHE/bench/quick/",
         "```",
         "",
-        "The e2e figure comes from `$BUCKETSCAN_CACHE/bench/e2e.json`, written by `just e2e`: "
+        "The e2e figure comes from `$BUCKETSCAN_CACHE/bench/e2e.json`, written by `e2e/run.sh bench` (a 1,000,000-object scan in the e2e cluster; `just bench` runs it first): "
         '`{"objects": N, "seconds": S, "raw_head_per_s": R}` (other fields are kept as notes); see '
         "docs/benchmarks.md.",
         "",
@@ -837,6 +837,24 @@ def int_keys(d):
     return {int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in d.items()}
 
 
+def read_e2e(res, path, redis_per_object):
+    """Take the e2e figure from `path` into `res` and judge every target."""
+    e2e = None
+    res["e2e_path"] = path
+    res.pop("e2e_missing", None)
+    if os.path.exists(path):
+        e2e, why = parse_e2e(open(path).read())
+        if e2e:
+            e2e["written"] = datetime.datetime.fromtimestamp(
+                os.path.getmtime(path), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        else:
+            res["e2e_missing"] = f"{path} is unusable: {why}"
+    else:
+        res["e2e_missing"] = f"no {path}"
+    res["e2e"] = e2e
+    res["targets"] = evaluate_targets(res["clients"], res.get("list"), redis_per_object, e2e)
+
+
 def write_reports(res, args):
     if args.chart:
         render_chart(res, args.chart)
@@ -871,10 +889,13 @@ def main(argv=None):
     p.add_argument("--markdown", help="write BENCHMARKS.md here")
     p.add_argument("--chart", help="write the PNG chart here")
     p.add_argument("--render-from", help="measure nothing: write --markdown and --chart from this results JSON "
-                                         "(after editing bench/notes.json, say)")
+                                         "and the e2e file (after editing bench/notes.json, say)")
     args = p.parse_args(argv)
     if args.render_from:
         res = json.load(open(args.render_from), object_hook=int_keys)
+        # The e2e figure is read again: `just bench` may have measured it anew.
+        fleet = res.get("fleet")
+        read_e2e(res, args.e2e, max(w["redis_per_object"] for w in fleet["workers"].values()) if fleet else None)
         if os.path.exists(NOTES_FILE):
             res["notes"] = json.load(open(NOTES_FILE))
         write_reports(res, args)
@@ -905,19 +926,7 @@ def main(argv=None):
             redis_per_object = max(w["redis_per_object"] for w in workers.values())
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
-    e2e = None
-    res["e2e_path"] = args.e2e
-    if os.path.exists(args.e2e):
-        e2e, why = parse_e2e(open(args.e2e).read())
-        if e2e:
-            e2e["written"] = datetime.datetime.fromtimestamp(
-                os.path.getmtime(args.e2e), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        else:
-            res["e2e_missing"] = f"{args.e2e} is unusable: {why}"
-    else:
-        res["e2e_missing"] = f"no {args.e2e}"
-    res["e2e"] = e2e
-    res["targets"] = evaluate_targets(res["clients"], res.get("list"), redis_per_object, e2e)
+    read_e2e(res, args.e2e, redis_per_object)
     res["machine"]["load_after"] = os.getloadavg()
     if os.path.exists(args.rclone):
         v = subprocess.run([args.rclone, "version"], capture_output=True, text=True).stdout.split("\n")[0]
