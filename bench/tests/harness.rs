@@ -76,7 +76,7 @@ fn a_quick_run_counts_every_object() {
         "{md}"
     );
     assert!(
-        md.contains("not measured in this run (run `just e2e` first)"),
+        md.contains("not measured in this run (`e2e/run.sh bench` writes it"),
         "{md}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
