@@ -160,12 +160,14 @@ verify() { # NAME [HEAD_LINES]
     s3_python "$HERE/s3data.py" verify "$S3_HOST_ENDPOINT" "$RESULTS" "$(result_key "$1")" "$EXPECTED" --head "${2:-0}"
 }
 
-manifest_field() { # NAME FIELD[.FIELD...]
+manifest_fields() { # NAME FIELD[.FIELD...]...: the values, one line, from one read of the manifest
   local key
   key=$(result_key "$1")
+  shift
   AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
     s3_python "$HERE/s3data.py" manifest "$S3_HOST_ENDPOINT" "$RESULTS" "${key%/*}/manifest.json" |
-    python3 -c "import functools, json, sys; print(functools.reduce(lambda v, f: v[f], '$2'.split('.'), json.load(sys.stdin)))"
+    python3 -c "import functools, json, sys; m = json.load(sys.stdin)
+print(*(functools.reduce(lambda v, f: v[f], path.split('.'), m) for path in sys.argv[1:]))" "$@"
 }
 
 # The end-to-end benchmark (mode bench): synthetic-s3 serves the bucket and
@@ -189,7 +191,7 @@ spec:
   sharding: {targetShards: 64}
 YAML
   wait_complete e2e-bench 1800 watch
-  [ "$(manifest_field e2e-bench counts.objects)" = "$objects" ] ||
+  [ "$(manifest_fields e2e-bench counts.objects)" = "$objects" ] ||
     die "the bench scan's manifest does not count $objects objects"
   step "raw HEAD rate: one bucketscan-worker scan of the same endpoint"
   raw_rate=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
@@ -280,7 +282,7 @@ done
 wait_complete e2e-chaos 900
 step "result of the chaos scan"
 verify e2e-chaos
+read -r shards retried attempts splits < <(manifest_fields e2e-chaos shards shards_retried attempts splits)
 log "chaos: $killed worker pods deleted, operator and Redis restarted, workers scaled 2 -> 4 -> 2;" \
-  "shards: $(manifest_field e2e-chaos shards), retried or resumed: $(manifest_field e2e-chaos shards_retried)," \
-  "leases taken: $(manifest_field e2e-chaos attempts), split while running: $(manifest_field e2e-chaos splits)"
+  "shards: $shards, retried or resumed: $retried, leases taken: $attempts, split while running: $splits"
 log "e2e passed in $((SECONDS - started))s"
