@@ -17,10 +17,18 @@ deps:
     scripts/install-deps.sh
     scripts/install-kube.sh
 
-# Formatting and lints (warnings are errors).
-lint:
+# Formatting and lints (warnings are errors), and the module layers.
+lint: layers
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
+
+# Modules import only downwards and never in a circle (see docs/architecture.md).
+layers:
+    python3 scripts/check-layers.py --self-test
+    python3 scripts/check-layers.py core/src --layers s3 keyspace scan fleet
+    python3 scripts/check-layers.py operator/src --layers crd,metrics validate,desired,status controller leader
+    python3 scripts/check-layers.py worker/src
+    python3 scripts/check-layers.py bench/src
 
 # Every test: against real S3 servers, Redis and a kube-apiserver started for
 # the run, then the real-cluster end to end (stopped afterwards).

@@ -756,7 +756,7 @@ def render_markdown(res):
         "with its metadata and the endpoint served at least that many HEADs (rclone: its JSON listing has "
         "the `index` metadata of every object, read by one HEAD each).",
         "- `--head-client sdk` and `fast` differ only in the HEAD path: both list with bucketscan's own LIST "
-        "path (core/src/fastlist.rs), as every scan does.",
+        "path (core/src/s3/list.rs), as every scan does.",
         "- Objects per client differ: a slow client gets fewer, so that no run takes minutes "
         "(naive boto3 does well under 1,000 HEAD/s at 1 ms). Every figure is a rate (per second, per CPU-"
         "second, per 100k HEADs), and each run lasts seconds, so process start-up is a small part of it.",

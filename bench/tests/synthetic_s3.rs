@@ -171,7 +171,7 @@ async fn other_buckets_are_forwarded_and_stats_are_served() {
     );
     assert!(matches!(
         s3.list_page("missing", &req_all()).await,
-        Err(bucketscan_core::error::S3Error::NoSuchBucket { .. })
+        Err(bucketscan_core::s3::error::S3Error::NoSuchBucket { .. })
     ));
     let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(load(&front_stats.forwarded), 3);

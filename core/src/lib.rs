@@ -1,25 +1,21 @@
-//! bucketscan's shared library: shard ranges and the planner, S3 clients (the
-//! SDK and the fast HEAD path), the scan engine, the result format, the Redis
-//! work queue, the distributed run and the merge. The worker and the operator
-//! are thin binaries over it.
+//! bucketscan's shared library, in four layers; each module may import only
+//! the ones below it (`scripts/check-layers.py` checks it, and that no two
+//! files import each other in a circle):
+//!
+//! ```text
+//! fleet     spec, queue (Redis + Lua), plan, run (the worker loop), recovery, merge
+//!   │
+//! scan      engine, record, output, single (the one-process scan)
+//!   │
+//! keyspace  shard ranges, planner, coverage
+//!   │
+//! s3        endpoint and types, codecs, error, retry, transport, signing,
+//!           fast HEAD and LIST, the SDK client, uploads, deletes
+//! ```
+//!
+//! The worker and the operator are thin binaries over it.
 
-pub mod engine;
-pub mod error;
-pub mod fasthead;
-pub mod fastlist;
-pub mod head;
-pub mod http;
-pub mod merge;
-pub mod output;
-pub mod plan;
-pub mod planner;
-pub mod queue;
-pub mod record;
-pub mod recovery;
-pub mod retry;
-pub mod run;
+pub mod fleet;
+pub mod keyspace;
 pub mod s3;
 pub mod scan;
-pub mod shard;
-pub mod spec;
-pub mod upload;

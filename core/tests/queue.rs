@@ -1,8 +1,8 @@
 //! The queue protocol against a real redis-server (started by
 //! scripts/with-test-servers.sh, as `just test` does).
 
-use bucketscan_core::queue::{Commit, Finish, Queue, QueueCounts, RedisConfig};
-use bucketscan_core::shard::Shard;
+use bucketscan_core::fleet::queue::{Commit, Finish, Queue, QueueCounts, RedisConfig};
+use bucketscan_core::keyspace::shard::Shard;
 use std::time::Duration;
 
 async fn queue(scan: &str, owner: &str, lease: Duration) -> Queue {
@@ -153,7 +153,7 @@ async fn a_shard_that_keeps_failing_is_dead_lettered_with_its_error() {
 
 #[tokio::test]
 async fn a_split_serves_one_idle_worker_and_is_fenced() {
-    use bucketscan_core::queue::Split;
+    use bucketscan_core::fleet::queue::Split;
     let scan = scan_id("split");
     let busy = queue(&scan, "busy", Duration::from_secs(30)).await;
     let idle = queue(&scan, "idle", Duration::from_secs(30)).await;
@@ -171,7 +171,7 @@ async fn a_split_serves_one_idle_worker_and_is_fenced() {
         busy.report_progress(&[], "{}").await.unwrap(),
         "the holder is asked to split"
     );
-    let stale = bucketscan_core::queue::Lease {
+    let stale = bucketscan_core::fleet::queue::Lease {
         token: lease.token + 1,
         ..lease.clone()
     };

@@ -2,7 +2,7 @@
 //! the `controller` module). Connects to the cluster from KUBECONFIG or, in a
 //! pod, its service account.
 
-use bucketscan_core::queue::RedisConfig;
+use bucketscan_core::fleet::queue::RedisConfig;
 use bucketscan_operator::controller::{self, Context};
 use bucketscan_operator::desired::Settings;
 use bucketscan_operator::leader::LeaderElection;

@@ -19,6 +19,12 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// The kind of a failed reconcile (`Error::kind` in the controller).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    pub error: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScanLabels {
     pub namespace: String,
@@ -28,6 +34,8 @@ pub struct ScanLabels {
 pub struct Metrics {
     registry: Registry,
     pub reconciles: Family<ResultLabel, Counter>,
+    /// Failed reconciles by the kind of error.
+    pub reconcile_failures: Family<ErrorLabel, Counter>,
     pub reconcile_seconds: Histogram,
     /// Objects HEADed per scan (live counter from Redis).
     pub scan_objects: Family<ScanLabels, Gauge<u64, AtomicU64>>,
@@ -43,12 +51,18 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("bucketscan");
         let reconciles = Family::<ResultLabel, Counter>::default();
+        let reconcile_failures = Family::<ErrorLabel, Counter>::default();
         let reconcile_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 14));
         let scan_objects = Family::default();
         let scan_rate = Family::default();
         let scan_shards_left = Family::default();
         let leader = Gauge::default();
         registry.register("reconciles", "Reconciles by result", reconciles.clone());
+        registry.register(
+            "reconcile_failures",
+            "Failed reconciles by kind of error",
+            reconcile_failures.clone(),
+        );
         registry.register(
             "reconcile_duration_seconds",
             "Time per reconcile",
@@ -73,6 +87,7 @@ impl Default for Metrics {
         Metrics {
             registry,
             reconciles,
+            reconcile_failures,
             reconcile_seconds,
             scan_objects,
             scan_rate,
@@ -130,4 +145,22 @@ fn route(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<Fu
         .header("content-type", "text/plain; version=0.0.4")
         .body(Full::new(Bytes::from(body)))
         .expect("a valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_counted_by_kind_of_error() {
+        let m = Metrics::default();
+        let s3 = ErrorLabel { error: "s3".into() };
+        m.reconcile_failures.get_or_create(&s3).inc();
+        m.reconcile_failures.get_or_create(&s3).inc();
+        let text = m.encode();
+        assert!(
+            text.contains("bucketscan_reconcile_failures_total{error=\"s3\"} 2"),
+            "{text}"
+        );
+    }
 }

@@ -154,6 +154,15 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
         metrics.contains("bucketscan_reconciles_total{result=\"ok\"}"),
         "{metrics}"
     );
+    // Every reconcile runs in a span that names the scan, so its log lines do.
+    let log = std::fs::read_to_string(log_path(&leader.name)).unwrap();
+    let plain = strip_ansi(&log);
+    assert!(
+        plain
+            .lines()
+            .any(|l| l.contains("phase changed") && l.contains("reconcile{scan=no-secret namespace=leader}")),
+        "{plain}"
+    );
 
     // The leader dies; the standby takes the lease and leads.
     leader.child.kill().unwrap();
@@ -194,4 +203,22 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
             "{line}"
         );
     }
+}
+
+/// The text log without its colour escapes (`ESC [ ... m`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

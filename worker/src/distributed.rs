@@ -3,13 +3,13 @@
 
 use crate::{MergeArgs, PlanArgs, QueueArgs, RunArgs};
 use anyhow::{bail, Context};
-use bucketscan_core::engine::{Engine, EngineOptions};
-use bucketscan_core::head::HeadClient;
-use bucketscan_core::plan::plan_scan;
-use bucketscan_core::planner::PlanOptions;
-use bucketscan_core::queue::{Queue, RedisConfig};
-use bucketscan_core::run::{RunOptions, Runner};
-use bucketscan_core::spec::ScanSpec;
+use bucketscan_core::fleet::plan::plan_scan;
+use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+use bucketscan_core::fleet::run::{RunOptions, Runner};
+use bucketscan_core::fleet::spec::ScanSpec;
+use bucketscan_core::keyspace::planner::PlanOptions;
+use bucketscan_core::s3::head::HeadClient;
+use bucketscan_core::scan::engine::{Engine, EngineOptions};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -135,7 +135,7 @@ pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
     let queue = args.queue.connect("merger", Duration::from_secs(30)).await?;
     let spec = spec_of(&queue, &args.queue.scan).await?;
     let s3 = args.endpoint.connect(16).await?;
-    let manifest = bucketscan_core::merge::merge(&args.queue.scan, &queue, &s3).await?;
+    let manifest = bucketscan_core::fleet::merge::merge(&args.queue.scan, &queue, &s3).await?;
     eprintln!(
         "merged {} shards into {} ({} bytes); manifest s3://{}/{}",
         manifest.shards_done,

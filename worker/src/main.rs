@@ -4,12 +4,12 @@ mod distributed;
 mod progress;
 
 use anyhow::Context;
-use bucketscan_core::engine::{Engine, EngineOptions};
-use bucketscan_core::head::{HeadClient, HeadClientKind};
-use bucketscan_core::output::{Destination, OutputOptions};
-use bucketscan_core::planner::PlanOptions;
+use bucketscan_core::keyspace::planner::PlanOptions;
+use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
 use bucketscan_core::s3::{Endpoint, S3};
-use bucketscan_core::scan::{plan_bucket, scan_shards, ScanOptions};
+use bucketscan_core::scan::engine::{Engine, EngineOptions};
+use bucketscan_core::scan::output::{Destination, OutputOptions};
+use bucketscan_core::scan::single::{plan_bucket, scan_shards, ScanOptions};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Instant;

@@ -1,7 +1,7 @@
 //! A progress bar on stderr while a scan runs, only when stderr is a terminal
 //! (logs and pipes stay clean).
 
-use bucketscan_core::engine::Engine;
+use bucketscan_core::scan::engine::Engine;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::Arc;

@@ -4,14 +4,14 @@
 
 mod common;
 
-use bucketscan_core::engine::{Engine, EngineOptions};
-use bucketscan_core::head::{HeadClient, HeadClientKind};
-use bucketscan_core::output::{Destination, OutputOptions, RecordWriter};
-use bucketscan_core::planner::{plan, BucketLister, PlanOptions};
-use bucketscan_core::record::{Record, Status};
+use bucketscan_core::keyspace::planner::{plan, BucketLister, PlanOptions};
+use bucketscan_core::keyspace::shard::Shard;
+use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
 use bucketscan_core::s3::{Endpoint, ListRequest, S3};
-use bucketscan_core::scan::{scan_shards, ScanOptions};
-use bucketscan_core::shard::Shard;
+use bucketscan_core::scan::engine::{Engine, EngineOptions};
+use bucketscan_core::scan::output::{Destination, OutputOptions, RecordWriter};
+use bucketscan_core::scan::record::{Record, Status};
+use bucketscan_core::scan::single::{scan_shards, ScanOptions};
 use common::*;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -237,14 +237,14 @@ async fn failed_scan_leaves_no_output() {
         output: Destination::File(out.clone()),
         output_opts: OutputOptions::default(),
     };
-    let shard = bucketscan_core::planner::PlannedShard {
+    let shard = bucketscan_core::keyspace::planner::PlannedShard {
         shard: Shard::prefix(""),
         estimated_objects: 0,
         exact: true,
     };
     let err = scan_shards(&engine, vec![shard], &scan).await.unwrap_err();
     assert!(
-        matches!(err, bucketscan_core::error::S3Error::NoSuchBucket { .. }),
+        matches!(err, bucketscan_core::s3::error::S3Error::NoSuchBucket { .. }),
         "{err}"
     );
     assert!(!out.exists());
@@ -282,7 +282,7 @@ async fn transient_faults_are_retried_until_done() {
         };
         scan_shards(
             &engine,
-            vec![bucketscan_core::planner::PlannedShard {
+            vec![bucketscan_core::keyspace::planner::PlannedShard {
                 shard: Shard::prefix("f/"),
                 estimated_objects: 0,
                 exact: false,

@@ -434,7 +434,7 @@ async fn a_redis_crash_and_restart_mid_scan_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_shards() {
-    use bucketscan_core::queue::{Queue, RedisConfig};
+    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
     use bucketscan_core::s3::{Endpoint, S3};
     let redis = PrivateRedis::start();
     let url = redis.url();
@@ -481,7 +481,7 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
     // Redis restarts empty.
     redis::cmd("FLUSHALL").query_async::<()>(&mut con).await.unwrap();
 
-    let spec = bucketscan_core::spec::ScanSpec {
+    let spec = bucketscan_core::fleet::spec::ScanSpec {
         bucket: bucket.clone(),
         prefix: String::new(),
         output_bucket: out.clone(),
@@ -503,7 +503,7 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
     let queue = Queue::connect(&RedisConfig::new(&url), "lost", "test", Duration::from_secs(30))
         .await
         .unwrap();
-    let (restored, queued) = bucketscan_core::recovery::replan(&client_s3, &spec, &queue)
+    let (restored, queued) = bucketscan_core::fleet::recovery::replan(&client_s3, &spec, &queue)
         .await
         .unwrap();
     assert!(

@@ -93,7 +93,10 @@ fn a_private_ca_is_trusted_by_file_or_skipped_on_request() {
         let records = parse_records(&out.stdout);
         assert_eq!(records.len(), 40, "{extra:?}");
         assert_eq!(records["obj-07"].size, 7);
-        assert_eq!(records["obj-07"].status, bucketscan_core::record::Status::Ok);
+        assert_eq!(
+            records["obj-07"].status,
+            bucketscan_core::scan::record::Status::Ok
+        );
     }
 
     let untrusted = scan(&gateway, &[]);

@@ -9,7 +9,7 @@ pub use bin::worker_bin;
 
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
-use bucketscan_core::record::Record;
+use bucketscan_core::scan::record::Record;
 use futures::stream::{self, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Output;
@@ -224,7 +224,7 @@ pub fn assert_matches_seed(records: &BTreeMap<String, Record>, seeded: &BTreeMap
         let rec = &records[key];
         assert_eq!(
             rec.status,
-            bucketscan_core::record::Status::Ok,
+            bucketscan_core::scan::record::Status::Ok,
             "{key:?}: {rec:?}"
         );
         assert_eq!(rec.size, obj.size as u64, "{key:?}");

@@ -1,0 +1,18 @@
+//! A scan shared by many processes through Redis: the scan's spec, the Redis
+//! queue of shards (leases, fenced commits, live splits; Lua scripts in
+//! `queue/`), planning into it, the worker loop (`run`), recovery from a
+//! Redis that lost the scan, and the merge of every shard's parts into the
+//! result. The top layer of the crate; the worker and the operator binaries
+//! sit above it.
+//!
+//! Inside, files form layers: `spec`; `queue`; `recovery`; `plan`, `run`,
+//! `merge`.
+//!
+//! May import: `s3`, `keyspace` and `scan`.
+
+pub mod merge;
+pub mod plan;
+pub mod queue;
+pub mod recovery;
+pub mod run;
+pub mod spec;

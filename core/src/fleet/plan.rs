@@ -1,0 +1,68 @@
+//! Planning a distributed scan: check both buckets, cut the keyspace into
+//! shards with LIST only, store the spec and queue the shards. The worker's
+//! `plan` command and the operator both do it this way.
+//!
+//! May import: `spec`, `queue`, `keyspace` and `s3`.
+
+use crate::fleet::queue::{Queue, QueueError};
+use crate::fleet::spec::ScanSpec;
+use crate::keyspace::planner::{plan, BucketLister, PlanOptions};
+use crate::s3::error::S3Error;
+use crate::s3::S3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("cannot list s3://{bucket}: {source}")]
+    Source { bucket: String, source: S3Error },
+    #[error("cannot use output bucket s3://{bucket}: {source}")]
+    Output { bucket: String, source: S3Error },
+    #[error("planning shards: {0}")]
+    Planning(S3Error),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+/// Shards planned, and how many of them were new to the queue (planning
+/// again adds nothing twice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planned {
+    pub shards: usize,
+    pub added: usize,
+}
+
+pub async fn plan_scan(
+    s3: &S3,
+    spec: &ScanSpec,
+    opts: &PlanOptions,
+    queue: &Queue,
+) -> Result<Planned, PlanError> {
+    s3.check_bucket(&spec.bucket)
+        .await
+        .map_err(|source| PlanError::Source {
+            bucket: spec.bucket.clone(),
+            source,
+        })?;
+    s3.check_bucket(&spec.output_bucket)
+        .await
+        .map_err(|source| PlanError::Output {
+            bucket: spec.output_bucket.clone(),
+            source,
+        })?;
+    let lister = BucketLister {
+        s3,
+        bucket: &spec.bucket,
+    };
+    let opts = PlanOptions {
+        prefix: spec.prefix.clone(),
+        ..opts.clone()
+    };
+    let shards = plan(&lister, &opts).await.map_err(PlanError::Planning)?;
+    queue.set_spec(spec).await?;
+    let added = queue
+        .enqueue(&shards.iter().map(|p| p.shard.clone()).collect::<Vec<_>>())
+        .await?;
+    Ok(Planned {
+        shards: shards.len(),
+        added,
+    })
+}

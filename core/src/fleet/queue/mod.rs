@@ -1,0 +1,683 @@
+//! The Redis work queue: shards, not keys, so Redis load stays tiny however
+//! large the bucket. Every key of a scan shares the hash tag `{SCAN}`, so a
+//! scan lives in one Redis Cluster slot and its Lua scripts are atomic there.
+//!
+//! Keys of scan `S` (see docs/queue-protocol.md):
+//! - `bs:{S}:pending`   LIST of shard ids waiting (taken from the right)
+//! - `bs:{S}:leases`    ZSET shard id -> lease deadline (ms since the epoch)
+//! - `bs:{S}:shard:ID`  HASH range (JSON), state, attempts, token, owner,
+//!   checkpoint, failures, last_error
+//! - `bs:{S}:parts:ID`  LIST of the shard's output part keys, in key order
+//! - `bs:{S}:done`, `bs:{S}:dead`  SETs of finished and dead-lettered ids
+//! - `bs:{S}:shards`  SET of every shard id ever enqueued (or split off)
+//! - `bs:{S}:idle`    ZSET worker -> deadline: workers waiting for work
+//! - `bs:{S}:meta`    HASH spec (JSON), created, merged
+//! - `bs:{S}:counters` HASH progress totals; `bs:{S}:workers` HASH worker -> status JSON
+//!
+//! Each transition is one Lua script, so no crash between two commands can
+//! lose or duplicate a shard; every step on a leased shard is fenced by the
+//! owner and the lease token (the attempt number), so a worker whose lease
+//! expired can no longer touch the shard.
+//!
+//! May import: `keyspace` only (and its own `patient` connection).
+
+mod patient;
+
+use crate::keyspace::shard::Shard;
+use patient::PatientConnection;
+use redis::aio::ConnectionManagerConfig;
+use redis::{AsyncCommands, Script};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("enqueue.lua")));
+static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("progress.lua")));
+static IDLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("idle.lua")));
+static SPLIT: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("split.lua")));
+static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("take.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("renew.lua")));
+static FINISH: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("finish.lua")));
+static REAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("reap.lua")));
+
+/// A script that acts on a leased shard, with the lease check prepended.
+fn fenced(body: &str) -> Script {
+    Script::new(&format!("{}{body}", include_str!("fenced.lua")))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    // Not a `source`: the message already holds it, and error reports that
+    // print the chain would say it twice.
+    #[error("redis: {0}")]
+    Redis(redis::RedisError),
+    #[error("shard {id} has a malformed range: {source}")]
+    BadRange { id: String, source: serde_json::Error },
+}
+
+/// Where Redis is: `redis://[[USER]:PASSWORD@]HOST:PORT[/DB]`, or
+/// `rediss://...` for TLS (verified against the system's roots, or `ca_pem`;
+/// a `#insecure` suffix skips verification).
+#[derive(Clone)]
+pub struct RedisConfig {
+    pub url: String,
+    /// PEM of the CA that signed the server's certificate.
+    pub ca_pem: Option<Vec<u8>>,
+    /// How long a command keeps retrying while Redis is unreachable.
+    pub patience: Duration,
+}
+
+impl RedisConfig {
+    pub fn new(url: impl Into<String>) -> RedisConfig {
+        RedisConfig {
+            url: url.into(),
+            ca_pem: None,
+            patience: Duration::from_secs(60),
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry the password.
+        f.debug_struct("RedisConfig").finish_non_exhaustive()
+    }
+}
+
+/// A connection to Redis that reconnects and retries through outages; cheap
+/// to clone, shared by every [`Queue`] made [`on`](Queue::on) it.
+#[derive(Clone)]
+pub struct RedisConnection(PatientConnection);
+
+impl RedisConfig {
+    /// Connect. A Redis that is not up yet (refused, timed out, name not
+    /// resolving: pods started together with it) is waited for up to
+    /// `patience`; anything else, such as a wrong password or an untrusted
+    /// certificate, fails at once.
+    pub async fn connect(&self) -> Result<RedisConnection, QueueError> {
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(10)))
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let mut backoff = patient::Backoff::new(self.patience);
+        loop {
+            match redis::aio::ConnectionManager::new_with_config(self.client()?, config.clone()).await {
+                Ok(manager) => return Ok(RedisConnection(PatientConnection::new(manager, self.patience))),
+                Err(e) if patient::not_up_yet(&e) && backoff.retry_after(&e).await => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    pub fn client(&self) -> Result<redis::Client, QueueError> {
+        // rustls needs one process-wide crypto provider; the S3 clients use
+        // ring too. Installing twice is harmless (the first one stays).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Ok(match &self.ca_pem {
+            None => redis::Client::open(self.url.as_str())?,
+            Some(pem) => redis::Client::build_with_tls(
+                self.url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            )?,
+        })
+    }
+}
+
+impl From<redis::RedisError> for QueueError {
+    fn from(e: redis::RedisError) -> Self {
+        QueueError::Redis(e)
+    }
+}
+
+/// The keys of one scan.
+#[derive(Clone, Debug)]
+pub struct ScanKeys {
+    base: String,
+}
+
+impl ScanKeys {
+    pub fn new(scan: &str) -> ScanKeys {
+        ScanKeys {
+            base: format!("bs:{{{scan}}}:"),
+        }
+    }
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.base)
+    }
+    pub fn pending(&self) -> String {
+        self.key("pending")
+    }
+    pub fn leases(&self) -> String {
+        self.key("leases")
+    }
+    pub fn done(&self) -> String {
+        self.key("done")
+    }
+    pub fn dead(&self) -> String {
+        self.key("dead")
+    }
+    pub fn shards(&self) -> String {
+        self.key("shards")
+    }
+    pub fn meta(&self) -> String {
+        self.key("meta")
+    }
+    pub fn counters(&self) -> String {
+        self.key("counters")
+    }
+    pub fn workers(&self) -> String {
+        self.key("workers")
+    }
+    pub fn idle(&self) -> String {
+        self.key("idle")
+    }
+    /// Every key of the scan except the per-shard ones (for cleanup).
+    pub fn scan_wide(&self) -> Vec<String> {
+        [
+            "pending", "leases", "done", "dead", "shards", "meta", "counters", "workers", "idle",
+        ]
+        .iter()
+        .map(|k| self.key(k))
+        .collect()
+    }
+    fn shard_prefix(&self) -> String {
+        self.key("shard:")
+    }
+    pub fn shard(&self, id: &str) -> String {
+        self.key(&format!("shard:{id}"))
+    }
+    pub fn parts(&self, id: &str) -> String {
+        self.key(&format!("parts:{id}"))
+    }
+}
+
+/// A shard leased to this worker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lease {
+    pub id: String,
+    pub shard: Shard,
+    /// Last key whose record is safely written, if any: resume after it.
+    pub checkpoint: Option<String>,
+    /// Fencing token: the attempt number this lease belongs to.
+    pub token: u64,
+}
+
+/// Progress recorded on a leased shard (see [`Queue::commit`]).
+#[derive(Clone, Debug, Default)]
+pub struct Commit<'a> {
+    /// Last key whose record is safely written.
+    pub checkpoint: Option<&'a str>,
+    /// A finished part holding the records up to the checkpoint.
+    pub part: Option<&'a str>,
+    /// Result counts of those records (`objects`, `with_metadata`, ...).
+    pub counts: &'a [(&'a str, u64)],
+}
+
+/// How a lease ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    Done,
+    /// Graceful stop: back to pending at once, no failure counted.
+    Release,
+    /// Counted as a failure; dead-lettered after `max_failures`.
+    Fail {
+        error: String,
+        max_failures: u32,
+    },
+}
+
+/// What became of a split request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Split {
+    /// The lease now covers `lower`; `upper` is pending for another worker.
+    Done { lower: Shard, upper: Shard },
+    /// Nobody waits any more (or something is pending): keep scanning.
+    NotWanted,
+    /// The lease is no longer ours.
+    Lost,
+}
+
+/// A shard as the queue knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardRecord {
+    pub id: String,
+    pub shard: Shard,
+    pub state: String,
+    pub attempts: u64,
+    pub failures: u64,
+    /// Times the shard gave away the upper part of its range.
+    pub splits: u64,
+    pub last_error: Option<String>,
+    /// Result counts of the shard's recorded parts.
+    pub counts: std::collections::BTreeMap<String, u64>,
+}
+
+/// Counts of a scan's shards by state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    pub pending: u64,
+    pub leased: u64,
+    pub done: u64,
+    pub dead: u64,
+}
+
+#[derive(Clone)]
+pub struct Queue {
+    con: PatientConnection,
+    keys: ScanKeys,
+    owner: String,
+    lease: Duration,
+}
+
+impl Queue {
+    /// Connect to Redis for scan `scan`; `owner` names this worker in leases
+    /// (pod name, or host and pid). The first connection must succeed; after
+    /// that, a command retries through a Redis outage for up to
+    /// `redis.patience`. Responses may take up to 10 s (the client's default
+    /// of 500 ms is too short for a loaded server and turns slow answers into
+    /// errors).
+    pub async fn connect(
+        redis: &RedisConfig,
+        scan: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Queue, QueueError> {
+        Ok(Queue::on(&redis.connect().await?, scan, owner, lease))
+    }
+
+    /// A queue over a connection the caller keeps (the operator shares one
+    /// across all scans instead of connecting per reconcile).
+    pub fn on(con: &RedisConnection, scan: &str, owner: &str, lease: Duration) -> Queue {
+        Queue {
+            con: con.0.clone(),
+            keys: ScanKeys::new(scan),
+            owner: owner.to_string(),
+            lease,
+        }
+    }
+
+    pub fn keys(&self) -> &ScanKeys {
+        &self.keys
+    }
+
+    pub fn lease_duration(&self) -> Duration {
+        self.lease
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Add shards as pending. Idempotent: a shard id that exists is skipped, so
+    /// re-planning never duplicates work. Returns how many were added.
+    pub async fn enqueue(&self, shards: &[Shard]) -> Result<usize, QueueError> {
+        let mut con = self.con.clone();
+        let mut added = 0;
+        // Batches keep each script short; each batch is atomic on its own and
+        // a crash between batches leaves the rest to the next enqueue.
+        for batch in shards.chunks(500) {
+            let mut script = ENQUEUE.key(self.keys.pending());
+            script.key(self.keys.shard_prefix()).key(self.keys.shards());
+            for shard in batch {
+                script
+                    .arg(shard.id())
+                    .arg(serde_json::to_string(shard).expect("a shard serializes"));
+            }
+            let n: usize = script.invoke_async(&mut con).await?;
+            added += n;
+        }
+        Ok(added)
+    }
+
+    /// Lease the next pending shard, or `None` when nothing is pending.
+    pub async fn take(&self) -> Result<Option<Lease>, QueueError> {
+        let mut con = self.con.clone();
+        let taken: Option<(String, String, String, u64)> = TAKE
+            .key(self.keys.pending())
+            .key(self.keys.leases())
+            .key(self.keys.shard_prefix())
+            .key(self.keys.idle())
+            .arg(&self.owner)
+            .arg(self.lease.as_millis() as u64)
+            .invoke_async(&mut con)
+            .await?;
+        let Some((id, range, checkpoint, token)) = taken else {
+            return Ok(None);
+        };
+        let shard = serde_json::from_str(&range).map_err(|source| QueueError::BadRange {
+            id: id.clone(),
+            source,
+        })?;
+        Ok(Some(Lease {
+            id,
+            shard,
+            checkpoint: Some(checkpoint).filter(|c| !c.is_empty()),
+            token,
+        }))
+    }
+
+    /// Extend the lease (a heartbeat). Returns false when the lease is lost:
+    /// stop working on the shard.
+    pub async fn renew(&self, lease: &Lease) -> Result<bool, QueueError> {
+        self.commit(lease, &Commit::default()).await
+    }
+
+    /// Extend the lease and record progress: the checkpoint, the finished part
+    /// and the part's counts, in one fenced step. Returns false when the lease
+    /// is lost (nothing recorded).
+    pub async fn commit(&self, lease: &Lease, commit: &Commit<'_>) -> Result<bool, QueueError> {
+        let mut con = self.con.clone();
+        let mut script = RENEW.key(self.keys.shard(&lease.id));
+        script
+            .key(self.keys.leases())
+            .key(self.keys.parts(&lease.id))
+            .arg(&lease.id)
+            .arg(&self.owner)
+            .arg(lease.token)
+            .arg(self.lease.as_millis() as u64)
+            .arg(commit.checkpoint.unwrap_or(""))
+            .arg(commit.part.unwrap_or(""));
+        for (field, delta) in commit.counts.iter().filter(|(_, d)| *d > 0) {
+            script.arg(*field).arg(*delta);
+        }
+        let ok: i64 = script.invoke_async(&mut con).await?;
+        Ok(ok == 1)
+    }
+
+    /// Split a leased shard at `at` (see [`Shard::split_after`]): this lease
+    /// keeps `range`'s lower part, the upper part is queued as a new shard.
+    /// Only while a worker is idle and nothing is pending. An error leaves it
+    /// unknown whether the split happened; the queue's range is what counts.
+    pub async fn split(&self, lease: &Lease, range: &Shard, at: &str) -> Result<Split, QueueError> {
+        let mut con = self.con.clone();
+        let (lower, upper) = range.split_after(at);
+        let upper_id = upper.id();
+        let json = |s: &Shard| serde_json::to_string(s).expect("a shard serializes");
+        let answer: i64 = SPLIT
+            .key(self.keys.shard(&lease.id))
+            .key(self.keys.pending())
+            .key(self.keys.shards())
+            .key(self.keys.idle())
+            .key(self.keys.shard(&upper_id))
+            .arg(&lease.id)
+            .arg(&self.owner)
+            .arg(lease.token)
+            .arg(json(range))
+            .arg(json(&lower))
+            .arg(&upper_id)
+            .arg(json(&upper))
+            .invoke_async(&mut con)
+            .await?;
+        Ok(match answer {
+            1 => Split::Done { lower, upper },
+            2 => Split::NotWanted,
+            _ => Split::Lost,
+        })
+    }
+
+    /// Note this worker as idle (it found nothing pending) for `ttl`, which
+    /// asks lease holders to split; returns what is pending and leased.
+    pub async fn idle(&self, ttl: Duration) -> Result<QueueCounts, QueueError> {
+        let mut con = self.con.clone();
+        let (pending, leased): (u64, u64) = IDLE
+            .key(self.keys.idle())
+            .key(self.keys.pending())
+            .key(self.keys.leases())
+            .arg(&self.owner)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut con)
+            .await?;
+        Ok(QueueCounts {
+            pending,
+            leased,
+            ..QueueCounts::default()
+        })
+    }
+
+    /// End the lease. Returns the shard's state afterwards (`done`, `pending`,
+    /// `dead`), or `lost` when the lease was no longer ours.
+    pub async fn finish(&self, lease: &Lease, how: &Finish) -> Result<String, QueueError> {
+        let mut con = self.con.clone();
+        let (mode, error, max) = match how {
+            Finish::Done => ("done", "", 0),
+            Finish::Release => ("release", "", 0),
+            Finish::Fail { error, max_failures } => ("fail", error.as_str(), *max_failures),
+        };
+        Ok(FINISH
+            .key(self.keys.shard(&lease.id))
+            .key(self.keys.leases())
+            .key(self.keys.pending())
+            .key(self.keys.done())
+            .key(self.keys.dead())
+            .arg(&lease.id)
+            .arg(&self.owner)
+            .arg(lease.token)
+            .arg(mode)
+            .arg(error)
+            .arg(max)
+            .invoke_async(&mut con)
+            .await?)
+    }
+
+    /// Requeue shards whose lease expired; returns (requeued, dead-lettered).
+    pub async fn reap(&self, max_failures: u32) -> Result<(u64, u64), QueueError> {
+        let mut con = self.con.clone();
+        Ok(REAP
+            .key(self.keys.leases())
+            .key(self.keys.pending())
+            .key(self.keys.dead())
+            .key(self.keys.shard_prefix())
+            .arg(max_failures)
+            .invoke_async(&mut con)
+            .await?)
+    }
+
+    pub async fn counts(&self) -> Result<QueueCounts, QueueError> {
+        let mut con = self.con.clone();
+        let (pending, leased, done, dead): (u64, u64, u64, u64) = redis::pipe()
+            .llen(self.keys.pending())
+            .zcard(self.keys.leases())
+            .scard(self.keys.done())
+            .scard(self.keys.dead())
+            .query_async(&mut con)
+            .await?;
+        Ok(QueueCounts {
+            pending,
+            leased,
+            done,
+            dead,
+        })
+    }
+
+    /// Put back a finished shard from its record in S3 (after Redis lost the
+    /// scan), with its parts and counts, in one transaction.
+    pub async fn restore_done(
+        &self,
+        id: &str,
+        range: &Shard,
+        parts: &[String],
+        counts: &std::collections::BTreeMap<String, u64>,
+    ) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        let range = serde_json::to_string(range).expect("a shard serializes");
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(self.keys.shard(id))
+            .hset_multiple(
+                self.keys.shard(id),
+                &[
+                    ("range", range.as_str()),
+                    ("state", "done"),
+                    ("attempts", "1"),
+                    ("failures", "0"),
+                ],
+            )
+            .del(self.keys.parts(id))
+            .sadd(self.keys.shards(), id)
+            .sadd(self.keys.done(), id);
+        if !parts.is_empty() {
+            pipe.rpush(self.keys.parts(id), parts);
+        }
+        for (field, n) in counts {
+            pipe.hset(self.keys.shard(id), format!("n:{field}"), *n);
+        }
+        pipe.query_async::<()>(&mut con).await?;
+        Ok(())
+    }
+
+    /// One shard as the queue knows it.
+    pub async fn shard_record(&self, id: &str) -> Result<Option<ShardRecord>, QueueError> {
+        Ok(self.shard_records_of(vec![id.to_string()]).await?.pop())
+    }
+
+    /// How many shards the scan has (planned and split off).
+    pub async fn shard_count(&self) -> Result<u64, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.scard(self.keys.shards()).await?)
+    }
+
+    /// The part keys a shard recorded, in order.
+    pub async fn parts(&self, id: &str) -> Result<Vec<String>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.lrange(self.keys.parts(id), 0, -1).await?)
+    }
+
+    /// Store the scan's spec (first writer wins, so re-planning keeps it).
+    pub async fn set_spec<T: serde::Serialize>(&self, spec: &T) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        let json = serde_json::to_string(spec).expect("a spec serializes");
+        let now = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        redis::pipe()
+            .hset_nx(self.keys.meta(), "spec", json)
+            .ignore()
+            .hset_nx(self.keys.meta(), "created", now)
+            .ignore()
+            .query_async::<()>(&mut con)
+            .await?;
+        Ok(())
+    }
+
+    /// The scan's spec, or `None` when the scan is not planned (or Redis lost it).
+    pub async fn spec<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, QueueError> {
+        let mut con = self.con.clone();
+        let json: Option<String> = con.hget(self.keys.meta(), "spec").await?;
+        json.map(|j| serde_json::from_str(&j))
+            .transpose()
+            .map_err(|source| QueueError::BadRange {
+                id: "spec".into(),
+                source,
+            })
+    }
+
+    /// A meta field (`created`, `merged`, ...).
+    pub async fn meta_field(&self, field: &str) -> Result<Option<String>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.hget(self.keys.meta(), field).await?)
+    }
+
+    pub async fn set_meta_field(&self, field: &str, value: &str) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        con.hset::<_, _, _, ()>(self.keys.meta(), field, value).await?;
+        Ok(())
+    }
+
+    /// Add counter deltas and this worker's status, in one command. Returns
+    /// true when an idle worker waits while nothing is pending: split.
+    pub async fn report_progress(
+        &self,
+        deltas: &[(&str, u64)],
+        status_json: &str,
+    ) -> Result<bool, QueueError> {
+        let mut con = self.con.clone();
+        let mut script = PROGRESS.key(self.keys.counters());
+        script
+            .key(self.keys.workers())
+            .key(self.keys.pending())
+            .key(self.keys.idle())
+            .arg(&self.owner)
+            .arg(status_json);
+        for (field, delta) in deltas.iter().filter(|(_, d)| *d > 0) {
+            script.arg(*field).arg(*delta);
+        }
+        let split_wanted: i64 = script.invoke_async(&mut con).await?;
+        Ok(split_wanted == 1)
+    }
+
+    /// Each worker's last reported status (JSON), by name.
+    pub async fn workers(&self) -> Result<std::collections::BTreeMap<String, String>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.hgetall(self.keys.workers()).await?)
+    }
+
+    /// The scan's progress totals.
+    pub async fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.hgetall(self.keys.counters()).await?)
+    }
+
+    /// Every shard of the scan with its state, for merging and reports.
+    pub async fn shard_records(&self) -> Result<Vec<ShardRecord>, QueueError> {
+        let mut con = self.con.clone();
+        let ids: Vec<String> = con.smembers(self.keys.shards()).await?;
+        self.shard_records_of(ids).await
+    }
+
+    async fn shard_records_of(&self, ids: Vec<String>) -> Result<Vec<ShardRecord>, QueueError> {
+        let mut con = self.con.clone();
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.hgetall(self.keys.shard(id));
+        }
+        let hashes: Vec<std::collections::HashMap<String, String>> = pipe.query_async(&mut con).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, h) in ids.into_iter().zip(hashes) {
+            let range = h.get("range").map(String::as_str).unwrap_or("{}");
+            let shard = serde_json::from_str(range).map_err(|source| QueueError::BadRange {
+                id: id.clone(),
+                source,
+            })?;
+            let num = |k: &str| h.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+            out.push(ShardRecord {
+                shard,
+                state: h.get("state").cloned().unwrap_or_default(),
+                attempts: num("attempts"),
+                failures: num("failures"),
+                splits: num("splits"),
+                last_error: h.get("last_error").cloned(),
+                counts: h
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.strip_prefix("n:")?.to_string(), v.parse().ok()?)))
+                    .collect(),
+                id,
+            });
+        }
+        out.sort_by(|a, b| a.shard.lower_bound().cmp(b.shard.lower_bound()));
+        Ok(out)
+    }
+
+    /// Remove every key of the scan.
+    pub async fn delete_scan(&self) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        let ids: Vec<String> = con.smembers(self.keys.shards()).await?;
+        for chunk in ids.chunks(500) {
+            let keys: Vec<String> = chunk
+                .iter()
+                .flat_map(|id| [self.keys.shard(id), self.keys.parts(id)])
+                .collect();
+            con.del::<_, ()>(keys).await?;
+        }
+        con.del::<_, ()>(self.keys.scan_wide()).await?;
+        Ok(())
+    }
+
+    /// The last error of a shard (for dead letters).
+    pub async fn last_error(&self, id: &str) -> Result<Option<String>, QueueError> {
+        let mut con = self.con.clone();
+        Ok(con.hget(self.keys.shard(id), "last_error").await?)
+    }
+}

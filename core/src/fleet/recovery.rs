@@ -1,0 +1,87 @@
+//! Surviving the loss of Redis's state (a Redis restarted without
+//! persistence): every finished shard also leaves a small record in S3, next
+//! to its parts. Planning again restores those shards as done, with their
+//! parts, and queues only the key ranges no record covers.
+//!
+//! May import: `spec`, `queue`, `keyspace` and `s3`.
+
+use crate::fleet::queue::{Queue, QueueError};
+use crate::fleet::spec::ScanSpec;
+use crate::keyspace::coverage::uncovered;
+use crate::keyspace::shard::Shard;
+use crate::s3::error::S3Error;
+use crate::s3::{ListRequest, S3};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A finished shard as S3 remembers it: `{output_prefix}parts/{id}/done.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DoneRecord {
+    pub id: String,
+    /// The range the shard covered in the end (after any splits).
+    pub range: Shard,
+    /// Its recorded parts, in key order.
+    pub parts: Vec<String>,
+    /// Exact result counts of those parts.
+    pub counts: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    #[error(transparent)]
+    S3(#[from] S3Error),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("done record {key}: {source}")]
+    Corrupt { key: String, source: serde_json::Error },
+}
+
+pub async fn write_done(s3: &S3, spec: &ScanSpec, record: &DoneRecord) -> Result<(), S3Error> {
+    let body = serde_json::to_vec(record).expect("a done record serializes");
+    let key = spec.done_key(&record.id);
+    s3.put(&spec.output_bucket, &key, "application/json", body.into())
+        .await
+}
+
+/// Every done record under the scan's parts.
+pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, RecoveryError> {
+    let bucket = spec.output_bucket.as_str();
+    let mut req = ListRequest {
+        prefix: spec.parts_prefix(),
+        max_keys: 1000,
+        ..ListRequest::default()
+    };
+    let mut records = Vec::new();
+    loop {
+        let page = s3.list_page(bucket, &req).await?;
+        for object in page.objects.iter().filter(|o| o.key.ends_with("/done.json")) {
+            let body = s3.get(bucket, &object.key, None).await?;
+            records.push(
+                serde_json::from_slice(&body).map_err(|source| RecoveryError::Corrupt {
+                    key: object.key.clone(),
+                    source,
+                })?,
+            );
+        }
+        match page.next {
+            Some(token) => req.continuation = Some(token),
+            None => return Ok(records),
+        }
+    }
+}
+
+/// Plan a scan whose Redis state is gone: restore every finished shard from
+/// its done record, queue the ranges none covers. Returns (restored, queued).
+pub async fn replan(s3: &S3, spec: &ScanSpec, queue: &Queue) -> Result<(usize, usize), RecoveryError> {
+    let done = read_done(s3, spec).await?;
+    for record in &done {
+        queue
+            .restore_done(&record.id, &record.range, &record.parts, &record.counts)
+            .await?;
+    }
+    let ranges: Vec<Shard> = done.iter().map(|r| r.range.clone()).collect();
+    let gaps = uncovered(&spec.prefix, &ranges);
+    queue.set_spec(spec).await?;
+    queue.enqueue(&gaps).await?;
+    Ok((done.len(), gaps.len()))
+}

@@ -1,0 +1,540 @@
+//! A worker of a distributed scan (`bucketscan-worker run`): take shards from
+//! the Redis queue until none is left, scan each with the engine, write its
+//! records as parts in S3, and checkpoint after every part.
+//!
+//! A part is closed (uploaded, then recorded with the checkpoint in one fenced
+//! Redis step) every `part_records` records or `part_age`, so a crash costs at
+//! most one part of rework. Part keys carry the lease token: a part uploaded by
+//! a worker that then died or lost its lease is never recorded, so the merge
+//! never reads it, and it is deleted with the other parts.
+//!
+//! May import: `spec`, `queue`, `recovery`, `scan`, `keyspace` and `s3`.
+
+use crate::fleet::queue::{Commit, Finish, Lease, Queue, QueueError, Split};
+use crate::fleet::recovery::{write_done, DoneRecord};
+use crate::fleet::spec::ScanSpec;
+use crate::keyspace::planner::{split_point, BucketLister};
+use crate::keyspace::shard::Shard;
+use crate::s3::error::S3Error;
+use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
+use crate::scan::output::{Destination, OutputOptions, RecordWriter};
+use crate::scan::record::{Record, Status};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Also requeue expired leases (any number of workers may).
+    pub reap: bool,
+    pub part_records: u64,
+    pub part_age: Duration,
+    /// How often counters and the live rate go to Redis (and how often a
+    /// worker learns that another one waits for a split).
+    pub progress_every: Duration,
+    /// Split the shard being scanned when another worker is idle.
+    pub split: bool,
+}
+
+/// How long a worker that found nothing to do counts as idle (it renews this
+/// every poll, at most a second apart).
+const IDLE_TTL: Duration = Duration::from_secs(5);
+/// LIST requests a worker may spend choosing where to split its shard.
+const SPLIT_PROBES: usize = 64;
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            reap: true,
+            part_records: 50_000,
+            part_age: Duration::from_secs(30),
+            progress_every: Duration::from_secs(2),
+            split: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    S3(#[from] S3Error),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    pub shards_done: u64,
+    pub shards_failed: u64,
+    /// True when a stop request ended the run (its shard went back to pending).
+    pub stopped: bool,
+}
+
+enum Ended {
+    Done,
+    Failed,
+    Released,
+    Lost,
+}
+
+pub struct Runner {
+    pub queue: Queue,
+    pub engine: Arc<Engine>,
+    pub spec: ScanSpec,
+    pub opts: RunOptions,
+    /// Cancelled on SIGTERM: checkpoint, release the shard, exit.
+    pub stop: CancellationToken,
+}
+
+impl Runner {
+    pub async fn run(self) -> Result<RunSummary, RunError> {
+        let split_wanted = Arc::new(Notify::new());
+        let (stop_reporter, reporter) = self.spawn_progress_reporter(split_wanted.clone());
+        let result = self.take_until_empty(&split_wanted).await;
+        stop_reporter.cancel();
+        let _ = reporter.await; // its last report makes the totals exact
+        result
+    }
+
+    async fn take_until_empty(&self, split_wanted: &Notify) -> Result<RunSummary, RunError> {
+        let mut summary = RunSummary::default();
+        let mut idle = Duration::from_millis(100);
+        while !self.stop.is_cancelled() {
+            if self.opts.reap {
+                self.queue.reap(self.spec.max_failures).await?;
+            }
+            let Some(lease) = self.queue.take().await? else {
+                let left = self.queue.idle(IDLE_TTL).await?;
+                if left.pending == 0 && left.leased == 0 {
+                    return Ok(summary);
+                }
+                // Others still hold shards, which may come back or be split
+                // for us: wait, backing off so waiting costs Redis little.
+                tokio::select! {
+                    _ = tokio::time::sleep(idle) => {}
+                    _ = self.stop.cancelled() => {}
+                }
+                idle = (idle * 2).min(Duration::from_secs(1));
+                continue;
+            };
+            idle = Duration::from_millis(100);
+            tracing::info!(shard = %lease.shard, token = lease.token, resume = ?lease.checkpoint, "took shard");
+            match self.process(lease, split_wanted).await? {
+                Ended::Done => summary.shards_done += 1,
+                Ended::Failed => summary.shards_failed += 1,
+                Ended::Lost => {}
+                Ended::Released => break,
+            }
+        }
+        summary.stopped = true;
+        Ok(summary)
+    }
+
+    async fn process(&self, lease: Lease, split_wanted: &Notify) -> Result<Ended, RunError> {
+        let range = match &lease.checkpoint {
+            Some(c) => lease.shard.resumed_after(c),
+            None => lease.shard.clone(),
+        };
+        let lost = CancellationToken::new();
+        let heartbeat = self.spawn_heartbeat(&lease, lost.clone());
+        let (tx, mut rx) = mpsc::channel::<Record>(4096);
+        let frontier = Arc::new(Frontier::default());
+        let scan = {
+            let (engine, frontier) = (self.engine.clone(), frontier.clone());
+            tokio::spawn(async move { engine.scan_shard_live(&range, frontier, &tx).await })
+        };
+        // The range this lease covers; splitting lowers its end.
+        let mut owned = lease.shard.clone();
+        let mut part = Part::new(lease.checkpoint.clone());
+        let mut stopped = false;
+        let mut lease_lost = false;
+        loop {
+            tokio::select! {
+                biased;
+                _ = lost.cancelled() => { lease_lost = true; break; }
+                _ = self.stop.cancelled() => { stopped = true; break; }
+                _ = split_wanted.notified(), if self.opts.split => {
+                    if !self.split(&lease, &mut owned, &frontier, &part).await? {
+                        lease_lost = true;
+                        break;
+                    }
+                }
+                record = rx.recv() => {
+                    let Some(record) = record else { break };
+                    if !owned.contains(&record.key) {
+                        continue; // listed before a split: the upper part's worker has it
+                    }
+                    let keep = self.engine.keep(&record);
+                    part.add(record, keep, &self.spec, &lease, self.engine.s3.clone()).await?;
+                    if part.is_full(&self.opts) && !self.close_part(&lease, &mut part).await? {
+                        lease_lost = true;
+                        break;
+                    }
+                }
+            }
+        }
+        drop(rx);
+        let ended = if lease_lost {
+            scan.abort();
+            part.abort().await;
+            tracing::warn!(shard = %lease.shard, "lease lost; another worker owns the shard now");
+            Ended::Lost
+        } else if stopped {
+            scan.abort();
+            if self.close_part(&lease, &mut part).await? {
+                self.queue.finish(&lease, &Finish::Release).await?;
+            }
+            Ended::Released
+        } else {
+            let scanned = scan
+                .await
+                .unwrap_or_else(|e| Err(S3Error::Other(format!("scan task failed: {e}"))));
+            // What was read before a failure is good: keep it.
+            let recorded = self.close_part(&lease, &mut part).await?;
+            match (recorded, scanned) {
+                (false, _) => Ended::Lost,
+                (true, Ok(_)) => {
+                    self.record_done(&lease, &owned).await?;
+                    self.queue.finish(&lease, &Finish::Done).await?;
+                    Ended::Done
+                }
+                (true, Err(e)) => {
+                    tracing::warn!(shard = %lease.shard, error = %e, "shard failed");
+                    let fail = Finish::Fail {
+                        error: e.to_string(),
+                        max_failures: self.spec.max_failures,
+                    };
+                    self.queue.finish(&lease, &fail).await?;
+                    Ended::Failed
+                }
+            }
+        };
+        heartbeat.cancel();
+        Ok(ended)
+    }
+
+    /// Leave the finished shard's record in S3, so a scan whose Redis state
+    /// is lost can be planned again without redoing it (see `recovery`).
+    async fn record_done(&self, lease: &Lease, owned: &Shard) -> Result<(), RunError> {
+        let Some(shard) = self.queue.shard_record(&lease.id).await? else {
+            return Ok(());
+        };
+        let record = DoneRecord {
+            id: lease.id.clone(),
+            range: owned.clone(),
+            parts: self.queue.parts(&lease.id).await?,
+            counts: shard.counts,
+        };
+        write_done(&self.engine.s3, &self.spec, &record).await?;
+        Ok(())
+    }
+
+    /// Give the upper half of what is left of `owned` to an idle worker.
+    /// Returns false when the lease turned out to be lost.
+    async fn split(
+        &self,
+        lease: &Lease,
+        owned: &mut Shard,
+        frontier: &Frontier,
+        part: &Part,
+    ) -> Result<bool, RunError> {
+        // Records are written up to `last_key`: everything after it can be
+        // given away, even keys already listed (the frontier drops them).
+        let position = part.last_key.clone().or_else(|| part.resume_after.clone());
+        let remaining = match position {
+            Some(p) => owned.resumed_after(&p),
+            None => owned.clone(),
+        };
+        let lister = BucketLister {
+            s3: &self.engine.s3,
+            bucket: &self.spec.bucket,
+        };
+        let Some(at) = split_point(&lister, &remaining, SPLIT_PROBES).await? else {
+            return Ok(true);
+        };
+        match self.queue.split(lease, owned, &at).await? {
+            Split::Done { lower, upper } => {
+                tracing::info!(kept = %lower, gave = %upper, "split shard for an idle worker");
+                if let Some(end) = &lower.end {
+                    frontier.stop_before(end);
+                }
+                *owned = lower;
+                Ok(true)
+            }
+            Split::NotWanted => Ok(true),
+            Split::Lost => Ok(false),
+        }
+    }
+
+    /// Upload the open part and record it with the checkpoint. Returns false
+    /// when the lease turned out to be lost (nothing recorded).
+    async fn close_part(&self, lease: &Lease, part: &mut Part) -> Result<bool, RunError> {
+        let Some(checkpoint) = part.last_key.clone() else {
+            return Ok(true);
+        };
+        let key = part.finish().await?;
+        let counts = part.counts.pairs();
+        let commit = Commit {
+            checkpoint: Some(&checkpoint),
+            part: key.as_deref(),
+            counts: &counts,
+        };
+        let recorded = self.queue.commit(lease, &commit).await?;
+        part.reopen_after(checkpoint);
+        Ok(recorded)
+    }
+
+    /// Renews the lease every third of its length; cancels `lost` when the
+    /// queue says the lease is no longer ours. Cancel the returned token to stop.
+    fn spawn_heartbeat(&self, lease: &Lease, lost: CancellationToken) -> CancellationToken {
+        let done = CancellationToken::new();
+        let (queue, lease, every, stop) = (
+            self.queue.clone(),
+            lease.clone(),
+            self.queue.lease_duration() / 3,
+            done.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                match queue.renew(&lease).await {
+                    Ok(true) => {}
+                    Ok(false) => return lost.cancel(),
+                    // Redis unreachable: keep trying; the lease may still hold.
+                    Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+                }
+            }
+        });
+        done
+    }
+
+    /// Reports counter deltas every `progress_every`, and once more when
+    /// cancelled.
+    fn spawn_progress_reporter(
+        &self,
+        split_wanted: Arc<Notify>,
+    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+        let done = CancellationToken::new();
+        let (queue, engine, every, stop) = (
+            self.queue.clone(),
+            self.engine.clone(),
+            self.opts.progress_every,
+            done.clone(),
+        );
+        let task = tokio::spawn(async move {
+            let mut progress = Progress {
+                last: CountersSnapshot::default(),
+                at: Instant::now(),
+            };
+            loop {
+                let stopping = tokio::select! {
+                    _ = stop.cancelled() => true,
+                    _ = tokio::time::sleep(every) => false,
+                };
+                if report_progress(&queue, &engine, &mut progress).await {
+                    split_wanted.notify_one();
+                }
+                if stopping {
+                    return;
+                }
+            }
+        });
+        (done, task)
+    }
+}
+
+/// What was last reported, to send deltas.
+struct Progress {
+    last: CountersSnapshot,
+    /// When `last` was taken.
+    at: Instant,
+}
+
+impl Progress {
+    /// Counter deltas since the last report and the HEAD rate over the same
+    /// interval: both measured between the two snapshots, so a report that
+    /// took long (Redis restarting) cannot inflate the next rate.
+    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 6], f64) {
+        let d = |f: fn(&CountersSnapshot) -> u64| f(now).saturating_sub(f(&self.last));
+        let deltas = [
+            ("listed", d(|c| c.listed)),
+            ("heads", d(|c| c.heads)),
+            ("with_metadata", d(|c| c.with_metadata)),
+            ("vanished", d(|c| c.vanished)),
+            ("errors", d(|c| c.errors)),
+            ("bytes", d(|c| c.bytes)),
+        ];
+        let secs = taken.duration_since(self.at).as_secs_f64().max(1e-3);
+        (deltas, (deltas[1].1 as f64 / secs).round())
+    }
+}
+
+/// Returns true when another worker waits for a split.
+async fn report_progress(queue: &Queue, engine: &Engine, progress: &mut Progress) -> bool {
+    let taken = Instant::now();
+    let now = engine.counters.snapshot();
+    let (deltas, rate) = progress.since_last(&now, taken);
+    let status = serde_json::json!({
+        "heads": now.heads,
+        "rate": rate,
+        "updated": time::OffsetDateTime::now_utc().unix_timestamp(),
+    });
+    match queue.report_progress(&deltas, &status.to_string()).await {
+        Ok(split_wanted) => {
+            progress.last = now;
+            progress.at = taken;
+            split_wanted
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not report progress");
+            false
+        }
+    }
+}
+
+/// Result counts of one part's records: recorded with the part, so the
+/// manifest counts every object once even when a crash made a worker scan
+/// some keys twice (the live progress counters count that rework).
+#[derive(Clone, Debug, Default)]
+struct PartCounts {
+    objects: u64,
+    written: u64,
+    with_metadata: u64,
+    vanished: u64,
+    errors: u64,
+    bytes: u64,
+}
+
+impl PartCounts {
+    fn add(&mut self, record: &Record, kept: bool) {
+        self.objects += 1;
+        self.written += kept as u64;
+        match record.status {
+            Status::Ok => {
+                self.with_metadata += !record.metadata.is_empty() as u64;
+                self.bytes += record.size;
+            }
+            Status::Vanished => self.vanished += 1,
+            Status::Error => self.errors += 1,
+        }
+    }
+
+    fn pairs(&self) -> [(&'static str, u64); 6] {
+        [
+            ("objects", self.objects),
+            ("written", self.written),
+            ("with_metadata", self.with_metadata),
+            ("vanished", self.vanished),
+            ("errors", self.errors),
+            ("bytes", self.bytes),
+        ]
+    }
+}
+
+/// The part being written: records after `resume_after`, up to `last_key`.
+struct Part {
+    resume_after: Option<String>,
+    writer: Option<RecordWriter>,
+    key: Option<String>,
+    last_key: Option<String>,
+    counts: PartCounts,
+    opened: Instant,
+}
+
+impl Part {
+    fn new(resume_after: Option<String>) -> Part {
+        Part {
+            resume_after,
+            writer: None,
+            key: None,
+            last_key: None,
+            counts: PartCounts::default(),
+            opened: Instant::now(),
+        }
+    }
+
+    async fn add(
+        &mut self,
+        record: Record,
+        keep: bool,
+        spec: &ScanSpec,
+        lease: &Lease,
+        s3: Arc<crate::s3::S3>,
+    ) -> Result<(), S3Error> {
+        if keep {
+            if self.writer.is_none() {
+                let key = spec.part_key(&lease.id, lease.token, self.resume_after.as_deref());
+                let dest = Destination::S3 {
+                    bucket: spec.output_bucket.clone(),
+                    key: key.clone(),
+                };
+                let opts = OutputOptions {
+                    gzip: spec.gzip,
+                    ..OutputOptions::default()
+                };
+                self.writer = Some(RecordWriter::create(&dest, &opts, Some(&s3)).await?);
+                self.key = Some(key);
+            }
+            self.writer.as_mut().expect("just created").write(&record).await?;
+        }
+        self.counts.add(&record, keep);
+        self.last_key = Some(record.key);
+        Ok(())
+    }
+
+    fn is_full(&self, opts: &RunOptions) -> bool {
+        let records = self.counts.objects;
+        records >= opts.part_records || (records > 0 && self.opened.elapsed() >= opts.part_age)
+    }
+
+    /// Complete the upload; returns the part's key, or `None` when no record
+    /// was kept (the checkpoint still advances).
+    async fn finish(&mut self) -> Result<Option<String>, S3Error> {
+        if let Some(w) = self.writer.take() {
+            w.finish().await?;
+        }
+        Ok(self.key.take())
+    }
+
+    fn reopen_after(&mut self, checkpoint: String) {
+        *self = Part::new(Some(checkpoint));
+    }
+
+    async fn abort(&mut self) {
+        if let Some(w) = self.writer.take() {
+            w.abort().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_covers_the_interval_between_snapshots() {
+        let start = Instant::now();
+        let progress = Progress {
+            last: CountersSnapshot {
+                heads: 1_000,
+                ..CountersSnapshot::default()
+            },
+            at: start,
+        };
+        // 3,000 HEADs in the 10 s between snapshots: 300/s, however long
+        // the previous report took to reach Redis.
+        let now = CountersSnapshot {
+            heads: 4_000,
+            listed: 3_500,
+            ..CountersSnapshot::default()
+        };
+        let (deltas, rate) = progress.since_last(&now, start + Duration::from_secs(10));
+        assert_eq!(rate, 300.0);
+        assert_eq!(deltas[1], ("heads", 3_000));
+        assert_eq!(deltas[0], ("listed", 3_500));
+    }
+}

@@ -1,0 +1,242 @@
+//! Shards: the unit of work. A shard is a contiguous range of keys that one
+//! listing stream can cover: keys that start with `prefix`, sort strictly after
+//! `start_after` (S3's own exclusive `StartAfter`) and strictly before `end`.
+//!
+//! Split points are always "after key `k`": the lower half gets `end = k + "\0"`
+//! (every key `<= k` sorts before `k + "\0"`, nothing sorts between `k` and
+//! `k + "\0"`), the upper half gets `start_after = k`. That keeps every split
+//! exact, with no key lost or covered twice.
+//!
+//! May import: nothing of the crate (pure range arithmetic).
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// S3 keys are at most 1,024 bytes of UTF-8.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Shard {
+    /// Every key in the shard starts with this prefix (may be empty).
+    #[serde(default)]
+    pub prefix: String,
+    /// Keys must sort strictly after this one (exclusive), as S3's `StartAfter`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_after: Option<String>,
+    /// Keys must sort strictly before this one (exclusive); `None` is unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<String>,
+}
+
+impl Shard {
+    /// The whole keyspace under `prefix`.
+    pub fn prefix(prefix: impl Into<String>) -> Self {
+        Shard {
+            prefix: prefix.into(),
+            ..Shard::default()
+        }
+    }
+
+    /// Does `key` belong to this shard? (Used for filtering and in tests; the
+    /// listing itself asks S3 for exactly this range.)
+    pub fn contains(&self, key: &str) -> bool {
+        key.starts_with(&self.prefix)
+            && self.start_after.as_deref().is_none_or(|s| key > s)
+            && self.end.as_deref().is_none_or(|e| key < e)
+    }
+
+    /// Is `key` at or past the shard's end, so listing must stop?
+    pub fn is_past_end(&self, key: &str) -> bool {
+        self.end.as_deref().is_some_and(|e| key >= e)
+    }
+
+    /// The smallest string the shard's keys are above or at: where it starts
+    /// in key order (shards sort by it).
+    pub fn lower_bound(&self) -> &str {
+        match &self.start_after {
+            Some(s) if s.as_str() > self.prefix.as_str() => s,
+            _ => &self.prefix,
+        }
+    }
+
+    /// Split into the keys `<= key` and the keys `> key`. `key` must lie inside
+    /// the shard, so both halves are non-empty ranges.
+    pub fn split_after(&self, key: &str) -> (Shard, Shard) {
+        let lower = Shard {
+            end: Some(format!("{key}\0")),
+            ..self.clone()
+        };
+        let upper = Shard {
+            start_after: Some(key.to_string()),
+            ..self.clone()
+        };
+        (lower, upper)
+    }
+
+    /// The same range, resumed after `checkpoint` (the last key already done).
+    pub fn resumed_after(&self, checkpoint: &str) -> Shard {
+        Shard {
+            start_after: Some(checkpoint.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// A stable id derived from the range alone: a retried or re-planned shard
+    /// gets the same id, so its output key is the same and overwrites.
+    pub fn id(&self) -> String {
+        let mut h = Sha256::new();
+        for part in [
+            Some(self.prefix.as_str()),
+            self.start_after.as_deref(),
+            self.end.as_deref(),
+        ] {
+            match part {
+                Some(s) => {
+                    h.update([1u8]);
+                    h.update((s.len() as u64).to_be_bytes());
+                    h.update(s.as_bytes());
+                }
+                None => h.update([0u8]),
+            }
+        }
+        hex::encode(&h.finalize()[..12])
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.prefix)?;
+        if let Some(s) = &self.start_after {
+            write!(f, " after {}", Readable(s))?;
+        }
+        if let Some(e) = &self.end {
+            write!(f, " before {}", Readable(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// A bound for people: the padding of [`key_before`] (a long run of the
+/// highest character) is shown as `…` instead of a kilobyte of escapes.
+struct Readable<'a>(&'a str);
+
+impl std::fmt::Display for Readable<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let trimmed = self
+            .0
+            .trim_end_matches(['\0', '\u{7F}', '\u{7FF}', '\u{FFFD}', '\u{10FFFF}']);
+        if self.0.len() - trimmed.len() > 16 {
+            write!(f, "{trimmed:?}…")
+        } else {
+            write!(f, "{:?}", self.0)
+        }
+    }
+}
+
+/// The smallest string greater than every string that starts with `prefix`,
+/// or `None` when there is none (prefix empty or all U+10FFFF).
+pub fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        if let Some(next) = next_char(last) {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// The greatest valid S3 key (UTF-8, at most [`MAX_KEY_BYTES`]) that sorts
+/// before `key`, so that `StartAfter = key_before(k)` lists from `k` inclusive.
+/// Returns `None` for the empty key (nothing sorts before it).
+pub fn key_before(key: &str) -> Option<String> {
+    let mut out = key.to_string();
+    let last = out.pop()?;
+    if last == '\0' {
+        // `a` < `a\0` with nothing in between.
+        return Some(out);
+    }
+    out.push(prev_char(last));
+    // Pad with the largest characters that fit: every key between this and
+    // `key` would have to be longer than S3 allows. U+FFFE and U+FFFF are
+    // skipped: servers echo StartAfter in XML, which cannot carry them.
+    for (c, width) in [('\u{10FFFF}', 4), ('\u{FFFD}', 3), ('\u{7FF}', 2), ('\u{7F}', 1)] {
+        while out.len() + width <= MAX_KEY_BYTES {
+            out.push(c);
+        }
+    }
+    Some(out)
+}
+
+fn next_char(c: char) -> Option<char> {
+    match c {
+        '\u{D7FF}' => Some('\u{E000}'),
+        '\u{10FFFF}' => None,
+        c => char::from_u32(c as u32 + 1),
+    }
+}
+
+fn prev_char(c: char) -> char {
+    match c {
+        '\u{E000}' => '\u{D7FF}',
+        '\u{10000}' => '\u{FFFD}',
+        c => char::from_u32(c as u32 - 1).expect("caller excludes U+0000"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_after_is_exact() {
+        let s = Shard::prefix("p/");
+        let (lo, hi) = s.split_after("p/m");
+        for k in ["p/a", "p/m", "p/m\0", "p/m\u{1}", "p/ma", "p/z"] {
+            assert!(
+                lo.contains(k) ^ hi.contains(k),
+                "{k:?} must be in exactly one half"
+            );
+        }
+        assert!(lo.contains("p/m"));
+        assert!(hi.contains("p/ma"));
+    }
+
+    #[test]
+    fn prefix_end_bounds_the_prefix() {
+        assert_eq!(prefix_end("a/").as_deref(), Some("a0"));
+        assert_eq!(prefix_end("").as_deref(), None);
+        assert_eq!(prefix_end("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_end("\u{D7FF}").as_deref(), Some("\u{E000}"));
+        let end = prefix_end("x/y").unwrap();
+        assert!("x/y\u{10FFFF}zz" < end.as_str() && "x/z" >= end.as_str());
+    }
+
+    #[test]
+    fn key_before_is_greatest_valid_key_below() {
+        let k = "photos/b";
+        let p = key_before(k).unwrap();
+        assert!(p.as_str() < k);
+        assert!(p.len() <= MAX_KEY_BYTES && p.len() > MAX_KEY_BYTES - 4);
+        assert!("photos/a\u{10FFFF}\u{10FFFF}" < p.as_str());
+        assert!("photos/a" < p.as_str());
+        assert_eq!(key_before("a\0").as_deref(), Some("a"));
+        assert_eq!(key_before(""), None);
+        assert!(key_before("\u{E000}").unwrap().starts_with('\u{D7FF}'));
+    }
+
+    #[test]
+    fn id_is_stable_and_distinguishes_ranges() {
+        let a = Shard::prefix("a");
+        assert_eq!(a.id(), Shard::prefix("a").id());
+        assert_ne!(a.id(), Shard::prefix("b").id());
+        let (lo, hi) = a.split_after("am");
+        assert_ne!(lo.id(), hi.id());
+        // `None` and `Some("")` are different ranges on the wire; keep them apart.
+        let empty_after = Shard {
+            start_after: Some(String::new()),
+            ..a.clone()
+        };
+        assert_ne!(a.id(), empty_after.id());
+    }
+}

@@ -1,0 +1,335 @@
+//! The clients for one endpoint ([`S3`]): aws-sdk-s3 (over our transport)
+//! for PUT, GET, multipart and deletes, the signed fast path for LIST, one
+//! credentials provider for both, one retry policy around every call.
+//!
+//! May import: everything below it in `s3` (types, codec, error, retry,
+//! transport, signed, list); nothing outside `s3`.
+
+use super::codec::{format_time, strip_quotes, url_decode};
+use super::error::S3Error;
+use super::retry::RetryPolicy;
+use super::signed::SignedClient;
+use super::transport::SdkHttpClient;
+use super::types::{Endpoint, ListPage, ListRequest, ListedObject};
+use aws_config::{BehaviorVersion, Region};
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::types::EncodingType;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The clients for one endpoint, shared by every task of a process.
+pub struct S3 {
+    pub sdk: aws_sdk_s3::Client,
+    /// Signed hyper requests for LIST (see `list`).
+    fast: SignedClient,
+    pub credentials: SharedCredentialsProvider,
+    pub endpoint: Endpoint,
+    pub retry: RetryPolicy,
+    /// Retries made by any call on these clients (for the summary and metrics).
+    pub retries: AtomicU64,
+}
+
+impl S3 {
+    /// Clients with credentials from the standard AWS provider chain.
+    pub async fn connect(endpoint: Endpoint) -> Result<Arc<S3>, S3Error> {
+        S3::connect_with(endpoint, None).await
+    }
+
+    /// Clients with the given static credentials (the operator's, read from a
+    /// Kubernetes Secret), or the standard chain when `None`.
+    pub async fn connect_with(
+        endpoint: Endpoint,
+        credentials: Option<aws_credential_types::Credentials>,
+    ) -> Result<Arc<S3>, S3Error> {
+        let http_client = sdk_http_client(&endpoint)?;
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(endpoint.region.clone()))
+            .http_client(http_client);
+        if let Some(c) = credentials {
+            loader = loader.credentials_provider(c);
+        }
+        let shared = loader.load().await;
+        let credentials = shared.credentials_provider().ok_or_else(|| {
+            S3Error::Credentials(
+                "no AWS credentials provider configured (set AWS_ACCESS_KEY_ID and \
+                 AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+                    .into(),
+            )
+        })?;
+        let mut conf = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(endpoint.path_style)
+            // Our own backoff loop (`retry`) wraps every call: one retry policy.
+            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+            .timeout_config(
+                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .operation_attempt_timeout(Duration::from_secs(120))
+                    .build(),
+            )
+            // Non-AWS stores often lack the newer flexible checksums.
+            .request_checksum_calculation(aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired);
+        if let Some(url) = &endpoint.url {
+            conf = conf.endpoint_url(url.trim_end_matches('/'));
+        }
+        Ok(Arc::new(S3 {
+            fast: SignedClient::new(&endpoint, credentials.clone())?,
+            sdk: aws_sdk_s3::Client::from_conf(conf.build()),
+            credentials,
+            endpoint,
+            retry: RetryPolicy::default(),
+            retries: AtomicU64::new(0),
+        }))
+    }
+
+    /// One LIST page, retried on transient errors (decoding is not retried). Keys are requested URL
+    /// encoded (servers fail on control characters otherwise) and decoded here.
+    pub async fn list_page(&self, bucket: &str, req: &ListRequest) -> Result<ListPage, S3Error> {
+        self.list_page_via(bucket, req, false).await
+    }
+
+    /// [`S3::list_page`] through aws-sdk-s3 instead of the fast path: the
+    /// reference the fast path is tested against.
+    pub async fn list_page_sdk(&self, bucket: &str, req: &ListRequest) -> Result<ListPage, S3Error> {
+        self.list_page_via(bucket, req, true).await
+    }
+
+    async fn list_page_via(&self, bucket: &str, req: &ListRequest, sdk: bool) -> Result<ListPage, S3Error> {
+        let wire_start_after = req.start_after.as_deref().and_then(wire_safe_start_after);
+        let mut page = if sdk {
+            self.list_page_raw(bucket, req, wire_start_after).await?
+        } else {
+            self.retry
+                .run(&self.retries, || {
+                    self.fast.list(bucket, req, wire_start_after.as_deref())
+                })
+                .await
+                .map_err(|e| match e {
+                    S3Error::Credentials(text) => S3Error::Credentials(no_credentials_message(&text)),
+                    e => e,
+                })?
+        };
+        if let Some(after) = &req.start_after {
+            // The server started earlier than asked (see `wire_safe_start_after`).
+            page.objects.retain(|o| o.key.as_str() > after.as_str());
+            page.common_prefixes
+                .retain(|p| p.as_str() > after.as_str() || after.starts_with(p.as_str()));
+        }
+        Ok(page)
+    }
+
+    async fn list_page_raw(
+        &self,
+        bucket: &str,
+        req: &ListRequest,
+        start_after: Option<String>,
+    ) -> Result<ListPage, S3Error> {
+        let out = self
+            .send_retried(bucket, || {
+                self.sdk
+                    .list_objects_v2()
+                    .bucket(bucket)
+                    .prefix(&req.prefix)
+                    .set_start_after(start_after.clone())
+                    .set_delimiter(req.delimiter.clone())
+                    .set_continuation_token(req.continuation.clone())
+                    .max_keys(req.max_keys)
+                    .encoding_type(EncodingType::Url)
+                    .send()
+            })
+            .await?;
+        let url_encoded = out.encoding_type() == Some(&EncodingType::Url);
+        let decode = |s: &str| {
+            if url_encoded {
+                url_decode(s)
+            } else {
+                Ok(s.to_string())
+            }
+        };
+        let mut objects = Vec::with_capacity(out.contents().len());
+        for o in out.contents() {
+            objects.push(ListedObject {
+                key: decode(o.key().unwrap_or_default())?,
+                size: o.size().unwrap_or(0).max(0) as u64,
+                etag: o.e_tag().map(strip_quotes),
+                last_modified: o.last_modified().map(format_time),
+                storage_class: o.storage_class().map(|s| s.as_str().to_string()),
+            });
+        }
+        let common_prefixes = out
+            .common_prefixes()
+            .iter()
+            .filter_map(|p| p.prefix())
+            .map(decode)
+            .collect::<Result<_, _>>()?;
+        let next = match out.is_truncated() {
+            Some(true) => out.next_continuation_token().map(str::to_string),
+            _ => None,
+        };
+        if out.is_truncated() == Some(true) && next.is_none() {
+            return Err(S3Error::Other(
+                "server said the listing is truncated but sent no continuation token".into(),
+            ));
+        }
+        Ok(ListPage {
+            objects,
+            common_prefixes,
+            next,
+        })
+    }
+
+    /// Write `body` as object `key`, in one retried PutObject.
+    pub async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: bytes::Bytes,
+    ) -> Result<(), S3Error> {
+        self.send_retried(bucket, || {
+            self.sdk
+                .put_object()
+                .bucket(bucket)
+                .key(key)
+                .content_type(content_type)
+                .body(aws_sdk_s3::primitives::ByteStream::from(body.clone()))
+                .send()
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The body of object `key`, or the bytes `range` of it (`bytes=A-B`).
+    pub async fn get(&self, bucket: &str, key: &str, range: Option<&str>) -> Result<Vec<u8>, S3Error> {
+        let got = self
+            .send_retried(bucket, || {
+                self.sdk
+                    .get_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .set_range(range.map(str::to_string))
+                    .send()
+            })
+            .await?;
+        let body = got
+            .body
+            .collect()
+            .await
+            .map_err(|e| S3Error::Connection(format!("reading {key}: {e}")))?;
+        Ok(body.into_bytes().to_vec())
+    }
+
+    /// Send an SDK request under the shared retry policy, with its errors
+    /// mapped to ours. `send` builds and sends the request again per attempt.
+    pub async fn send_retried<T, E, F, Fut>(&self, bucket: &str, mut send: F) -> Result<T, S3Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        self.retry
+            .run(&self.retries, || {
+                let sent = send();
+                async move { sent.await.map_err(|e| sdk_error(e, bucket)) }
+            })
+            .await
+    }
+
+    /// Check that the bucket exists and that we may list it: turns a missing
+    /// bucket or bad credentials into one clear error before any work starts.
+    pub async fn check_bucket(&self, bucket: &str) -> Result<(), S3Error> {
+        let req = ListRequest {
+            max_keys: 1,
+            ..ListRequest::default()
+        };
+        self.list_page(bucket, &req).await.map(|_| ())
+    }
+}
+
+/// The HTTP client the SDK uses: the same stack as the fast HEAD path.
+fn sdk_http_client(
+    endpoint: &Endpoint,
+) -> Result<aws_smithy_runtime_api::client::http::SharedHttpClient, S3Error> {
+    Ok(aws_smithy_runtime_api::client::http::SharedHttpClient::new(
+        SdkHttpClient::new(endpoint)?,
+    ))
+}
+
+/// Turn an SDK error into ours, keeping the HTTP status and S3 error code.
+pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
+    err: SdkError<E, HttpResponse>,
+    bucket: &str,
+) -> S3Error {
+    let text = DisplayErrorContext(&err).to_string();
+    if matches!(
+        err,
+        SdkError::DispatchFailure(_) | SdkError::ConstructionFailure(_)
+    ) && text.contains("credentials")
+    {
+        return S3Error::Credentials(no_credentials_message(&text));
+    }
+    match &err {
+        SdkError::ServiceError(se) => {
+            let status = se.raw().status().as_u16();
+            let code = se.err().code().map(str::to_string);
+            let mut mapped = S3Error::from_status(status, code.as_deref(), bucket);
+            if code.is_none() {
+                // No S3 error code: the body was not an S3 error document.
+                if let S3Error::Client { detail, .. } | S3Error::Server { detail, .. } = &mut mapped {
+                    *detail = text.chars().take(300).collect();
+                }
+            }
+            if let (S3Error::Client { detail, .. } | S3Error::Server { detail, .. }, Some(m)) =
+                (&mut mapped, se.err().message())
+            {
+                detail.push_str(": ");
+                detail.push_str(m);
+            }
+            mapped
+        }
+        SdkError::TimeoutError(_) => S3Error::Timeout(Duration::from_secs(120)),
+        SdkError::DispatchFailure(d) if d.is_timeout() => S3Error::Timeout(Duration::from_secs(10)),
+        SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => S3Error::Connection(text),
+        _ => S3Error::Other(text),
+    }
+}
+
+/// The credential chain's own error is a page of nested debug output; the
+/// user needs one line saying what to set.
+fn no_credentials_message(chain_error: &str) -> String {
+    let first = chain_error
+        .split([' ', '\n'])
+        .take(12)
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!(
+        "none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, \
+         or a web identity token ({first} ...)"
+    )
+}
+
+/// Many servers answer HTTP 500 to a `StartAfter` holding a control
+/// character, even with `encoding-type=url`. Cut it before the first one: the
+/// listing then starts a little early and the caller drops the extra keys.
+fn wire_safe_start_after(start_after: &str) -> Option<String> {
+    let cut = start_after
+        .find(|c: char| c.is_ascii_control())
+        .unwrap_or(start_after.len());
+    Some(start_after[..cut].to_string()).filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_after_is_cut_before_control_characters() {
+        assert_eq!(wire_safe_start_after("a/b").as_deref(), Some("a/b"));
+        assert_eq!(wire_safe_start_after("a/\u{1}b").as_deref(), Some("a/"));
+        assert_eq!(wire_safe_start_after("\nx"), None);
+        assert_eq!(wire_safe_start_after("ü\u{7f}").as_deref(), Some("ü"));
+    }
+}

@@ -1,0 +1,110 @@
+//! Text codecs of the S3 wire: keys in URL paths, URL-decoded listings,
+//! quoted ETags, times, and RFC 2047 metadata values. Pure functions, the
+//! bottom of `s3`.
+//!
+//! May import: `error` only.
+
+use super::error::S3Error;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+/// RFC 3986 unreserved characters stay, and `/` (S3 keys keep their slashes
+/// in the path; S3 signs the path encoded once, not normalized).
+pub(crate) const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
+/// A key as it goes in a URL path (and in `x-amz-copy-source`).
+pub fn encode_key(key: &str) -> String {
+    utf8_percent_encode(key, KEY_ENCODE).to_string()
+}
+
+/// Decode a key from a listing with `encoding-type=url`. AWS encodes a space
+/// as `+` (and a real `+` as `%2B`), so `+` is decoded first.
+pub fn url_decode(s: &str) -> Result<String, S3Error> {
+    if !s.contains(['+', '%']) {
+        return Ok(s.to_string());
+    }
+    let plus_decoded = s.replace('+', " ");
+    percent_encoding::percent_decode_str(&plus_decoded)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| S3Error::Other(format!("listing returned a key that is not UTF-8: {s:?}")))
+}
+
+pub fn strip_quotes(etag: &str) -> String {
+    etag.trim_matches('"').to_string()
+}
+
+/// Times in records are RFC 3339 UTC, whichever call produced them.
+pub fn format_time(t: &aws_smithy_types::DateTime) -> String {
+    t.fmt(aws_smithy_types::date_time::Format::DateTime)
+        .unwrap_or_default()
+}
+
+/// Decode a metadata value. S3 returns values that are not plain ASCII in RFC
+/// 2047 form (`=?UTF-8?B?...?=` or `=?UTF-8?Q?...?=`); some servers send raw
+/// UTF-8 bytes instead. Both come back as the original text.
+pub fn decode_metadata_value(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    decode_rfc2047(text.trim()).unwrap_or_else(|| text.into_owned())
+}
+
+fn decode_rfc2047(s: &str) -> Option<String> {
+    let inner = s.strip_prefix("=?")?.strip_suffix("?=")?;
+    let mut parts = inner.splitn(3, '?');
+    let charset = parts.next()?;
+    let encoding = parts.next()?;
+    let payload = parts.next()?;
+    if !charset.eq_ignore_ascii_case("utf-8") {
+        return None;
+    }
+    let bytes = match encoding {
+        "B" | "b" => base64_decode(payload)?,
+        "Q" | "q" => {
+            let spaced = payload.replace('_', " ");
+            let mut out = Vec::new();
+            let b = spaced.as_bytes();
+            let mut i = 0;
+            while i < b.len() {
+                if b[i] == b'=' && i + 2 < b.len() {
+                    out.push(u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).ok()?, 16).ok()?);
+                    i += 3;
+                } else {
+                    out.push(b[i]);
+                    i += 1;
+                }
+            }
+            out
+        }
+        _ => return None,
+    };
+    String::from_utf8(bytes).ok()
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    aws_smithy_types::base64::decode(s).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_decoding_handles_plus_and_percent() {
+        assert_eq!(url_decode("a+b%2Bc%20d").unwrap(), "a b+c d");
+        assert_eq!(url_decode("%E2%9C%93%0A%01").unwrap(), "\u{2713}\n\u{1}");
+        assert!(url_decode("%FF").is_err());
+    }
+
+    #[test]
+    fn metadata_values_decode() {
+        assert_eq!(decode_metadata_value(b"plain"), "plain");
+        assert_eq!(decode_metadata_value("Grüße".as_bytes()), "Grüße");
+        assert_eq!(decode_metadata_value(b"=?UTF-8?B?R3LDvMOfZQ==?="), "Grüße");
+        assert_eq!(decode_metadata_value(b"=?UTF-8?Q?Gr=C3=BC=C3=9Fe_x?="), "Grüße x");
+        assert_eq!(decode_metadata_value(b"=?ISO-8859-1?Q?x?="), "=?ISO-8859-1?Q?x?=");
+    }
+}

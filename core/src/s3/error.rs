@@ -1,0 +1,91 @@
+//! One error type for everything that talks to S3. The variants say what the
+//! user can do about it; `is_retryable` decides the backoff loop. The very
+//! bottom of the crate.
+//!
+//! May import: nothing of the crate.
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum S3Error {
+    #[error("access denied to bucket {bucket:?} ({detail}); check the credentials and their permissions")]
+    AccessDenied { bucket: String, detail: String },
+    #[error("bucket {bucket:?} does not exist at this endpoint")]
+    NoSuchBucket { bucket: String },
+    #[error("S3 is throttling (HTTP {status}); retrying with backoff")]
+    Throttled { status: u16 },
+    #[error("S3 server error HTTP {status}: {detail}")]
+    Server { status: u16, detail: String },
+    #[error("S3 answered HTTP {status}: {detail}")]
+    Client { status: u16, detail: String },
+    #[error("request timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("connection failed: {0}")]
+    Connection(String),
+    #[error("could not load credentials: {0}")]
+    Credentials(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl S3Error {
+    /// Transient failures worth another attempt: throttling, 5xx, timeouts and
+    /// broken connections. Permission and configuration problems are final.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            S3Error::Throttled { .. } | S3Error::Server { .. } | S3Error::Timeout(_) | S3Error::Connection(_)
+        )
+    }
+
+    /// Map an HTTP status (and the S3 error code, when the response had a body)
+    /// to an error, for responses that are not a success.
+    pub fn from_status(status: u16, code: Option<&str>, bucket: &str) -> S3Error {
+        let detail = code.unwrap_or("no error code").to_string();
+        match (status, code) {
+            (_, Some("NoSuchBucket")) => S3Error::NoSuchBucket {
+                bucket: bucket.to_string(),
+            },
+            (403, _) | (401, _) => S3Error::AccessDenied {
+                bucket: bucket.to_string(),
+                detail,
+            },
+            (_, Some("SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded"))
+            | (429, _)
+            | (503, _) => S3Error::Throttled { status },
+            (500..=599, _) => S3Error::Server { status, detail },
+            _ => S3Error::Client { status, detail },
+        }
+    }
+}
+
+/// An error with its sources, one line.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        assert!(S3Error::from_status(503, Some("SlowDown"), "b").is_retryable());
+        assert!(S3Error::from_status(500, None, "b").is_retryable());
+        assert!(!S3Error::from_status(403, Some("AccessDenied"), "b").is_retryable());
+        assert!(matches!(
+            S3Error::from_status(404, Some("NoSuchBucket"), "b"),
+            S3Error::NoSuchBucket { .. }
+        ));
+        assert!(!S3Error::from_status(400, Some("InvalidArgument"), "b").is_retryable());
+    }
+}

@@ -1,0 +1,30 @@
+//! Talking to S3, and nothing else: where the endpoint is, the one HTTP stack
+//! (hyper over rustls), SigV4 signing, the fast HEAD and LIST paths, the
+//! aws-sdk-s3 client for everything else (PUT, GET, multipart, deletes), one
+//! error type and one retry policy. The bottom layer of the crate: it knows
+//! nothing of shards, records, Redis or scans.
+//!
+//! Inside, files form layers too (each may import only those listed before
+//! it): `error`; `types`, `codec`; `retry`, `sign`, `transport`; `signed`
+//! (sign and send a request); `list`; `client` (the [`S3`] handle); `head`,
+//! `upload`, `delete`.
+//!
+//! May import: nothing of the crate outside `s3`.
+
+pub mod client;
+pub mod codec;
+pub mod delete;
+pub mod error;
+pub mod head;
+pub mod list;
+pub mod retry;
+pub mod sign;
+pub mod signed;
+pub mod transport;
+pub mod types;
+pub mod upload;
+
+pub use client::S3;
+pub use error::S3Error;
+pub use head::{HeadClient, HeadClientKind};
+pub use types::{Endpoint, HeadInfo, HeadResult, ListPage, ListRequest, ListedObject};

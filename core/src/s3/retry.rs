@@ -1,0 +1,130 @@
+//! Capped exponential backoff with full jitter (the AWS architecture blog's
+//! recommendation: the sleep is uniform in `[0, min(cap, base * 2^attempt))`,
+//! which spreads a throttled fleet out instead of retrying in lockstep).
+//!
+//! May import: `error` only.
+
+use super::error::S3Error;
+use rand::Rng;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first one included.
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 10,
+            base: Duration::from_millis(25),
+            cap: Duration::from_secs(10),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The sleep before retry number `retry` (0 for the first retry).
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(1u32.checked_shl(retry.min(31)).unwrap_or(u32::MAX))
+            .min(self.cap);
+        let nanos = ceiling.as_nanos() as u64;
+        if nanos == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(rand::rng().random_range(0..nanos))
+    }
+
+    /// Run `op` until it succeeds, fails with a final error, or runs out of
+    /// attempts. Every retry is counted in `retries`.
+    pub async fn run<T, F, Fut>(&self, retries: &AtomicU64, mut op: F) -> Result<T, S3Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, S3Error>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match op().await {
+                Err(e) if e.is_retryable() && attempt + 1 < self.max_attempts => {
+                    retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(self.backoff(attempt)).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_capped_and_jittered() {
+        let p = RetryPolicy {
+            max_attempts: 5,
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(100),
+        };
+        for retry in 0..40 {
+            let ceiling = Duration::from_millis(10 * (1u64 << retry.min(20))).min(p.cap);
+            for _ in 0..50 {
+                assert!(p.backoff(retry) < ceiling);
+            }
+        }
+        // Full jitter: the spread covers most of the window, not one fixed value.
+        let samples: Vec<_> = (0..200).map(|_| p.backoff(10)).collect();
+        assert!(samples.iter().any(|d| *d < Duration::from_millis(30)));
+        assert!(samples.iter().any(|d| *d > Duration::from_millis(70)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_transient_then_gives_up_on_final() {
+        let p = RetryPolicy::default();
+        let retries = AtomicU64::new(0);
+        let mut calls = 0;
+        let r: Result<u32, _> = p
+            .run(&retries, || {
+                calls += 1;
+                let n = calls;
+                async move {
+                    if n < 3 {
+                        Err(S3Error::Throttled { status: 503 })
+                    } else {
+                        Ok(n)
+                    }
+                }
+            })
+            .await;
+        assert_eq!(r.unwrap(), 3);
+        assert_eq!(retries.load(Ordering::Relaxed), 2);
+
+        let mut calls = 0;
+        let r: Result<(), _> = p
+            .run(&retries, || {
+                calls += 1;
+                async { Err(S3Error::from_status(403, Some("AccessDenied"), "b")) }
+            })
+            .await;
+        assert!(matches!(r, Err(S3Error::AccessDenied { .. })));
+        assert_eq!(calls, 1, "403 is not retried");
+
+        let r: Result<(), _> = p
+            .run(&retries, || async {
+                Err(S3Error::Server {
+                    status: 500,
+                    detail: "x".into(),
+                })
+            })
+            .await;
+        assert!(matches!(r, Err(S3Error::Server { .. })));
+    }
+}

@@ -1,0 +1,168 @@
+//! The one HTTP stack for S3: hyper 1 over rustls (ring), with the system's
+//! roots plus an optional extra CA, or no certificate verification at all
+//! when asked for (`insecure`, for test stores with throwaway certificates).
+//! The fast HEAD path uses it directly; the AWS SDK uses it through
+//! [`SdkHttpClient`], so both trust exactly the same servers.
+//!
+//! May import: the bottom of `s3` (types, error).
+
+use super::error::S3Error;
+use super::types::Endpoint;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::body::SdkBody;
+use hyper_util::client::legacy::connect::HttpConnector as TcpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub type HttpsConnector = hyper_rustls::HttpsConnector<TcpConnector>;
+
+/// A pooled HTTPS (or plain HTTP) connector for `endpoint`.
+pub fn connector(endpoint: &Endpoint) -> Result<HttpsConnector, S3Error> {
+    let mut tcp = TcpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(Duration::from_secs(10)));
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config(endpoint)?)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp))
+}
+
+/// A pooled client over [`connector`].
+pub fn client<B>(endpoint: &Endpoint) -> Result<Client<HttpsConnector, B>, S3Error>
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+{
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(endpoint.pool_size.max(8))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build(connector(endpoint)?))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn tls_config(endpoint: &Endpoint) -> Result<rustls::ClientConfig, S3Error> {
+    use rustls::pki_types::pem::PemObject;
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| S3Error::Config(format!("TLS setup: {e}")))?;
+    if endpoint.insecure {
+        return Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider())))
+            .with_no_client_auth());
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        // A broken system certificate is not a reason to refuse to start.
+        let _ = roots.add(cert);
+    }
+    if let Some(pem) = &endpoint.ca_pem {
+        let certs = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| S3Error::Config(format!("cannot read the CA bundle: {e}")))?;
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| S3Error::Config(format!("bad certificate in the CA bundle: {e}")))?;
+        }
+    }
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// Accepts any server certificate (`insecure`). Handshake signatures are
+/// still checked, so the connection is at least to whoever holds the key.
+#[derive(Debug)]
+struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The AWS SDK's HTTP client, over our stack.
+#[derive(Clone, Debug)]
+pub struct SdkHttpClient {
+    client: Client<HttpsConnector, SdkBody>,
+}
+
+impl SdkHttpClient {
+    pub fn new(endpoint: &Endpoint) -> Result<SdkHttpClient, S3Error> {
+        Ok(SdkHttpClient {
+            client: client(endpoint)?,
+        })
+    }
+}
+
+impl HttpClient for SdkHttpClient {
+    fn http_connector(
+        &self,
+        _settings: &HttpConnectorSettings,
+        _components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(self.clone())
+    }
+}
+
+impl HttpConnector for SdkHttpClient {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let client = self.client.clone();
+        HttpConnectorFuture::new(async move {
+            let request = request
+                .try_into_http1x()
+                .map_err(|e| ConnectorError::other(e.into(), None))?;
+            // Every failure here is the transport's: retryable like any I/O error.
+            let response = client
+                .request(request)
+                .await
+                .map_err(|e| ConnectorError::io(e.into()))?;
+            let response = response.map(SdkBody::from_body_1_x);
+            aws_smithy_runtime_api::http::Response::try_from(response)
+                .map_err(|e| ConnectorError::other(e.into(), None))
+        })
+    }
+}

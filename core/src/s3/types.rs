@@ -1,0 +1,75 @@
+//! The plain types every S3 call shares: where the endpoint is, what a LIST
+//! asks and answers, what a HEAD answers. The bottom of `s3`.
+//!
+//! May import: `error` only.
+
+use super::error::S3Error;
+
+/// Where the S3 service is and how to talk to it. Credentials are not here:
+/// they come from the standard AWS provider chain (environment, profile, web
+/// identity, instance metadata), so they never pass through our own config.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// e.g. `http://127.0.0.1:9000`; `None` means AWS S3 in `region`.
+    pub url: Option<String>,
+    pub region: String,
+    /// Address buckets as `endpoint/bucket/key` instead of `bucket.endpoint/key`.
+    pub path_style: bool,
+    /// Extra PEM CA bundle to trust (private object stores).
+    pub ca_pem: Option<Vec<u8>>,
+    /// Skip TLS certificate verification (test stores only).
+    pub insecure: bool,
+    /// Connections kept open per host; at least the number of requests in flight.
+    pub pool_size: usize,
+}
+
+impl Endpoint {
+    /// The base URL requests go to, with no trailing slash.
+    pub fn base_url(&self) -> String {
+        match &self.url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None => format!("https://s3.{}.amazonaws.com", self.region),
+        }
+    }
+}
+
+/// One ListObjectsV2 request.
+#[derive(Clone, Debug, Default)]
+pub struct ListRequest {
+    pub prefix: String,
+    pub start_after: Option<String>,
+    pub delimiter: Option<String>,
+    pub continuation: Option<String>,
+    pub max_keys: i32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListedObject {
+    pub key: String,
+    pub size: u64,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+    pub storage_class: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListPage {
+    pub objects: Vec<ListedObject>,
+    pub common_prefixes: Vec<String>,
+    /// Continuation token of the next page, if there is one.
+    pub next: Option<String>,
+}
+
+/// What a HEAD tells us about an object, whichever client asked.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HeadInfo {
+    pub size: u64,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+    pub storage_class: Option<String>,
+    pub content_type: Option<String>,
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
+/// `None` when the object is gone (404).
+pub type HeadResult = Result<Option<HeadInfo>, S3Error>;

@@ -1,0 +1,294 @@
+//! The scan engine: LIST one shard page by page and HEAD every key, with a
+//! bounded number of HEADs in flight. A lister task runs ahead of the HEADs
+//! (the next page is fetched while this page's HEADs run); records leave in
+//! key order, so "the last key written" is a valid checkpoint.
+//!
+//! May import: `record`, `keyspace` and `s3`.
+
+use crate::keyspace::shard::Shard;
+use crate::s3::error::S3Error;
+use crate::s3::HeadClient;
+use crate::s3::HeadResult;
+use crate::s3::{ListRequest, ListedObject, S3};
+use crate::scan::record::{Record, Status};
+use futures::StreamExt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::sync::{mpsc, Semaphore};
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub bucket: String,
+    /// HEAD requests in flight in this process, across all shards.
+    pub concurrency: usize,
+    /// Keep only objects that have user metadata (and errors, so nothing is
+    /// dropped silently).
+    pub only_with_metadata: bool,
+    pub page_size: i32,
+    /// Ceiling on HEAD requests per second from this process (`None`: none).
+    pub max_rate: Option<f64>,
+}
+
+/// Live counters, shared with progress reporting.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub listed: AtomicU64,
+    pub heads: AtomicU64,
+    pub with_metadata: AtomicU64,
+    pub vanished: AtomicU64,
+    pub errors: AtomicU64,
+    pub bytes: AtomicU64,
+    pub pages: AtomicU64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CountersSnapshot {
+    pub listed: u64,
+    pub heads: u64,
+    pub with_metadata: u64,
+    pub vanished: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    pub pages: u64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> CountersSnapshot {
+        CountersSnapshot {
+            listed: self.listed.load(Relaxed),
+            heads: self.heads.load(Relaxed),
+            with_metadata: self.with_metadata.load(Relaxed),
+            vanished: self.vanished.load(Relaxed),
+            errors: self.errors.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            pages: self.pages.load(Relaxed),
+        }
+    }
+}
+
+pub struct Engine {
+    pub s3: Arc<S3>,
+    head: HeadClient,
+    pub opts: EngineOptions,
+    in_flight: Arc<Semaphore>,
+    /// Start time of the next HEAD under `max_rate`.
+    next_slot: std::sync::Mutex<tokio::time::Instant>,
+    pub counters: Counters,
+}
+
+/// Where a shard's scan must stop, shared with a worker that splits the
+/// shard while it is being scanned: lowering the end stops the listing there
+/// and drops listed keys past it before they are HEADed.
+#[derive(Debug, Default)]
+pub struct Frontier {
+    end: std::sync::Mutex<Option<String>>,
+}
+
+impl Frontier {
+    /// Stop before `end` (exclusive). Records already made for keys past it
+    /// are the caller's to drop.
+    pub fn stop_before(&self, end: &str) {
+        let mut current = self.end.lock().expect("lock");
+        if current.as_deref().is_none_or(|e| end < e) {
+            *current = Some(end.to_string());
+        }
+    }
+
+    fn is_past_end(&self, key: &str) -> bool {
+        self.end
+            .lock()
+            .expect("lock")
+            .as_deref()
+            .is_some_and(|e| key >= e)
+    }
+}
+
+/// What a finished shard scan saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardOutcome {
+    pub listed: u64,
+    pub last_key: Option<String>,
+}
+
+impl Engine {
+    pub fn new(s3: Arc<S3>, head: HeadClient, opts: EngineOptions) -> Arc<Engine> {
+        Arc::new(Engine {
+            in_flight: Arc::new(Semaphore::new(opts.concurrency.max(1))),
+            next_slot: std::sync::Mutex::new(tokio::time::Instant::now()),
+            s3,
+            head,
+            opts,
+            counters: Counters::default(),
+        })
+    }
+
+    /// Scan one shard, sending every record in key order to `out` (writers
+    /// drop the ones `keep` rejects; the others still advance checkpoints).
+    pub async fn scan_shard(
+        self: &Arc<Self>,
+        shard: &Shard,
+        out: &mpsc::Sender<Record>,
+    ) -> Result<ShardOutcome, S3Error> {
+        self.scan_shard_live(shard, Arc::new(Frontier::default()), out)
+            .await
+    }
+
+    /// [`Engine::scan_shard`] with an end that can be lowered while the scan
+    /// runs (live splitting).
+    pub async fn scan_shard_live(
+        self: &Arc<Self>,
+        shard: &Shard,
+        frontier: Arc<Frontier>,
+        out: &mpsc::Sender<Record>,
+    ) -> Result<ShardOutcome, S3Error> {
+        let window = self.opts.concurrency.max(1);
+        let page = self.opts.page_size.clamp(1, 1000) as usize;
+        let (keys_tx, keys_rx) = mpsc::channel::<ListedObject>(2 * page);
+        let lister = tokio::spawn(self.clone().list_shard(shard.clone(), frontier.clone(), keys_tx));
+
+        let mut records = tokio_stream_from(keys_rx)
+            .filter(move |obj| std::future::ready(!frontier.is_past_end(&obj.key)))
+            .map(|obj| {
+                let engine = self.clone();
+                tokio::spawn(async move { engine.head_listed(obj).await })
+            })
+            .buffered(window);
+        let mut outcome = ShardOutcome::default();
+        while let Some(joined) = records.next().await {
+            let record = joined.map_err(|e| S3Error::Other(format!("HEAD task failed: {e}")))??;
+            outcome.listed += 1;
+            outcome.last_key = Some(record.key.clone());
+            out.send(record)
+                .await
+                .map_err(|_| S3Error::Other("output closed".into()))?;
+        }
+        lister
+            .await
+            .map_err(|e| S3Error::Other(format!("lister failed: {e}")))??;
+        Ok(outcome)
+    }
+
+    /// Wait for this HEAD's slot under the request-rate ceiling: slots are
+    /// handed out `1/max_rate` apart, so the rate holds across all shards.
+    async fn pace(&self) {
+        let Some(rate) = self.opts.max_rate.filter(|r| *r > 0.0) else {
+            return;
+        };
+        let slot = {
+            let mut next = self.next_slot.lock().expect("lock");
+            let slot = (*next).max(tokio::time::Instant::now());
+            *next = slot + std::time::Duration::from_secs_f64(1.0 / rate);
+            slot
+        };
+        tokio::time::sleep_until(slot).await;
+    }
+
+    /// Does the record belong in the output? (`--only-with-metadata` keeps
+    /// objects with metadata, and errors, so nothing is dropped silently.)
+    pub fn keep(&self, record: &Record) -> bool {
+        !self.opts.only_with_metadata
+            || record.status == Status::Error
+            || (record.status == Status::Ok && !record.metadata.is_empty())
+    }
+
+    /// LIST the shard into `keys`, stopping at its end key (or the
+    /// frontier's, if lowered).
+    async fn list_shard(
+        self: Arc<Self>,
+        shard: Shard,
+        frontier: Arc<Frontier>,
+        keys: mpsc::Sender<ListedObject>,
+    ) -> Result<(), S3Error> {
+        let mut req = ListRequest {
+            prefix: shard.prefix.clone(),
+            start_after: shard.start_after.clone(),
+            max_keys: self.opts.page_size,
+            ..ListRequest::default()
+        };
+        loop {
+            let page = self.s3.list_page(&self.opts.bucket, &req).await?;
+            self.counters.pages.fetch_add(1, Relaxed);
+            for obj in page.objects {
+                if shard.is_past_end(&obj.key) || frontier.is_past_end(&obj.key) {
+                    return Ok(());
+                }
+                self.counters.listed.fetch_add(1, Relaxed);
+                if keys.send(obj).await.is_err() {
+                    return Ok(()); // the consumer stopped (it has an error to report)
+                }
+            }
+            match page.next {
+                Some(token) => req.continuation = Some(token),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// HEAD one listed object into a record. Final errors that mean the whole
+    /// scan cannot work (access denied, credentials) fail the shard; others
+    /// become an `error` record.
+    pub async fn head_listed(&self, obj: ListedObject) -> Result<Record, S3Error> {
+        let result: HeadResult = {
+            let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
+            self.pace().await;
+            self.s3
+                .retry
+                .run(&self.s3.retries, || self.head.head(&self.opts.bucket, &obj.key))
+                .await
+        };
+        self.counters.heads.fetch_add(1, Relaxed);
+        let record = match result {
+            Ok(Some(info)) => {
+                self.counters.bytes.fetch_add(info.size, Relaxed);
+                if !info.metadata.is_empty() {
+                    self.counters.with_metadata.fetch_add(1, Relaxed);
+                }
+                Record {
+                    key: obj.key,
+                    status: Status::Ok,
+                    size: info.size,
+                    etag: info.etag.or(obj.etag),
+                    last_modified: info.last_modified.or(obj.last_modified),
+                    storage_class: info
+                        .storage_class
+                        .or(obj.storage_class)
+                        .or(Some("STANDARD".into())),
+                    content_type: info.content_type,
+                    metadata: info.metadata,
+                    error: None,
+                }
+            }
+            Ok(None) => {
+                self.counters.vanished.fetch_add(1, Relaxed);
+                listed_record(obj, Status::Vanished, None)
+            }
+            Err(e @ (S3Error::AccessDenied { .. } | S3Error::Credentials(_) | S3Error::Config(_))) => {
+                return Err(e)
+            }
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Relaxed);
+                listed_record(obj, Status::Error, Some(e.to_string()))
+            }
+        };
+        Ok(record)
+    }
+}
+
+/// A record from what the listing said, for objects the HEAD could not read.
+fn listed_record(obj: ListedObject, status: Status, error: Option<String>) -> Record {
+    Record {
+        key: obj.key,
+        status,
+        size: obj.size,
+        etag: obj.etag,
+        last_modified: obj.last_modified,
+        storage_class: obj.storage_class,
+        content_type: None,
+        metadata: Default::default(),
+        error,
+    }
+}
+
+fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}

@@ -1,0 +1,13 @@
+//! Scanning: the engine that lists one shard and HEADs every key with many
+//! requests in flight, the records it produces, the writers that stream them
+//! (stdout, a file, an S3 object) and the single-process scan of a whole
+//! bucket (`bucketscan-worker scan`). Knows nothing of Redis.
+//!
+//! May import: `s3` and `keyspace`; never `fleet`.
+
+pub mod engine;
+pub mod output;
+pub mod record;
+pub mod single;
+
+pub use record::{Record, Status};

@@ -1,0 +1,369 @@
+//! Streaming result output: JSON Lines, optionally gzip, to stdout, a file or
+//! an S3 object. Output to S3 goes up as a multipart upload once it outgrows
+//! one part, so a result of any size never sits whole in memory.
+//!
+//! May import: `record` and `s3` (S3 output is an `Upload`).
+
+use crate::s3::error::S3Error;
+use crate::s3::upload::{Upload, MIN_PART_SIZE};
+use crate::s3::S3;
+use crate::scan::record::Record;
+use flate2::write::GzEncoder;
+use std::io::Write;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+
+/// Buffer flushed to a local file or stdout at this size.
+const LOCAL_FLUSH: usize = 256 * 1024;
+
+/// The Content-Type of a result object.
+pub fn content_type(gzip: bool) -> &'static str {
+    if gzip {
+        "application/gzip"
+    } else {
+        "application/x-ndjson"
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    Stdout,
+    File(PathBuf),
+    S3 { bucket: String, key: String },
+}
+
+impl FromStr for Destination {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "-" {
+            return Ok(Destination::Stdout);
+        }
+        if let Some(rest) = s.strip_prefix("s3://") {
+            return match rest.split_once('/') {
+                Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => Ok(Destination::S3 {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                }),
+                _ => Err(format!("{s:?} is not s3://BUCKET/KEY")),
+            };
+        }
+        if s.is_empty() {
+            return Err("output path is empty".into());
+        }
+        Ok(Destination::File(PathBuf::from(s)))
+    }
+}
+
+impl std::fmt::Display for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::Stdout => write!(f, "stdout"),
+            Destination::File(p) => write!(f, "{}", p.display()),
+            Destination::S3 { bucket, key } => write!(f, "s3://{bucket}/{key}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct OutputOptions {
+    pub gzip: bool,
+    /// Multipart part size for S3 output; at least [`MIN_PART_SIZE`].
+    pub part_size: usize,
+}
+
+impl Default for OutputOptions {
+    fn default() -> Self {
+        OutputOptions {
+            gzip: false,
+            part_size: 8 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutputSummary {
+    pub records: u64,
+    /// Bytes written after compression.
+    pub bytes: u64,
+    /// Parts uploaded (0 for a single PUT or a local file).
+    pub parts: u32,
+}
+
+enum Encoder {
+    Plain(Vec<u8>),
+    Gzip(GzEncoder<Vec<u8>>),
+}
+
+impl Encoder {
+    fn pending(&mut self) -> &mut Vec<u8> {
+        match self {
+            Encoder::Plain(v) => v,
+            Encoder::Gzip(g) => g.get_mut(),
+        }
+    }
+}
+
+enum Sink {
+    Stdout(tokio::io::Stdout),
+    /// Written to `tmp` (if any), renamed to `path` when complete.
+    File {
+        file: tokio::fs::File,
+        tmp: Option<PathBuf>,
+        path: PathBuf,
+    },
+    S3(MultipartUpload),
+}
+
+pub struct RecordWriter {
+    encoder: Encoder,
+    sink: Sink,
+    flush_at: usize,
+    line: Vec<u8>,
+    summary: OutputSummary,
+}
+
+impl RecordWriter {
+    pub async fn create(
+        dest: &Destination,
+        opts: &OutputOptions,
+        s3: Option<&Arc<S3>>,
+    ) -> Result<RecordWriter, S3Error> {
+        let (sink, flush_at) = match dest {
+            Destination::Stdout => (Sink::Stdout(tokio::io::stdout()), LOCAL_FLUSH),
+            Destination::File(path) => {
+                // A regular file is written beside and renamed when complete;
+                // a device or pipe (/dev/null, a FIFO) is written in place.
+                let special = tokio::fs::metadata(path).await.is_ok_and(|m| !m.is_file());
+                let tmp = if special {
+                    None
+                } else {
+                    let mut tmp = path.clone().into_os_string();
+                    tmp.push(".partial");
+                    Some(PathBuf::from(tmp))
+                };
+                let target = tmp.as_ref().unwrap_or(path);
+                let file = tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(!special)
+                    .open(target)
+                    .await
+                    .map_err(|e| S3Error::Config(format!("cannot create {}: {e}", target.display())))?;
+                (
+                    Sink::File {
+                        file,
+                        tmp,
+                        path: path.clone(),
+                    },
+                    LOCAL_FLUSH,
+                )
+            }
+            Destination::S3 { bucket, key } => {
+                let s3 = s3.ok_or_else(|| S3Error::Config("S3 output needs an S3 client".into()))?;
+                let part_size = opts.part_size.max(MIN_PART_SIZE);
+                let upload = MultipartUpload::new(s3.clone(), bucket.clone(), key.clone(), opts.gzip);
+                (Sink::S3(upload), part_size)
+            }
+        };
+        let encoder = if opts.gzip {
+            Encoder::Gzip(GzEncoder::new(Vec::new(), flate2::Compression::fast()))
+        } else {
+            Encoder::Plain(Vec::new())
+        };
+        Ok(RecordWriter {
+            encoder,
+            sink,
+            flush_at,
+            line: Vec::new(),
+            summary: OutputSummary::default(),
+        })
+    }
+
+    pub async fn write(&mut self, record: &Record) -> Result<(), S3Error> {
+        self.line.clear();
+        record.write_line(&mut self.line);
+        match &mut self.encoder {
+            Encoder::Plain(v) => v.extend_from_slice(&self.line),
+            Encoder::Gzip(g) => g
+                .write_all(&self.line)
+                .map_err(|e| S3Error::Other(format!("gzip: {e}")))?,
+        }
+        self.summary.records += 1;
+        if self.encoder.pending().len() >= self.flush_at {
+            let chunk = std::mem::take(self.encoder.pending());
+            self.send(chunk, false).await?;
+        }
+        Ok(())
+    }
+
+    /// Write what is left and make the output visible (rename the file,
+    /// complete the upload). Nothing is visible before this succeeds.
+    pub async fn finish(mut self) -> Result<OutputSummary, S3Error> {
+        let rest = match std::mem::replace(&mut self.encoder, Encoder::Plain(Vec::new())) {
+            Encoder::Plain(v) => v,
+            Encoder::Gzip(g) => g.finish().map_err(|e| S3Error::Other(format!("gzip: {e}")))?,
+        };
+        self.send(rest, true).await?;
+        match self.sink {
+            Sink::Stdout(mut out) => out.flush().await.map_err(io_err)?,
+            Sink::File { mut file, tmp, path } => {
+                file.flush().await.map_err(io_err)?;
+                if let Some(tmp) = tmp {
+                    file.sync_all().await.map_err(io_err)?;
+                    tokio::fs::rename(&tmp, &path).await.map_err(io_err)?;
+                }
+            }
+            Sink::S3(upload) => self.summary.parts = upload.complete().await?,
+        }
+        Ok(self.summary)
+    }
+
+    /// Give up: nothing of this output becomes visible (the partial file is
+    /// removed, the multipart upload aborted).
+    pub async fn abort(self) {
+        match self.sink {
+            Sink::Stdout(_) => {}
+            Sink::File { file, tmp, .. } => {
+                drop(file);
+                if let Some(tmp) = tmp {
+                    let _ = tokio::fs::remove_file(&tmp).await;
+                }
+            }
+            Sink::S3(mut upload) => upload.abort().await,
+        }
+    }
+
+    async fn send(&mut self, chunk: Vec<u8>, last: bool) -> Result<(), S3Error> {
+        self.summary.bytes += chunk.len() as u64;
+        match &mut self.sink {
+            Sink::Stdout(out) => out.write_all(&chunk).await.map_err(io_err),
+            Sink::File { file, .. } => file.write_all(&chunk).await.map_err(io_err),
+            Sink::S3(upload) => upload.push(chunk, last).await,
+        }
+    }
+}
+
+fn io_err(e: std::io::Error) -> S3Error {
+    S3Error::Other(format!("writing output: {e}"))
+}
+
+/// The S3 sink: the streamed output's chunks become parts; a chunk that is
+/// both the first and the last makes the output a single PutObject.
+struct MultipartUpload {
+    upload: Upload,
+    /// The body of a single-PUT output, held until `complete`.
+    small: Vec<u8>,
+}
+
+impl MultipartUpload {
+    fn new(s3: Arc<S3>, bucket: String, key: String, gzip: bool) -> Self {
+        MultipartUpload {
+            upload: Upload::new(s3, bucket, key, content_type(gzip)),
+            small: Vec::new(),
+        }
+    }
+
+    async fn push(&mut self, chunk: Vec<u8>, last: bool) -> Result<(), S3Error> {
+        if last && !self.upload.is_multipart() {
+            self.small = chunk;
+            return Ok(());
+        }
+        if chunk.is_empty() && self.upload.parts() > 0 {
+            return Ok(());
+        }
+        if let Err(e) = self.upload.upload_part(chunk).await {
+            self.abort().await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Returns the number of parts (0 for a single PUT).
+    async fn complete(mut self) -> Result<u32, S3Error> {
+        self.upload.complete(std::mem::take(&mut self.small)).await?;
+        Ok(self.upload.parts() as u32)
+    }
+
+    async fn abort(&mut self) {
+        self.upload.abort().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::record::Status;
+
+    fn record(key: &str) -> Record {
+        Record {
+            key: key.into(),
+            status: Status::Ok,
+            size: 1,
+            etag: None,
+            last_modified: None,
+            storage_class: None,
+            content_type: None,
+            metadata: Default::default(),
+            error: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn file_output_appears_only_when_complete() {
+        let dir = std::env::temp_dir().join(format!("bucketscan-output-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.jsonl");
+        let dest = Destination::File(path.clone());
+        let mut w = RecordWriter::create(&dest, &OutputOptions::default(), None)
+            .await
+            .unwrap();
+        w.write(&record("a")).await.unwrap();
+        assert!(!path.exists(), "not visible before finish");
+        w.finish().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+
+        let mut w = RecordWriter::create(&dest, &OutputOptions::default(), None)
+            .await
+            .unwrap();
+        w.write(&record("b")).await.unwrap();
+        w.abort().await;
+        assert!(
+            std::fs::read_to_string(&path).unwrap().contains("\"a\""),
+            "abort keeps the old file"
+        );
+        assert!(!dir.join("out.jsonl.partial").exists());
+    }
+
+    /// Writing to /dev/null must write to it, not replace the device.
+    #[tokio::test]
+    async fn special_files_are_written_in_place() {
+        let dest = Destination::File("/dev/null".into());
+        let mut w = RecordWriter::create(&dest, &OutputOptions::default(), None)
+            .await
+            .unwrap();
+        w.write(&record("a")).await.unwrap();
+        w.finish().await.unwrap();
+        let meta = std::fs::metadata("/dev/null").unwrap();
+        assert!(!meta.is_file(), "/dev/null is still a device");
+    }
+
+    #[test]
+    fn destinations_parse() {
+        assert_eq!("-".parse::<Destination>().unwrap(), Destination::Stdout);
+        assert_eq!(
+            "s3://b/k/x.jsonl".parse::<Destination>().unwrap(),
+            Destination::S3 {
+                bucket: "b".into(),
+                key: "k/x.jsonl".into()
+            }
+        );
+        assert!("s3://b".parse::<Destination>().is_err());
+        assert!("s3:///k".parse::<Destination>().is_err());
+        assert_eq!(
+            "out.jsonl".parse::<Destination>().unwrap(),
+            Destination::File("out.jsonl".into())
+        );
+    }
+}

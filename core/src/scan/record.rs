@@ -1,0 +1,89 @@
+//! The result format: one JSON object per line (JSON Lines). serde_json
+//! escapes quotes, newlines and control characters, so any UTF-8 key and any
+//! metadata value round-trips.
+//!
+//! May import: nothing of the crate (the record types).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// HEAD answered; the record is complete.
+    Ok,
+    /// Listed, then gone (404) by the time of the HEAD.
+    Vanished,
+    /// HEAD failed for good; `error` says why.
+    Error,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub key: String,
+    pub status: Status,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// RFC 3339, UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// User metadata without the `x-amz-meta-` prefix. Names are lower case:
+    /// HTTP header names are case-insensitive and S3 stores them lower-cased.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Record {
+    /// Append the record and a newline to `out`.
+    pub fn write_line(&self, out: &mut Vec<u8>) {
+        serde_json::to_writer(&mut *out, self).expect("a record always serializes");
+        out.push(b'\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn odd_keys_round_trip() {
+        for key in [
+            "a\"b",
+            "line\nbreak",
+            "\u{1}\u{1f}ctl",
+            "ünï/cødé 💥",
+            "\\back",
+            "+ % # ? & =",
+        ] {
+            let mut rec = Record {
+                key: key.into(),
+                status: Status::Ok,
+                size: 3,
+                etag: Some("abc".into()),
+                last_modified: None,
+                storage_class: None,
+                content_type: None,
+                metadata: BTreeMap::from([("Name".into(), "välue\n\"x\"".into())]),
+                error: None,
+            };
+            let mut line = Vec::new();
+            rec.write_line(&mut line);
+            assert_eq!(
+                line.iter().filter(|b| **b == b'\n').count(),
+                1,
+                "one line per record"
+            );
+            let back: Record = serde_json::from_slice(&line).unwrap();
+            assert_eq!(back, rec);
+            rec.status = Status::Vanished;
+            assert!(serde_json::to_string(&rec).unwrap().contains("\"vanished\""));
+        }
+    }
+}

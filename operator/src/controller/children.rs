@@ -1,0 +1,48 @@
+//! The scan's worker pods: a Deployment of `bucketscan-worker run` and the
+//! Secret with the Redis URL, applied server-side from `desired`; deleted
+//! when no worker is wanted.
+
+use super::context::{Context, Error, MANAGER};
+use crate::crd::BucketScan;
+use crate::desired;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::ResourceExt;
+
+pub(super) fn apply_params() -> PatchParams {
+    PatchParams::apply(MANAGER).force()
+}
+
+pub(super) async fn ensure_workers(scan: &BucketScan, ctx: &Context, replicas: i32) -> Result<(), Error> {
+    let ns = scan.namespace().unwrap_or_default();
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let name = desired::workers_name(scan);
+    if replicas == 0 {
+        // Nothing to run: the Deployment goes (its pods get SIGTERM and
+        // release any shard they hold).
+        if deployments.get_opt(&name).await?.is_some() {
+            deployments.delete(&name, &DeleteParams::default()).await?;
+        }
+        return Ok(());
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let ca = ctx
+        .redis
+        .ca_pem
+        .as_ref()
+        .map(|p| String::from_utf8_lossy(p).into_owned());
+    let secret = desired::redis_secret(scan, &ctx.redis.url, ca.as_deref());
+    secrets
+        .patch(
+            &desired::redis_secret_name(scan),
+            &apply_params(),
+            &Patch::Apply(&secret),
+        )
+        .await?;
+    let deployment = desired::worker_deployment(scan, &ctx.settings, replicas, ca.is_some());
+    deployments
+        .patch(&name, &apply_params(), &Patch::Apply(&deployment))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! What every phase of a reconcile shares: the [`Context`] (clients,
+//! settings, Redis, events, metrics), the [`Error`] type with its kinds, and
+//! small helpers that name a scan. The bottom of the controller.
+//!
+//! May import: `crd`, `desired`, `metrics` and `bucketscan_core`.
+
+use crate::crd::BucketScan;
+use crate::desired::Settings;
+use crate::metrics::{Metrics, ScanLabels};
+use bucketscan_core::fleet::plan::PlanError;
+use bucketscan_core::fleet::queue::{QueueError, RedisConfig, RedisConnection};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Client, ResourceExt};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub(crate) const MANAGER: &str = "bucketscan-operator";
+
+/// How often an active scan is looked at (progress, reaper, scaling).
+pub(crate) const ACTIVE_REQUEUE: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("S3: {0}")]
+    S3(#[from] bucketscan_core::s3::error::S3Error),
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Recovery(#[from] bucketscan_core::fleet::recovery::RecoveryError),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A short, stable name for the kind of failure: the `error` label of the
+    /// failure metric, so a dashboard can tell Redis trouble from S3 trouble.
+    pub fn kind(&self) -> &'static str {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Queue(_) => "redis",
+            Error::Plan(_) => "plan",
+            Error::S3(_) => "s3",
+            Error::Config(_) => "config",
+            Error::Recovery(_) => "recovery",
+            Error::Finalizer(e) => match e.as_ref() {
+                F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.kind(),
+                _ => "finalizer",
+            },
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    /// Where Redis is (the workers get it too).
+    pub redis: RedisConfig,
+    /// One connection to it for every scan.
+    pub connection: RedisConnection,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// When each scan's status was last written.
+    pub(super) last_status: Mutex<HashMap<String, Instant>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        redis: RedisConfig,
+        connection: RedisConnection,
+        instance: String,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Context> {
+        let reporter = Reporter {
+            controller: MANAGER.into(),
+            instance: Some(instance),
+        };
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            settings,
+            redis,
+            connection,
+            metrics,
+            last_status: Mutex::default(),
+        })
+    }
+}
+
+pub(crate) fn scan_labels(scan: &BucketScan) -> ScanLabels {
+    ScanLabels {
+        namespace: scan.namespace().unwrap_or_default(),
+        scan: scan.name_any(),
+    }
+}
+
+pub(crate) fn lease(ctx: &Context) -> Duration {
+    Duration::from_secs(ctx.settings.lease_secs as u64)
+}
+
+pub(crate) fn max_failures() -> u32 {
+    5
+}
+
+pub(crate) fn key_of(scan: &BucketScan) -> String {
+    format!("{}/{}", scan.namespace().unwrap_or_default(), scan.name_any())
+}

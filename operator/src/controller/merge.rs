@@ -1,0 +1,115 @@
+//! The merge phase: once every shard is done or dead, a Job of
+//! `bucketscan-worker merge` joins the parts; its manifest in Redis ends the
+//! scan as Complete, or Failed with the dead shards' first error.
+
+use super::children::apply_params;
+use super::context::{Context, Error, ACTIVE_REQUEUE};
+use super::finish::{fail, finished};
+use super::report::{publish, write_status};
+use crate::crd::{BucketScan, BucketScanStatus, Phase};
+use crate::desired;
+use crate::status::{self, COMPLETE};
+use bucketscan_core::fleet::merge::Manifest;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
+
+/// The scan after its last shard: start the merge, wait for it, finish.
+pub(super) async fn merging(
+    scan: &BucketScan,
+    ctx: &Context,
+    mut st: BucketScanStatus,
+    before: &BucketScanStatus,
+    manifest: Option<Manifest>,
+    now: &Time,
+) -> Result<Action, Error> {
+    let generation = scan.metadata.generation;
+    match manifest {
+        None => {
+            st.phase = Phase::Merging;
+            status::set_condition(
+                &mut st.conditions,
+                COMPLETE,
+                false,
+                "Merging",
+                "joining the parts",
+                generation,
+                now,
+            );
+            ensure_merge_job(scan, ctx).await?;
+            if let Some(reason) = merge_job_failure(scan, ctx).await? {
+                return fail(scan, ctx, st, "MergeFailed", &reason, now).await;
+            }
+            write_status(ctx, scan, before, &st).await?;
+            Ok(Action::requeue(ACTIVE_REQUEUE))
+        }
+        Some(m) if m.shards_dead > 0 => {
+            let first = &m.dead[0];
+            let msg = format!(
+                "{} shard(s) failed for good and are missing from the result; first: {} ({})",
+                m.shards_dead,
+                first.range,
+                first.last_error.as_deref().unwrap_or("no error recorded")
+            );
+            st.output = Some(m.result.clone());
+            fail(scan, ctx, st, "ShardsFailed", &msg, now).await
+        }
+        Some(m) => {
+            st.phase = Phase::Complete;
+            st.output = Some(m.result.clone());
+            st.completion_time = Some(now.clone());
+            st.eta = None;
+            let msg = format!(
+                "{} objects in {}",
+                m.counts.get("objects").copied().unwrap_or(0),
+                m.result
+            );
+            status::set_condition(
+                &mut st.conditions,
+                COMPLETE,
+                true,
+                "Merged",
+                &msg,
+                generation,
+                now,
+            );
+            write_status(ctx, scan, before, &st).await?;
+            publish(ctx, scan, EventType::Normal, "Complete", &msg).await;
+            finished(scan, ctx).await
+        }
+    }
+}
+
+async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let name = desired::merge_job_name(scan);
+    if jobs.get_opt(&name).await?.is_none() {
+        let job = desired::merge_job(scan, &ctx.settings, ctx.redis.ca_pem.is_some());
+        jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
+        publish(
+            ctx,
+            scan,
+            EventType::Normal,
+            "Merging",
+            "all shards finished; merge Job started",
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// The merge Job's failure, once it gave up.
+async fn merge_job_failure(scan: &BucketScan, ctx: &Context) -> Result<Option<String>, Error> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let job = jobs.get_opt(&desired::merge_job_name(scan)).await?;
+    Ok(job
+        .and_then(|j| j.status)
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Failed" && c.status == "True")
+        .map(|c| format!("merge Job failed: {}", c.message.unwrap_or_default())))
+}

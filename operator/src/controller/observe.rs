@@ -1,0 +1,51 @@
+//! Observe: everything Redis knows about a scan (planned or not, shard
+//! counts, progress counters, the live rate of its workers, the manifest).
+//! Reads only.
+
+use super::context::Error;
+use crate::crd::ShardCounts;
+use bucketscan_core::fleet::merge::Manifest;
+use bucketscan_core::fleet::queue::Queue;
+use bucketscan_core::fleet::spec::ScanSpec;
+
+/// Everything known about a scan in Redis.
+pub(super) struct Observed {
+    pub planned: bool,
+    pub shards: ShardCounts,
+    pub counters: std::collections::BTreeMap<String, u64>,
+    pub rate: f64,
+    pub manifest: Option<Manifest>,
+}
+
+pub(super) async fn observe(queue: &Queue) -> Result<Observed, Error> {
+    let planned = queue.spec::<ScanSpec>().await?.is_some();
+    let counts = queue.counts().await?;
+    let total = queue.shard_count().await?;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    // Workers that reported in the last few seconds make up the live rate.
+    let rate = queue
+        .workers()
+        .await?
+        .values()
+        .filter_map(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+        .filter(|v| v["updated"].as_i64().is_some_and(|t| now - t <= 10))
+        .filter_map(|v| v["rate"].as_f64())
+        .sum();
+    let manifest = queue
+        .meta_field("manifest")
+        .await?
+        .and_then(|m| serde_json::from_str(&m).ok());
+    Ok(Observed {
+        planned,
+        shards: ShardCounts {
+            total,
+            pending: counts.pending,
+            leased: counts.leased,
+            done: counts.done,
+            dead: counts.dead,
+        },
+        counters: queue.counters().await?,
+        rate,
+        manifest,
+    })
+}

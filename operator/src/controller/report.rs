@@ -1,0 +1,62 @@
+//! What the user sees: the status, written by server-side apply (at most
+//! every STATUS_EVERY unless the phase changes), and events.
+
+use super::children::apply_params;
+use super::context::{key_of, Context, Error};
+use crate::crd::{BucketScan, BucketScanStatus};
+use kube::api::{Api, Patch};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use std::time::{Duration, Instant};
+
+/// At most one status write per scan this often, unless the phase changes.
+const STATUS_EVERY: Duration = Duration::from_secs(2);
+
+/// Write the status by server-side apply, unless nothing changed, or it was
+/// written less than STATUS_EVERY ago and the phase is the same.
+pub(super) async fn write_status(
+    ctx: &Context,
+    scan: &BucketScan,
+    before: &BucketScanStatus,
+    st: &BucketScanStatus,
+) -> Result<(), Error> {
+    if before == st {
+        return Ok(());
+    }
+    let key = key_of(scan);
+    let phase_changed = before.phase != st.phase;
+    {
+        let last = ctx.last_status.lock().expect("lock");
+        if !phase_changed && last.get(&key).is_some_and(|t| t.elapsed() < STATUS_EVERY) {
+            return Ok(());
+        }
+    }
+    let api: Api<BucketScan> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "apiVersion": BucketScan::api_version(&()),
+        "kind": BucketScan::kind(&()),
+        "status": st,
+    });
+    api.patch_status(&scan.name_any(), &apply_params(), &Patch::Apply(&patch))
+        .await?;
+    ctx.last_status.lock().expect("lock").insert(key, Instant::now());
+    if phase_changed {
+        tracing::info!(scan = %scan.name_any(), from = ?before.phase, to = ?st.phase, "phase changed");
+        let note = format!("{:?} -> {:?}", before.phase, st.phase);
+        publish(ctx, scan, EventType::Normal, "PhaseChanged", &note).await;
+    }
+    Ok(())
+}
+
+pub(super) async fn publish(ctx: &Context, scan: &BucketScan, type_: EventType, reason: &str, note: &str) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &scan.object_ref(&())).await {
+        tracing::warn!(error = %e, "could not publish an event");
+    }
+}

@@ -1,0 +1,82 @@
+//! The scan's source and output store as the operator reaches it: S3 clients
+//! with the credentials and CA from the Secrets the BucketScan names, read
+//! in its own namespace only.
+
+use super::context::{Context, Error};
+use crate::crd::BucketScan;
+use bucketscan_core::s3::{Endpoint, S3};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::ResourceExt;
+use std::sync::Arc;
+
+/// One key of a Secret in the scan's namespace; a clear error when missing.
+async fn secret_value(
+    scan: &BucketScan,
+    ctx: &Context,
+    name: &str,
+    key: &str,
+    field: &str,
+) -> Result<Vec<u8>, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let secret = secrets
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| Error::Config(format!("Secret {name:?} ({field}) does not exist")))?;
+    secret
+        .data
+        .and_then(|mut d| d.remove(key))
+        .map(|v| v.0)
+        .ok_or_else(|| Error::Config(format!("Secret {name:?} ({field}) has no key {key:?}")))
+}
+
+/// The scan's S3 clients, with the credentials from its Secret.
+pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, Error> {
+    let src = &scan.spec.source;
+    let credentials = match &src.credentials_secret {
+        None => None,
+        Some(r) => {
+            let secrets: Api<Secret> =
+                Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+            let secret = secrets.get_opt(&r.name).await?.ok_or_else(|| {
+                Error::Config(format!(
+                    "Secret {:?} (spec.source.credentialsSecret) does not exist",
+                    r.name
+                ))
+            })?;
+            let field = |key: &str| {
+                secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
+            };
+            let (Some(id), Some(key)) = (field("AWS_ACCESS_KEY_ID"), field("AWS_SECRET_ACCESS_KEY")) else {
+                return Err(Error::Config(format!(
+                    "Secret {:?} needs the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                    r.name
+                )));
+            };
+            Some(aws_credential_types::Credentials::new(
+                id,
+                key,
+                field("AWS_SESSION_TOKEN"),
+                None,
+                "bucketscan-secret",
+            ))
+        }
+    };
+    let ca_pem = match &src.ca_secret {
+        None => None,
+        Some(r) => Some(secret_value(scan, ctx, &r.name, &r.key, "spec.source.caSecret").await?),
+    };
+    let endpoint = Endpoint {
+        url: src.endpoint.clone(),
+        region: src.region.clone(),
+        path_style: src.path_style,
+        ca_pem,
+        insecure: src.insecure_skip_tls_verify,
+        pool_size: 16,
+    };
+    Ok(S3::connect_with(endpoint, credentials).await?)
+}
