@@ -18,6 +18,10 @@ VENV=$CACHE/venv
 MOTO_REQ='moto[server]==5.2.1'
 JUST_REQ='rust-just==1.59.0'
 VERSITYGW_VERSION=v1.8.0
+# MinIO tags its releases RELEASE.<date>, which the module proxy does not
+# serve as versions: this pseudo-version is the last commit of the open-source
+# repository (February 2026; upstream says it is no longer maintained).
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 mkdir -p "$BIN"
 
 say() { printf '%-10s %-28s %s\n' "$1" "$2" "$3"; }
@@ -122,6 +126,21 @@ if [ ! -x "$BIN/versitygw" ] || [ "$(cat "$vgw_stamp" 2>/dev/null)" != "$VERSITY
   state=built
 fi
 say versitygw "$VERSITYGW_VERSION" "$state"
+
+# --- MinIO: the tests' third S3 server ("works on MinIO" is tested) ----------
+# Built from source through the Go module proxy, like versitygw: the largest
+# of the test servers to build (see docs/testing.md for the time), hence nice.
+minio_stamp=$CACHE/minio.version
+state=present
+if [ ! -x "$BIN/minio" ] || [ "$(cat "$minio_stamp" 2>/dev/null)" != "$MINIO_VERSION" ]; then
+  command -v go >/dev/null || die "go is needed to build minio"
+  echo "building minio $MINIO_VERSION (first run only, several minutes)" >&2
+  rm -f "$minio_stamp"
+  GOBIN=$BIN GOFLAGS='' nice go install "github.com/minio/minio@$MINIO_VERSION"
+  echo "$MINIO_VERSION" >"$minio_stamp"
+  state=built
+fi
+say minio "$MINIO_VERSION" "$state"
 
 # --- Rust components that `just lint` uses ------------------------------------
 if command -v rustup >/dev/null; then

@@ -16,6 +16,9 @@
 #              also show up as a bucket). Objects are files, so it cannot hold
 #              both `a` and `a/b`, nor keys with empty or `.`/`..` segments:
 #              keep odd-key tests on moto.
+#   minio      MinIO (single drive): VERIFIES SigV4 signatures; stores most odd
+#              keys but refuses some (see docs/testing.md); credentials random
+#              for each run, passed through its environment.
 #   redis      redis-server without persistence.
 #   etcd + kube-apiserver (only with BUCKETSCAN_TEST_KUBE=1)
 #              a real Kubernetes control plane without nodes (no kubelet,
@@ -28,6 +31,8 @@
 #   BUCKETSCAN_TEST_VGW_ENDPOINT    http://127.0.0.1:PORT
 #   BUCKETSCAN_TEST_VGW_ACCESS_KEY  root access key of versitygw
 #   BUCKETSCAN_TEST_VGW_SECRET_KEY  root secret key (random for each run)
+#   BUCKETSCAN_TEST_MINIO_ENDPOINT  http://127.0.0.1:PORT
+#   BUCKETSCAN_TEST_MINIO_ACCESS_KEY / _SECRET_KEY  its root credentials
 #   BUCKETSCAN_TEST_REDIS_URL       redis://127.0.0.1:PORT
 #   BUCKETSCAN_TEST_KUBECONFIG      kubeconfig for the kube-apiserver (also KUBECONFIG)
 # Server logs are in the temporary directory while CMD runs; when a server
@@ -45,7 +50,7 @@ fi
 CACHE=${BUCKETSCAN_CACHE:-$HOME/.cache/bucketscan}
 BIN=$CACHE/bin
 KUBE=${BUCKETSCAN_TEST_KUBE:-0}
-tools=("$BIN/moto_server" "$BIN/versitygw")
+tools=("$BIN/moto_server" "$BIN/versitygw" "$BIN/minio")
 if [ "$KUBE" = 1 ]; then tools+=("$BIN/etcd" "$BIN/kube-apiserver" "$BIN/kubectl"); fi
 for tool in "${tools[@]}"; do
   [ -x "$tool" ] || { echo "error: $tool missing; run scripts/install-deps.sh and scripts/install-kube.sh" >&2; exit 1; }
@@ -142,6 +147,18 @@ launch_versitygw() {
 }
 ready_versitygw() { curl -sf -o /dev/null "http://127.0.0.1:$1/_health"; }
 
+# minio: root credentials through its environment (not in `ps`); no web
+# console; MINIO_CI_CD lets it use a directory on the root disk.
+MINIO_ACCESS=bucketscan-minio
+MINIO_SECRET=$(python3 -c 'import secrets; print(secrets.token_urlsafe(30))')
+launch_minio() {
+  mkdir -p "$WORK/minio/data"
+  cd "$WORK/minio"
+  MINIO_ROOT_USER=$MINIO_ACCESS MINIO_ROOT_PASSWORD=$MINIO_SECRET MINIO_BROWSER=off MINIO_CI_CD=1 \
+    exec "$BIN/minio" server --quiet --address "127.0.0.1:$1" "$WORK/minio/data"
+}
+ready_minio() { curl -sf -o /dev/null "http://127.0.0.1:$1/minio/health/live"; }
+
 launch_redis() {
   mkdir -p "$WORK/redis"
   exec redis-server --bind 127.0.0.1 --port "$1" --save '' --appendonly no \
@@ -184,9 +201,11 @@ start_server moto
 MOTO_PORT=$PORT
 start_server versitygw
 VGW_PORT=$PORT
+start_server minio
+MINIO_PORT=$PORT
 start_server redis
 REDIS_PORT=$PORT
-servers="moto :$MOTO_PORT, versitygw :$VGW_PORT, redis :$REDIS_PORT"
+servers="moto :$MOTO_PORT, versitygw :$VGW_PORT, minio :$MINIO_PORT, redis :$REDIS_PORT"
 # A kubeconfig for the admin token, trusting the apiserver's own certificate.
 write_kubeconfig() {
   printf '%s\n' "apiVersion: v1" "kind: Config" "clusters:" "- name: test" "  cluster:" \
@@ -209,6 +228,9 @@ export BUCKETSCAN_TEST_MOTO_ENDPOINT=http://127.0.0.1:$MOTO_PORT
 export BUCKETSCAN_TEST_VGW_ENDPOINT=http://127.0.0.1:$VGW_PORT
 export BUCKETSCAN_TEST_VGW_ACCESS_KEY=$VGW_ACCESS
 export BUCKETSCAN_TEST_VGW_SECRET_KEY=$VGW_SECRET
+export BUCKETSCAN_TEST_MINIO_ENDPOINT=http://127.0.0.1:$MINIO_PORT
+export BUCKETSCAN_TEST_MINIO_ACCESS_KEY=$MINIO_ACCESS
+export BUCKETSCAN_TEST_MINIO_SECRET_KEY=$MINIO_SECRET
 export BUCKETSCAN_TEST_REDIS_URL=redis://127.0.0.1:$REDIS_PORT
 # Never let a test reach for instance metadata (a link-local address).
 export AWS_EC2_METADATA_DISABLED=true

@@ -129,8 +129,9 @@ pub struct Output {
     /// Bucket for the result, on the source's endpoint.
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$')").message("bucket must be a valid S3 bucket name: 3-63 lower-case letters, digits, dots and hyphens"))]
     pub bucket: String,
-    /// Key prefix for the result, such as `scans/photos/`. Unset: the scan's
-    /// namespace and name, `NAMESPACE/NAME/`.
+    /// Key prefix for the result, such as `scans/photos/` (a prefix without a
+    /// trailing `/` gets one). Unset: `NAMESPACE/NAME/UID/`. It must not
+    /// overlap the scanned keyspace, nor the output of another running scan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// Result format.

@@ -4,6 +4,7 @@
 //! unit-tested.
 
 use crate::crd::{BucketScan, Workers};
+use bucketscan_core::fleet::spec::normalize_output_prefix;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -52,11 +53,18 @@ pub fn scan_id(scan: &BucketScan) -> String {
     )
 }
 
-/// Key prefix of the scan's output in its output bucket.
+/// Key prefix of the scan's output in its output bucket, ending with `/`.
+/// The default holds the scan's uid, so a BucketScan deleted and created
+/// again under the same name never writes into the first one's result.
 pub fn output_prefix(scan: &BucketScan) -> String {
     match &scan.spec.output.prefix {
-        Some(p) => p.clone(),
-        None => format!("{}/{}/", scan.namespace().unwrap_or_default(), scan.name_any()),
+        Some(p) => normalize_output_prefix(p),
+        None => format!(
+            "{}/{}/{}/",
+            scan.namespace().unwrap_or_default(),
+            scan.name_any(),
+            scan.uid().unwrap_or_default()
+        ),
     }
 }
 
@@ -425,7 +433,19 @@ mod tests {
         let s = scan(Workers::default());
         assert_eq!(scan_id(&s), "team-a.photos.0f1e2d3c");
         assert!(!scan_id(&s).contains(['{', '}']));
-        assert_eq!(output_prefix(&s), "team-a/photos/");
+    }
+
+    #[test]
+    fn the_default_output_prefix_holds_the_uid_and_every_prefix_ends_with_a_slash() {
+        let mut s = scan(Workers::default());
+        assert_eq!(
+            output_prefix(&s),
+            "team-a/photos/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0/"
+        );
+        s.spec.output.prefix = Some("scans/photos".into());
+        assert_eq!(output_prefix(&s), "scans/photos/");
+        s.spec.output.prefix = Some(String::new());
+        assert_eq!(output_prefix(&s), "");
     }
 
     #[test]

@@ -131,7 +131,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         election.acquire().await;
     }
     metrics.leader.set(1);
-    let ctx = Context::new(client, settings, redis, connection, instance, metrics);
+    let ctx = Context::new(
+        client,
+        settings,
+        redis,
+        connection,
+        instance,
+        metrics,
+        args.namespace.clone(),
+    );
     let controller = controller::run(ctx, args.concurrency, args.namespace.as_deref());
     tokio::select! {
         _ = controller => Ok(()),

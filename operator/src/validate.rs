@@ -1,20 +1,88 @@
 //! Checks on a BucketScan that its schema cannot express. The message is
 //! what the user sees in status and events.
 
-use crate::crd::BucketScan;
+use crate::crd::{BucketScan, Phase};
 use crate::desired::output_prefix;
+use bucketscan_core::fleet::spec::prefixes_overlap;
+use kube::ResourceExt;
 
 pub fn validate(scan: &BucketScan) -> Result<(), String> {
     let src = &scan.spec.source;
     let out = output_prefix(scan);
-    if scan.spec.output.bucket == src.bucket && out.starts_with(&src.prefix) {
+    if scan.spec.output.bucket != src.bucket {
+        return Ok(());
+    }
+    if out.starts_with(&src.prefix) {
         return Err(format!(
             "the output s3://{}/{out} lies inside the scanned keyspace s3://{}/{}: the scan would read \
              its own parts; choose another output bucket or prefix",
             scan.spec.output.bucket, src.bucket, src.prefix
         ));
     }
+    if src.prefix.starts_with(&out) {
+        return Err(format!(
+            "the scanned keyspace s3://{}/{} lies inside the output s3://{}/{out}: the scan writes and \
+             deletes its parts under the output prefix; choose another output bucket or prefix",
+            src.bucket, src.prefix, scan.spec.output.bucket
+        ));
+    }
     Ok(())
+}
+
+/// Whether `scan`, about to be planned, would write where another scan that
+/// is still running writes or reads: two scans sharing an output would
+/// overwrite and delete each other's parts, and an output inside another
+/// scan's keyspace would end up in its result. Of two scans not yet planned
+/// the older (then the first by namespace and name) goes ahead; a scan that is
+/// planned already always does.
+pub fn output_conflict(scan: &BucketScan, others: &[BucketScan]) -> Result<(), String> {
+    let bucket = &scan.spec.output.bucket;
+    let out = output_prefix(scan);
+    for other in others.iter().filter(|o| blocks(scan, o)) {
+        let name = format!("{}/{}", other.namespace().unwrap_or_default(), other.name_any());
+        let other_out = output_prefix(other);
+        if &other.spec.output.bucket == bucket && prefixes_overlap(&out, &other_out) {
+            return Err(format!(
+                "the output s3://{bucket}/{out} overlaps the output s3://{bucket}/{other_out} of \
+                 BucketScan {name}, which is still running: the two scans would overwrite and delete \
+                 each other's parts; choose another output prefix or wait until {name} has finished"
+            ));
+        }
+        let src = &other.spec.source;
+        if &src.bucket == bucket && out.starts_with(&src.prefix) {
+            return Err(format!(
+                "the output s3://{bucket}/{out} lies inside the keyspace s3://{}/{} that BucketScan \
+                 {name} is scanning: its result would contain this scan's parts; choose another \
+                 output prefix or wait until {name} has finished",
+                src.bucket, src.prefix
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `other` is a running scan that goes before `scan`.
+fn blocks(scan: &BucketScan, other: &BucketScan) -> bool {
+    let live = other.metadata.deletion_timestamp.is_none()
+        && !matches!(
+            other.status.as_ref().map(|s| &s.phase),
+            Some(Phase::Complete | Phase::Failed)
+        );
+    if !live || other.uid() == scan.uid() {
+        return false;
+    }
+    let planned = other
+        .status
+        .as_ref()
+        .is_some_and(|s| crate::status::is_true(&s.conditions, crate::status::PLANNED));
+    let age = |s: &BucketScan| {
+        (
+            s.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            s.namespace(),
+            s.name_any(),
+        )
+    };
+    planned || age(other) < age(scan)
 }
 
 #[cfg(test)]
@@ -45,7 +113,64 @@ mod tests {
             },
         );
         s.metadata.namespace = Some("ns".into());
+        s.metadata.uid = Some("u1".into());
         s
+    }
+
+    fn live(name: &str, bucket: &str, prefix: &str, created: i64) -> BucketScan {
+        let mut s = scan("", bucket, Some(prefix));
+        s.spec.source.bucket = "elsewhere".into();
+        s.metadata.name = Some(name.into());
+        s.metadata.uid = Some(format!("uid-{name}"));
+        s.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
+        ));
+        s
+    }
+
+    #[test]
+    fn a_scan_may_not_write_where_a_running_scan_writes_or_reads() {
+        let me = live("me", "results", "shared/sub", 100);
+        assert!(output_conflict(&me, &[live("far", "results", "other/", 50)]).is_ok());
+        assert!(output_conflict(&me, &[live("bucket", "results2", "shared/", 50)]).is_ok());
+        let err = output_conflict(&me, &[live("older", "results", "shared/", 50)]).unwrap_err();
+        assert!(
+            err.contains("s3://results/shared/sub/ overlaps the output s3://results/shared/")
+                && err.contains("BucketScan ns/older"),
+            "{err}"
+        );
+        // Of two unplanned scans the older goes ahead, whichever asks.
+        let younger = live("younger", "results", "shared/", 200);
+        assert!(output_conflict(&me, std::slice::from_ref(&younger)).is_ok());
+        assert!(output_conflict(&younger, std::slice::from_ref(&me)).is_err());
+        // A planned scan always goes ahead; a finished or deleted one never blocks.
+        let mut planned = younger.clone();
+        let mut st = crate::crd::BucketScanStatus::default();
+        crate::status::set_condition(
+            &mut st.conditions,
+            crate::status::PLANNED,
+            true,
+            "Planned",
+            "1 shards",
+            None,
+            &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+        );
+        planned.status = Some(st.clone());
+        assert!(output_conflict(&me, std::slice::from_ref(&planned)).is_err());
+        st.phase = Phase::Complete;
+        planned.status = Some(st);
+        assert!(output_conflict(&me, std::slice::from_ref(&planned)).is_ok());
+        let mut deleted = live("deleted", "results", "shared/", 50);
+        deleted.metadata.deletion_timestamp = deleted.metadata.creation_timestamp.clone();
+        assert!(output_conflict(&me, &[deleted]).is_ok());
+        // Itself is no conflict.
+        assert!(output_conflict(&me, std::slice::from_ref(&me)).is_ok());
+        // Writing into a running scan's keyspace is one.
+        let mut reader = live("reader", "other", "x/", 50);
+        reader.spec.source.bucket = "results".into();
+        reader.spec.source.prefix = "shared/".into();
+        let err = output_conflict(&me, &[reader]).unwrap_err();
+        assert!(err.contains("inside the keyspace s3://results/shared/"), "{err}");
     }
 
     #[test]
@@ -54,9 +179,13 @@ mod tests {
         assert!(validate(&scan("2026/", "photos", Some("scans/"))).is_ok());
         let err = validate(&scan("", "photos", None)).unwrap_err();
         assert!(
-            err.contains("s3://photos/ns/s/") && err.contains("inside the scanned keyspace"),
+            err.contains("s3://photos/ns/s/u1/") && err.contains("inside the scanned keyspace"),
             "{err}"
         );
         assert!(validate(&scan("scans/", "photos", Some("scans/1/"))).is_err());
+        // Nor the scanned keys inside the output (its parts are deleted from there).
+        let err = validate(&scan("out/parts/", "photos", Some("out"))).unwrap_err();
+        assert!(err.contains("lies inside the output s3://photos/out/"), "{err}");
+        assert!(validate(&scan("outside/", "photos", Some("out"))).is_ok());
     }
 }

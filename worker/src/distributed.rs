@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::{Queue, RedisConfig};
 use bucketscan_core::fleet::run::{RunOptions, Runner};
-use bucketscan_core::fleet::spec::ScanSpec;
+use bucketscan_core::fleet::spec::{normalize_output_prefix, ScanSpec};
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::HeadClient;
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
@@ -24,6 +24,7 @@ impl QueueArgs {
         };
         let redis = RedisConfig {
             ca_pem,
+            patience: Duration::from_secs(self.redis_patience_secs),
             ..RedisConfig::new(&self.redis)
         };
         Queue::connect(&redis, &self.scan, owner, lease)
@@ -82,7 +83,9 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         ..PlanOptions::default()
     };
     let queue = args.queue.connect("planner", Duration::from_secs(30)).await?;
-    let planned = plan_scan(&s3, &spec, &opts, &queue).await?;
+    let planned = plan_scan(&s3, &spec, &opts, &queue)
+        .await
+        .with_context(|| format!("cannot plan scan {:?}", args.queue.scan))?;
     eprintln!(
         "planned scan {:?}: {} shards ({} new)",
         args.queue.scan, planned.shards, planned.added
@@ -171,11 +174,12 @@ fn spawn_signal_handler(stop: CancellationToken) {
     });
 }
 
-/// `s3://BUCKET[/PREFIX]` into bucket and key prefix (may be empty).
+/// `s3://BUCKET[/PREFIX]` into bucket and key prefix (may be empty; a
+/// prefix without a trailing `/` gets one).
 fn parse_output(url: &str) -> Option<(String, String)> {
     let rest = url.strip_prefix("s3://")?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    (!bucket.is_empty()).then(|| (bucket.to_string(), prefix.to_string()))
+    (!bucket.is_empty()).then(|| (bucket.to_string(), normalize_output_prefix(prefix)))
 }
 
 fn default_name() -> String {

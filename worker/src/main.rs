@@ -116,6 +116,11 @@ struct QueueArgs {
     /// system's trusted roots).
     #[arg(long, env = "BUCKETSCAN_REDIS_CA_FILE")]
     redis_ca_file: Option<std::path::PathBuf>,
+    /// How long to wait for a Redis that does not answer (not up yet,
+    /// restarting, failing over) before giving up.
+    #[arg(long, env = "BUCKETSCAN_REDIS_PATIENCE_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    redis_patience_secs: u64,
     /// Scan id (the namespace of its keys in Redis).
     #[arg(long, env = "BUCKETSCAN_SCAN")]
     scan: String,

@@ -7,7 +7,7 @@ mod common;
 use bucketscan_core::keyspace::planner::{plan, BucketLister, PlanOptions};
 use bucketscan_core::keyspace::shard::Shard;
 use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
-use bucketscan_core::s3::{Endpoint, ListRequest, S3};
+use bucketscan_core::s3::{ListRequest, S3};
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
 use bucketscan_core::scan::output::{Destination, OutputOptions, RecordWriter};
 use bucketscan_core::scan::record::{Record, Status};
@@ -260,18 +260,12 @@ async fn transient_faults_are_retried_until_done() {
     let bucket = server.bucket("faults").await;
     let seeded = plain(400, "f/");
     server.seed(&bucket, &seeded).await;
-    let _ = server.s3().await; // sets the credentials the library reads
     let proxy = fault_proxy::start(server.endpoint.clone()).await;
-    let s3 = S3::connect(Endpoint {
-        url: Some(proxy.url.clone()),
-        region: "us-east-1".into(),
-        path_style: true,
-        ca_pem: None,
-        insecure: false,
-        pool_size: 16,
-    })
-    .await
-    .unwrap();
+    let through_proxy = Server {
+        endpoint: proxy.url.clone(),
+        ..server.clone()
+    };
+    let s3 = through_proxy.s3().await;
     for kind in [HeadClientKind::Fast, HeadClientKind::Sdk] {
         let engine = engine(&s3, &bucket, kind);
         let out = temp_path(&format!("faults-{kind:?}.jsonl"));

@@ -133,7 +133,16 @@ fn skewed_bucket() -> BTreeMap<String, Seeded> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_survives_kill_stop_and_join_with_exact_output() {
-    let s3 = versitygw();
+    fleet_survives_chaos_on(versitygw()).await;
+}
+
+/// The same on MinIO: "works on MinIO" is tested, not claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_survives_kill_stop_and_join_with_exact_output_on_minio() {
+    fleet_survives_chaos_on(minio()).await;
+}
+
+async fn fleet_survives_chaos_on(s3: Server) {
     let bucket = s3.bucket("fleet").await;
     let out = s3.bucket("fleet-out").await;
     let seeded = skewed_bucket();
@@ -141,7 +150,7 @@ async fn fleet_survives_kill_stop_and_join_with_exact_output() {
     let fleet = Fleet {
         s3: s3.clone(),
         redis: redis_url(),
-        scan: format!("fleet-{}", std::process::id()),
+        scan: format!("scan-{bucket}"),
     };
     fleet.run_ok(&[
         "plan",

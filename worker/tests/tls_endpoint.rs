@@ -23,14 +23,19 @@ impl Drop for TlsGateway {
 }
 
 fn tls_gateway(certs: &std::path::Path, data: &std::path::Path) -> TlsGateway {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+    tls_gateway_on("127.0.0.1", certs, data)
+}
+
+/// The gateway listening on `ip` (a loopback address).
+fn tls_gateway_on(ip: &str, certs: &std::path::Path, data: &std::path::Path) -> TlsGateway {
+    let port = std::net::TcpListener::bind((ip, 0))
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let log = std::fs::File::create(temp_path("versitygw-tls.log")).unwrap();
     let child = Command::new("versitygw")
-        .args(["--port", &format!("127.0.0.1:{port}")])
+        .args(["--port", &format!("{ip}:{port}")])
         .arg("--cert")
         .arg(certs.join("server.crt"))
         .arg("--key")
@@ -44,12 +49,12 @@ fn tls_gateway(certs: &std::path::Path, data: &std::path::Path) -> TlsGateway {
         .spawn()
         .expect("versitygw (scripts/install-deps.sh installs it)");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while std::net::TcpStream::connect((ip, port)).is_err() {
         assert!(Instant::now() < deadline, "versitygw with TLS did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
     TlsGateway {
-        endpoint: format!("https://127.0.0.1:{port}"),
+        endpoint: format!("https://{ip}:{port}"),
         child,
     }
 }
@@ -104,4 +109,24 @@ fn a_private_ca_is_trusted_by_file_or_skipped_on_request() {
     let err = stderr(&untrusted);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.to_lowercase().contains("certificate"), "{err}");
+}
+
+/// A certificate for another name (here: issued for 127.0.0.1 and localhost,
+/// served on 127.0.0.2) is refused even with the right CA, in one line that
+/// names the host.
+#[test]
+fn a_certificate_for_another_name_is_refused() {
+    let certs = certificates(&temp_path("endpoint-tls-name"));
+    let data = temp_path("tls-name-data");
+    std::fs::create_dir_all(data.join("secure")).unwrap();
+    let gateway = tls_gateway_on("127.0.0.2", &certs, &data);
+    let out = scan(&gateway, &["--ca-file", certs.join("ca.crt").to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("https://127.0.0.2:") && err.contains("certificate not valid for name \"127.0.0.2\""),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
 }

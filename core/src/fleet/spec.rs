@@ -23,6 +23,23 @@ pub struct ScanSpec {
     pub max_failures: u32,
 }
 
+/// An output prefix as the scan uses it: every non-empty prefix ends with `/`,
+/// so `s3://results/photos` and `s3://results/photos/` are the same place
+/// (the parts go to `photos/parts/`, never to `photosparts/`).
+pub fn normalize_output_prefix(prefix: &str) -> String {
+    if prefix.is_empty() || prefix.ends_with('/') {
+        prefix.to_string()
+    } else {
+        format!("{prefix}/")
+    }
+}
+
+/// Whether two key ranges given by their prefixes share any key: one prefix
+/// starts with the other (the empty prefix, a whole bucket, shares with all).
+pub fn prefixes_overlap(a: &str, b: &str) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
 impl ScanSpec {
     fn extension(&self) -> &'static str {
         if self.gzip {
@@ -71,6 +88,24 @@ impl ScanSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_prefixes_end_with_a_slash() {
+        assert_eq!(normalize_output_prefix(""), "");
+        assert_eq!(normalize_output_prefix("photos"), "photos/");
+        assert_eq!(normalize_output_prefix("photos/"), "photos/");
+        assert_eq!(normalize_output_prefix("a/b"), "a/b/");
+    }
+
+    #[test]
+    fn prefixes_overlap_when_one_contains_the_other() {
+        assert!(prefixes_overlap("a/", "a/b/"));
+        assert!(prefixes_overlap("a/b/", "a/"));
+        assert!(prefixes_overlap("", "x/"));
+        assert!(prefixes_overlap("a/", "a/"));
+        assert!(!prefixes_overlap("a/", "b/"));
+        assert!(!prefixes_overlap("a/b/", "a/c/"));
+    }
 
     #[test]
     fn part_keys_are_deterministic_per_resume_point() {

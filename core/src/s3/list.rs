@@ -69,6 +69,10 @@ impl SignedClient {
             .send("GET", bucket, "", &list_query(req, start_after))
             .await?;
         let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let body = tokio::time::timeout(self.timeout(), resp.into_body().collect())
             .await
             .map_err(|_| S3Error::Timeout(self.timeout()))?
@@ -78,8 +82,22 @@ impl SignedClient {
         if status != StatusCode::OK {
             return Err(error_document(status, &xml, bucket));
         }
+        if !xml.contains("<ListBucketResult") {
+            return Err(not_s3(content_type.as_deref(), &xml));
+        }
         parse_list(&xml)
     }
+}
+
+/// A successful answer that is no listing at all: the endpoint is a web
+/// server, a proxy's page or another API, not S3.
+fn not_s3(content_type: Option<&str>, body: &str) -> S3Error {
+    let start: String = body.chars().take(120).collect();
+    S3Error::Config(format!(
+        "the endpoint answered a LIST with {} instead of an S3 ListBucketResult: is it an S3 API \
+         endpoint (not a console or web page)? The answer began: {start:?}",
+        content_type.unwrap_or("no content type")
+    ))
 }
 
 /// An S3 error answer as our error, with its code and message.

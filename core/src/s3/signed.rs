@@ -87,7 +87,8 @@ impl SignedClient {
         tokio::time::timeout(self.timeout, self.client.request(req))
             .await
             .map_err(|_| S3Error::Timeout(self.timeout))?
-            .map_err(|e| S3Error::Connection(error_chain(&e)))
+            // The chain of a DNS or TLS failure does not name the host.
+            .map_err(|e| S3Error::Connection(format!("{}://{host}: {}", self.scheme, error_chain(&e))))
     }
 
     pub(crate) fn timeout(&self) -> Duration {

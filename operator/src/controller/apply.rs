@@ -2,6 +2,7 @@
 //! plan when Redis has no plan, reap expired leases, size the workers, report
 //! progress; once every shard is done or dead, hand over to the merge.
 
+use super::admission::check_output;
 use super::children::ensure_workers;
 use super::context::{lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
 use super::finish::{fail, finished};
@@ -37,6 +38,11 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         // Planned before, yet Redis has nothing: it lost the scan (restarted
         // without persistence). Finished shards come back from S3.
         let replanning = status::is_true(&st.conditions, PLANNED);
+        if !replanning {
+            if let Err(message) = check_output(scan, ctx).await? {
+                return fail(scan, ctx, st, "OutputConflict", &message, &now).await;
+            }
+        }
         st.phase = Phase::Planning;
         st.start_time.get_or_insert(now.clone());
         write_status(ctx, scan, &before, &st).await?;

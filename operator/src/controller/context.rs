@@ -68,6 +68,8 @@ pub struct Context {
     pub connection: RedisConnection,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// The namespace watched (a namespaced install), or `None` for all.
+    pub namespace: Option<String>,
     /// When each scan's status was last written.
     pub(super) last_status: Mutex<HashMap<String, Instant>>,
 }
@@ -80,6 +82,7 @@ impl Context {
         connection: RedisConnection,
         instance: String,
         metrics: Arc<Metrics>,
+        namespace: Option<String>,
     ) -> Arc<Context> {
         let reporter = Reporter {
             controller: MANAGER.into(),
@@ -92,6 +95,7 @@ impl Context {
             redis,
             connection,
             metrics,
+            namespace,
             last_status: Mutex::default(),
         })
     }

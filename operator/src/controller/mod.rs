@@ -6,6 +6,7 @@
 //! - this file: the controller loop, the reconcile entry (a tracing span per
 //!   reconcile) and the error policy;
 //! - `context`: [`Context`], [`Error`] and the helpers every phase shares;
+//! - `admission`: a new scan may not write where a running one writes;
 //! - `apply`: the pipeline of a live scan; `observe`: what Redis knows;
 //!   `planning` (+ `source`: S3 clients from the scan's Secrets);
 //!   `children`: the worker Deployment; `merge`: the merge Job and the end of
@@ -15,9 +16,10 @@
 //! May import: `crd`, `desired`, `status`, `validate`, `metrics` and
 //! `bucketscan_core`; nothing imports it but the binary. Inside, files form
 //! layers (`scripts/check-layers.py` checks there is no circle): `context`;
-//! `children`, `source`, `observe`; `report`, `planning`; `finish`; `merge`,
+//! `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`; `merge`,
 //! `cleanup`; `apply`; this file.
 
+mod admission;
 mod apply;
 mod children;
 mod cleanup;
@@ -88,7 +90,9 @@ async fn reconcile(scan: Arc<BucketScan>, ctx: Arc<Context>) -> Result<Action, E
     let api: Api<BucketScan> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let result = finalizer(&api, FINALIZER, scan, |event| async {
         match event {
-            Finalizer::Apply(scan) => apply::apply(&scan, &ctx).await,
+            // Boxed: the pipeline's future is deep enough to overflow the
+            // compiler's layout recursion limit when inlined here.
+            Finalizer::Apply(scan) => Box::pin(apply::apply(&scan, &ctx)).await,
             Finalizer::Cleanup(scan) => cleanup::cleanup(&scan, &ctx).await,
         }
     })

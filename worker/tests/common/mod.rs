@@ -47,6 +47,16 @@ pub fn versitygw() -> Server {
     }
 }
 
+/// MinIO: checks SigV4 signatures, holds most odd keys (not all: see
+/// docs/testing.md).
+pub fn minio() -> Server {
+    Server {
+        endpoint: env("BUCKETSCAN_TEST_MINIO_ENDPOINT"),
+        access_key: env("BUCKETSCAN_TEST_MINIO_ACCESS_KEY"),
+        secret_key: env("BUCKETSCAN_TEST_MINIO_SECRET_KEY"),
+    }
+}
+
 impl Server {
     pub fn client(&self) -> aws_sdk_s3::Client {
         let conf = aws_sdk_s3::Config::builder()
@@ -129,9 +139,22 @@ impl Server {
 
     /// Put every object (body = `size` bytes) with its metadata, 32 at a time.
     pub async fn seed(&self, bucket: &str, objects: &BTreeMap<String, Seeded>) {
+        let refused = self.try_seed(bucket, objects).await;
+        if let Some((key, error)) = refused.iter().next() {
+            panic!("put {key:?}: {error}");
+        }
+    }
+
+    /// Put every object like `seed`; the keys the server refused, with its
+    /// error code (each attempted once: a refusal is the server's rule).
+    pub async fn try_seed(
+        &self,
+        bucket: &str,
+        objects: &BTreeMap<String, Seeded>,
+    ) -> BTreeMap<String, String> {
         let client = self.client();
         stream::iter(objects.iter())
-            .for_each_concurrent(32, |(key, obj)| {
+            .map(|(key, obj)| {
                 let client = client.clone();
                 async move {
                     let mut put = client
@@ -142,10 +165,17 @@ impl Server {
                     for (k, v) in &obj.metadata {
                         put = put.metadata(k, v);
                     }
-                    put.send().await.unwrap_or_else(|e| panic!("put {key:?}: {e:?}"));
+                    let refused = put.send().await.err().map(|e| {
+                        use aws_sdk_s3::error::ProvideErrorMetadata;
+                        e.code().map(str::to_string).unwrap_or_else(|| format!("{e:?}"))
+                    });
+                    refused.map(|code| (key.clone(), code))
                 }
             })
-            .await;
+            .buffer_unordered(32)
+            .filter_map(|r| async move { r })
+            .collect()
+            .await
     }
 
     /// Run `bucketscan-worker ARGS` with this server's endpoint and credentials.
@@ -154,35 +184,47 @@ impl Server {
     }
 
     pub fn worker_with_secret(&self, args: &[&str], secret: &str) -> Output {
-        std::process::Command::new(worker_bin())
-            .args(args)
-            .args(["--endpoint", &self.endpoint, "--path-style"])
-            .env("AWS_ACCESS_KEY_ID", &self.access_key)
-            .env("AWS_SECRET_ACCESS_KEY", secret)
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env_remove("AWS_PROFILE")
-            .output()
-            .expect("run bucketscan-worker")
+        self.worker_env(args, &[("AWS_SECRET_ACCESS_KEY", secret)])
     }
 
-    /// The library's clients for this server. The library reads credentials
-    /// from the standard chain, that is the environment here: every test of a
-    /// binary sets the same values (versitygw's, which moto accepts too, as it
-    /// accepts any), so tests running in parallel cannot disturb each other.
+    /// `bucketscan-worker ARGS` for this server with `env` set on top.
+    pub fn worker_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = std::process::Command::new(worker_bin());
+        cmd.args(args)
+            .args(["--endpoint", &self.endpoint, "--path-style"])
+            .env("AWS_ACCESS_KEY_ID", &self.access_key)
+            .env("AWS_SECRET_ACCESS_KEY", &self.secret_key)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env_remove("AWS_PROFILE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run bucketscan-worker")
+    }
+
+    /// The library's clients for this server, with its own credentials
+    /// (static, as the operator gives them from a Secret).
     pub async fn s3(&self) -> std::sync::Arc<bucketscan_core::s3::S3> {
-        let vgw = versitygw();
         std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
-        std::env::set_var("AWS_ACCESS_KEY_ID", &vgw.access_key);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", &vgw.secret_key);
-        bucketscan_core::s3::S3::connect(bucketscan_core::s3::Endpoint {
-            url: Some(self.endpoint.clone()),
-            region: "us-east-1".into(),
-            path_style: true,
-            ca_pem: None,
-            insecure: false,
-            pool_size: 64,
-        })
+        let credentials = aws_credential_types::Credentials::new(
+            &self.access_key,
+            &self.secret_key,
+            None,
+            None,
+            "bucketscan-test",
+        );
+        bucketscan_core::s3::S3::connect_with(
+            bucketscan_core::s3::Endpoint {
+                url: Some(self.endpoint.clone()),
+                region: "us-east-1".into(),
+                path_style: true,
+                ca_pem: None,
+                insecure: false,
+                pool_size: 64,
+            },
+            Some(credentials),
+        )
         .await
         .expect("connect")
     }

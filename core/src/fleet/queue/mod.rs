@@ -50,6 +50,16 @@ pub enum QueueError {
     // print the chain would say it twice.
     #[error("redis: {0}")]
     Redis(redis::RedisError),
+    #[error(
+        "Redis is out of memory (maxmemory reached) and refuses writes: give it more memory or \
+         free some, then run again ({0})"
+    )]
+    OutOfMemory(redis::RedisError),
+    #[error("redis did not answer for {} s: {error}", patience.as_secs())]
+    Unreachable {
+        patience: Duration,
+        error: redis::RedisError,
+    },
     #[error("shard {id} has a malformed range: {source}")]
     BadRange { id: String, source: serde_json::Error },
 }
@@ -103,7 +113,12 @@ impl RedisConfig {
         loop {
             match redis::aio::ConnectionManager::new_with_config(self.client()?, config.clone()).await {
                 Ok(manager) => return Ok(RedisConnection(PatientConnection::new(manager, self.patience))),
-                Err(e) if patient::not_up_yet(&e) && backoff.retry_after(&e).await => {}
+                Err(e) if patient::not_up_yet(&e) => {
+                    if !backoff.retry_after(&e).await {
+                        let patience = self.patience;
+                        return Err(QueueError::Unreachable { patience, error: e });
+                    }
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -128,7 +143,12 @@ impl RedisConfig {
 
 impl From<redis::RedisError> for QueueError {
     fn from(e: redis::RedisError) -> Self {
-        QueueError::Redis(e)
+        // A pipeline's failure holds its commands' errors only in its text.
+        if e.code() == Some("OOM") || e.to_string().contains("\"OOM\"") {
+            QueueError::OutOfMemory(e)
+        } else {
+            QueueError::Redis(e)
+        }
     }
 }
 

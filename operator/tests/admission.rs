@@ -1,0 +1,220 @@
+//! Outputs never collide, with the real operator binary against the test
+//! ground's kube-apiserver, Redis and versitygw: the default output prefix
+//! holds the scan's uid, a prefix without a trailing slash gets one, a scan
+//! whose output overlaps a running scan's output is refused, and so is one
+//! whose scanned keys lie inside its own output (both ways of overlap).
+
+mod cluster;
+#[path = "../../worker/tests/common/mod.rs"]
+mod common;
+
+use bucketscan_operator::crd::{BucketScan, Phase};
+use cluster::*;
+use common::*;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::Client;
+use std::process::{Child, Command, Stdio};
+
+const NS: &str = "admission";
+
+fn start_operator() -> Child {
+    let log = std::fs::File::create(temp_path("operator-admission.log")).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .args([
+            "--namespace",
+            NS,
+            "--metrics-addr",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .env("KUBECONFIG", kubeconfig_path())
+        .env(
+            "BUCKETSCAN_REDIS_URL",
+            std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap(),
+        )
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+async fn create(scans: &Api<BucketScan>, name: &str, source: serde_json::Value, output: serde_json::Value) {
+    let scan: BucketScan = serde_json::from_value(serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+        "metadata": {"name": name},
+        "spec": {"source": source, "output": output, "workers": {"replicas": 1}}
+    }))
+    .unwrap();
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+}
+
+/// The phase a scan settles in, waiting until it is planned or failed.
+async fn settled(scans: &Api<BucketScan>, name: &str) -> BucketScan {
+    eventually(&format!("{name} planned or failed"), 60, async || {
+        let scan = scans.get(name).await.ok()?;
+        matches!(scan.status.as_ref()?.phase, Phase::Scanning | Phase::Failed).then_some(scan)
+    })
+    .await
+}
+
+fn failure(scan: &BucketScan) -> (String, String) {
+    let st = scan.status.as_ref().unwrap();
+    assert_eq!(st.phase, Phase::Failed, "{st:?}");
+    let c = st.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    (c.reason.clone(), c.message.clone())
+}
+
+/// The output prefix of the scan's spec as stored in Redis by planning.
+async fn planned_output_prefix(scan: &BucketScan) -> String {
+    let id = bucketscan_operator::desired::scan_id(scan);
+    let client = redis::Client::open(std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let spec: String = redis::cmd("HGET")
+        .arg(format!("bs:{{{id}}}:meta"))
+        .arg("spec")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
+    spec["output_prefix"].as_str().unwrap().to_string()
+}
+
+async fn warning_notes(client: &Client, reason: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.message)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_never_collide() {
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let s3 = versitygw();
+    let bucket = s3.bucket("adm").await;
+    let out = s3.bucket("adm-out").await;
+    s3.seed(
+        &bucket,
+        &(0..20).map(|i| (format!("k{i:02}"), Seeded::default())).collect(),
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let creds: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "s3"},
+        "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &creds).await.unwrap();
+    let source = |prefix: &str, b: &str| {
+        serde_json::json!({"endpoint": s3.endpoint, "bucket": b, "prefix": prefix, "pathStyle": true,
+                           "credentialsSecret": {"name": "s3"}})
+    };
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let mut operator = start_operator();
+
+    // The default output prefix is NAMESPACE/NAME/UID/.
+    create(
+        &scans,
+        "first",
+        source("", &bucket),
+        serde_json::json!({"bucket": out}),
+    )
+    .await;
+    let first = settled(&scans, "first").await;
+    assert_eq!(first.status.as_ref().unwrap().phase, Phase::Scanning);
+    let uid = first.metadata.uid.clone().unwrap();
+    assert_eq!(planned_output_prefix(&first).await, format!("{NS}/first/{uid}/"));
+
+    // A prefix without its slash is normalised, and does not collide with
+    // `first` (whose prefix holds the uid).
+    create(
+        &scans,
+        "plain",
+        source("", &bucket),
+        serde_json::json!({"bucket": out, "prefix": "plain"}),
+    )
+    .await;
+    let plain = settled(&scans, "plain").await;
+    assert_eq!(plain.status.as_ref().unwrap().phase, Phase::Scanning);
+    assert_eq!(planned_output_prefix(&plain).await, "plain/");
+
+    // An output containing a running scan's output is refused before planning.
+    create(
+        &scans,
+        "second",
+        source("", &bucket),
+        serde_json::json!({"bucket": out, "prefix": NS}),
+    )
+    .await;
+    let (reason, message) = failure(&settled(&scans, "second").await);
+    assert_eq!(reason, "OutputConflict");
+    assert!(
+        message.contains(&format!(
+            "overlaps the output s3://{out}/{NS}/first/{uid}/ of BucketScan {NS}/first"
+        )) && message.contains("still running"),
+        "{message}"
+    );
+    assert!(warning_notes(&client, "OutputConflict")
+        .await
+        .iter()
+        .any(|n| n.contains("BucketScan admission/first")));
+
+    // So is an output inside a running scan's keyspace (`first` scans all of
+    // `bucket`): the other scan's result would contain this one's parts.
+    create(
+        &scans,
+        "into",
+        source("", &out),
+        serde_json::json!({"bucket": bucket, "prefix": "x/"}),
+    )
+    .await;
+    let (reason, message) = failure(&settled(&scans, "into").await);
+    assert_eq!(reason, "OutputConflict");
+    assert!(
+        message.contains(&format!(
+            "inside the keyspace s3://{bucket}/ that BucketScan {NS}/first"
+        )),
+        "{message}"
+    );
+
+    // The scanned keys may not lie inside the scan's own output either (its
+    // parts are written and deleted there).
+    create(
+        &scans,
+        "inside",
+        source("res/parts/", &out),
+        serde_json::json!({"bucket": out, "prefix": "res"}),
+    )
+    .await;
+    let (reason, message) = failure(&settled(&scans, "inside").await);
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        message.contains(&format!(
+            "the scanned keyspace s3://{out}/res/parts/ lies inside the output s3://{out}/res/"
+        )),
+        "{message}"
+    );
+
+    for name in ["first", "plain", "second", "into", "inside"] {
+        scans.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually("every scan deleted", 60, async || {
+        scans
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}

@@ -1,0 +1,309 @@
+//! Bad input to `bucketscan-worker`, each case one clear line on stderr, a
+//! non-zero exit and nothing half-written: endpoints that are unreachable, do
+//! not resolve or are not S3 at all, a Redis with the wrong password, out of
+//! reach or out of memory, flags out of range, an output bucket that does not
+//! exist. The rows of docs/bad-input.md name these tests.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::process::{Command, Output};
+
+/// `bucketscan-worker ARGS` with test credentials and nothing else from the
+/// environment that could reach a real store.
+fn worker(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(worker_bin());
+    cmd.args(args)
+        .env("AWS_ACCESS_KEY_ID", "bad-input")
+        .env("AWS_SECRET_ACCESS_KEY", "bad-input-secret")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("BUCKETSCAN_REDIS_URL")
+        .env_remove("AWS_ENDPOINT_URL");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// The one error line of a failed run.
+fn one_error_line(out: &Output) -> String {
+    assert!(!out.status.success(), "expected a failure, got {out:?}");
+    let err = stderr(out);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line on stderr, got: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    lines[0].to_string()
+}
+
+/// The error line a failed run ends with; every line before it must be a
+/// warning that it is retrying (a Redis that is not up yet is waited for).
+fn final_error_line(out: &Output) -> String {
+    assert!(!out.status.success(), "expected a failure, got {out:?}");
+    let err = stderr(out);
+    let mut lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    let last = lines.pop().unwrap_or_default();
+    assert!(last.starts_with("error: "), "{err}");
+    for l in lines {
+        assert!(
+            l.contains("WARN") && l.contains("retrying"),
+            "only retry warnings before the error: {err}"
+        );
+    }
+    last.to_string()
+}
+
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn an_unreachable_endpoint_is_one_clear_line() {
+    let endpoint = format!("http://127.0.0.1:{}", closed_port());
+    let out = worker(
+        &[
+            "scan",
+            "--bucket",
+            "b",
+            "--quiet",
+            "--path-style",
+            "--endpoint",
+            &endpoint,
+        ],
+        &[],
+    );
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("cannot list s3://b") && line.contains("connection failed") && line.contains("refused"),
+        "{line}"
+    );
+    assert!(out.stdout.is_empty(), "no records on a failed scan");
+}
+
+#[test]
+fn an_endpoint_that_does_not_resolve_is_one_clear_line() {
+    // `.invalid` never resolves (RFC 2606).
+    let out = worker(
+        &[
+            "scan",
+            "--bucket",
+            "b",
+            "--quiet",
+            "--path-style",
+            "--endpoint",
+            "http://no-such-store.invalid:9000",
+        ],
+        &[],
+    );
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("cannot list s3://b") && line.contains("no-such-store.invalid"),
+        "{line}"
+    );
+}
+
+/// A plain HTTP server that answers every request with an HTML page, as a
+/// web server or a load balancer's error page would.
+fn html_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(64) {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let body = "<!DOCTYPE html><html><body><h1>Welcome to nginx!</h1></body></html>";
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn an_endpoint_that_is_not_s3_is_one_clear_line() {
+    let endpoint = format!("http://127.0.0.1:{}", html_server());
+    let out = worker(
+        &[
+            "scan",
+            "--bucket",
+            "b",
+            "--quiet",
+            "--path-style",
+            "--endpoint",
+            &endpoint,
+        ],
+        &[],
+    );
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("cannot list s3://b")
+            && line.contains("answered a LIST with text/html instead of an S3 ListBucketResult")
+            && line.contains("Welcome to nginx"),
+        "{line}"
+    );
+}
+
+#[test]
+fn flags_out_of_range_are_refused_before_any_request() {
+    for (flag, value) in [
+        ("--concurrency", "0"),
+        ("--concurrency", "10001"),
+        ("--target-shards", "0"),
+        ("--shard-parallelism", "0"),
+    ] {
+        let out = worker(
+            &[
+                "scan",
+                "--bucket",
+                "b",
+                "--endpoint",
+                "http://127.0.0.1:1",
+                flag,
+                value,
+            ],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: usage error");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '{flag}")) && err.contains("not in"),
+            "{flag} {value}: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_output_bucket_is_refused_before_planning() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("bad-out").await;
+    s3.seed(&bucket, &[("k".to_string(), Seeded::default())].into())
+        .await;
+    let redis = std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap();
+    let out = s3.worker_env(
+        &[
+            "plan",
+            "--scan",
+            &format!("bad-out-{}", std::process::id()),
+            "--bucket",
+            &bucket,
+            "--output",
+            "s3://no-such-output-bucket/x/",
+        ],
+        &[("BUCKETSCAN_REDIS_URL", &redis)],
+    );
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("no-such-output-bucket") && line.contains("does not exist"),
+        "{line}"
+    );
+}
+
+/// A plan against `redis_url` (given up on after 2 s): the line it fails with.
+fn plan_error(redis_url: &str) -> String {
+    let out = worker(
+        &[
+            "plan",
+            "--scan",
+            "bad-redis",
+            "--endpoint",
+            "http://127.0.0.1:1",
+            "--path-style",
+            "--bucket",
+            "b",
+            "--output",
+            "s3://o/",
+        ],
+        &[
+            ("BUCKETSCAN_REDIS_URL", redis_url),
+            ("BUCKETSCAN_REDIS_PATIENCE_SECS", "2"),
+        ],
+    );
+    final_error_line(&out)
+}
+
+#[test]
+fn redis_with_a_wrong_password_is_one_clear_line_without_the_password() {
+    let redis = PrivateRedis::start_with(|port| {
+        ["--port", &port.to_string(), "--requirepass", "right-password"]
+            .map(String::from)
+            .to_vec()
+    });
+    let port = redis.port;
+    let line = plan_error(&format!("redis://:wrong-password@127.0.0.1:{port}"));
+    assert!(
+        line.contains("cannot reach Redis") && line.to_lowercase().contains("password"),
+        "{line}"
+    );
+    assert!(
+        !line.contains("wrong-password") && !line.contains("right-password"),
+        "{line}"
+    );
+}
+
+#[test]
+fn an_unreachable_redis_is_one_clear_line() {
+    let line = plan_error(&format!("redis://127.0.0.1:{}", closed_port()));
+    assert!(
+        line.contains("cannot reach Redis") && line.contains("refused"),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_out_of_memory_fails_the_plan_clearly_and_leaves_no_half_plan() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("oom").await;
+    let out = s3.bucket("oom-out").await;
+    s3.seed(
+        &bucket,
+        &(0..3000)
+            .map(|i| (format!("p{}/{i:05}", i % 30), Seeded::default()))
+            .collect(),
+    )
+    .await;
+    // The connection works, every write is refused: the limit is below what
+    // an empty Redis uses already.
+    let redis = PrivateRedis::start();
+    let url = redis.url();
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
+    let planned = s3.worker_env(
+        &[
+            "plan",
+            "--scan",
+            "oom",
+            "--bucket",
+            &bucket,
+            "--output",
+            &format!("s3://{out}/x/"),
+            "--target-shards",
+            "8",
+        ],
+        &[("BUCKETSCAN_REDIS_URL", &url)],
+    );
+    let line = one_error_line(&planned);
+    assert!(
+        line.contains("Redis") && line.contains("OOM") && line.contains("maxmemory"),
+        "{line}"
+    );
+    let keys: Vec<String> = redis::cmd("KEYS").arg("bs:{oom}:*").query(&mut con).unwrap();
+    assert!(keys.is_empty(), "a refused plan leaves nothing: {keys:?}");
+}
