@@ -245,6 +245,14 @@ pub(crate) mod tests {
         assert_eq!(key_before("a\0").as_deref(), Some("a"));
         assert_eq!(key_before(""), None);
         assert!(key_before("\u{E000}").unwrap().starts_with('\u{D7FF}'));
+        // Exact: after the U+10FFFF padding, the greatest character of the
+        // three bytes left is U+FFFF (a valid key, though servers refuse it in
+        // a StartAfter), so no valid key lies between it and "b".
+        let greatest_below_b = format!("a{}\u{FFFF}", "\u{10FFFF}".repeat(255));
+        assert_eq!(greatest_below_b.len(), MAX_KEY_BYTES);
+        assert_eq!(key_before("b"), Some(greatest_below_b));
+        let two_left = format!("\u{80}{}", "\u{10FFFF}".repeat(255));
+        assert_eq!(key_before("\u{81}"), Some(format!("{two_left}\u{7FF}")));
     }
 
     #[test]
