@@ -2,6 +2,10 @@
 //! the `controller` module). Connects to the cluster from KUBECONFIG or, in a
 //! pod, its service account.
 
+// The reconcile future (one async pipeline of every phase) is deeper than the
+// compiler's default query depth of 128 allows when laid out for `main`.
+#![recursion_limit = "256"]
+
 use bucketscan_core::fleet::queue::RedisConfig;
 use bucketscan_operator::controller::{self, Context};
 use bucketscan_operator::desired::Settings;

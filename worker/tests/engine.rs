@@ -295,6 +295,172 @@ async fn transient_faults_are_retried_until_done() {
     );
 }
 
+/// A server may answer a LIST with a page that holds no keys and is still
+/// truncated. A proxy in front of moto answers every other LIST that way
+/// (its token leads back to the real listing): planning, scanning and
+/// deleting a prefix must each follow such pages to the real end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_truncated_pages_do_not_end_a_listing() {
+    let server = moto();
+    let bucket = server.bucket("empty-pages").await;
+    let seeded = plain(300, "e/");
+    server.seed(&bucket, &seeded).await;
+    let _ = server.s3().await; // sets the credentials the library reads
+    let proxy = empty_page_proxy::start(server.endpoint.clone()).await;
+    let s3 = S3::connect(Endpoint {
+        url: Some(proxy.url.clone()),
+        region: "us-east-1".into(),
+        path_style: true,
+        ca_pem: None,
+        insecure: false,
+        pool_size: 16,
+    })
+    .await
+    .unwrap();
+    let opts = PlanOptions {
+        prefix: "e/".into(),
+        target_shards: 4,
+        page_size: 25,
+        ..PlanOptions::default()
+    };
+    let lister = BucketLister {
+        s3: &s3,
+        bucket: &bucket,
+    };
+    let shards = plan(&lister, &opts).await.unwrap();
+    let engine = Engine::new(
+        s3.clone(),
+        HeadClient::new(HeadClientKind::Fast, &s3).unwrap(),
+        EngineOptions {
+            bucket: bucket.clone(),
+            concurrency: 8,
+            only_with_metadata: false,
+            page_size: 25,
+            max_rate: None,
+        },
+    );
+    let out = temp_path("empty-pages.jsonl");
+    let scan = ScanOptions {
+        shard_parallelism: 2,
+        output: Destination::File(out.clone()),
+        output_opts: OutputOptions::default(),
+    };
+    scan_shards(&engine, shards, &scan).await.unwrap();
+    assert_matches_seed(&parse_records(&std::fs::read(&out).unwrap()), &seeded);
+
+    let deleted = bucketscan_core::s3::delete::delete_prefix(&s3, &bucket, "e/")
+        .await
+        .unwrap();
+    assert_eq!(deleted, 300);
+    assert_eq!(server.key_count(&bucket, "e/").await, 0);
+    assert!(
+        proxy.emptied.load(Ordering::Relaxed) > 10,
+        "empty pages were served"
+    );
+}
+
+mod empty_page_proxy {
+    //! Forwards to the real server, except that every other LIST is answered
+    //! with an empty page that is still truncated. Its continuation token
+    //! carries the request's own (hex-encoded): the next request is forwarded
+    //! with that token put back, so the real listing goes on where it was.
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Incoming;
+    use hyper::{Request, Response};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    const MARK: &str = "bsempty-";
+
+    pub struct Proxy {
+        pub url: String,
+        pub emptied: Arc<AtomicU64>,
+    }
+
+    /// The query with the proxy's own continuation token replaced by the one
+    /// it carries (or removed, when the listing was at its start), and that
+    /// token as it was sent.
+    fn restore_token(query: &str) -> (String, String) {
+        let mut token = String::new();
+        let params: Vec<String> = query
+            .split('&')
+            .filter_map(|param| match param.strip_prefix("continuation-token=") {
+                Some(value) => {
+                    let original = match value.strip_prefix(MARK) {
+                        Some(hex) => String::from_utf8(hex::decode(hex).unwrap()).unwrap(),
+                        None => value.to_string(),
+                    };
+                    token = original.clone();
+                    (!original.is_empty()).then(|| format!("continuation-token={original}"))
+                }
+                None => Some(param.to_string()),
+            })
+            .collect();
+        (params.join("&"), token)
+    }
+
+    fn empty_page(token: &str) -> String {
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><KeyCount>0</KeyCount>\
+             <IsTruncated>true</IsTruncated><NextContinuationToken>{MARK}{}</NextContinuationToken>\
+             <EncodingType>url</EncodingType></ListBucketResult>",
+            hex::encode(token)
+        )
+    }
+
+    pub async fn start(upstream: String) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let emptied = Arc::new(AtomicU64::new(0));
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let state = Arc::new((client, upstream, emptied.clone(), AtomicU64::new(0)));
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let state = state.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let state = state.clone();
+                        async move {
+                            let (client, upstream, emptied, lists) = &*state;
+                            let (mut parts, body) = req.into_parts();
+                            let query = parts.uri.query().unwrap_or("").to_string();
+                            let mut path = parts.uri.path().to_string();
+                            if query.contains("list-type=2") {
+                                let (restored, token) = restore_token(&query);
+                                if lists.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
+                                    emptied.fetch_add(1, Ordering::Relaxed);
+                                    let page = empty_page(&token);
+                                    return Ok(Response::new(Full::new(Bytes::from(page))));
+                                }
+                                path = format!("{path}?{restored}");
+                            } else if !query.is_empty() {
+                                path = format!("{path}?{query}");
+                            }
+                            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+                            parts.uri = format!("{upstream}{path}").parse().unwrap();
+                            let resp = client
+                                .request(Request::from_parts(parts, Full::new(body)))
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            let (parts, body) = resp.into_parts();
+                            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+                            Ok::<_, String>(Response::from_parts(parts, Full::new(body)))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Proxy { url, emptied }
+    }
+}
+
 mod fault_proxy {
     //! Forwards to the real server, except that about one request in four is
     //! answered with 503 SlowDown, 500, or a dropped connection.

@@ -531,6 +531,42 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
     assert!(rescanned < 3000, "finished shards were scanned again: {manifest}");
 }
 
+/// plan, run and merge over prefixes holding `\t`, `\u{1}` and `\u{7f}`
+/// with more than two pages of keys each: on moto, the one server here that
+/// stores them (its small result is a single PutObject, so the merge does not
+/// need the multipart upload moto answers in a form the SDK rejects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_character_prefixes_of_several_pages_are_planned_run_and_merged_whole() {
+    let s3 = moto();
+    let bucket = s3.bucket("ctl-fleet").await;
+    let out = s3.bucket("ctl-fleet-out").await;
+    let seeded = control_character_keyspace();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("ctl-{}", std::process::id()),
+    };
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &format!("s3://{out}/ctl/"),
+        "--target-shards",
+        "16",
+        "--min-shard-objects",
+        "500",
+    ]);
+    let mut worker = fleet.spawn_worker("only", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(&parse_records(&s3.read(&out, "ctl/result.jsonl").await), &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "ctl/manifest.json").await).unwrap();
+    assert_eq!(manifest["counts"]["objects"], seeded.len(), "{manifest}");
+}
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;

@@ -260,6 +260,31 @@ fn minio_refuses(key: &str) -> bool {
     key.contains("//") || key.split('/').any(|segment| segment.len() > 255)
 }
 
+/// Prefixes holding `\t`, `\u{1}` and `\u{7f}` with more than two pages of
+/// keys each: the planner and the engine must follow the listing through the
+/// empty pages that the client-side StartAfter filter leaves (with and
+/// without a delimiter, as one shard and as many).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_character_prefixes_of_several_pages_are_scanned_whole() {
+    let s3 = moto();
+    let bucket = s3.bucket("ctl-pages").await;
+    let seeded = control_character_keyspace();
+    s3.seed(&bucket, &seeded).await;
+    for (shards, delimiter) in [("1", "/"), ("16", "/"), ("16", "")] {
+        let run = s3.worker(&[
+            "scan",
+            "--bucket",
+            &bucket,
+            "--target-shards",
+            shards,
+            "--delimiter",
+            delimiter,
+        ]);
+        assert_success(&run);
+        assert_matches_seed(&parse_records(&run.stdout), &seeded);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_bucket_gives_empty_output() {
     let s3 = moto();

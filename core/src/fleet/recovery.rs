@@ -10,7 +10,7 @@ use crate::fleet::spec::ScanSpec;
 use crate::keyspace::coverage::uncovered;
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
-use crate::s3::{ListRequest, S3};
+use crate::s3::{BucketLister, ListRequest, Pages, S3};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -46,14 +46,15 @@ pub async fn write_done(s3: &S3, spec: &ScanSpec, record: &DoneRecord) -> Result
 /// Every done record under the scan's parts.
 pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, RecoveryError> {
     let bucket = spec.output_bucket.as_str();
-    let mut req = ListRequest {
+    let req = ListRequest {
         prefix: spec.parts_prefix(),
         max_keys: 1000,
         ..ListRequest::default()
     };
+    let lister = BucketLister { s3, bucket };
+    let mut pages = Pages::new(&lister, req);
     let mut records = Vec::new();
-    loop {
-        let page = s3.list_page(bucket, &req).await?;
+    while let Some(page) = pages.next().await? {
         for object in page.objects.iter().filter(|o| o.key.ends_with("/done.json")) {
             let body = s3.get(bucket, &object.key, None).await?;
             records.push(
@@ -63,11 +64,8 @@ pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, Reco
                 })?,
             );
         }
-        match page.next {
-            Some(token) => req.continuation = Some(token),
-            None => return Ok(records),
-        }
     }
+    Ok(records)
 }
 
 /// Plan a scan whose Redis state is gone: restore every finished shard from

@@ -6,25 +6,11 @@
 
 use super::shard::{key_before, prefix_end, Shard};
 
-/// Exclusive bounds `(after, before)` of a shard's keys within the scan's
-/// prefix: a key `k` is in it when `after < k < before` (`None`: unbounded).
-fn bounds(shard: &Shard) -> (Option<String>, Option<String>) {
-    let after_prefix = key_before(&shard.prefix);
-    let after = match (&shard.start_after, after_prefix) {
-        (Some(a), Some(p)) => Some(a.clone().max(p)),
-        (a, p) => a.clone().or(p),
-    };
-    let before = match (&shard.end, prefix_end(&shard.prefix)) {
-        (Some(e), Some(p)) => Some(e.clone().min(p)),
-        (e, p) => e.clone().or(p),
-    };
-    (after, before)
-}
-
 /// The parts of the scan's keyspace (keys starting with `prefix`) that no
 /// shard in `covered` holds, as shards. `covered` must not overlap.
 pub fn uncovered(prefix: &str, covered: &[Shard]) -> Vec<Shard> {
-    let mut spans: Vec<(Option<String>, Option<String>)> = covered.iter().map(bounds).collect();
+    let mut spans: Vec<(Option<String>, Option<String>)> =
+        covered.iter().map(Shard::exclusive_bounds).collect();
     spans.sort();
     let mut gaps = Vec::new();
     // Keys after `cursor` (exclusive) are not yet known to be covered.

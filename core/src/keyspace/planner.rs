@@ -9,35 +9,24 @@
 //! nodes are expanded breadth first until there are enough of them; runs of
 //! small neighbours are then merged into shards of about the mean size.
 //!
-//! The shards of a plan are disjoint and, at planning time, cover every key
-//! under the prefix. A key created later in a gap between two shards that were
-//! not merged may be missed, as with any listing of a changing bucket.
+//! Every loop over pages follows the listing to its end through
+//! [`Pages`] (an empty page is not the end), and every LIST, common-prefix
+//! probes included, is paid from one request budget.
 //!
-//! May import: `shard` and `s3` (it lists through `S3`).
+//! The shards of a plan tile the prefix's keyspace: the first starts at the
+//! prefix, each ends exactly where the next begins, the last runs to the end
+//! of the prefix. So they are disjoint and cover every key under the prefix,
+//! also one created after planning between two nodes the planner saw.
+//!
+//! May import: `shard` and `s3` (it lists through a [`Lister`]).
 
 use crate::keyspace::shard::{key_before, prefix_end, Shard, MAX_KEY_BYTES};
 use crate::s3::error::S3Error;
-use crate::s3::{ListPage, ListRequest, S3};
+use crate::s3::pages::Pages;
+pub use crate::s3::pages::{BucketLister, Lister};
+use crate::s3::{ListPage, ListRequest};
 use futures::stream::{self, StreamExt, TryStreamExt};
-use std::future::Future;
-
-/// Whatever can answer a ListObjectsV2 request: S3 itself, or an in-memory
-/// keyspace in unit tests of the planning logic.
-pub trait Lister: Sync {
-    fn list(&self, req: &ListRequest) -> impl Future<Output = Result<ListPage, S3Error>> + Send;
-}
-
-/// LIST against one bucket of an S3 endpoint.
-pub struct BucketLister<'a> {
-    pub s3: &'a S3,
-    pub bucket: &'a str,
-}
-
-impl Lister for BucketLister<'_> {
-    fn list(&self, req: &ListRequest) -> impl Future<Output = Result<ListPage, S3Error>> + Send {
-        self.s3.list_page(self.bucket, req)
-    }
-}
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
@@ -122,33 +111,65 @@ impl Node {
     fn low(&self) -> &str {
         &self.text
     }
-    /// Exclusive upper bound of the node's range.
-    fn high(&self) -> Option<String> {
-        match self.kind {
-            NodeKind::Prefix => prefix_end(&self.text),
-            NodeKind::Key => Some(format!("{}\0", self.text)),
+}
+
+/// LIST requests a planning run may still make, shared by its parallel
+/// expansions: a request is taken before it is sent, so the budget holds
+/// exactly however many run at once.
+struct Budget {
+    spent: AtomicUsize,
+    max: usize,
+}
+
+impl Budget {
+    fn new(max: usize) -> Budget {
+        Budget {
+            spent: AtomicUsize::new(0),
+            max,
         }
     }
+
+    /// Take `n` requests if all of them fit.
+    fn take(&self, n: usize) -> bool {
+        self.spent
+            .fetch_update(Relaxed, Relaxed, |spent| {
+                (spent + n <= self.max).then_some(spent + n)
+            })
+            .is_ok()
+    }
+
+    fn left(&self) -> usize {
+        self.max.saturating_sub(self.spent.load(Relaxed))
+    }
+
+    fn is_spent(&self) -> bool {
+        self.left() == 0
+    }
+}
+
+/// The first keys of a listing, up to about a page of them.
+#[derive(Default)]
+struct Sample {
+    first: Option<String>,
+    count: u64,
+    /// The listing was read to its end (or to the range's end).
+    complete: bool,
 }
 
 struct Planner<'a, L: Lister> {
     lister: &'a L,
     opts: &'a PlanOptions,
-    requests: std::sync::atomic::AtomicUsize,
+    budget: Budget,
 }
 
 /// Plan the shards of `opts.prefix`.
 pub async fn plan<L: Lister>(lister: &L, opts: &PlanOptions) -> Result<Vec<PlannedShard>, S3Error> {
-    let planner = Planner {
-        lister,
-        opts,
-        requests: Default::default(),
-    };
-    let root = planner.probe(opts.prefix.clone(), 0).await?;
+    let planner = Planner::new(lister, opts);
+    let root = planner.probe(opts.prefix.clone(), 0, false).await?;
     let mut nodes = vec![root];
     loop {
         let big = nodes.iter().filter(|n| n.is_big()).count();
-        if big == 0 || big >= opts.target_shards || planner.spent() >= opts.max_requests {
+        if big == 0 || big >= opts.target_shards || planner.budget.is_spent() {
             break;
         }
         let depth = nodes
@@ -174,30 +195,77 @@ pub async fn plan<L: Lister>(lister: &L, opts: &PlanOptions) -> Result<Vec<Plann
         .await?;
         nodes = expanded.into_iter().flatten().collect();
     }
-    Ok(merge_into_shards(&opts.prefix, nodes, opts))
+    Ok(tile(&opts.prefix, nodes, opts))
 }
 
-impl<L: Lister> Planner<'_, L> {
-    fn spent(&self) -> usize {
-        self.requests.load(std::sync::atomic::Ordering::Relaxed)
+impl<'a, L: Lister> Planner<'a, L> {
+    fn new(lister: &'a L, opts: &'a PlanOptions) -> Self {
+        Planner {
+            lister,
+            opts,
+            budget: Budget::new(opts.max_requests),
+        }
     }
 
-    async fn list(&self, req: ListRequest) -> Result<ListPage, S3Error> {
-        self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.lister.list(&req).await
+    /// A listing of `prefix` after `start_after`, a page at a time.
+    fn pages(&self, prefix: &str, start_after: Option<String>, delimiter: Option<&str>) -> Pages<'a, L> {
+        let req = ListRequest {
+            prefix: prefix.to_string(),
+            start_after,
+            delimiter: delimiter.map(str::to_string),
+            max_keys: self.opts.page_size,
+            ..ListRequest::default()
+        };
+        Pages::new(self.lister, req)
     }
 
-    /// Count the keys under a prefix, up to one page.
-    async fn probe(&self, prefix: String, depth: usize) -> Result<Node, S3Error> {
-        let page = self
-            .list(ListRequest {
-                prefix: prefix.clone(),
-                max_keys: self.opts.page_size,
-                ..ListRequest::default()
-            })
+    /// The next page of `pages`, paid from the budget: `None` when the
+    /// listing has ended or the budget is spent (`pages.ended()` tells which).
+    async fn next_page(&self, pages: &mut Pages<'_, L>) -> Result<Option<ListPage>, S3Error> {
+        if pages.ended() || !self.budget.take(1) {
+            return Ok(None);
+        }
+        pages.next().await
+    }
+
+    /// The first keys below `before` of a listing, up to a page of them,
+    /// through as many pages as that takes (pages may be short or empty).
+    /// `first_paid`: the first request was taken from the budget already.
+    async fn sample(
+        &self,
+        mut pages: Pages<'_, L>,
+        before: Option<&str>,
+        first_paid: bool,
+    ) -> Result<Sample, S3Error> {
+        let limit = self.opts.page_size.max(1) as u64;
+        let mut sample = Sample::default();
+        let mut paid = first_paid;
+        while sample.count < limit {
+            let page = if std::mem::take(&mut paid) {
+                pages.next().await?
+            } else {
+                self.next_page(&mut pages).await?
+            };
+            let Some(page) = page else { break };
+            for object in page.objects {
+                if before.is_some_and(|b| object.key.as_str() >= b) {
+                    sample.complete = true;
+                    return Ok(sample);
+                }
+                sample.count += 1;
+                sample.first.get_or_insert(object.key);
+            }
+        }
+        sample.complete = pages.ended();
+        Ok(sample)
+    }
+
+    /// Count the keys under a prefix, up to a page of them.
+    async fn probe(&self, prefix: String, depth: usize, first_paid: bool) -> Result<Node, S3Error> {
+        let sample = self
+            .sample(self.pages(&prefix, None, None), None, first_paid)
             .await?;
-        let count = page.objects.len() as u64;
-        Ok(Node::prefix(prefix, count, page.next.is_none(), depth))
+        Ok(Node::prefix(prefix, sample.count, sample.complete, depth))
     }
 
     async fn expand(&self, node: &Node) -> Result<Vec<Node>, S3Error> {
@@ -211,40 +279,28 @@ impl<L: Lister> Planner<'_, L> {
         self.expand_by_character(node).await
     }
 
-    /// Children from common prefixes. Returns `None` (split by characters
-    /// instead) when the level has no common prefixes, or holds a page or
-    /// more of objects itself, or the budget runs out.
+    /// Children from common prefixes, each probed. Returns `None` (split by
+    /// characters instead) when the level has no common prefixes, or holds a
+    /// page or more of objects itself, or more common prefixes than the
+    /// budget can probe (a million directories must not cost a million
+    /// LISTs: characters split them within the budget).
     async fn expand_by_delimiter(&self, node: &Node, delimiter: &str) -> Result<Option<Vec<Node>>, S3Error> {
         let page_size = self.opts.page_size as usize;
         let mut keys = Vec::new();
         let mut prefixes = Vec::new();
-        let mut continuation = None;
-        loop {
-            let page = self
-                .list(ListRequest {
-                    prefix: node.text.clone(),
-                    delimiter: Some(delimiter.to_string()),
-                    continuation: continuation.take(),
-                    max_keys: self.opts.page_size,
-                    ..ListRequest::default()
-                })
-                .await?;
+        let mut pages = self.pages(&node.text, None, Some(delimiter));
+        while let Some(page) = self.next_page(&mut pages).await? {
             keys.extend(page.objects.into_iter().map(|o| o.key));
             prefixes.extend(page.common_prefixes);
-            if keys.len() >= page_size {
+            if keys.len() >= page_size || prefixes.len() > self.budget.left() {
                 return Ok(None);
             }
-            match page.next {
-                Some(token) if self.spent() < self.opts.max_requests => continuation = Some(token),
-                Some(_) => return Ok(None),
-                None => break,
-            }
         }
-        if prefixes.is_empty() {
+        if !pages.ended() || prefixes.is_empty() || !self.budget.take(prefixes.len()) {
             return Ok(None);
         }
         let depth = node.depth + 1;
-        let probes: Vec<Node> = stream::iter(prefixes.into_iter().map(|p| self.probe(p, depth)))
+        let probes: Vec<Node> = stream::iter(prefixes.into_iter().map(|p| self.probe(p, depth, true)))
             .buffered(self.opts.parallelism.max(1))
             .try_collect()
             .await?;
@@ -264,7 +320,7 @@ impl<L: Lister> Planner<'_, L> {
     }
 
     /// The keys under `base` that sort after `after` and before `before`,
-    /// grouped by the character after `base`: one LIST per distinct
+    /// grouped by the character after `base`: one listing per distinct
     /// character, skipping the rest of a big group with `StartAfter`.
     /// `None` when the budget runs out before the groups cover the range.
     async fn groups_by_character(
@@ -276,52 +332,46 @@ impl<L: Lister> Planner<'_, L> {
     ) -> Result<Option<Vec<Node>>, S3Error> {
         let page_size = self.opts.page_size as u64;
         let mut children: Vec<Node> = Vec::new();
-        let mut start_after = after;
+        let mut pages = self.pages(base, after, None);
         loop {
-            let page = self
-                .list(ListRequest {
-                    prefix: base.to_string(),
-                    start_after: start_after.clone(),
-                    max_keys: self.opts.page_size,
-                    ..ListRequest::default()
-                })
-                .await?;
-            for object in &page.objects {
+            let Some(page) = self.next_page(&mut pages).await? else {
+                return Ok(pages.ended().then_some(children));
+            };
+            for object in page.objects {
                 if before.is_some_and(|b| object.key.as_str() >= b) {
                     return Ok(Some(children));
                 }
-                let Some(c) = object.key[base.len()..].chars().next() else {
-                    children.push(Node::key(object.key.clone(), depth));
-                    continue;
-                };
-                let group = format!("{base}{c}");
-                match children.last_mut() {
-                    Some(last) if last.kind == NodeKind::Prefix && last.text == group => last.count += 1,
-                    _ => children.push(Node::prefix(group, 1, true, depth)),
-                }
+                add_to_groups(&mut children, base, object.key, depth);
             }
-            let Some(last_key) = page.objects.last().map(|o| o.key.clone()) else {
-                break;
+            // A page's worth of one group: skip the rest of it (once).
+            let Some(last) = children
+                .last_mut()
+                .filter(|g| g.kind == NodeKind::Prefix && g.exact)
+            else {
+                continue;
             };
-            if page.next.is_none() {
-                break;
-            }
-            // The last group may go on past this page.
-            let last = children.last_mut().expect("a page with objects made a group");
-            if last.kind == NodeKind::Prefix && last.count >= page_size {
+            if last.count >= page_size && !pages.ended() {
                 last.exact = false;
                 match prefix_end(&last.text).and_then(|e| key_before(&e)) {
-                    Some(skip) => start_after = Some(skip),
-                    None => break,
+                    Some(skip) => pages = self.pages(base, Some(skip), None),
+                    None => return Ok(Some(children)), // the group runs to the end of the keyspace
                 }
-            } else {
-                start_after = Some(last_key);
-            }
-            if self.spent() >= self.opts.max_requests {
-                return Ok(None);
             }
         }
-        Ok(Some(children))
+    }
+}
+
+/// Count `key` in its group: the key itself when it is `base`, else the
+/// prefix of `base` and the next character (groups arrive in key order).
+fn add_to_groups(children: &mut Vec<Node>, base: &str, key: String, depth: usize) {
+    let Some(c) = key[base.len()..].chars().next() else {
+        children.push(Node::key(key, depth));
+        return;
+    };
+    let group = format!("{base}{c}");
+    match children.last_mut() {
+        Some(last) if last.kind == NodeKind::Prefix && last.text == group => last.count += 1,
+        _ => children.push(Node::prefix(group, 1, true, depth)),
     }
 }
 
@@ -341,31 +391,18 @@ pub async fn split_point<L: Lister>(
         max_requests,
         ..PlanOptions::default()
     };
-    let planner = Planner {
-        lister,
-        opts: &opts,
-        requests: Default::default(),
-    };
-    let first = planner
-        .list(ListRequest {
-            prefix: remaining.prefix.clone(),
-            start_after: remaining.start_after.clone(),
-            max_keys: opts.page_size,
-            ..ListRequest::default()
-        })
-        .await?;
-    let (Some(first_key), Some(page_end)) = (first.objects.first(), first.objects.last()) else {
-        return Ok(None);
-    };
-    if first.next.is_none() || remaining.is_past_end(&page_end.key) {
-        return Ok(None);
-    }
+    let planner = Planner::new(lister, &opts);
     let high = remaining.end.clone().or_else(|| prefix_end(&remaining.prefix));
+    let pages = planner.pages(&remaining.prefix, remaining.start_after.clone(), None);
+    let sample = planner.sample(pages, remaining.end.as_deref(), false).await?;
+    let Some(first_key) = sample.first.filter(|_| !sample.complete) else {
+        return Ok(None); // less than a page left
+    };
     let mut base = match &high {
-        Some(h) => common_prefix(&first_key.key, h).to_string(),
+        Some(h) => common_prefix(&first_key, h).to_string(),
         None => remaining.prefix.clone(),
     };
-    while planner.spent() < max_requests {
+    while !planner.budget.is_spent() {
         let Some(groups) = planner
             .groups_by_character(&base, remaining.start_after.clone(), high.as_deref(), 0)
             .await?
@@ -400,64 +437,64 @@ fn most_even_split(groups: &[Node]) -> usize {
     best.1
 }
 
-/// Walk the nodes in key order: each big node is a shard of its own, runs of
-/// small neighbours are merged up to about the mean shard size.
-fn merge_into_shards(root: &str, nodes: Vec<Node>, opts: &PlanOptions) -> Vec<PlannedShard> {
+/// Cut the prefix's keyspace into shards at the planned nodes, walking them in
+/// key order: each big node starts a shard of its own, runs of small
+/// neighbours share one up to about the mean shard size. A shard runs from
+/// its first node to the next shard's first node (the first from the prefix
+/// itself, the last to the end of the prefix), so the shards tile the
+/// keyspace with no gap, whatever was created between nodes after planning.
+fn tile(root: &str, nodes: Vec<Node>, opts: &PlanOptions) -> Vec<PlannedShard> {
     let total: u64 = nodes.iter().map(|n| n.count).sum();
     let target = (total / opts.target_shards.max(1) as u64)
         .max(opts.page_size as u64)
         .max(opts.min_shard_objects);
-    let mut shards = Vec::new();
-    let mut run: Vec<Node> = Vec::new();
-    let mut run_count = 0;
+    // (lowest string, objects, exact, is one big node) of each shard to be.
+    let mut runs: Vec<(String, u64, bool, bool)> = Vec::new();
     for node in nodes {
-        if node.is_big() || run_count + node.count > target {
-            shards.extend(run_to_shard(root, &run));
-            run.clear();
-            run_count = 0;
-        }
-        if node.is_big() {
-            shards.extend(run_to_shard(root, &[node]));
-        } else {
-            run_count += node.count;
-            run.push(node);
+        match runs.last_mut() {
+            Some((_, count, exact, false)) if !node.is_big() && *count + node.count <= target => {
+                *count += node.count;
+                *exact &= node.exact;
+            }
+            _ => runs.push((node.low().to_string(), node.count, node.exact, node.is_big())),
         }
     }
-    shards.extend(run_to_shard(root, &run));
-    shards
-}
-
-fn run_to_shard(root: &str, run: &[Node]) -> Option<PlannedShard> {
-    let (first, last) = (run.first()?, run.last()?);
-    let count = run.iter().map(|n| n.count).sum();
-    let exact = run.iter().all(|n| n.exact);
-    if run.len() == 1 && first.kind == NodeKind::Prefix {
-        return Some(PlannedShard {
-            shard: Shard::prefix(first.text.clone()),
+    match runs.first_mut() {
+        Some(first) => first.0 = root.to_string(),
+        None => runs.push((root.to_string(), 0, true, false)),
+    }
+    let highs: Vec<Option<String>> = runs
+        .iter()
+        .skip(1)
+        .map(|run| Some(run.0.clone()))
+        .chain([prefix_end(root)])
+        .collect();
+    runs.into_iter()
+        .zip(highs)
+        .map(|((low, count, exact, _), high)| PlannedShard {
+            shard: range_shard(root, &low, high),
             estimated_objects: count,
             exact,
-        });
-    }
-    // Every key between two strings that share a prefix shares it too.
-    let mut prefix = common_prefix(first.low(), &last.text).to_string();
-    if prefix.len() < root.len() {
-        prefix = root.to_string();
-    }
-    let start_after = if first.low() == prefix {
-        None
+        })
+        .collect()
+}
+
+/// The shard of the keys under `root` from `low` (inclusive) up to `high`
+/// (exclusive; `None`: the end of the keyspace), with the longest prefix that
+/// holds them all, so that listing it asks the server for no more than that.
+fn range_shard(root: &str, low: &str, high: Option<String>) -> Shard {
+    let prefix = if prefix_end(low) == high {
+        low.to_string() // exactly the keys that start with `low`
     } else {
-        key_before(first.low())
+        // Every string between two that share a prefix shares it too.
+        let shared = high.as_deref().map_or("", |h| common_prefix(low, h));
+        if shared.len() > root.len() { shared } else { root }.to_string()
     };
-    let end = last.high().filter(|h| Some(h) != prefix_end(&prefix).as_ref());
-    Some(PlannedShard {
-        shard: Shard {
-            prefix,
-            start_after,
-            end,
-        },
-        estimated_objects: count,
-        exact,
-    })
+    Shard {
+        start_after: if low == prefix { None } else { key_before(low) },
+        end: high.filter(|h| Some(h) != prefix_end(&prefix).as_ref()),
+        prefix,
+    }
 }
 
 fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
@@ -477,24 +514,83 @@ mod tests {
     //! way S3 does. The same planner runs against real S3 servers in the
     //! worker's integration tests.
     use super::*;
+    use crate::s3::codec::wire_start_after;
     use crate::s3::ListedObject;
     use std::collections::BTreeSet;
+    use std::future::Future;
+    use std::sync::atomic::Ordering;
 
-    struct MemoryBucket(BTreeSet<String>);
+    /// A bucket in memory that answers ListObjectsV2 the way S3 servers may:
+    /// pages of at most `page_cap` entries whatever was asked for (servers may
+    /// return fewer), every `empty_every`-th answer an empty page that is still
+    /// truncated, continuation tokens that are not keys, and, like moto, an
+    /// error (HTTP 500) for a `StartAfter` holding a character servers refuse.
+    /// Requests pass through the S3 client's own wire cut and filter, so
+    /// `StartAfter`s are cut the way moto sees them. Counts requests.
+    struct MemoryBucket {
+        keys: BTreeSet<String>,
+        page_cap: usize,
+        empty_every: usize,
+        requests: AtomicUsize,
+    }
 
-    impl Lister for MemoryBucket {
-        fn list(&self, req: &ListRequest) -> impl Future<Output = Result<ListPage, S3Error>> + Send {
-            let after = req
+    impl MemoryBucket {
+        /// Full pages, never an empty truncated one.
+        fn plain(keys: BTreeSet<String>) -> MemoryBucket {
+            MemoryBucket {
+                keys,
+                page_cap: usize::MAX,
+                empty_every: 0,
+                requests: AtomicUsize::new(0),
+            }
+        }
+
+        /// Pages of at most 7 entries, every third one empty but truncated.
+        fn awkward(keys: BTreeSet<String>) -> MemoryBucket {
+            MemoryBucket {
+                page_cap: 7,
+                empty_every: 3,
+                ..MemoryBucket::plain(keys)
+            }
+        }
+
+        fn requests(&self) -> usize {
+            self.requests.load(Ordering::Relaxed)
+        }
+
+        /// The server's side: `req` as it arrived on the wire.
+        fn serve(&self, req: &ListRequest) -> Result<ListPage, S3Error> {
+            let n = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Some(a) = req.start_after.as_deref() {
+                assert!(a.len() <= MAX_KEY_BYTES, "StartAfter of {} bytes", a.len());
+                if wire_start_after(a).as_deref() != Some(a) {
+                    return Err(S3Error::Server {
+                        status: 500,
+                        detail: format!("StartAfter {a:?} holds a character servers refuse"),
+                    });
+                }
+            }
+            // A token is "{request}|{last key or prefix listed}".
+            let from_token = req
                 .continuation
-                .clone()
-                .or(req.start_after.clone())
-                .unwrap_or_default();
+                .as_deref()
+                .map(|t| t.split_once('|').expect("our token").1);
+            let after = from_token.or(req.start_after.as_deref()).unwrap_or_default();
+            let token = |at: &str| Some(format!("{n}|{at}"));
+            if self.empty_every > 0 && n.is_multiple_of(self.empty_every) {
+                return Ok(ListPage {
+                    next: token(after),
+                    ..ListPage::default()
+                });
+            }
+            let limit = (req.max_keys as usize).min(self.page_cap);
             let mut page = ListPage::default();
-            let mut last_seen = None;
-            for key in self
-                .0
-                .range::<String, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
-            {
+            let mut last_seen: Option<String> = None;
+            let range = (
+                std::ops::Bound::Excluded(after.to_string()),
+                std::ops::Bound::Unbounded,
+            );
+            for key in self.keys.range::<String, _>(range) {
                 if !key.starts_with(&req.prefix) {
                     // Sorted: keys below the prefix come first, then the prefix's keys.
                     if key.as_str() < req.prefix.as_str() {
@@ -502,18 +598,23 @@ mod tests {
                     }
                     break;
                 }
-                if page.objects.len() + page.common_prefixes.len() == req.max_keys as usize {
-                    page.next = last_seen.clone();
-                    break;
-                }
                 let rest = &key[req.prefix.len()..];
                 if let Some(d) = req.delimiter.as_deref().filter(|d| rest.contains(*d)) {
                     let cp = format!("{}{}{}", req.prefix, &rest[..rest.find(d).unwrap()], d);
-                    if page.common_prefixes.last() != Some(&cp) {
-                        page.common_prefixes.push(cp.clone());
+                    if page.common_prefixes.last() == Some(&cp) {
+                        continue;
                     }
+                    if page.objects.len() + page.common_prefixes.len() == limit {
+                        page.next = last_seen.as_deref().and_then(token);
+                        break;
+                    }
+                    page.common_prefixes.push(cp.clone());
                     last_seen = Some(prefix_end(&cp).and_then(|e| key_before(&e)).unwrap_or(cp));
                     continue;
+                }
+                if page.objects.len() + page.common_prefixes.len() == limit {
+                    page.next = last_seen.as_deref().and_then(token);
+                    break;
                 }
                 page.objects.push(ListedObject {
                     key: key.clone(),
@@ -524,7 +625,23 @@ mod tests {
                 });
                 last_seen = Some(key.clone());
             }
-            std::future::ready(Ok(page))
+            Ok(page)
+        }
+    }
+
+    impl Lister for MemoryBucket {
+        fn list(&self, req: &ListRequest) -> impl Future<Output = Result<ListPage, S3Error>> + Send {
+            let on_the_wire = ListRequest {
+                start_after: req.start_after.as_deref().and_then(wire_start_after),
+                ..req.clone()
+            };
+            let page = self.serve(&on_the_wire).map(|mut page| {
+                if let Some(after) = &req.start_after {
+                    page.keep_after(after);
+                }
+                page
+            });
+            std::future::ready(page)
         }
     }
 
@@ -536,8 +653,16 @@ mod tests {
         }
     }
 
+    /// Plan on a plain and on an awkward bucket; every key must be in exactly
+    /// one shard of each plan. Returns the plain plan's shard sizes.
     async fn check_partition(keys: &BTreeSet<String>, o: &PlanOptions) -> Vec<usize> {
-        let shards = plan(&MemoryBucket(keys.clone()), o).await.unwrap();
+        check_partition_on(&MemoryBucket::awkward(keys.clone()), o).await;
+        check_partition_on(&MemoryBucket::plain(keys.clone()), o).await
+    }
+
+    async fn check_partition_on(bucket: &MemoryBucket, o: &PlanOptions) -> Vec<usize> {
+        let keys = &bucket.keys;
+        let shards = plan(bucket, o).await.unwrap();
         let mut sizes = Vec::new();
         for s in &shards {
             sizes.push(keys.iter().filter(|k| s.shard.contains(k)).count());
@@ -621,6 +746,60 @@ mod tests {
         }
     }
 
+    /// Keys under characters servers refuse in a StartAfter (the client cuts
+    /// it earlier and filters, so whole pages come back empty), several pages
+    /// of each, and 1,024-byte keys ending in the greatest characters.
+    fn refused_character_keyspace() -> BTreeSet<String> {
+        let mut keys = BTreeSet::new();
+        for c in ['\t', '\u{1}', '\u{7f}', '\u{FFFE}', '\u{FFFF}'] {
+            for i in 0..350 {
+                keys.insert(format!("p{c}{i:04}"));
+                keys.insert(format!("q/{c}/{i:04}"));
+            }
+        }
+        for tail in ['\u{FFFF}', '\u{10FFFF}', '\u{7f}', 'z'] {
+            let long = format!("r{}", tail.to_string().repeat(MAX_KEY_BYTES));
+            let mut end = MAX_KEY_BYTES;
+            while !long.is_char_boundary(end) {
+                end -= 1;
+            }
+            keys.insert(long[..end].to_string());
+        }
+        keys
+    }
+
+    #[tokio::test]
+    async fn prefixes_holding_refused_characters_are_covered_past_their_first_page() {
+        let keys = refused_character_keyspace();
+        for o in [
+            opts(4),
+            opts(32),
+            PlanOptions {
+                delimiter: None,
+                ..opts(32)
+            },
+            PlanOptions {
+                prefix: "p".into(),
+                ..opts(16)
+            },
+        ] {
+            let scoped: BTreeSet<String> = keys
+                .iter()
+                .filter(|k| k.starts_with(&o.prefix))
+                .cloned()
+                .collect();
+            check_partition(&scoped, &o).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn the_rest_of_a_shard_under_refused_characters_splits_exactly() {
+        let keys = refused_character_keyspace();
+        for after in ["p\u{1}0100", "p\t0349", "q/\u{7f}/0000", "p"] {
+            split_sizes(&keys, &Shard::default().resumed_after(after)).await;
+        }
+    }
+
     #[tokio::test]
     async fn small_and_empty_buckets_are_one_shard() {
         let keys: BTreeSet<String> = (0..50).map(|i| format!("k{i}")).collect();
@@ -640,7 +819,20 @@ mod tests {
 
     /// Keys of `keys` in the remaining range below and above the split.
     async fn split_sizes(keys: &BTreeSet<String>, remaining: &Shard) -> Option<(usize, usize)> {
-        let at = split_point(&MemoryBucket(keys.clone()), remaining, 50)
+        // The awkward bucket's tiny and empty pages must not change the answer's exactness.
+        let awkward = split_point(&MemoryBucket::awkward(keys.clone()), remaining, 500)
+            .await
+            .unwrap();
+        if let Some(at) = &awkward {
+            let (lower, upper) = remaining.split_after(at);
+            let all = keys.iter().filter(|k| remaining.contains(k)).count();
+            let both = keys
+                .iter()
+                .filter(|k| lower.contains(k) || upper.contains(k))
+                .count();
+            assert_eq!(both, all, "the split at {at:?} covers the range once");
+        }
+        let at = split_point(&MemoryBucket::plain(keys.clone()), remaining, 50)
             .await
             .unwrap()?;
         let (lower, upper) = remaining.split_after(&at);
@@ -685,5 +877,127 @@ mod tests {
         };
         assert_eq!(split_sizes(&keys, &short).await, None);
         assert!(split_sizes(&keys, &Shard::default()).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn many_directories_cost_no_more_than_the_request_budget() {
+        // Probing every directory would be one LIST each: 20,000 here, as a
+        // million would be a million. The budget caps them all.
+        let keys: BTreeSet<String> = (0..20_000).map(|i| format!("d{i:05}/obj")).collect();
+        let o = PlanOptions {
+            max_requests: 300,
+            ..opts(64)
+        };
+        for bucket in [
+            MemoryBucket::plain(keys.clone()),
+            MemoryBucket::awkward(keys.clone()),
+        ] {
+            let sizes = check_partition_on(&bucket, &o).await;
+            assert!(bucket.requests() <= 300, "{} LISTs", bucket.requests());
+            assert!(sizes.len() > 1, "the budget still bought a split: {sizes:?}");
+        }
+    }
+
+    /// `shards` tile the keyspace under `root`: in key order, the first
+    /// starts at `root`, each ends exactly where the next begins (nothing
+    /// between them in any valid key), the last runs to the end of `root`.
+    fn assert_tiles(root: &str, shards: &[Shard]) {
+        let mut bounds: Vec<_> = shards.iter().map(Shard::exclusive_bounds).collect();
+        // By lower bound, then upper, unbounded last (a split can leave an
+        // empty shard that starts where the next one does).
+        bounds.sort_by(|a, b| (&a.0, a.1.is_none(), &a.1).cmp(&(&b.0, b.1.is_none(), &b.1)));
+        assert_eq!(
+            bounds.first().map(|b| b.0.clone()),
+            Some(key_before(root)),
+            "{shards:#?}"
+        );
+        assert_eq!(
+            bounds.last().map(|b| b.1.clone()),
+            Some(prefix_end(root)),
+            "{shards:#?}"
+        );
+        for pair in bounds.windows(2) {
+            let before = pair[0].1.as_deref().expect("only the last is unbounded");
+            assert_eq!(key_before(before), pair[1].0, "{shards:#?}");
+        }
+    }
+
+    /// Every key under `root` in exactly one of `shards`.
+    fn assert_each_once<'a>(root: &str, shards: &[Shard], keys: impl Iterator<Item = &'a String>) {
+        for k in keys.filter(|k| k.starts_with(root)) {
+            let owners = shards.iter().filter(|s| s.contains(k)).count();
+            assert_eq!(owners, 1, "{k:?} is in {owners} shards: {shards:#?}");
+        }
+    }
+
+    fn plan_strategy() -> impl proptest::strategy::Strategy<Value = (String, PlanOptions, bool)> {
+        use proptest::prelude::*;
+        (
+            prop::sample::select(vec!["", "a", "a/", "\u{FFFF}"]),
+            2i32..12,
+            1usize..24,
+            any::<bool>(),
+            any::<bool>(),
+            prop::sample::select(vec![3usize, 20, 5000]),
+        )
+            .prop_map(|(root, page_size, target, by_delimiter, awkward, max_requests)| {
+                let o = PlanOptions {
+                    prefix: root.to_string(),
+                    delimiter: by_delimiter.then(|| "/".to_string()),
+                    target_shards: target,
+                    page_size,
+                    max_requests,
+                    ..PlanOptions::default()
+                };
+                (root.to_string(), o, awkward)
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// For random keyspaces, options and page shapes, the plan tiles the
+        /// prefix (so keys created after planning, `later`, are covered too),
+        /// and so do its shards after random splits, and the done shards with
+        /// the gaps `uncovered` finds for them.
+        #[test]
+        fn plans_splits_and_gaps_tile_the_keyspace(
+            keys in proptest::collection::btree_set(crate::keyspace::shard::tests::key_strategy(), 0..120),
+            later in proptest::collection::vec(crate::keyspace::shard::tests::key_strategy(), 0..40),
+            (root, o, awkward) in plan_strategy(),
+            picks in proptest::collection::vec(proptest::prelude::any::<proptest::sample::Index>(), 0..6),
+        ) {
+            let keys: BTreeSet<String> = keys.into_iter().filter(|k| k.starts_with(&root)).collect();
+            let bucket = if awkward { MemoryBucket::awkward(keys.clone()) } else { MemoryBucket::plain(keys.clone()) };
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let planned = runtime.block_on(plan(&bucket, &o)).unwrap();
+            proptest::prop_assert!(bucket.requests() <= o.max_requests.max(1));
+            let mut shards: Vec<Shard> = planned.into_iter().map(|p| p.shard).collect();
+            assert_tiles(&root, &shards);
+            assert_each_once(&root, &shards, keys.iter().chain(&later));
+
+            let candidates: Vec<&String> = keys.iter().chain(&later).filter(|k| k.starts_with(&root)).collect();
+            let mut done = Vec::new();
+            for (n, pick) in picks.iter().enumerate() {
+                if candidates.is_empty() {
+                    break;
+                }
+                let at = pick.get(&candidates);
+                let Some(owner) = shards.iter().position(|s| s.contains(at)) else {
+                    continue; // its shard is done already
+                };
+                let (lower, upper) = shards.remove(owner).split_after(at);
+                shards.extend([lower, upper]);
+                if n % 2 == 0 {
+                    done.push(shards.swap_remove(owner.min(shards.len() - 1)));
+                }
+            }
+            let gaps = crate::keyspace::coverage::uncovered(&root, &done);
+            let all: Vec<Shard> = done.iter().chain(&gaps).cloned().collect();
+            assert_tiles(&root, &all);
+            assert_each_once(&root, &all, keys.iter().chain(&later));
+            shards.extend(done);
+            assert_tiles(&root, &shards);
+        }
     }
 }

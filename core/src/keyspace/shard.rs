@@ -7,13 +7,13 @@
 //! `k + "\0"`), the upper half gets `start_after = k`. That keeps every split
 //! exact, with no key lost or covered twice.
 //!
-//! May import: nothing of the crate (pure range arithmetic).
+//! May import: S3's key length limit from `s3::codec`, nothing else (pure
+//! range arithmetic).
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// S3 keys are at most 1,024 bytes of UTF-8.
-pub const MAX_KEY_BYTES: usize = 1024;
+pub use crate::s3::codec::MAX_KEY_BYTES;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Shard {
@@ -57,6 +57,22 @@ impl Shard {
             Some(s) if s.as_str() > self.prefix.as_str() => s,
             _ => &self.prefix,
         }
+    }
+
+    /// The shard's keys as one exclusive interval `(after, before)` of the
+    /// whole keyspace, prefix included: a key `k` is in the shard when
+    /// `after < k < before` (`None`: unbounded). Exact because [`key_before`]
+    /// and [`prefix_end`] are.
+    pub fn exclusive_bounds(&self) -> (Option<String>, Option<String>) {
+        let after = match (&self.start_after, key_before(&self.prefix)) {
+            (Some(a), Some(p)) => Some(a.clone().max(p)),
+            (a, p) => a.clone().or(p),
+        };
+        let before = match (&self.end, prefix_end(&self.prefix)) {
+            (Some(e), Some(p)) => Some(e.clone().min(p)),
+            (e, p) => e.clone().or(p),
+        };
+        (after, before)
     }
 
     /// Split into the keys `<= key` and the keys `> key`. `key` must lie inside
@@ -124,7 +140,7 @@ impl std::fmt::Display for Readable<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let trimmed = self
             .0
-            .trim_end_matches(['\0', '\u{7F}', '\u{7FF}', '\u{FFFD}', '\u{10FFFF}']);
+            .trim_end_matches(['\0', '\u{7F}', '\u{7FF}', '\u{FFFF}', '\u{10FFFF}']);
         if self.0.len() - trimmed.len() > 16 {
             write!(f, "{trimmed:?}…")
         } else {
@@ -147,8 +163,11 @@ pub fn prefix_end(prefix: &str) -> Option<String> {
 }
 
 /// The greatest valid S3 key (UTF-8, at most [`MAX_KEY_BYTES`]) that sorts
-/// before `key`, so that `StartAfter = key_before(k)` lists from `k` inclusive.
-/// Returns `None` for the empty key (nothing sorts before it).
+/// before `key` in byte order, so that `StartAfter = key_before(k)` lists from
+/// `k` inclusive. Returns `None` for the empty key (nothing sorts before it).
+/// The result may hold characters servers refuse in a `StartAfter` (the
+/// padding ends with U+FFFF or DEL when 3 or 1 bytes are left); the S3 client
+/// cuts those on the wire and filters (`s3::codec::wire_start_after`).
 pub fn key_before(key: &str) -> Option<String> {
     let mut out = key.to_string();
     let last = out.pop()?;
@@ -157,14 +176,18 @@ pub fn key_before(key: &str) -> Option<String> {
         return Some(out);
     }
     out.push(prev_char(last));
-    // Pad with the largest characters that fit: every key between this and
-    // `key` would have to be longer than S3 allows. U+FFFE and U+FFFF are
-    // skipped: servers echo StartAfter in XML, which cannot carry them.
-    for (c, width) in [('\u{10FFFF}', 4), ('\u{FFFD}', 3), ('\u{7FF}', 2), ('\u{7F}', 1)] {
-        while out.len() + width <= MAX_KEY_BYTES {
-            out.push(c);
-        }
+    // Pad with the greatest characters that fit: every key between this and
+    // `key` would have to be longer than S3 allows.
+    while out.len() + 4 <= MAX_KEY_BYTES {
+        out.push('\u{10FFFF}');
     }
+    let tail = match MAX_KEY_BYTES.saturating_sub(out.len()) {
+        3 => Some('\u{FFFF}'),
+        2 => Some('\u{7FF}'),
+        1 => Some('\u{7F}'),
+        _ => None,
+    };
+    out.extend(tail);
     Some(out)
 }
 
@@ -179,13 +202,12 @@ fn next_char(c: char) -> Option<char> {
 fn prev_char(c: char) -> char {
     match c {
         '\u{E000}' => '\u{D7FF}',
-        '\u{10000}' => '\u{FFFD}',
         c => char::from_u32(c as u32 - 1).expect("caller excludes U+0000"),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -223,6 +245,14 @@ mod tests {
         assert_eq!(key_before("a\0").as_deref(), Some("a"));
         assert_eq!(key_before(""), None);
         assert!(key_before("\u{E000}").unwrap().starts_with('\u{D7FF}'));
+        // Exact: after the U+10FFFF padding, the greatest character of the
+        // three bytes left is U+FFFF (a valid key, though servers refuse it in
+        // a StartAfter), so no valid key lies between it and "b".
+        let greatest_below_b = format!("a{}\u{FFFF}", "\u{10FFFF}".repeat(255));
+        assert_eq!(greatest_below_b.len(), MAX_KEY_BYTES);
+        assert_eq!(key_before("b"), Some(greatest_below_b));
+        let two_left = format!("\u{80}{}", "\u{10FFFF}".repeat(255));
+        assert_eq!(key_before("\u{81}"), Some(format!("{two_left}\u{7FF}")));
     }
 
     #[test]
@@ -238,5 +268,82 @@ mod tests {
             ..a.clone()
         };
         assert_ne!(a.id(), empty_after.id());
+    }
+
+    /// Keys over an alphabet of the characters that sit at the edges of byte
+    /// order and of what servers accept; some padded to exactly 1,024 bytes.
+    pub(crate) fn key_strategy() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let alphabet = vec![
+            '\0',
+            '\u{1}',
+            '\t',
+            '/',
+            'a',
+            'b',
+            '~',
+            '\u{7F}',
+            '\u{80}',
+            '\u{7FF}',
+            '\u{D7FF}',
+            '\u{E000}',
+            '\u{FFFD}',
+            '\u{FFFE}',
+            '\u{FFFF}',
+            '\u{10000}',
+            '\u{10FFFF}',
+        ];
+        let ch = prop::sample::select(alphabet);
+        (
+            prop::collection::vec(ch.clone(), 0..6),
+            prop::option::weighted(0.2, ch),
+        )
+            .prop_map(|(chars, pad)| {
+                let mut key: String = chars.into_iter().collect();
+                if let Some(c) = pad {
+                    while key.len() + c.len_utf8() <= MAX_KEY_BYTES {
+                        key.push(c);
+                    }
+                }
+                key
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// `key_before(s)` is the greatest valid key below `s`: every valid
+        /// key `t` sorts below `s` exactly when it sorts at or below it.
+        #[test]
+        fn key_before_is_the_exact_predecessor(s in key_strategy(), t in key_strategy()) {
+            match key_before(&s) {
+                None => proptest::prop_assert!(s.is_empty()),
+                Some(before) => {
+                    proptest::prop_assert!(before.len() <= MAX_KEY_BYTES && before < s);
+                    proptest::prop_assert_eq!(t < s, t <= before, "{:?} / {:?}", t, before);
+                }
+            }
+        }
+
+        /// `prefix_end(p)` bounds exactly the keys that start with `p`.
+        #[test]
+        fn prefix_end_bounds_exactly_the_keys_under_a_prefix(p in key_strategy(), t in key_strategy()) {
+            let under = t.starts_with(&p);
+            let in_range = t >= p && prefix_end(&p).is_none_or(|e| t < e);
+            proptest::prop_assert_eq!(under, in_range, "{:?} / {:?}", t, p);
+        }
+
+        /// `split_after(k)` puts every key in exactly one half, `k` below.
+        #[test]
+        fn split_after_puts_every_key_in_one_half(p in key_strategy(), k in key_strategy(), t in key_strategy()) {
+            let shard = Shard::prefix(p.chars().take(2).collect::<String>());
+            let (lower, upper) = shard.split_after(&k);
+            proptest::prop_assert_eq!(shard.contains(&t), lower.contains(&t) || upper.contains(&t));
+            proptest::prop_assert!(!(lower.contains(&t) && upper.contains(&t)));
+            proptest::prop_assert_eq!(lower.contains(&t), shard.contains(&t) && t <= k);
+            let (after, before) = shard.exclusive_bounds();
+            let inside = after.is_none_or(|a| t > a) && before.is_none_or(|b| t < b);
+            proptest::prop_assert_eq!(inside, shard.contains(&t));
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! May import: everything below it in `s3` (types, codec, error, retry,
 //! transport, signed, list); nothing outside `s3`.
 
-use super::codec::{format_time, strip_quotes, url_decode};
+use super::codec::{format_time, strip_quotes, url_decode, wire_start_after};
 use super::error::S3Error;
 use super::retry::RetryPolicy;
 use super::signed::SignedClient;
@@ -98,13 +98,13 @@ impl S3 {
     }
 
     async fn list_page_via(&self, bucket: &str, req: &ListRequest, sdk: bool) -> Result<ListPage, S3Error> {
-        let wire_start_after = req.start_after.as_deref().and_then(wire_safe_start_after);
+        let wire_after = req.start_after.as_deref().and_then(wire_start_after);
         let mut page = if sdk {
-            self.list_page_raw(bucket, req, wire_start_after).await?
+            self.list_page_raw(bucket, req, wire_after).await?
         } else {
             self.retry
                 .run(&self.retries, || {
-                    self.fast.list(bucket, req, wire_start_after.as_deref())
+                    self.fast.list(bucket, req, wire_after.as_deref())
                 })
                 .await
                 .map_err(|e| match e {
@@ -113,10 +113,7 @@ impl S3 {
                 })?
         };
         if let Some(after) = &req.start_after {
-            // The server started earlier than asked (see `wire_safe_start_after`).
-            page.objects.retain(|o| o.key.as_str() > after.as_str());
-            page.common_prefixes
-                .retain(|p| p.as_str() > after.as_str() || after.starts_with(p.as_str()));
+            page.keep_after(after); // the server may have started earlier than asked
         }
         Ok(page)
     }
@@ -309,27 +306,4 @@ fn no_credentials_message(chain_error: &str) -> String {
         "none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, \
          or a web identity token ({first} ...)"
     )
-}
-
-/// Many servers answer HTTP 500 to a `StartAfter` holding a control
-/// character, even with `encoding-type=url`. Cut it before the first one: the
-/// listing then starts a little early and the caller drops the extra keys.
-fn wire_safe_start_after(start_after: &str) -> Option<String> {
-    let cut = start_after
-        .find(|c: char| c.is_ascii_control())
-        .unwrap_or(start_after.len());
-    Some(start_after[..cut].to_string()).filter(|s| !s.is_empty())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn start_after_is_cut_before_control_characters() {
-        assert_eq!(wire_safe_start_after("a/b").as_deref(), Some("a/b"));
-        assert_eq!(wire_safe_start_after("a/\u{1}b").as_deref(), Some("a/"));
-        assert_eq!(wire_safe_start_after("\nx"), None);
-        assert_eq!(wire_safe_start_after("ü\u{7f}").as_deref(), Some("ü"));
-    }
 }

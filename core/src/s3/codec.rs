@@ -7,6 +7,9 @@
 use super::error::S3Error;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
+/// S3 keys are at most 1,024 bytes of UTF-8.
+pub const MAX_KEY_BYTES: usize = 1024;
+
 /// RFC 3986 unreserved characters stay, and `/` (S3 keys keep their slashes
 /// in the path; S3 signs the path encoded once, not normalized).
 pub(crate) const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
@@ -19,6 +22,57 @@ pub(crate) const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
 /// A key as it goes in a URL path (and in `x-amz-copy-source`).
 pub fn encode_key(key: &str) -> String {
     utf8_percent_encode(key, KEY_ENCODE).to_string()
+}
+
+/// Characters servers refuse in a `StartAfter`, even URL-encoded: they echo it
+/// in XML, which cannot carry ASCII control characters (moto answers HTTP 500)
+/// nor U+FFFE and U+FFFF.
+fn refused_in_start_after(c: char) -> bool {
+    c.is_ascii_control() || c == '\u{FFFE}' || c == '\u{FFFF}'
+}
+
+/// The `StartAfter` to send for `start_after`: the greatest string servers
+/// accept (see [`refused_in_start_after`]) that sorts at or before it, `None`
+/// for the empty string. The listing then starts a little early at worst, and
+/// the caller drops the keys up to `start_after` ([`super::types::ListPage::keep_after`]):
+/// pages emptied that way are why every listing loop follows continuation
+/// tokens instead of stopping at an empty page.
+pub fn wire_start_after(start_after: &str) -> Option<String> {
+    let refused = start_after
+        .char_indices()
+        .find(|(_, c)| refused_in_start_after(*c));
+    let Some((at, refused)) = refused else {
+        return Some(start_after.to_string()).filter(|s| !s.is_empty());
+    };
+    let mut wire = start_after[..at].to_string();
+    // The greatest accepted character below the refused one; below a C0
+    // control there are only controls, so the accepted string ends before it.
+    let below = match refused {
+        '\u{7F}' => Some('~'),
+        '\u{FFFE}' | '\u{FFFF}' => Some('\u{FFFD}'),
+        _ => None,
+    };
+    if let Some(c) = below {
+        wire.push(c);
+        pad_with_greatest_accepted(&mut wire);
+    }
+    Some(wire).filter(|s| !s.is_empty())
+}
+
+/// Fill `s` up to [`MAX_KEY_BYTES`] with the greatest accepted characters:
+/// U+10FFFF while four bytes fit, then the greatest accepted character of the
+/// bytes left.
+fn pad_with_greatest_accepted(s: &mut String) {
+    while s.len() + 4 <= MAX_KEY_BYTES {
+        s.push('\u{10FFFF}');
+    }
+    let tail = match MAX_KEY_BYTES - s.len() {
+        3 => Some('\u{FFFD}'),
+        2 => Some('\u{7FF}'),
+        1 => Some('~'),
+        _ => None,
+    };
+    s.extend(tail);
 }
 
 /// Decode a key from a listing with `encoding-type=url`. AWS encodes a space
@@ -91,6 +145,33 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_after_goes_on_the_wire_as_the_greatest_accepted_string_at_or_before_it() {
+        assert_eq!(wire_start_after("a/b").as_deref(), Some("a/b"));
+        assert_eq!(wire_start_after(""), None);
+        // Below a C0 control there are only controls: the string ends before it.
+        assert_eq!(wire_start_after("a/\u{1}b").as_deref(), Some("a/"));
+        assert_eq!(wire_start_after("tab\there").as_deref(), Some("tab"));
+        assert_eq!(wire_start_after("\nx"), None);
+        // Below DEL, U+FFFE and U+FFFF there are accepted characters, padded.
+        let del = wire_start_after("ü\u{7f}x").unwrap();
+        assert!(
+            del.starts_with("ü~\u{10FFFF}") && del.len() == MAX_KEY_BYTES,
+            "{del:?}"
+        );
+        let nonchar = wire_start_after("a\u{FFFF}").unwrap();
+        assert!(nonchar.starts_with("a\u{FFFD}\u{10FFFF}") && nonchar.len() == MAX_KEY_BYTES);
+        for s in [del, nonchar] {
+            assert!(!s.chars().any(refused_in_start_after), "{s:?}");
+        }
+        // Exactly the greatest: the padding ends with the greatest accepted
+        // character of the bytes left (3 here: U+FFFD, not the refused U+FFFF).
+        let wire = wire_start_after("kk\u{FFFE}").unwrap();
+        let padded = format!("kk\u{FFFD}{}\u{FFFD}", "\u{10FFFF}".repeat(254));
+        assert_eq!(wire, padded);
+        assert_eq!(wire.len(), MAX_KEY_BYTES);
+    }
 
     #[test]
     fn url_decoding_handles_plus_and_percent() {

@@ -6,8 +6,8 @@
 //!
 //! Inside, files form layers too (each may import only those listed before
 //! it): `error`; `types`, `codec`; `retry`, `sign`, `transport`; `signed`
-//! (sign and send a request); `list`; `client` (the [`S3`] handle); `head`,
-//! `upload`, `delete`.
+//! (sign and send a request); `list`; `client` (the [`S3`] handle); `pages`
+//! (a listing page by page, and where it ends), `head`, `upload`; `delete`.
 //!
 //! May import: nothing of the crate outside `s3`.
 
@@ -17,6 +17,7 @@ pub mod delete;
 pub mod error;
 pub mod head;
 pub mod list;
+pub mod pages;
 pub mod retry;
 pub mod sign;
 pub mod signed;
@@ -27,4 +28,5 @@ pub mod upload;
 pub use client::S3;
 pub use error::S3Error;
 pub use head::{HeadClient, HeadClientKind};
+pub use pages::{BucketLister, Lister, Pages};
 pub use types::{Endpoint, HeadInfo, HeadResult, ListPage, ListRequest, ListedObject};

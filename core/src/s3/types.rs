@@ -60,6 +60,18 @@ pub struct ListPage {
     pub next: Option<String>,
 }
 
+impl ListPage {
+    /// Drop what sorts at or before `start_after`: the keys a server listed
+    /// because the `StartAfter` it was sent was cut earlier
+    /// (`codec::wire_start_after`). A common prefix stays when `start_after`
+    /// lies inside it (its keys after `start_after` are still to come).
+    pub fn keep_after(&mut self, start_after: &str) {
+        self.objects.retain(|o| o.key.as_str() > start_after);
+        self.common_prefixes
+            .retain(|p| p.as_str() > start_after || start_after.starts_with(p.as_str()));
+    }
+}
+
 /// What a HEAD tells us about an object, whichever client asked.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HeadInfo {

@@ -9,7 +9,7 @@ use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::s3::HeadClient;
 use crate::s3::HeadResult;
-use crate::s3::{ListRequest, ListedObject, S3};
+use crate::s3::{BucketLister, ListRequest, ListedObject, Pages, S3};
 use crate::scan::record::{Record, Status};
 use futures::StreamExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -199,14 +199,18 @@ impl Engine {
         frontier: Arc<Frontier>,
         keys: mpsc::Sender<ListedObject>,
     ) -> Result<(), S3Error> {
-        let mut req = ListRequest {
+        let req = ListRequest {
             prefix: shard.prefix.clone(),
             start_after: shard.start_after.clone(),
             max_keys: self.opts.page_size,
             ..ListRequest::default()
         };
-        loop {
-            let page = self.s3.list_page(&self.opts.bucket, &req).await?;
+        let lister = BucketLister {
+            s3: &self.s3,
+            bucket: &self.opts.bucket,
+        };
+        let mut pages = Pages::new(&lister, req);
+        while let Some(page) = pages.next().await? {
             self.counters.pages.fetch_add(1, Relaxed);
             for obj in page.objects {
                 if shard.is_past_end(&obj.key) || frontier.is_past_end(&obj.key) {
@@ -217,11 +221,8 @@ impl Engine {
                     return Ok(()); // the consumer stopped (it has an error to report)
                 }
             }
-            match page.next {
-                Some(token) => req.continuation = Some(token),
-                None => return Ok(()),
-            }
         }
+        Ok(())
     }
 
     /// HEAD one listed object into a record. Final errors that mean the whole

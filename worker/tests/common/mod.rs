@@ -467,3 +467,18 @@ pub fn wait_exit(child: &mut std::process::Child, within: std::time::Duration) -
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// The characters servers refuse in a `StartAfter` (so the client cuts it
+/// before them on the wire and filters), one prefix each, every prefix more
+/// than two LIST pages of 1,000 keys: listing any of them means following
+/// continuation tokens through pages the client-side filter has emptied.
+/// Only moto stores them all (versitygw lists `\u{1}` as U+FFFD).
+pub fn control_character_keyspace() -> BTreeMap<String, Seeded> {
+    let mut keys = BTreeMap::new();
+    for (name, c) in [("tab", '\t'), ("soh", '\u{1}'), ("del", '\u{7f}')] {
+        for i in 0..2100 {
+            keys.insert(format!("{name}{c}{i:05}"), Seeded::default());
+        }
+    }
+    keys
+}
