@@ -2,6 +2,10 @@
 //! the `controller` module). Connects to the cluster from KUBECONFIG or, in a
 //! pod, its service account.
 
+// The reconcile future nests deeply (kube, Redis and S3 calls in one async
+// pipeline); computing its layout overflows the default limit of 128.
+#![recursion_limit = "256"]
+
 use bucketscan_core::fleet::queue::RedisConfig;
 use bucketscan_operator::controller::{self, Context};
 use bucketscan_operator::desired::Settings;

@@ -207,18 +207,31 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Scan(args) => scan(args).await,
-            Command::Plan(args) => distributed::plan(args).await,
-            Command::Run(args) => distributed::run(args).await,
-            Command::Merge(args) => distributed::merge(args).await,
+            Command::Plan(args) => distributed::plan(args).await.map(|()| Finished::Clean),
+            Command::Run(args) => distributed::run(args).await.map(|()| Finished::Clean),
+            Command::Merge(args) => distributed::merge(args).await.map(|()| Finished::Clean),
         }
     });
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(Finished::Clean) => std::process::ExitCode::SUCCESS,
+        Ok(Finished::SomeObjectsUnreadable) => std::process::ExitCode::from(EXIT_SOME_OBJECTS_UNREADABLE),
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `scan`'s exit code when the result is complete but holds `error` records
+/// (objects that could not be read): 1 means no result at all, 2 is clap's
+/// for bad usage, so a script can tell the three apart.
+const EXIT_SOME_OBJECTS_UNREADABLE: u8 = 3;
+
+/// How a command that did not fail ended.
+enum Finished {
+    Clean,
+    /// The whole result was written, but some objects are `error` records.
+    SomeObjectsUnreadable,
 }
 
 impl EndpointArgs {
@@ -241,7 +254,7 @@ impl EndpointArgs {
     }
 }
 
-async fn scan(args: ScanArgs) -> anyhow::Result<()> {
+async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let started = Instant::now();
     let src = &args.source;
     let s3 = src.endpoint.connect(args.concurrency as usize).await?;
@@ -299,5 +312,12 @@ async fn scan(args: ScanArgs) -> anyhow::Result<()> {
         summary.output.bytes,
         args.output,
     );
-    Ok(())
+    if c.errors > 0 {
+        eprintln!(
+            "warning: {} objects could not be read; their records have status \"error\" with the reason (exit code {EXIT_SOME_OBJECTS_UNREADABLE})",
+            c.errors
+        );
+        return Ok(Finished::SomeObjectsUnreadable);
+    }
+    Ok(Finished::Clean)
 }

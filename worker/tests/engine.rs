@@ -105,6 +105,7 @@ async fn large_output_is_a_streamed_multipart_upload() {
             // Random hex values, so even the gzip output outgrows one part.
             metadata: (0..6).map(|m| (format!("h{m}"), random_hex(&mut rng))).collect(),
             error: None,
+            http_status: None,
         })
         .collect();
     for gzip in [false, true] {

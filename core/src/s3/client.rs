@@ -153,7 +153,9 @@ impl S3 {
         for o in out.contents() {
             objects.push(ListedObject {
                 key: decode(o.key().unwrap_or_default())?,
-                size: o.size().unwrap_or(0).max(0) as u64,
+                size: o.size().filter(|n| *n >= 0).map(|n| n as u64).ok_or_else(|| {
+                    S3Error::BadAnswer(format!("LIST entry {:?} without a valid Size", o.key()))
+                })?,
                 etag: o.e_tag().map(strip_quotes),
                 last_modified: o.last_modified().map(format_time),
                 storage_class: o.storage_class().map(|s| s.as_str().to_string()),

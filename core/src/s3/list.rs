@@ -98,6 +98,12 @@ fn error_document(status: StatusCode, xml: &str, bucket: &str) -> S3Error {
     mapped
 }
 
+/// An entry's `Size`: missing or not a number is an error, never 0.
+fn listed_size(size: Option<&str>, key: &str) -> Result<u64, S3Error> {
+    size.and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| S3Error::BadAnswer(format!("LIST entry {key:?} without a valid Size (got {size:?})")))
+}
+
 /// Read a ListBucketResult: keys, sizes, ETags, times and storage classes of
 /// `Contents`, the `CommonPrefixes`, and where to continue. Keys and prefixes
 /// are URL-decoded when the answer says `EncodingType` url.
@@ -122,12 +128,10 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
     let mut last_time: Option<(&str, Option<String>)> = None;
     for block in blocks(xml, "Contents") {
         let key = element(block, "Key").ok_or_else(|| S3Error::Other("LIST entry without a Key".into()))?;
+        let key = decode(key)?;
         objects.push(ListedObject {
-            key: decode(key)?,
-            size: element(block, "Size")
-                .and_then(|s| s.trim().parse::<i64>().ok())
-                .unwrap_or(0)
-                .max(0) as u64,
+            size: listed_size(element(block, "Size"), &key)?,
+            key,
             etag: element(block, "ETag").map(|e| strip_quotes(&unescape(e))),
             last_modified: element(block, "LastModified").and_then(|raw| match &last_time {
                 Some((seen, formatted)) if *seen == raw => formatted.clone(),
@@ -301,6 +305,20 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_without_a_valid_size_is_an_error_not_zero() {
+        for size in ["", "<Size></Size>", "<Size>12x</Size>", "<Size>-1</Size>"] {
+            let xml = format!(
+                "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>k</Key>{size}</Contents></ListBucketResult>"
+            );
+            let e = parse_list(&xml).unwrap_err();
+            assert!(
+                e.to_string().contains("LIST entry \"k\" without a valid Size"),
+                "{size}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn error_documents_keep_their_code_and_message() {
         let xml = "<Error><Code>NoSuchBucket</Code><Message>gone</Message></Error>";
         assert!(matches!(
@@ -310,6 +328,14 @@ mod tests {
         let xml = "<Error><Code>InvalidArgument</Code><Message>bad &amp; wrong</Message></Error>";
         let e = error_document(StatusCode::BAD_REQUEST, xml, "b");
         assert!(e.to_string().contains("InvalidArgument: bad & wrong"), "{e}");
+        let xml =
+            "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>";
+        let e = error_document(StatusCode::BAD_REQUEST, xml, "b");
+        assert!(
+            matches!(e, S3Error::ExpiredToken { .. }) && e.affects_every_request(),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("the session token expired"), "{e}");
         let e = error_document(StatusCode::BAD_GATEWAY, "<html>oops</html>", "b");
         assert!(e.is_retryable() && e.to_string().contains("oops"), "{e}");
     }
