@@ -6,7 +6,7 @@ mod progress;
 use anyhow::Context;
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
-use bucketscan_core::s3::{Endpoint, S3};
+use bucketscan_core::s3::{resolve_region, Endpoint, S3};
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
 use bucketscan_core::scan::output::{Destination, OutputOptions};
 use bucketscan_core::scan::single::{plan_bucket, scan_shards, ScanOptions};
@@ -58,8 +58,11 @@ struct EndpointArgs {
     /// S3 endpoint URL, e.g. http://10.0.0.5:9000; default: AWS S3 in --region.
     #[arg(long, env = "AWS_ENDPOINT_URL")]
     endpoint: Option<String>,
-    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
-    region: String,
+    /// Region to sign for; default: AWS_REGION, AWS_DEFAULT_REGION, the
+    /// profile's region (AWS_PROFILE), instance metadata, else us-east-1 (as
+    /// the AWS SDKs resolve it).
+    #[arg(long)]
+    region: Option<String>,
     /// Path-style addressing (endpoint/bucket/key), needed by most non-AWS stores.
     #[arg(long)]
     path_style: bool,
@@ -236,9 +239,9 @@ enum Finished {
 
 impl EndpointArgs {
     async fn connect(&self, pool_size: usize) -> anyhow::Result<std::sync::Arc<S3>> {
-        Ok(S3::connect(Endpoint {
+        let mut endpoint = Endpoint {
             url: self.endpoint.clone(),
-            region: self.region.clone(),
+            region: String::new(),
             path_style: self.path_style,
             ca_pem: match &self.ca_file {
                 Some(path) => Some(
@@ -249,8 +252,9 @@ impl EndpointArgs {
             },
             insecure: self.insecure_skip_tls_verify,
             pool_size,
-        })
-        .await?)
+        };
+        endpoint.region = resolve_region(self.region.clone(), &endpoint).await?;
+        Ok(S3::connect(endpoint).await?)
     }
 }
 

@@ -229,3 +229,140 @@ async fn unreadable_objects_do_not_fail_a_distributed_scan() {
     assert_eq!(manifest["counts"]["errors"], 5, "{manifest}");
     assert_eq!(manifest["shards_dead"], 0, "{manifest}");
 }
+
+/// Emulates AWS answering a LIST with an expired session token: the listing
+/// works until the proxy starts answering the `ExpiredToken` error document
+/// (AWS sends it with 400; some stores with 403) to every page after the
+/// first. The scan fails with one line that says the token expired, not
+/// "access denied", and writes no result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_session_token_is_one_clear_error() {
+    let server = versitygw();
+    let bucket = server.bucket("expired").await;
+    server.seed(&bucket, &objects(1_200)).await;
+    for status in [400, 403] {
+        let proxy = fault_proxy::start(
+            server.endpoint.clone(),
+            move |req| {
+                let later_page = req.uri.query().is_some_and(|q| q.contains("continuation-token"));
+                later_page.then(|| {
+                    fault_proxy::error_document(
+                        status,
+                        "ExpiredToken",
+                        "The provided token has expired.",
+                        &[],
+                    )
+                })
+            },
+            |_, _| {},
+        )
+        .await;
+        let out_file = temp_path(&format!("expired-{status}.jsonl"));
+        let out = run(worker_command(
+            &proxy.url,
+            &[
+                "scan",
+                "--bucket",
+                &bucket,
+                "--quiet",
+                "--target-shards",
+                "1",
+                "--output",
+                out_file.to_str().unwrap(),
+            ],
+        ))
+        .await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!(
+                "the session token expired (HTTP {status} ExpiredToken: The provided token has expired.); renew the credentials"
+            )),
+            "{err}"
+        );
+        assert!(!err.contains("access denied"), "{err}");
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "{err}"
+        );
+        assert!(!out_file.exists(), "no result");
+        assert!(
+            proxy.requests().iter().any(|r| r.answered_by_rule),
+            "the proxy answered"
+        );
+    }
+}
+
+/// The region in the credential scope of a SigV4 Authorization header.
+fn signed_region(authorization: &str) -> String {
+    let scope = authorization
+        .split("Credential=")
+        .nth(1)
+        .and_then(|c| c.split(',').next())
+        .unwrap_or_else(|| panic!("no credential scope in {authorization:?}"));
+    scope.split('/').nth(2).unwrap().to_string()
+}
+
+/// The region signed for comes from `--region`, then AWS_REGION, then
+/// AWS_DEFAULT_REGION, then the profile, as the AWS SDKs resolve it (the
+/// proxy only records what the worker signs; versitygw answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_region_comes_from_the_flag_then_the_environment_then_the_profile() {
+    let server = versitygw();
+    let bucket = server.bucket("region").await;
+    let profile_dir = temp_path("region-profile");
+    std::fs::create_dir_all(&profile_dir).unwrap();
+    let config = profile_dir.join("config");
+    std::fs::write(&config, "[profile scanner]\nregion = ca-central-1\n").unwrap();
+    // (case, flags, environment, region signed for)
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 5] = [
+        (
+            "flag over env",
+            &["--region", "ap-south-1"],
+            &[("AWS_REGION", "eu-west-3")],
+            "ap-south-1",
+        ),
+        (
+            "AWS_REGION",
+            &[],
+            &[("AWS_REGION", "eu-west-3"), ("AWS_DEFAULT_REGION", "sa-east-1")],
+            "eu-west-3",
+        ),
+        (
+            "AWS_DEFAULT_REGION",
+            &[],
+            &[("AWS_DEFAULT_REGION", "sa-east-1")],
+            "sa-east-1",
+        ),
+        ("profile", &[], &[("AWS_PROFILE", "scanner")], "ca-central-1"),
+        ("nothing set", &[], &[], "us-east-1"),
+    ];
+    for (case, flags, env, want) in cases {
+        let proxy = fault_proxy::start(server.endpoint.clone(), |_| None, |_, _| {}).await;
+        let mut cmd = worker_command(
+            &proxy.url,
+            &["scan", "--bucket", &bucket, "--quiet", "-o", "/dev/null"],
+        );
+        cmd.args(flags)
+            .env_remove("AWS_REGION")
+            .env_remove("AWS_DEFAULT_REGION")
+            .env("AWS_CONFIG_FILE", &config)
+            .env("AWS_SHARED_CREDENTIALS_FILE", profile_dir.join("none"));
+        for (name, value) in env {
+            cmd.env(name, value);
+        }
+        let out = run(cmd).await;
+        let first = proxy
+            .requests()
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("{case}: no request: {}", stderr(&out)));
+        assert_eq!(
+            signed_region(first.authorization.as_deref().unwrap()),
+            want,
+            "{case}"
+        );
+    }
+}

@@ -12,8 +12,13 @@ pub enum S3Error {
     AccessDenied { bucket: String, detail: String },
     #[error("bucket {bucket:?} does not exist at this endpoint")]
     NoSuchBucket { bucket: String },
+    /// `retry_after`: how long the server asked us to wait (`Retry-After`,
+    /// `x-amz-retry-after`), honoured by the retry policy within its cap.
     #[error("S3 is throttling (HTTP {status}); retrying with backoff")]
-    Throttled { status: u16 },
+    Throttled {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
     #[error("S3 server error HTTP {status}: {detail}")]
     Server { status: u16, detail: String },
     #[error("S3 answered HTTP {status}: {detail}")]
@@ -65,12 +70,29 @@ impl S3Error {
     /// The HTTP status the server answered with, when there was one.
     pub fn http_status(&self) -> Option<u16> {
         match self {
-            S3Error::Throttled { status }
+            S3Error::Throttled { status, .. }
             | S3Error::Server { status, .. }
             | S3Error::Client { status, .. }
             | S3Error::HeadRefused { status, .. } => Some(*status),
             _ => None,
         }
+    }
+
+    /// The wait the server asked for, on a throttling answer.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            S3Error::Throttled { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// Attach the wait the server asked for (see [`super::codec::retry_after`])
+    /// to a throttling error; other errors are returned as they are.
+    pub fn with_retry_after(mut self, wait: Option<Duration>) -> S3Error {
+        if let S3Error::Throttled { retry_after, .. } = &mut self {
+            *retry_after = wait;
+        }
+        self
     }
 
     /// Map an HTTP status (and the S3 error code, when the response had a body)
@@ -90,7 +112,10 @@ impl S3Error {
             },
             (_, Some("SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded"))
             | (429, _)
-            | (503, _) => S3Error::Throttled { status },
+            | (503, _) => S3Error::Throttled {
+                status,
+                retry_after: None,
+            },
             (500..=599, _) => S3Error::Server { status, detail },
             _ => S3Error::Client { status, detail },
         }

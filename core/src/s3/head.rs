@@ -5,7 +5,7 @@
 //! May import: everything below it in `s3` (the client included).
 
 use super::client::{sdk_error, S3};
-use super::codec::{decode_metadata_value, encode_key, format_time, strip_quotes};
+use super::codec::{decode_metadata_value, encode_key, format_time, retry_after, strip_quotes};
 use super::error::S3Error;
 use super::signed::SignedClient;
 use super::types::{HeadInfo, HeadResult};
@@ -38,7 +38,8 @@ impl SignedClient {
         match resp.status() {
             StatusCode::OK => head_info(resp.headers()).map(Some),
             StatusCode::NOT_FOUND => Ok(None),
-            status => Err(head_error(status.as_u16(), bucket)),
+            status => Err(head_error(status.as_u16(), bucket)
+                .with_retry_after(retry_after(|name| resp.headers().get(name)?.to_str().ok()))),
         }
     }
 }
@@ -154,7 +155,11 @@ async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
             Some(404) => Ok(None),
             // The same errors as the fast path: a HEAD answer has no body,
             // so the status is all there is.
-            Some(status) if !(200..300).contains(&status) => Err(head_error(status, bucket)),
+            Some(status) if !(200..300).contains(&status) => {
+                let headers = e.raw_response().map(|r| r.headers());
+                let wait = retry_after(|name| headers?.get(name));
+                Err(head_error(status, bucket).with_retry_after(wait))
+            }
             _ => Err(sdk_error(e, bucket)),
         },
     }

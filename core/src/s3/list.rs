@@ -8,7 +8,7 @@
 //!
 //! May import: `signed` and the bottom of `s3` (types, codec, error).
 
-use super::codec::{format_time, strip_quotes, url_decode};
+use super::codec::{format_time, retry_after, strip_quotes, url_decode};
 use super::error::{error_chain, S3Error};
 use super::signed::SignedClient;
 use super::types::{ListPage, ListRequest, ListedObject};
@@ -69,14 +69,16 @@ impl SignedClient {
             .send("GET", bucket, "", &list_query(req, start_after))
             .await?;
         let status = resp.status();
-        let body = tokio::time::timeout(self.timeout(), resp.into_body().collect())
+        let (http::response::Parts { headers, .. }, body) = resp.into_parts();
+        let body = tokio::time::timeout(self.timeout(), body.collect())
             .await
             .map_err(|_| S3Error::Timeout(self.timeout()))?
             .map_err(|e| S3Error::Connection(error_chain(&e)))?
             .to_bytes();
         let xml = String::from_utf8_lossy(&body);
         if status != StatusCode::OK {
-            return Err(error_document(status, &xml, bucket));
+            let wait = retry_after(|name| headers.get(name)?.to_str().ok());
+            return Err(error_document(status, &xml, bucket).with_retry_after(wait));
         }
         parse_list(&xml)
     }
@@ -86,7 +88,10 @@ impl SignedClient {
 fn error_document(status: StatusCode, xml: &str, bucket: &str) -> S3Error {
     let code = element(xml, "Code").map(unescape);
     let mut mapped = S3Error::from_status(status.as_u16(), code.as_deref(), bucket);
-    if let S3Error::Client { detail, .. } | S3Error::Server { detail, .. } = &mut mapped {
+    if let S3Error::Client { detail, .. }
+    | S3Error::Server { detail, .. }
+    | S3Error::ExpiredToken { detail } = &mut mapped
+    {
         if code.is_none() {
             // Not an S3 error document.
             *detail = format!("HTTP {status}: {}", xml.chars().take(300).collect::<String>());
@@ -335,7 +340,12 @@ mod tests {
             matches!(e, S3Error::ExpiredToken { .. }) && e.affects_every_request(),
             "{e}"
         );
-        assert!(e.to_string().starts_with("the session token expired"), "{e}");
+        assert!(
+            e.to_string().starts_with(
+                "the session token expired (HTTP 400 ExpiredToken: The provided token has expired.)"
+            ),
+            "{e}"
+        );
         let e = error_document(StatusCode::BAD_GATEWAY, "<html>oops</html>", "b");
         assert!(e.is_retryable() && e.to_string().contains("oops"), "{e}");
     }
