@@ -147,6 +147,14 @@ pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
         spec.output_bucket,
         spec.manifest_key()
     );
+    let unreadable = manifest.counts.get("errors").copied().unwrap_or(0);
+    if unreadable > 0 {
+        // Not a failed merge: the result is complete, with those objects as
+        // `error` records (the operator's merge Job must succeed).
+        eprintln!(
+            "warning: {unreadable} objects could not be read; their records have status \"error\" with the reason"
+        );
+    }
     if manifest.shards_dead > 0 {
         let first = &manifest.dead[0];
         bail!(

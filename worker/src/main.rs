@@ -6,7 +6,7 @@ mod progress;
 use anyhow::Context;
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
-use bucketscan_core::s3::{Endpoint, S3};
+use bucketscan_core::s3::{resolve_region, Endpoint, S3};
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
 use bucketscan_core::scan::output::{Destination, OutputOptions};
 use bucketscan_core::scan::single::{plan_bucket, scan_shards, ScanOptions};
@@ -58,8 +58,11 @@ struct EndpointArgs {
     /// S3 endpoint URL, e.g. http://10.0.0.5:9000; default: AWS S3 in --region.
     #[arg(long, env = "AWS_ENDPOINT_URL")]
     endpoint: Option<String>,
-    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
-    region: String,
+    /// Region to sign for; default: AWS_REGION, AWS_DEFAULT_REGION, the
+    /// profile's region (AWS_PROFILE), instance metadata, else us-east-1 (as
+    /// the AWS SDKs resolve it).
+    #[arg(long)]
+    region: Option<String>,
     /// Path-style addressing (endpoint/bucket/key), needed by most non-AWS stores.
     #[arg(long)]
     path_style: bool,
@@ -212,13 +215,14 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Scan(args) => scan(args).await,
-            Command::Plan(args) => distributed::plan(args).await,
-            Command::Run(args) => distributed::run(args).await,
-            Command::Merge(args) => distributed::merge(args).await,
+            Command::Plan(args) => distributed::plan(args).await.map(|()| Finished::Clean),
+            Command::Run(args) => distributed::run(args).await.map(|()| Finished::Clean),
+            Command::Merge(args) => distributed::merge(args).await.map(|()| Finished::Clean),
         }
     });
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(Finished::Clean) => std::process::ExitCode::SUCCESS,
+        Ok(Finished::SomeObjectsUnreadable) => std::process::ExitCode::from(EXIT_SOME_OBJECTS_UNREADABLE),
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
@@ -226,11 +230,23 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// `scan`'s exit code when the result is complete but holds `error` records
+/// (objects that could not be read): 1 means no result at all, 2 is clap's
+/// for bad usage, so a script can tell the three apart.
+const EXIT_SOME_OBJECTS_UNREADABLE: u8 = 3;
+
+/// How a command that did not fail ended.
+enum Finished {
+    Clean,
+    /// The whole result was written, but some objects are `error` records.
+    SomeObjectsUnreadable,
+}
+
 impl EndpointArgs {
     async fn connect(&self, pool_size: usize) -> anyhow::Result<std::sync::Arc<S3>> {
-        Ok(S3::connect(Endpoint {
+        let mut endpoint = Endpoint {
             url: self.endpoint.clone(),
-            region: self.region.clone(),
+            region: String::new(),
             path_style: self.path_style,
             ca_pem: match &self.ca_file {
                 Some(path) => Some(
@@ -241,12 +257,13 @@ impl EndpointArgs {
             },
             insecure: self.insecure_skip_tls_verify,
             pool_size,
-        })
-        .await?)
+        };
+        endpoint.region = resolve_region(self.region.clone(), &endpoint).await?;
+        Ok(S3::connect(endpoint).await?)
     }
 }
 
-async fn scan(args: ScanArgs) -> anyhow::Result<()> {
+async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let started = Instant::now();
     let src = &args.source;
     let s3 = src.endpoint.connect(args.concurrency as usize).await?;
@@ -304,5 +321,12 @@ async fn scan(args: ScanArgs) -> anyhow::Result<()> {
         summary.output.bytes,
         args.output,
     );
-    Ok(())
+    if c.errors > 0 {
+        eprintln!(
+            "warning: {} objects could not be read; their records have status \"error\" with the reason (exit code {EXIT_SOME_OBJECTS_UNREADABLE})",
+            c.errors
+        );
+        return Ok(Finished::SomeObjectsUnreadable);
+    }
+    Ok(Finished::Clean)
 }

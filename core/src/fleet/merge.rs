@@ -12,6 +12,7 @@ use crate::fleet::queue::{Queue, QueueError, ShardRecord};
 use crate::fleet::spec::ScanSpec;
 use crate::s3::delete::delete_prefix;
 use crate::s3::error::S3Error;
+use crate::s3::head::sdk_size;
 use crate::s3::upload::{Upload, MIN_PART_SIZE};
 use crate::s3::S3;
 use crate::scan::output::content_type;
@@ -220,7 +221,9 @@ impl Composer {
         let head = s3
             .send_retried(bucket, || s3.sdk.head_object().bucket(bucket).key(source).send())
             .await?;
-        Ok(head.content_length().unwrap_or(0).max(0) as u64)
+        // A part's size decides what is read and copied: guessing 0 would
+        // silently leave the part out of the result.
+        sdk_size(head.content_length(), &format!("HEAD answer for part {source}"))
     }
 
     /// `len` bytes of `source` from `offset`.

@@ -5,7 +5,7 @@
 //! May import: everything below it in `s3` (types, codec, error, retry,
 //! transport, signed, list); nothing outside `s3`.
 
-use super::codec::{format_time, strip_quotes, url_decode, wire_start_after};
+use super::codec::{format_time, retry_after, strip_quotes, url_decode, wire_start_after};
 use super::error::S3Error;
 use super::retry::RetryPolicy;
 use super::signed::SignedClient;
@@ -150,7 +150,9 @@ impl S3 {
         for o in out.contents() {
             objects.push(ListedObject {
                 key: decode(o.key().unwrap_or_default())?,
-                size: o.size().unwrap_or(0).max(0) as u64,
+                size: o.size().filter(|n| *n >= 0).map(|n| n as u64).ok_or_else(|| {
+                    S3Error::BadAnswer(format!("LIST entry {:?} without a valid Size", o.key()))
+                })?,
                 etag: o.e_tag().map(strip_quotes),
                 last_modified: o.last_modified().map(format_time),
                 storage_class: o.storage_class().map(|s| s.as_str().to_string()),
@@ -246,6 +248,35 @@ impl S3 {
     }
 }
 
+/// The region to sign for: `flag` (`--region`) when given, else what the
+/// AWS SDKs would use (AWS_REGION, AWS_DEFAULT_REGION, the profile's region,
+/// instance metadata, asked over `endpoint`'s HTTP stack), else us-east-1.
+pub async fn resolve_region(flag: Option<String>, endpoint: &Endpoint) -> Result<String, S3Error> {
+    use aws_config::meta::region::RegionProviderChain;
+    if let Some(region) = flag.filter(|r| !r.is_empty()) {
+        return Ok(region);
+    }
+    let config = aws_config::provider_config::ProviderConfig::without_region()
+        .with_http_client(SdkHttpClient::new(endpoint)?);
+    let chain =
+        RegionProviderChain::first_try(aws_config::environment::EnvironmentVariableRegionProvider::new())
+            .or_else(
+                aws_config::profile::ProfileFileRegionProvider::builder()
+                    .configure(&config)
+                    .build(),
+            )
+            .or_else(
+                aws_config::imds::region::ImdsRegionProvider::builder()
+                    .configure(&config)
+                    .build(),
+            );
+    Ok(chain
+        .region()
+        .await
+        .map(|r| r.to_string())
+        .unwrap_or_else(|| "us-east-1".to_string()))
+}
+
 /// The HTTP client the SDK uses: the same stack as the fast HEAD path.
 fn sdk_http_client(
     endpoint: &Endpoint,
@@ -272,15 +303,21 @@ pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'st
         SdkError::ServiceError(se) => {
             let status = se.raw().status().as_u16();
             let code = se.err().code().map(str::to_string);
-            let mut mapped = S3Error::from_status(status, code.as_deref(), bucket);
+            let headers = se.raw().headers();
+            let mut mapped = S3Error::from_status(status, code.as_deref(), bucket)
+                .with_retry_after(retry_after(|name| headers.get(name)));
             if code.is_none() {
                 // No S3 error code: the body was not an S3 error document.
                 if let S3Error::Client { detail, .. } | S3Error::Server { detail, .. } = &mut mapped {
                     *detail = text.chars().take(300).collect();
                 }
             }
-            if let (S3Error::Client { detail, .. } | S3Error::Server { detail, .. }, Some(m)) =
-                (&mut mapped, se.err().message())
+            if let (
+                S3Error::Client { detail, .. }
+                | S3Error::Server { detail, .. }
+                | S3Error::ExpiredToken { detail },
+                Some(m),
+            ) = (&mut mapped, se.err().message())
             {
                 detail.push_str(": ");
                 detail.push_str(m);

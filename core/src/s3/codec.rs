@@ -19,6 +19,25 @@ pub(crate) const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
+/// How long a throttling answer asks the client to wait: AWS's
+/// `x-amz-retry-after` (milliseconds) first, then HTTP's `Retry-After`
+/// (seconds, or an HTTP date). `header` looks a header up by its lower-case
+/// name. Unreadable values are ignored (the backoff applies).
+pub fn retry_after<'a>(header: impl Fn(&str) -> Option<&'a str>) -> Option<std::time::Duration> {
+    use std::time::{Duration, SystemTime};
+    if let Some(ms) = header("x-amz-retry-after").and_then(|v| v.trim().parse::<u64>().ok()) {
+        return Some(Duration::from_millis(ms));
+    }
+    let value = header("retry-after")?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at =
+        aws_smithy_types::DateTime::from_str(value, aws_smithy_types::date_time::Format::HttpDate).ok()?;
+    let at = SystemTime::try_from(at).ok()?;
+    Some(at.duration_since(SystemTime::now()).unwrap_or_default())
+}
+
 /// A key as it goes in a URL path (and in `x-amz-copy-source`).
 pub fn encode_key(key: &str) -> String {
     utf8_percent_encode(key, KEY_ENCODE).to_string()
@@ -171,6 +190,39 @@ mod tests {
         let padded = format!("kk\u{FFFD}{}\u{FFFD}", "\u{10FFFF}".repeat(254));
         assert_eq!(wire, padded);
         assert_eq!(wire.len(), MAX_KEY_BYTES);
+    }
+
+    #[test]
+    fn retry_after_reads_aws_milliseconds_then_http_seconds_or_date() {
+        use std::time::Duration;
+        let read = |pairs: &[(&str, &str)]| {
+            let pairs = pairs.to_vec();
+            retry_after(move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v))
+        };
+        assert_eq!(
+            read(&[("x-amz-retry-after", "1500")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            read(&[("x-amz-retry-after", "250"), ("retry-after", "9")]),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(read(&[("retry-after", " 3 ")]), Some(Duration::from_secs(3)));
+        assert_eq!(
+            read(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]),
+            Some(Duration::ZERO)
+        );
+        let in_a_minute =
+            aws_smithy_types::DateTime::from(std::time::SystemTime::now() + Duration::from_secs(60))
+                .fmt(aws_smithy_types::date_time::Format::HttpDate)
+                .unwrap();
+        let wait = read(&[("retry-after", in_a_minute.as_str())]).unwrap();
+        assert!(
+            wait > Duration::from_secs(50) && wait <= Duration::from_secs(60),
+            "{wait:?}"
+        );
+        assert_eq!(read(&[("retry-after", "soon")]), None);
+        assert_eq!(read(&[]), None);
     }
 
     #[test]

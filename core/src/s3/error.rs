@@ -12,8 +12,13 @@ pub enum S3Error {
     AccessDenied { bucket: String, detail: String },
     #[error("bucket {bucket:?} does not exist at this endpoint")]
     NoSuchBucket { bucket: String },
+    /// `retry_after`: how long the server asked us to wait (`Retry-After`,
+    /// `x-amz-retry-after`), honoured by the retry policy within its cap.
     #[error("S3 is throttling (HTTP {status}); retrying with backoff")]
-    Throttled { status: u16 },
+    Throttled {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
     #[error("S3 server error HTTP {status}: {detail}")]
     Server { status: u16, detail: String },
     #[error("S3 answered HTTP {status}: {detail}")]
@@ -24,6 +29,18 @@ pub enum S3Error {
     Connection(String),
     #[error("could not load credentials: {0}")]
     Credentials(String),
+    /// The server says the session token expired (`ExpiredToken`, or the
+    /// credentials' own expiry passed and no new ones could be loaded).
+    #[error("the session token expired ({detail}); renew the credentials (a new AWS_SESSION_TOKEN, or a profile or web identity that refreshes them) and run again")]
+    ExpiredToken { detail: String },
+    /// A HEAD refused for this one object. HEAD answers carry no body, so the
+    /// status is all the server says; `cause` is what that status usually means.
+    #[error("HTTP {status} on HEAD (no body: {cause})")]
+    HeadRefused { status: u16, cause: &'static str },
+    /// An answer that breaks the protocol (e.g. no valid Content-Length):
+    /// used instead of guessing a value.
+    #[error("invalid answer from S3: {0}")]
+    BadAnswer(String),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("{0}")]
@@ -40,6 +57,44 @@ impl S3Error {
         )
     }
 
+    /// Errors that are about the client, not one object or one listing:
+    /// every other request would fail the same way, so they stop the scan
+    /// instead of becoming a record per object.
+    pub fn affects_every_request(&self) -> bool {
+        matches!(
+            self,
+            S3Error::Credentials(_) | S3Error::ExpiredToken { .. } | S3Error::Config(_)
+        )
+    }
+
+    /// The HTTP status the server answered with, when there was one.
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            S3Error::Throttled { status, .. }
+            | S3Error::Server { status, .. }
+            | S3Error::Client { status, .. }
+            | S3Error::HeadRefused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The wait the server asked for, on a throttling answer.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            S3Error::Throttled { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// Attach the wait the server asked for (see [`super::codec::retry_after`])
+    /// to a throttling error; other errors are returned as they are.
+    pub fn with_retry_after(mut self, wait: Option<Duration>) -> S3Error {
+        if let S3Error::Throttled { retry_after, .. } = &mut self {
+            *retry_after = wait;
+        }
+        self
+    }
+
     /// Map an HTTP status (and the S3 error code, when the response had a body)
     /// to an error, for responses that are not a success.
     pub fn from_status(status: u16, code: Option<&str>, bucket: &str) -> S3Error {
@@ -48,13 +103,19 @@ impl S3Error {
             (_, Some("NoSuchBucket")) => S3Error::NoSuchBucket {
                 bucket: bucket.to_string(),
             },
+            (_, Some(code @ ("ExpiredToken" | "TokenRefreshRequired"))) => S3Error::ExpiredToken {
+                detail: format!("HTTP {status} {code}"),
+            },
             (403, _) | (401, _) => S3Error::AccessDenied {
                 bucket: bucket.to_string(),
                 detail,
             },
             (_, Some("SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded"))
             | (429, _)
-            | (503, _) => S3Error::Throttled { status },
+            | (503, _) => S3Error::Throttled {
+                status,
+                retry_after: None,
+            },
             (500..=599, _) => S3Error::Server { status, detail },
             _ => S3Error::Client { status, detail },
         }

@@ -5,7 +5,7 @@
 //! May import: everything below it in `s3` (the client included).
 
 use super::client::{sdk_error, S3};
-use super::codec::{decode_metadata_value, encode_key, format_time, strip_quotes};
+use super::codec::{decode_metadata_value, encode_key, format_time, retry_after, strip_quotes};
 use super::error::S3Error;
 use super::signed::SignedClient;
 use super::types::{HeadInfo, HeadResult};
@@ -36,15 +36,34 @@ impl SignedClient {
     pub async fn head(&self, bucket: &str, key: &str) -> HeadResult {
         let resp = self.send("HEAD", bucket, &encode_key(key), "").await?;
         match resp.status() {
-            StatusCode::OK => Ok(Some(head_info(resp.headers()))),
+            StatusCode::OK => head_info(resp.headers()).map(Some),
             StatusCode::NOT_FOUND => Ok(None),
-            status => Err(S3Error::from_status(status.as_u16(), None, bucket)),
+            status => Err(head_error(status.as_u16(), bucket)
+                .with_retry_after(retry_after(|name| resp.headers().get(name)?.to_str().ok()))),
         }
     }
 }
 
-/// Read the object's attributes from HEAD response headers.
-pub fn head_info(headers: &HeaderMap) -> HeadInfo {
+/// A HEAD that failed with `status` (not 404). Throttling and server errors
+/// stay retryable; a refusal of this one object becomes
+/// [`S3Error::HeadRefused`] with what the status usually means, since a HEAD
+/// answer has no body to say more.
+pub fn head_error(status: u16, bucket: &str) -> S3Error {
+    let cause = match status {
+        400 => "an SSE-C object needs its customer key, or the server refused the request",
+        401 | 403 => "the object's ACL or a policy may deny it",
+        405 => "the server does not allow HEAD on this object",
+        501 => "the server does not implement HEAD for this object",
+        408 | 429 => return S3Error::from_status(status, None, bucket),
+        402..=499 => "the server refused the request for this object",
+        _ => return S3Error::from_status(status, None, bucket),
+    };
+    S3Error::HeadRefused { status, cause }
+}
+
+/// Read the object's attributes from HEAD response headers. An answer
+/// without a valid Content-Length is an error, never a size of 0.
+pub fn head_info(headers: &HeaderMap) -> Result<HeadInfo, S3Error> {
     let text = |name: &str| {
         headers
             .get(name)
@@ -57,8 +76,8 @@ pub fn head_info(headers: &HeaderMap) -> HeadInfo {
             Some((meta.to_string(), decode_metadata_value(value.as_bytes())))
         })
         .collect();
-    HeadInfo {
-        size: text("content-length").and_then(|v| v.parse().ok()).unwrap_or(0),
+    Ok(HeadInfo {
+        size: content_length(text("content-length").as_deref())?,
         etag: text("etag").map(|e| strip_quotes(&e)),
         last_modified: text("last-modified").and_then(|v| {
             aws_smithy_types::DateTime::from_str(&v, aws_smithy_types::date_time::Format::HttpDate)
@@ -68,6 +87,27 @@ pub fn head_info(headers: &HeaderMap) -> HeadInfo {
         storage_class: text("x-amz-storage-class"),
         content_type: text("content-type"),
         metadata,
+    })
+}
+
+/// The object's size from a Content-Length header value.
+fn content_length(value: Option<&str>) -> Result<u64, S3Error> {
+    let value = value.ok_or_else(|| S3Error::BadAnswer("HEAD answer without Content-Length".into()))?;
+    value
+        .trim()
+        .parse()
+        .map_err(|_| S3Error::BadAnswer(format!("HEAD answer with Content-Length {value:?}, not a size")))
+}
+
+/// A size the SDK read (`None` when the header was missing), or an error
+/// saying which answer lacked it.
+pub fn sdk_size(length: Option<i64>, what: &str) -> Result<u64, S3Error> {
+    match length {
+        Some(n) if n >= 0 => Ok(n as u64),
+        Some(n) => Err(S3Error::BadAnswer(format!(
+            "{what}: Content-Length {n}, not a size"
+        ))),
+        None => Err(S3Error::BadAnswer(format!("{what} without Content-Length"))),
     }
 }
 
@@ -98,7 +138,7 @@ impl HeadClient {
 async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
     match s3.sdk.head_object().bucket(bucket).key(key).send().await {
         Ok(out) => Ok(Some(HeadInfo {
-            size: out.content_length().unwrap_or(0).max(0) as u64,
+            size: sdk_size(out.content_length(), "HEAD answer")?,
             etag: out.e_tag().map(strip_quotes),
             last_modified: out.last_modified().map(format_time),
             storage_class: out.storage_class().map(|s| s.as_str().to_string()),
@@ -110,12 +150,74 @@ async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
                 .map(|(k, v)| (k.to_ascii_lowercase(), decode_metadata_value(v.as_bytes())))
                 .collect(),
         })),
-        Err(e) => {
+        Err(e) => match e.raw_response().map(|r| r.status().as_u16()) {
             // A 404 (modelled as NotFound or not) means the object is gone.
-            if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) {
-                return Ok(None);
+            Some(404) => Ok(None),
+            // The same errors as the fast path: a HEAD answer has no body,
+            // so the status is all there is.
+            Some(status) if !(200..300).contains(&status) => {
+                let headers = e.raw_response().map(|r| r.headers());
+                let wait = retry_after(|name| headers?.get(name));
+                Err(head_error(status, bucket).with_retry_after(wait))
             }
-            Err(sdk_error(e, bucket))
+            _ => Err(sdk_error(e, bucket)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(name, value)| (http::HeaderName::from_static(name), value.parse().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_head_answer_without_a_valid_content_length_is_an_error_not_zero() {
+        let with = |length: Option<&str>| {
+            let mut pairs = vec![("etag", "\"e\""), ("x-amz-meta-a", "b")];
+            pairs.extend(length.map(|l| ("content-length", l)));
+            head_info(&headers(&pairs))
+        };
+        assert_eq!(with(Some("17")).unwrap().size, 17);
+        assert_eq!(with(Some("0")).unwrap().size, 0);
+        for bad in [None, Some(""), Some("-1"), Some("12 bytes")] {
+            let e = with(bad).unwrap_err();
+            assert!(
+                matches!(e, S3Error::BadAnswer(_)) && !e.is_retryable(),
+                "{bad:?}: {e}"
+            );
+            assert!(e.to_string().contains("Content-Length"), "{e}");
+        }
+        assert!(sdk_size(None, "HEAD answer").is_err());
+        assert!(sdk_size(Some(-3), "HEAD answer").is_err());
+        assert_eq!(sdk_size(Some(5), "HEAD answer").unwrap(), 5);
+    }
+
+    #[test]
+    fn refusals_of_one_object_are_final_and_say_why() {
+        for (status, cause) in [
+            (403, "the object's ACL or a policy may deny it"),
+            (400, "an SSE-C object needs its customer key"),
+            (405, "does not allow HEAD"),
+            (501, "does not implement HEAD"),
+        ] {
+            let e = head_error(status, "b");
+            assert!(!e.is_retryable() && !e.affects_every_request(), "{status}");
+            assert_eq!(e.http_status(), Some(status));
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("HTTP {status} on HEAD (no body: ")),
+                "{text}"
+            );
+            assert!(text.contains(cause), "{text}");
+        }
+        for status in [429, 500, 502, 503] {
+            assert!(head_error(status, "b").is_retryable(), "{status}");
         }
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! May import: `signed` and the bottom of `s3` (types, codec, error).
 
-use super::codec::{format_time, strip_quotes, url_decode};
+use super::codec::{format_time, retry_after, strip_quotes, url_decode};
 use super::error::{error_chain, S3Error};
 use super::signed::SignedClient;
 use super::types::{ListPage, ListRequest, ListedObject};
@@ -69,18 +69,19 @@ impl SignedClient {
             .send("GET", bucket, "", &list_query(req, start_after))
             .await?;
         let status = resp.status();
-        let content_type = resp
-            .headers()
+        let (http::response::Parts { headers, .. }, body) = resp.into_parts();
+        let content_type = headers
             .get(http::header::CONTENT_TYPE)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let body = tokio::time::timeout(self.timeout(), resp.into_body().collect())
+        let body = tokio::time::timeout(self.timeout(), body.collect())
             .await
             .map_err(|_| S3Error::Timeout(self.timeout()))?
             .map_err(|e| S3Error::Connection(error_chain(&e)))?
             .to_bytes();
         let xml = String::from_utf8_lossy(&body);
         if status != StatusCode::OK {
-            return Err(error_document(status, &xml, bucket));
+            let wait = retry_after(|name| headers.get(name)?.to_str().ok());
+            return Err(error_document(status, &xml, bucket).with_retry_after(wait));
         }
         if !xml.contains("<ListBucketResult") {
             return Err(not_s3(content_type.as_deref(), &xml));
@@ -104,7 +105,10 @@ fn not_s3(content_type: Option<&str>, body: &str) -> S3Error {
 fn error_document(status: StatusCode, xml: &str, bucket: &str) -> S3Error {
     let code = element(xml, "Code").map(unescape);
     let mut mapped = S3Error::from_status(status.as_u16(), code.as_deref(), bucket);
-    if let S3Error::Client { detail, .. } | S3Error::Server { detail, .. } = &mut mapped {
+    if let S3Error::Client { detail, .. }
+    | S3Error::Server { detail, .. }
+    | S3Error::ExpiredToken { detail } = &mut mapped
+    {
         if code.is_none() {
             // Not an S3 error document.
             *detail = format!("HTTP {status}: {}", xml.chars().take(300).collect::<String>());
@@ -114,6 +118,12 @@ fn error_document(status: StatusCode, xml: &str, bucket: &str) -> S3Error {
         }
     }
     mapped
+}
+
+/// An entry's `Size`: missing or not a number is an error, never 0.
+fn listed_size(size: Option<&str>, key: &str) -> Result<u64, S3Error> {
+    size.and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| S3Error::BadAnswer(format!("LIST entry {key:?} without a valid Size (got {size:?})")))
 }
 
 /// Read a ListBucketResult: keys, sizes, ETags, times and storage classes of
@@ -140,12 +150,10 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
     let mut last_time: Option<(&str, Option<String>)> = None;
     for block in blocks(xml, "Contents") {
         let key = element(block, "Key").ok_or_else(|| S3Error::Other("LIST entry without a Key".into()))?;
+        let key = decode(key)?;
         objects.push(ListedObject {
-            key: decode(key)?,
-            size: element(block, "Size")
-                .and_then(|s| s.trim().parse::<i64>().ok())
-                .unwrap_or(0)
-                .max(0) as u64,
+            size: listed_size(element(block, "Size"), &key)?,
+            key,
             etag: element(block, "ETag").map(|e| strip_quotes(&unescape(e))),
             last_modified: element(block, "LastModified").and_then(|raw| match &last_time {
                 Some((seen, formatted)) if *seen == raw => formatted.clone(),
@@ -319,6 +327,20 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_without_a_valid_size_is_an_error_not_zero() {
+        for size in ["", "<Size></Size>", "<Size>12x</Size>", "<Size>-1</Size>"] {
+            let xml = format!(
+                "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>k</Key>{size}</Contents></ListBucketResult>"
+            );
+            let e = parse_list(&xml).unwrap_err();
+            assert!(
+                e.to_string().contains("LIST entry \"k\" without a valid Size"),
+                "{size}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn error_documents_keep_their_code_and_message() {
         let xml = "<Error><Code>NoSuchBucket</Code><Message>gone</Message></Error>";
         assert!(matches!(
@@ -328,6 +350,19 @@ mod tests {
         let xml = "<Error><Code>InvalidArgument</Code><Message>bad &amp; wrong</Message></Error>";
         let e = error_document(StatusCode::BAD_REQUEST, xml, "b");
         assert!(e.to_string().contains("InvalidArgument: bad & wrong"), "{e}");
+        let xml =
+            "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>";
+        let e = error_document(StatusCode::BAD_REQUEST, xml, "b");
+        assert!(
+            matches!(e, S3Error::ExpiredToken { .. }) && e.affects_every_request(),
+            "{e}"
+        );
+        assert!(
+            e.to_string().starts_with(
+                "the session token expired (HTTP 400 ExpiredToken: The provided token has expired.)"
+            ),
+            "{e}"
+        );
         let e = error_document(StatusCode::BAD_GATEWAY, "<html>oops</html>", "b");
         assert!(e.is_retryable() && e.to_string().contains("oops"), "{e}");
     }

@@ -25,7 +25,7 @@ pub mod transport;
 pub mod types;
 pub mod upload;
 
-pub use client::S3;
+pub use client::{resolve_region, S3};
 pub use error::S3Error;
 pub use head::{HeadClient, HeadClientKind};
 pub use pages::{BucketLister, Lister, Pages};

@@ -42,6 +42,17 @@ impl RetryPolicy {
         Duration::from_nanos(rand::rng().random_range(0..nanos))
     }
 
+    /// The sleep after `error` before retry number `retry`: the jittered
+    /// backoff, but at least what the server asked for (`Retry-After`),
+    /// which is honoured up to the cap.
+    pub fn wait_before_retry(&self, error: &S3Error, retry: u32) -> Duration {
+        let backoff = self.backoff(retry);
+        match error.retry_after() {
+            Some(asked) => backoff.max(asked.min(self.cap)),
+            None => backoff,
+        }
+    }
+
     /// Run `op` until it succeeds, fails with a final error, or runs out of
     /// attempts. Every retry is counted in `retries`.
     pub async fn run<T, F, Fut>(&self, retries: &AtomicU64, mut op: F) -> Result<T, S3Error>
@@ -54,7 +65,7 @@ impl RetryPolicy {
             match op().await {
                 Err(e) if e.is_retryable() && attempt + 1 < self.max_attempts => {
                     retries.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(self.backoff(attempt)).await;
+                    tokio::time::sleep(self.wait_before_retry(&e, attempt)).await;
                     attempt += 1;
                 }
                 other => return other,
@@ -86,6 +97,51 @@ mod tests {
         assert!(samples.iter().any(|d| *d > Duration::from_millis(70)));
     }
 
+    #[test]
+    fn the_wait_the_server_asks_for_is_honoured_within_the_cap() {
+        let p = RetryPolicy::default();
+        let throttled = |wait| S3Error::from_status(503, Some("SlowDown"), "b").with_retry_after(wait);
+        for _ in 0..50 {
+            let wait = p.wait_before_retry(&throttled(Some(Duration::from_secs(3))), 0);
+            assert!(wait >= Duration::from_secs(3), "{wait:?}");
+            assert!(wait <= p.cap, "{wait:?}");
+            let wait = p.wait_before_retry(&throttled(Some(Duration::from_secs(3600))), 0);
+            assert_eq!(wait, p.cap, "capped");
+            // Without a header: the backoff of the first retry (under 25 ms).
+            assert!(p.wait_before_retry(&throttled(None), 0) < p.base);
+        }
+        let server = S3Error::from_status(500, None, "b").with_retry_after(Some(Duration::from_secs(5)));
+        assert_eq!(server.retry_after(), None, "only throttling answers carry a wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_retry_loop_sleeps_what_the_server_asked_for() {
+        let p = RetryPolicy::default();
+        let retries = AtomicU64::new(0);
+        let mut calls = 0;
+        let started = tokio::time::Instant::now();
+        let r: Result<u32, _> = p
+            .run(&retries, || {
+                calls += 1;
+                let first = calls == 1;
+                async move {
+                    if first {
+                        Err(S3Error::from_status(429, None, "b")
+                            .with_retry_after(Some(Duration::from_secs(4))))
+                    } else {
+                        Ok(7)
+                    }
+                }
+            })
+            .await;
+        assert_eq!(r.unwrap(), 7);
+        assert!(
+            started.elapsed() >= Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn retries_transient_then_gives_up_on_final() {
         let p = RetryPolicy::default();
@@ -97,7 +153,10 @@ mod tests {
                 let n = calls;
                 async move {
                     if n < 3 {
-                        Err(S3Error::Throttled { status: 503 })
+                        Err(S3Error::Throttled {
+                            status: 503,
+                            retry_after: None,
+                        })
                     } else {
                         Ok(n)
                     }

@@ -30,11 +30,12 @@ pub(crate) fn amz_date(t: SystemTime) -> String {
     )
 }
 
-/// Credentials and the signing key derived from them for one day.
+/// Credentials and the signing key derived from them for one day and region.
 pub(crate) struct SigningState {
     pub(crate) credentials: Credentials,
     /// `YYYYMMDD` the key was derived for.
     day: String,
+    region: String,
     signing_key: Vec<u8>,
     /// `AKID/YYYYMMDD/region/s3/aws4_request`
     credential_scope: String,
@@ -93,53 +94,121 @@ impl SigningState {
     }
 }
 
+/// Credentials are refreshed this long before they expire.
+const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(60);
+/// After a failed refresh, the next attempt waits this long (the current
+/// credentials are used meanwhile, as long as they are valid).
+const REFRESH_RETRY_AFTER: Duration = Duration::from_secs(10);
+
 /// Hands out the current signing state, refreshing credentials before they
-/// expire and the signing key when the UTC day changes.
+/// expire and the signing key when the UTC day or the region changes.
 pub(crate) struct Signer {
     provider: SharedCredentialsProvider,
     current: RwLock<Option<Arc<SigningState>>>,
     refresh: tokio::sync::Mutex<()>,
-    region: String,
+    /// Set after a failed refresh: no new attempt before this time.
+    refresh_not_before: RwLock<Option<SystemTime>>,
 }
 
 impl Signer {
-    pub(crate) fn new(provider: SharedCredentialsProvider, region: String) -> Signer {
+    pub(crate) fn new(provider: SharedCredentialsProvider) -> Signer {
         Signer {
             provider,
             current: RwLock::new(None),
             refresh: tokio::sync::Mutex::new(()),
-            region,
+            refresh_not_before: RwLock::new(None),
         }
     }
 
-    /// `day` is the `YYYYMMDD` of `now`, which the caller has formatted already.
-    pub(crate) async fn state(&self, now: SystemTime, day: &str) -> Result<Arc<SigningState>, S3Error> {
-        if let Some(s) = self.usable(now, day) {
+    /// The state to sign for `region` at `now`; `day` is the `YYYYMMDD` of
+    /// `now`, which the caller has formatted already.
+    pub(crate) async fn state(
+        &self,
+        now: SystemTime,
+        day: &str,
+        region: &str,
+    ) -> Result<Arc<SigningState>, S3Error> {
+        if let Some(s) = self.usable(now, day, region) {
             return Ok(s);
         }
         // One task refreshes; the others wait and then reuse its result.
         let _guard = self.refresh.lock().await;
-        if let Some(s) = self.usable(now, day) {
+        if let Some(s) = self.usable(now, day, region) {
             return Ok(s);
         }
-        let credentials = self
-            .provider
-            .provide_credentials()
-            .await
-            .map_err(|e| S3Error::Credentials(aws_sdk_s3::error::DisplayErrorContext(&e).to_string()))?;
-        let state = Arc::new(derive_state(credentials, now, &self.region));
+        let current = self.current.read().expect("lock").clone();
+        let credentials = match current {
+            Some(s) if self.may_keep(&s.credentials, now) => s.credentials.clone(),
+            current => self.refreshed(current, now).await?,
+        };
+        let state = Arc::new(derive_state(credentials, now, region));
         *self.current.write().expect("lock") = Some(state.clone());
         Ok(state)
     }
 
-    fn usable(&self, now: SystemTime, day: &str) -> Option<Arc<SigningState>> {
+    /// Fresh credentials from the provider. When the provider fails while
+    /// the current credentials are still valid, those are kept and the
+    /// refresh is tried again later: a passing outage of the credentials
+    /// source must not fail requests that can still be signed.
+    async fn refreshed(
+        &self,
+        current: Option<Arc<SigningState>>,
+        now: SystemTime,
+    ) -> Result<Credentials, S3Error> {
+        let failure = match self.provider.provide_credentials().await {
+            Ok(credentials) => {
+                *self.refresh_not_before.write().expect("lock") = None;
+                return Ok(credentials);
+            }
+            Err(e) => aws_sdk_s3::error::DisplayErrorContext(&e).to_string(),
+        };
+        let Some(current) = current else {
+            return Err(S3Error::Credentials(failure));
+        };
+        match current.credentials.expiry() {
+            Some(expiry) if expiry > now => {
+                tracing::warn!(
+                    error = %failure,
+                    expires_in_secs = expiry.duration_since(now).unwrap_or_default().as_secs(),
+                    "refreshing the credentials failed; using the current ones, which are still valid, and retrying later"
+                );
+                *self.refresh_not_before.write().expect("lock") = Some(now + REFRESH_RETRY_AFTER);
+                Ok(current.credentials.clone())
+            }
+            Some(expiry) => Err(S3Error::ExpiredToken {
+                detail: format!(
+                    "the credentials expired at {} and refreshing them failed: {failure}",
+                    time::OffsetDateTime::from(expiry)
+                        .format(&time::format_description::well_known::Rfc3339)
+                        .unwrap_or_default()
+                ),
+            }),
+            None => Err(S3Error::Credentials(failure)),
+        }
+    }
+
+    /// May `credentials` still sign at `now` without asking the provider?
+    /// Yes while they are more than a minute from expiry, and after a failed
+    /// refresh until they expire or the retry is due.
+    fn may_keep(&self, credentials: &Credentials, now: SystemTime) -> bool {
+        let Some(expiry) = credentials.expiry() else {
+            return true;
+        };
+        if expiry > now + REFRESH_BEFORE_EXPIRY {
+            return true;
+        }
+        let retry_due = self
+            .refresh_not_before
+            .read()
+            .expect("lock")
+            .is_none_or(|at| now >= at);
+        expiry > now && !retry_due
+    }
+
+    fn usable(&self, now: SystemTime, day: &str, region: &str) -> Option<Arc<SigningState>> {
         let current = self.current.read().expect("lock");
         let s = current.as_ref()?;
-        let fresh = s
-            .credentials
-            .expiry()
-            .is_none_or(|exp| exp > now + Duration::from_secs(60));
-        (fresh && s.day == day).then(|| s.clone())
+        (s.day == day && s.region == region && self.may_keep(&s.credentials, now)).then(|| s.clone())
     }
 }
 
@@ -154,6 +223,7 @@ fn derive_state(credentials: Credentials, now: SystemTime, region: &str) -> Sign
         credential_scope: format!("{}/{scope}", credentials.access_key_id()),
         credentials,
         day,
+        region: region.to_string(),
         signing_key,
         scope,
     }
@@ -253,6 +323,126 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A credentials source that answers from a script: a test double,
+    /// since the real sources (STS, IMDS, SSO) cannot run here.
+    #[derive(Debug)]
+    struct Scripted {
+        answers: std::sync::Mutex<std::collections::VecDeque<Result<Credentials, String>>>,
+        calls: Arc<std::sync::atomic::AtomicU32>,
+    }
+
+    impl ProvideCredentials for Scripted {
+        fn provide_credentials<'a>(&'a self) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = self
+                .answers
+                .lock()
+                .unwrap()
+                .pop_front()
+                .expect("no more scripted answers");
+            aws_credential_types::provider::future::ProvideCredentials::ready(
+                answer.map_err(aws_credential_types::provider::error::CredentialsError::provider_error),
+            )
+        }
+    }
+
+    fn scripted(answers: Vec<Result<Credentials, String>>) -> (Signer, Arc<std::sync::atomic::AtomicU32>) {
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let provider = Scripted {
+            answers: std::sync::Mutex::new(answers.into()),
+            calls: calls.clone(),
+        };
+        (Signer::new(SharedCredentialsProvider::new(provider)), calls)
+    }
+
+    fn session(key: &str, expiry: SystemTime) -> Credentials {
+        Credentials::new(
+            key,
+            "s3cr3t-value",
+            Some("t0ken-value".into()),
+            Some(expiry),
+            "test",
+        )
+    }
+
+    #[tokio::test]
+    async fn a_failed_refresh_keeps_valid_credentials_and_retries_later() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let (signer, provider) = scripted(vec![
+            Ok(session("FIRST", at(100))),
+            Err("the credentials endpoint is down".into()),
+            Ok(session("SECOND", at(1000))),
+        ]);
+        let calls = || provider.load(std::sync::atomic::Ordering::SeqCst);
+        let key_at = |secs: u64| {
+            let signer = &signer;
+            async move {
+                let now = at(secs);
+                let day = amz_date(now)[..8].to_string();
+                signer
+                    .state(now, &day, "r")
+                    .await
+                    .map(|s| s.credentials.access_key_id().to_string())
+            }
+        };
+        assert_eq!(key_at(0).await.unwrap(), "FIRST");
+        assert_eq!(key_at(30).await.unwrap(), "FIRST");
+        assert_eq!(calls(), 1, "far from expiry: no refresh");
+        // Within a minute of expiry the refresh fails: the current ones stay.
+        assert_eq!(key_at(50).await.unwrap(), "FIRST");
+        assert_eq!(calls(), 2);
+        assert_eq!(key_at(55).await.unwrap(), "FIRST");
+        assert_eq!(calls(), 2, "no new attempt before the retry is due");
+        assert_eq!(key_at(61).await.unwrap(), "SECOND");
+        assert_eq!(calls(), 3);
+    }
+
+    #[tokio::test]
+    async fn expired_credentials_that_cannot_be_refreshed_say_so() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let (signer, _) = scripted(vec![
+            Ok(session("FIRST", t0 + Duration::from_secs(100))),
+            Err("the credentials endpoint is down".into()),
+        ]);
+        let day = amz_date(t0)[..8].to_string();
+        signer.state(t0, &day, "r").await.unwrap();
+        let later = t0 + Duration::from_secs(150);
+        let e = signer.state(later, &day, "r").await.err().unwrap();
+        assert!(
+            matches!(e, S3Error::ExpiredToken { .. }) && e.affects_every_request(),
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("the session token expired (the credentials expired at "),
+            "{text}"
+        );
+        assert!(text.contains("the credentials endpoint is down"), "{text}");
+        assert!(
+            !text.contains("s3cr3t-value") && !text.contains("t0ken-value"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_day_or_region_derives_a_new_key_without_asking_the_provider() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let (signer, provider) = scripted(vec![Ok(Credentials::new("AKID", "SECRET", None, None, "t"))]);
+        let day0 = amz_date(t0)[..8].to_string();
+        let a = signer.state(t0, &day0, "us-east-1").await.unwrap();
+        let b = signer.state(t0, &day0, "eu-west-1").await.unwrap();
+        assert_ne!(a.signing_key, b.signing_key);
+        assert!(b.scope.contains("/eu-west-1/"), "{}", b.scope);
+        let t1 = t0 + Duration::from_secs(86_400);
+        let c = signer.state(t1, &amz_date(t1)[..8], "eu-west-1").await.unwrap();
+        assert_ne!(b.day, c.day);
+        assert_eq!(provider.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

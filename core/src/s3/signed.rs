@@ -27,6 +27,7 @@ pub struct SignedClient {
     authority: String,
     path_style: bool,
     signer: Signer,
+    region: String,
     timeout: Duration,
 }
 
@@ -47,7 +48,8 @@ impl SignedClient {
             scheme,
             authority,
             path_style: endpoint.path_style,
-            signer: Signer::new(credentials, endpoint.region.clone()),
+            signer: Signer::new(credentials),
+            region: endpoint.region.clone(),
             timeout: Duration::from_secs(30),
         })
     }
@@ -61,14 +63,10 @@ impl SignedClient {
         encoded_key: &str,
         query: &str,
     ) -> Result<http::Response<hyper::body::Incoming>, S3Error> {
-        let (host, path) = match (self.path_style, encoded_key.is_empty()) {
-            (true, true) => (self.authority.clone(), format!("/{bucket}")),
-            (true, false) => (self.authority.clone(), format!("/{bucket}/{encoded_key}")),
-            (false, _) => (format!("{bucket}.{}", self.authority), format!("/{encoded_key}")),
-        };
+        let (host, path) = self.address(bucket, encoded_key);
         let now = SystemTime::now();
         let amz_date = amz_date(now);
-        let state = self.signer.state(now, &amz_date[..8]).await?;
+        let state = self.signer.state(now, &amz_date[..8], &self.region).await?;
         let authorization = state.authorization(method, &host, &path, query, &amz_date);
         let sep = if query.is_empty() { "" } else { "?" };
         let mut req = Request::builder()
@@ -91,7 +89,58 @@ impl SignedClient {
             .map_err(|e| S3Error::Connection(format!("{}://{host}: {}", self.scheme, error_chain(&e))))
     }
 
+    /// Host and path of a request. Virtual-hosted style puts the bucket in
+    /// the host name; over HTTPS a bucket with dots would then not match the
+    /// certificate's `*.` wildcard, so such buckets go path style, as the AWS
+    /// SDKs address them.
+    fn address(&self, bucket: &str, encoded_key: &str) -> (String, String) {
+        let dotted_over_tls = bucket.contains('.') && self.scheme == "https";
+        match (self.path_style || dotted_over_tls, encoded_key.is_empty()) {
+            (true, true) => (self.authority.clone(), format!("/{bucket}")),
+            (true, false) => (self.authority.clone(), format!("/{bucket}/{encoded_key}")),
+            (false, _) => (format!("{bucket}.{}", self.authority), format!("/{encoded_key}")),
+        }
+    }
+
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(url: &str, path_style: bool) -> SignedClient {
+        let endpoint = Endpoint {
+            url: Some(url.into()),
+            region: "us-east-1".into(),
+            path_style,
+            ca_pem: None,
+            insecure: false,
+            pool_size: 1,
+        };
+        let credentials = aws_credential_types::Credentials::new("A", "S", None, None, "test");
+        SignedClient::new(&endpoint, SharedCredentialsProvider::new(credentials)).unwrap()
+    }
+
+    #[test]
+    fn buckets_with_dots_over_https_are_addressed_path_style() {
+        let https = client("https://s3.example.com", false);
+        let address = |c: &SignedClient, bucket: &str, key: &str| {
+            let (host, path) = c.address(bucket, key);
+            format!("{host}{path}")
+        };
+        assert_eq!(address(&https, "photos", "k/1"), "photos.s3.example.com/k/1");
+        assert_eq!(
+            address(&https, "photos.2026", "k/1"),
+            "s3.example.com/photos.2026/k/1"
+        );
+        assert_eq!(address(&https, "photos.2026", ""), "s3.example.com/photos.2026");
+        // Plain HTTP has no certificate to match: virtual-hosted as asked.
+        let http = client("http://s3.example.com", false);
+        assert_eq!(address(&http, "photos.2026", "k"), "photos.2026.s3.example.com/k");
+        let path_style = client("https://s3.example.com", true);
+        assert_eq!(address(&path_style, "photos", "k"), "s3.example.com/photos/k");
     }
 }

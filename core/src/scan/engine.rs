@@ -225,9 +225,11 @@ impl Engine {
         Ok(())
     }
 
-    /// HEAD one listed object into a record. Final errors that mean the whole
-    /// scan cannot work (access denied, credentials) fail the shard; others
-    /// become an `error` record.
+    /// HEAD one listed object into a record. Only errors that are about the
+    /// client (credentials, configuration) fail the shard: every other HEAD
+    /// would fail the same way. Anything about this one object (refused,
+    /// unreadable, retries used up) becomes an `error` record and the scan
+    /// goes on; a shard dies only when its listing fails for good.
     pub async fn head_listed(&self, obj: ListedObject) -> Result<Record, S3Error> {
         let result: HeadResult = {
             let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
@@ -257,18 +259,21 @@ impl Engine {
                     content_type: info.content_type,
                     metadata: info.metadata,
                     error: None,
+                    http_status: None,
                 }
             }
             Ok(None) => {
                 self.counters.vanished.fetch_add(1, Relaxed);
-                listed_record(obj, Status::Vanished, None)
+                listed_record(obj, Status::Vanished)
             }
-            Err(e @ (S3Error::AccessDenied { .. } | S3Error::Credentials(_) | S3Error::Config(_))) => {
-                return Err(e)
-            }
+            Err(e) if e.affects_every_request() => return Err(e),
             Err(e) => {
                 self.counters.errors.fetch_add(1, Relaxed);
-                listed_record(obj, Status::Error, Some(e.to_string()))
+                Record {
+                    error: Some(e.to_string()),
+                    http_status: e.http_status(),
+                    ..listed_record(obj, Status::Error)
+                }
             }
         };
         Ok(record)
@@ -276,7 +281,7 @@ impl Engine {
 }
 
 /// A record from what the listing said, for objects the HEAD could not read.
-fn listed_record(obj: ListedObject, status: Status, error: Option<String>) -> Record {
+fn listed_record(obj: ListedObject, status: Status) -> Record {
     Record {
         key: obj.key,
         status,
@@ -286,7 +291,8 @@ fn listed_record(obj: ListedObject, status: Status, error: Option<String>) -> Re
         storage_class: obj.storage_class,
         content_type: None,
         metadata: Default::default(),
-        error,
+        error: None,
+        http_status: None,
     }
 }
 

@@ -307,6 +307,7 @@ mod tests {
             content_type: None,
             metadata: Default::default(),
             error: None,
+            http_status: None,
         }
     }
 

@@ -38,6 +38,9 @@ pub struct Record {
     pub metadata: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The HTTP status of the failed HEAD, for `error` records that had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
 }
 
 impl Record {
@@ -72,6 +75,7 @@ mod tests {
                 content_type: None,
                 metadata: BTreeMap::from([("Name".into(), "välue\n\"x\"".into())]),
                 error: None,
+                http_status: None,
             };
             let mut line = Vec::new();
             rec.write_line(&mut line);

@@ -1,0 +1,142 @@
+//! A fault proxy in front of a real S3 server: every request is forwarded
+//! unchanged (the Host header included, so versitygw still verifies the
+//! client's signature), except that a rule may answer a chosen request itself
+//! or rewrite the server's answer. It emulates what no server here does by
+//! itself: per-object refusals, AWS-only headers and error documents.
+
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http::request::Parts as RequestParts;
+use http::response::Parts as ResponseParts;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::sync::{Arc, Mutex};
+
+/// What the proxy saw of one request.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    /// Path and query, as sent.
+    pub target: String,
+    pub authorization: Option<String>,
+    /// `true` when a rule answered instead of the server.
+    pub answered_by_rule: bool,
+}
+
+/// Answer a request without asking the server (`None`: forward it).
+pub type Answer = dyn Fn(&RequestParts) -> Option<Response<Full<Bytes>>> + Send + Sync;
+/// Rewrite the server's answer to a request.
+pub type Rewrite = dyn Fn(&RequestParts, &mut ResponseParts) + Send + Sync;
+
+pub struct FaultProxy {
+    pub url: String,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl FaultProxy {
+    pub fn requests(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// An answer with a status, headers and body.
+pub fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Response<Full<Bytes>> {
+    let mut resp = Response::builder().status(status);
+    for (name, value) in headers {
+        resp = resp.header(*name, *value);
+    }
+    resp.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+}
+
+/// An S3 error document.
+pub fn error_document(
+    status: u16,
+    code: &str,
+    message: &str,
+    headers: &[(&str, &str)],
+) -> Response<Full<Bytes>> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message><RequestId>fault-proxy</RequestId></Error>"
+    );
+    let mut headers = headers.to_vec();
+    headers.push(("content-type", "application/xml"));
+    answer(status, &headers, &body)
+}
+
+/// The object key a path-style request names (`/bucket/key` → `key`,
+/// percent-decoded), `None` for bucket-level requests.
+pub fn object_key(req: &RequestParts) -> Option<String> {
+    let path = req.uri.path().trim_start_matches('/');
+    let (_, key) = path.split_once('/')?;
+    (!key.is_empty()).then(|| {
+        percent_encoding::percent_decode_str(key)
+            .decode_utf8_lossy()
+            .into_owned()
+    })
+}
+
+pub async fn start(
+    upstream: String,
+    answer: impl Fn(&RequestParts) -> Option<Response<Full<Bytes>>> + Send + Sync + 'static,
+    rewrite: impl Fn(&RequestParts, &mut ResponseParts) + Send + Sync + 'static,
+) -> FaultProxy {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let answer: Arc<Answer> = Arc::new(answer);
+    let rewrite: Arc<Rewrite> = Arc::new(rewrite);
+    let state = Arc::new((client, upstream, seen.clone(), answer, rewrite));
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let state = state.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let state = state.clone();
+                    async move {
+                        let (client, upstream, seen, answer, rewrite) = &*state;
+                        let (mut parts, body) = req.into_parts();
+                        let ruled = answer(&parts);
+                        seen.lock().unwrap().push(Seen {
+                            method: parts.method.to_string(),
+                            target: parts
+                                .uri
+                                .path_and_query()
+                                .map(|p| p.to_string())
+                                .unwrap_or_default(),
+                            authorization: parts
+                                .headers
+                                .get("authorization")
+                                .map(|v| v.to_str().unwrap_or_default().to_string()),
+                            answered_by_rule: ruled.is_some(),
+                        });
+                        if let Some(resp) = ruled {
+                            return Ok::<_, String>(resp);
+                        }
+                        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+                        let original = parts.clone();
+                        let target = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+                        parts.uri = format!("{upstream}{target}").parse().unwrap();
+                        let resp = client
+                            .request(Request::from_parts(parts, Full::new(body)))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        let (mut resp_parts, body) = resp.into_parts();
+                        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+                        rewrite(&original, &mut resp_parts);
+                        Ok(Response::from_parts(resp_parts, Full::new(body)))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    FaultProxy { url, seen }
+}

@@ -1,0 +1,368 @@
+//! What a real store does to some objects and some requests, emulated by a
+//! fault proxy (`common/fault_proxy.rs`) in front of versitygw: the bucket,
+//! the objects and every signature check are real; the proxy only answers
+//! chosen requests itself or rewrites chosen answers, because no server here
+//! can be told to deny one object or to behave like AWS. Each test says what
+//! the proxy emulates.
+
+mod common;
+#[path = "common/fault_proxy.rs"]
+mod fault_proxy;
+
+use bucketscan_core::scan::record::{Record, Status};
+use common::*;
+use fault_proxy::FaultProxy;
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+
+/// `n` objects `obj-00000`…, every third with metadata.
+fn objects(n: usize) -> BTreeMap<String, Seeded> {
+    (0..n)
+        .map(|i| {
+            let metadata = if i % 3 == 0 {
+                BTreeMap::from([("Sample".to_string(), format!("s-{i}"))])
+            } else {
+                BTreeMap::new()
+            };
+            (
+                format!("obj-{i:05}"),
+                Seeded {
+                    size: i % 11,
+                    metadata,
+                },
+            )
+        })
+        .collect()
+}
+
+/// `bucketscan-worker ARGS` against `endpoint` with versitygw's credentials.
+fn worker_command(endpoint: &str, args: &[&str]) -> Command {
+    let vgw = versitygw();
+    let mut cmd = Command::new(worker_bin());
+    cmd.args(args)
+        .args(["--endpoint", endpoint, "--path-style"])
+        .env("AWS_ACCESS_KEY_ID", &vgw.access_key)
+        .env("AWS_SECRET_ACCESS_KEY", &vgw.secret_key)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN");
+    cmd
+}
+
+/// Run a worker without blocking the runtime the proxy serves on.
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("run bucketscan-worker"))
+        .await
+        .unwrap()
+}
+
+/// The keys the proxy refuses at HEAD, with the status it answers and the
+/// error text the record must carry.
+fn refusals() -> BTreeMap<String, (u16, &'static str)> {
+    BTreeMap::from([
+        (
+            "obj-00013".to_string(),
+            (403, "HTTP 403 on HEAD (no body: the object's ACL or a policy may deny it)"),
+        ),
+        (
+            "obj-00042".to_string(),
+            (
+                400,
+                "HTTP 400 on HEAD (no body: an SSE-C object needs its customer key, or the server refused the request)",
+            ),
+        ),
+        (
+            "obj-00077".to_string(),
+            (405, "HTTP 405 on HEAD (no body: the server does not allow HEAD on this object)"),
+        ),
+        (
+            "obj-00150".to_string(),
+            (501, "HTTP 501 on HEAD (no body: the server does not implement HEAD for this object)"),
+        ),
+    ])
+}
+
+/// Key whose HEAD answer loses its Content-Length on the way.
+const NO_LENGTH: &str = "obj-00099";
+
+/// Emulates per-object refusals (an object ACL, an SSE-C object, a store
+/// that refuses HEAD on some objects) and a HEAD answer without a
+/// Content-Length; everything else reaches versitygw untouched.
+async fn refusing_proxy() -> FaultProxy {
+    let refused = refusals();
+    fault_proxy::start(
+        versitygw().endpoint,
+        move |req| {
+            let key = fault_proxy::object_key(req)?;
+            let (status, _) = refused.get(&key).filter(|_| req.method == "HEAD")?;
+            Some(fault_proxy::answer(*status, &[], ""))
+        },
+        |req, resp| {
+            if req.method == "HEAD" && fault_proxy::object_key(req).as_deref() == Some(NO_LENGTH) {
+                resp.headers.remove("content-length");
+            }
+        },
+    )
+    .await
+}
+
+/// Every refused key is an `error` record with its status and reason; every
+/// other object is `ok` with exact size and metadata.
+fn assert_refusals_recorded(records: &BTreeMap<String, Record>, seeded: &BTreeMap<String, Seeded>) {
+    let refused = refusals();
+    let mut readable = seeded.clone();
+    for (key, (status, text)) in &refused {
+        readable.remove(key);
+        let rec = &records[key];
+        assert_eq!(rec.status, Status::Error, "{rec:?}");
+        assert_eq!(rec.http_status, Some(*status), "{rec:?}");
+        assert_eq!(rec.error.as_deref(), Some(*text), "{rec:?}");
+        assert_eq!(
+            rec.size, seeded[key].size as u64,
+            "the listed size stays: {rec:?}"
+        );
+    }
+    readable.remove(NO_LENGTH);
+    let rec = &records[NO_LENGTH];
+    assert_eq!(rec.status, Status::Error, "{rec:?}");
+    assert_eq!(
+        rec.error.as_deref(),
+        Some("invalid answer from S3: HEAD answer without Content-Length"),
+        "{rec:?}"
+    );
+    let rest: BTreeMap<String, Record> = records
+        .iter()
+        .filter(|(k, _)| readable.contains_key(*k))
+        .map(|(k, r)| (k.clone(), r.clone()))
+        .collect();
+    assert_eq!(rest.len() + refused.len() + 1, records.len(), "no other records");
+    assert_matches_seed(&rest, &readable);
+}
+
+/// `scan` with one object denied (403), one needing its SSE-C key (400), one
+/// refusing HEAD (405), one not implemented (501) and one answer without
+/// Content-Length: five `error` records, everything else exact, the result
+/// complete, exit code 3 and a warning naming the count. Both HEAD paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_objects_are_error_records_and_the_scan_goes_on() {
+    let server = versitygw();
+    let bucket = server.bucket("refused").await;
+    let seeded = objects(240);
+    server.seed(&bucket, &seeded).await;
+    let proxy = refusing_proxy().await;
+    for head_client in ["fast", "sdk"] {
+        let out_file = temp_path(&format!("refused-{head_client}.jsonl"));
+        let out = run(worker_command(
+            &proxy.url,
+            &[
+                "scan",
+                "--bucket",
+                &bucket,
+                "--quiet",
+                "--head-client",
+                head_client,
+                "--output",
+                out_file.to_str().unwrap(),
+            ],
+        ))
+        .await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(3), "{head_client}: {err}");
+        assert!(err.contains("5 errors"), "{err}");
+        assert!(
+            err.contains("warning: 5 objects could not be read; their records have status \"error\""),
+            "{err}"
+        );
+        assert!(!err.contains("error:"), "no failure line: {err}");
+        let records = parse_records(&std::fs::read(&out_file).unwrap());
+        assert_refusals_recorded(&records, &seeded);
+    }
+}
+
+/// The same refusals through `plan`, `run` and `merge` (Redis and versitygw
+/// real, the proxy in front of versitygw): the shard is done, not failed; the
+/// merged result holds the error records; the manifest counts them; every
+/// command exits 0 (the operator's merge Job must succeed), the merge warns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_objects_do_not_fail_a_distributed_scan() {
+    let server = versitygw();
+    let bucket = server.bucket("refused-fleet").await;
+    let output = server.bucket("refused-out").await;
+    let seeded = objects(240);
+    server.seed(&bucket, &seeded).await;
+    let proxy = refusing_proxy().await;
+    let redis = std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`");
+    let scan = format!("refused-{}", std::process::id());
+    let fleet = |args: &[&str]| {
+        let mut cmd = worker_command(&proxy.url, args);
+        cmd.args(["--redis", &redis, "--scan", &scan]);
+        cmd
+    };
+    let out_url = format!("s3://{output}/r/");
+    for args in [
+        vec!["plan", "--bucket", &bucket, "--output", &out_url],
+        vec!["run", "--concurrency", "16"],
+        vec!["merge"],
+    ] {
+        let out = run(fleet(&args)).await;
+        assert_success(&out);
+        if args[0] == "run" {
+            assert!(
+                stderr(&out).contains("1 shards done, 0 failed"),
+                "{}",
+                stderr(&out)
+            );
+        }
+        if args[0] == "merge" {
+            assert!(
+                stderr(&out).contains("warning: 5 objects could not be read"),
+                "{}",
+                stderr(&out)
+            );
+        }
+    }
+    let records = parse_records(&server.read(&output, "r/result.jsonl").await);
+    assert_refusals_recorded(&records, &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&server.read(&output, "r/manifest.json").await).unwrap();
+    assert_eq!(manifest["counts"]["errors"], 5, "{manifest}");
+    assert_eq!(manifest["shards_dead"], 0, "{manifest}");
+}
+
+/// Emulates AWS answering a LIST with an expired session token: the listing
+/// works until the proxy starts answering the `ExpiredToken` error document
+/// (AWS sends it with 400; some stores with 403) to every page after the
+/// first. The scan fails with one line that says the token expired, not
+/// "access denied", and writes no result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_session_token_is_one_clear_error() {
+    let server = versitygw();
+    let bucket = server.bucket("expired").await;
+    server.seed(&bucket, &objects(1_200)).await;
+    for status in [400, 403] {
+        let proxy = fault_proxy::start(
+            server.endpoint.clone(),
+            move |req| {
+                let later_page = req.uri.query().is_some_and(|q| q.contains("continuation-token"));
+                later_page.then(|| {
+                    fault_proxy::error_document(
+                        status,
+                        "ExpiredToken",
+                        "The provided token has expired.",
+                        &[],
+                    )
+                })
+            },
+            |_, _| {},
+        )
+        .await;
+        let out_file = temp_path(&format!("expired-{status}.jsonl"));
+        let out = run(worker_command(
+            &proxy.url,
+            &[
+                "scan",
+                "--bucket",
+                &bucket,
+                "--quiet",
+                "--target-shards",
+                "1",
+                "--output",
+                out_file.to_str().unwrap(),
+            ],
+        ))
+        .await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!(
+                "the session token expired (HTTP {status} ExpiredToken: The provided token has expired.); renew the credentials"
+            )),
+            "{err}"
+        );
+        assert!(!err.contains("access denied"), "{err}");
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "{err}"
+        );
+        assert!(!out_file.exists(), "no result");
+        assert!(
+            proxy.requests().iter().any(|r| r.answered_by_rule),
+            "the proxy answered"
+        );
+    }
+}
+
+/// The region in the credential scope of a SigV4 Authorization header.
+fn signed_region(authorization: &str) -> String {
+    let scope = authorization
+        .split("Credential=")
+        .nth(1)
+        .and_then(|c| c.split(',').next())
+        .unwrap_or_else(|| panic!("no credential scope in {authorization:?}"));
+    scope.split('/').nth(2).unwrap().to_string()
+}
+
+/// The region signed for comes from `--region`, then AWS_REGION, then
+/// AWS_DEFAULT_REGION, then the profile, as the AWS SDKs resolve it (the
+/// proxy only records what the worker signs; versitygw answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_region_comes_from_the_flag_then_the_environment_then_the_profile() {
+    let server = versitygw();
+    let bucket = server.bucket("region").await;
+    let profile_dir = temp_path("region-profile");
+    std::fs::create_dir_all(&profile_dir).unwrap();
+    let config = profile_dir.join("config");
+    std::fs::write(&config, "[profile scanner]\nregion = ca-central-1\n").unwrap();
+    // (case, flags, environment, region signed for)
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 5] = [
+        (
+            "flag over env",
+            &["--region", "ap-south-1"],
+            &[("AWS_REGION", "eu-west-3")],
+            "ap-south-1",
+        ),
+        (
+            "AWS_REGION",
+            &[],
+            &[("AWS_REGION", "eu-west-3"), ("AWS_DEFAULT_REGION", "sa-east-1")],
+            "eu-west-3",
+        ),
+        (
+            "AWS_DEFAULT_REGION",
+            &[],
+            &[("AWS_DEFAULT_REGION", "sa-east-1")],
+            "sa-east-1",
+        ),
+        ("profile", &[], &[("AWS_PROFILE", "scanner")], "ca-central-1"),
+        ("nothing set", &[], &[], "us-east-1"),
+    ];
+    for (case, flags, env, want) in cases {
+        let proxy = fault_proxy::start(server.endpoint.clone(), |_| None, |_, _| {}).await;
+        let mut cmd = worker_command(
+            &proxy.url,
+            &["scan", "--bucket", &bucket, "--quiet", "-o", "/dev/null"],
+        );
+        cmd.args(flags)
+            .env_remove("AWS_REGION")
+            .env_remove("AWS_DEFAULT_REGION")
+            .env("AWS_CONFIG_FILE", &config)
+            .env("AWS_SHARED_CREDENTIALS_FILE", profile_dir.join("none"));
+        for (name, value) in env {
+            cmd.env(name, value);
+        }
+        let out = run(cmd).await;
+        let first = proxy
+            .requests()
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("{case}: no request: {}", stderr(&out)));
+        assert_eq!(
+            signed_region(first.authorization.as_deref().unwrap()),
+            want,
+            "{case}"
+        );
+    }
+}
