@@ -202,7 +202,23 @@ async fn outputs_never_collide() {
         "{message}"
     );
 
-    for name in ["first", "plain", "second", "into", "inside"] {
+    // A credentials Secret without the keys is named in the failure.
+    let keyless: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "keyless"}, "stringData": {"token": "x"}
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &keyless).await.unwrap();
+    let mut src = source("", &bucket);
+    src["credentialsSecret"]["name"] = "keyless".into();
+    create(&scans, "keyless", src, serde_json::json!({"bucket": out, "prefix": "keyless/"})).await;
+    let (reason, message) = failure(&settled(&scans, "keyless").await);
+    assert_eq!(reason, "InvalidSource");
+    assert_eq!(
+        message,
+        "Secret \"keyless\" needs the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+    );
+
+    for name in ["first", "plain", "second", "into", "inside", "keyless"] {
         scans.delete(name, &DeleteParams::default()).await.unwrap();
     }
     eventually("every scan deleted", 60, async || {

@@ -89,6 +89,51 @@ async fn the_crd_installs_and_the_api_server_enforces_it() {
             "maxRequestsPerSecond must be at least 1",
         ),
         (
+            "bad-output-bucket",
+            serde_json::json!({"output": {"bucket": "x"}}),
+            "valid S3 bucket name",
+        ),
+        (
+            "bad-secret-name",
+            serde_json::json!({"source": {"credentialsSecret": {"name": "S3_Creds"}}}),
+            "name must be a valid Secret name",
+        ),
+        (
+            "bad-ca-secret-name",
+            serde_json::json!({"source": {"caSecret": {"name": "-ca"}}}),
+            "name must be a valid Secret name",
+        ),
+        (
+            "many-replicas",
+            serde_json::json!({"workers": {"replicas": 1001, "minReplicas": null, "maxReplicas": null}}),
+            "replicas must be between 1 and 1000",
+        ),
+        (
+            "zero-min",
+            serde_json::json!({"workers": {"minReplicas": 0}}),
+            "minReplicas must be between 1 and 1000",
+        ),
+        (
+            "huge-max",
+            serde_json::json!({"workers": {"maxReplicas": 1001}}),
+            "maxReplicas must be between 1 and 1000",
+        ),
+        (
+            "zero-concurrency",
+            serde_json::json!({"workers": {"concurrency": 0}}),
+            "concurrency must be between 1 and 10000",
+        ),
+        (
+            "zero-shards",
+            serde_json::json!({"sharding": {"targetShards": 0}}),
+            "targetShards must be between 1 and 100000",
+        ),
+        (
+            "negative-ttl",
+            serde_json::json!({"ttlSecondsAfterFinished": -1}),
+            "ttlSecondsAfterFinished must not be negative",
+        ),
+        (
             "bad-format",
             serde_json::json!({"output": {"format": "csv"}}),
             "Unsupported value: \"csv\"",

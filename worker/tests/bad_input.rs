@@ -307,3 +307,59 @@ async fn a_redis_out_of_memory_fails_the_plan_clearly_and_leaves_no_half_plan() 
     let keys: Vec<String> = redis::cmd("KEYS").arg("bs:{oom}:*").query(&mut con).unwrap();
     assert!(keys.is_empty(), "a refused plan leaves nothing: {keys:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_region_is_one_clear_line_naming_the_expected_one() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("region").await;
+    let out = s3.worker_env(&["scan", "--bucket", &bucket, "--quiet", "--region", "eu-west-1"], &[]);
+    let line = one_error_line(&out);
+    assert!(
+        line.contains(&format!("cannot list s3://{bucket}"))
+            && line.contains("the region \"eu-west-1\" is wrong; expecting \"us-east-1\""),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_credentials_at_all_is_one_clear_line_saying_what_to_set() {
+    let s3 = versitygw();
+    let mut cmd = Command::new(worker_bin());
+    let out = cmd
+        .args(["scan", "--bucket", "b", "--quiet", "--path-style", "--endpoint", &s3.endpoint])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", temp_path("no-home"))
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("could not load credentials: none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_plan_output_that_is_not_an_s3_url_is_refused() {
+    let out = worker(
+        &["plan", "--scan", "x", "--bucket", "b", "--output", "results/"],
+        &[("BUCKETSCAN_REDIS_URL", "redis://127.0.0.1:1")],
+    );
+    let line = one_error_line(&out);
+    assert_eq!(
+        line,
+        "error: --output must be s3://BUCKET/ or s3://BUCKET/PREFIX/, got \"results/\""
+    );
+}
+
+#[test]
+fn an_unknown_head_client_is_a_usage_error() {
+    let out = worker(&["scan", "--bucket", "b", "--head-client", "turbo"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("invalid value 'turbo' for '--head-client <HEAD_CLIENT>': unknown HEAD client \"turbo\": use fast or sdk"),
+        "{}",
+        stderr(&out)
+    );
+}
