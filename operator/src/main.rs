@@ -2,6 +2,10 @@
 //! the `controller` module). Connects to the cluster from KUBECONFIG or, in a
 //! pod, its service account.
 
+// The reconcile future is deep (one async fn per phase); the compiler's
+// default query depth is not enough to lay it out.
+#![recursion_limit = "256"]
+
 use bucketscan_core::fleet::queue::RedisConfig;
 use bucketscan_operator::controller::{self, Context};
 use bucketscan_operator::desired::Settings;
