@@ -435,7 +435,6 @@ async fn a_redis_crash_and_restart_mid_scan_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_shards() {
     use bucketscan_core::fleet::queue::{Queue, RedisConfig};
-    use bucketscan_core::s3::{Endpoint, S3};
     let redis = PrivateRedis::start();
     let url = redis.url();
     let s3 = versitygw();
@@ -490,16 +489,7 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
         only_with_metadata: false,
         max_failures: 5,
     };
-    let endpoint = Endpoint {
-        url: Some(s3.endpoint.clone()),
-        region: "us-east-1".into(),
-        path_style: true,
-        ca_pem: None,
-        insecure: false,
-        pool_size: 8,
-    };
-    let creds = aws_credential_types::Credentials::new(&s3.access_key, &s3.secret_key, None, None, "test");
-    let client_s3 = S3::connect_with(endpoint, Some(creds)).await.unwrap();
+    let client_s3 = library_s3(&s3).await;
     let queue = Queue::connect(&RedisConfig::new(&url), "lost", "test", Duration::from_secs(30))
         .await
         .unwrap();
@@ -520,6 +510,93 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
     assert_eq!(manifest["counts"]["objects"], 3000, "{manifest}");
     let rescanned = manifest["progress"]["heads"].as_u64().unwrap();
     assert!(rescanned < 3000, "finished shards were scanned again: {manifest}");
+}
+
+/// The library's S3 client for `server`, with its credentials given
+/// explicitly (the environment of this test binary stays untouched).
+async fn library_s3(server: &Server) -> std::sync::Arc<bucketscan_core::s3::S3> {
+    let endpoint = bucketscan_core::s3::Endpoint {
+        url: Some(server.endpoint.clone()),
+        region: "us-east-1".into(),
+        path_style: true,
+        ca_pem: None,
+        insecure: false,
+        pool_size: 8,
+    };
+    let creds =
+        aws_credential_types::Credentials::new(&server.access_key, &server.secret_key, None, None, "test");
+    bucketscan_core::s3::S3::connect_with(endpoint, Some(creds))
+        .await
+        .unwrap()
+}
+
+/// A worker whose shard fails with an error of its own (its part cannot be
+/// uploaded: the output bucket is gone) leaves the run; its heartbeat must
+/// end with it, or the lease is renewed forever and the shard never comes
+/// back for another worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_heartbeat_ends_when_a_shard_ends_in_an_error() {
+    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+    use bucketscan_core::fleet::run::{RunOptions, Runner};
+    use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
+    use bucketscan_core::scan::engine::{Engine, EngineOptions};
+    let s3 = versitygw();
+    let bucket = s3.bucket("beat").await;
+    let seeded: BTreeMap<String, Seeded> = (0..50).map(|i| (format!("b{i:02}"), Seeded::default())).collect();
+    s3.seed(&bucket, &seeded).await;
+    let scan = format!("beat-{}", std::process::id());
+    let spec = bucketscan_core::fleet::spec::ScanSpec {
+        bucket: bucket.clone(),
+        prefix: String::new(),
+        output_bucket: format!("{bucket}-missing"),
+        output_prefix: "o/".into(),
+        gzip: false,
+        only_with_metadata: false,
+        max_failures: 5,
+    };
+    let lease = Duration::from_millis(900);
+    let queue = Queue::connect(&RedisConfig::new(redis_url()), &scan, "w", lease)
+        .await
+        .unwrap();
+    queue.set_spec(&spec).await.unwrap();
+    queue
+        .enqueue(&[bucketscan_core::keyspace::shard::Shard::prefix("")])
+        .await
+        .unwrap();
+    let client = library_s3(&s3).await;
+    let engine = Engine::new(
+        client.clone(),
+        HeadClient::new(HeadClientKind::Sdk, &client).unwrap(),
+        EngineOptions {
+            bucket,
+            concurrency: 8,
+            only_with_metadata: false,
+            page_size: 1000,
+            max_rate: None,
+        },
+    );
+    let runner = Runner {
+        queue: queue.clone(),
+        engine,
+        spec,
+        opts: RunOptions {
+            reap: false,
+            ..RunOptions::default()
+        },
+        stop: tokio_util::sync::CancellationToken::new(),
+    };
+    let err = runner.run().await.expect_err("the part upload fails");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+
+    // The lease must now run out (renewed every 300 ms, it never would).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while queue.reap(5).await.unwrap() != (1, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "the failed shard's lease is still renewed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 extern "C" {

@@ -90,10 +90,10 @@ pub struct Runner {
 impl Runner {
     pub async fn run(self) -> Result<RunSummary, RunError> {
         let split_wanted = Arc::new(Notify::new());
-        let (stop_reporter, reporter) = self.spawn_progress_reporter(split_wanted.clone());
+        let (stop_reporter, mut reporter) = self.spawn_progress_reporter(split_wanted.clone());
         let result = self.take_until_empty(&split_wanted).await;
         stop_reporter.cancel();
-        let _ = reporter.await; // its last report makes the totals exact
+        let _ = (&mut reporter.0).await; // its last report makes the totals exact
         result
     }
 
@@ -137,12 +137,15 @@ impl Runner {
             None => lease.shard.clone(),
         };
         let lost = CancellationToken::new();
-        let heartbeat = self.spawn_heartbeat(&lease, lost.clone());
+        // Both tasks end with this function, however it ends (`?`, panic).
+        let _heartbeat = self.spawn_heartbeat(&lease, lost.clone());
         let (tx, mut rx) = mpsc::channel::<Record>(4096);
         let frontier = Arc::new(Frontier::default());
-        let scan = {
+        let mut scan = {
             let (engine, frontier) = (self.engine.clone(), frontier.clone());
-            tokio::spawn(async move { engine.scan_shard_live(&range, frontier, &tx).await })
+            AbortOnDrop(tokio::spawn(async move {
+                engine.scan_shard_live(&range, frontier, &tx).await
+            }))
         };
         // The range this lease covers; splitting lowers its end.
         let mut owned = lease.shard.clone();
@@ -176,18 +179,18 @@ impl Runner {
         }
         drop(rx);
         let ended = if lease_lost {
-            scan.abort();
+            scan.0.abort();
             part.abort().await;
             tracing::warn!(shard = %lease.shard, "lease lost; another worker owns the shard now");
             Ended::Lost
         } else if stopped {
-            scan.abort();
+            scan.0.abort();
             if self.close_part(&lease, &mut part).await? {
                 self.queue.finish(&lease, &Finish::Release).await?;
             }
             Ended::Released
         } else {
-            let scanned = scan
+            let scanned = (&mut scan.0)
                 .await
                 .unwrap_or_else(|e| Err(S3Error::Other(format!("scan task failed: {e}"))));
             // What was read before a failure is good: keep it.
@@ -210,7 +213,6 @@ impl Runner {
                 }
             }
         };
-        heartbeat.cancel();
         Ok(ended)
     }
 
@@ -286,21 +288,14 @@ impl Runner {
     }
 
     /// Renews the lease every third of its length; cancels `lost` when the
-    /// queue says the lease is no longer ours. Cancel the returned token to stop.
-    fn spawn_heartbeat(&self, lease: &Lease, lost: CancellationToken) -> CancellationToken {
-        let done = CancellationToken::new();
-        let (queue, lease, every, stop) = (
-            self.queue.clone(),
-            lease.clone(),
-            self.queue.lease_duration() / 3,
-            done.clone(),
-        );
-        tokio::spawn(async move {
+    /// queue says the lease is no longer ours. Stops when the returned guard
+    /// is dropped: a heartbeat that outlived its shard would keep a lease
+    /// nobody works on alive forever.
+    fn spawn_heartbeat(&self, lease: &Lease, lost: CancellationToken) -> AbortOnDrop<()> {
+        let (queue, lease, every) = (self.queue.clone(), lease.clone(), self.queue.lease_duration() / 3);
+        AbortOnDrop(tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(every) => {}
-                }
+                tokio::time::sleep(every).await;
                 match queue.renew(&lease).await {
                     Ok(true) => {}
                     Ok(false) => return lost.cancel(),
@@ -308,16 +303,12 @@ impl Runner {
                     Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
                 }
             }
-        });
-        done
+        }))
     }
 
     /// Reports counter deltas every `progress_every`, and once more when
     /// cancelled.
-    fn spawn_progress_reporter(
-        &self,
-        split_wanted: Arc<Notify>,
-    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    fn spawn_progress_reporter(&self, split_wanted: Arc<Notify>) -> (CancellationToken, AbortOnDrop<()>) {
         let done = CancellationToken::new();
         let (queue, engine, every, stop) = (
             self.queue.clone(),
@@ -325,7 +316,7 @@ impl Runner {
             self.opts.progress_every,
             done.clone(),
         );
-        let task = tokio::spawn(async move {
+        let task = AbortOnDrop(tokio::spawn(async move {
             let mut progress = Progress {
                 last: CountersSnapshot::default(),
                 at: Instant::now(),
@@ -342,8 +333,19 @@ impl Runner {
                     return;
                 }
             }
-        });
+        }));
         (done, task)
+    }
+}
+
+/// A spawned task tied to the scope holding this guard: aborted when the guard
+/// is dropped, so it ends on every way out of that scope, errors and panics
+/// included.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
