@@ -5,9 +5,19 @@ use bucketscan_core::fleet::queue::{Commit, Finish, Queue, QueueCounts, RedisCon
 use bucketscan_core::keyspace::shard::Shard;
 use std::time::Duration;
 
+mod support;
+use support::ReplyCutter;
+
+fn redis_url() -> String {
+    std::env::var("BUCKETSCAN_TEST_REDIS_URL")
+        .expect("BUCKETSCAN_TEST_REDIS_URL is not set: run the tests with `just test`")
+}
+
 async fn queue(scan: &str, owner: &str, lease: Duration) -> Queue {
-    let url = std::env::var("BUCKETSCAN_TEST_REDIS_URL")
-        .expect("BUCKETSCAN_TEST_REDIS_URL is not set: run the tests with `just test`");
+    queue_at(&redis_url(), scan, owner, lease).await
+}
+
+async fn queue_at(url: &str, scan: &str, owner: &str, lease: Duration) -> Queue {
     Queue::connect(&RedisConfig::new(url), scan, owner, lease)
         .await
         .unwrap()
@@ -86,7 +96,7 @@ async fn expired_lease_is_requeued_and_the_old_holder_is_fenced_off() {
         Some("p000/k1"),
         "resumes from the checkpoint"
     );
-    assert!(new.token > old.token);
+    assert_ne!(new.token, old.token);
     assert!(
         !slow
             .commit(
@@ -168,7 +178,7 @@ async fn a_split_serves_one_idle_worker_and_is_fenced() {
     let left = idle.idle(Duration::from_secs(5)).await.unwrap();
     assert_eq!((left.pending, left.leased), (0, 1));
     assert!(
-        busy.report_progress(&[], "{}").await.unwrap(),
+        busy.report_progress(rand::random(), &[], "{}").await.unwrap(),
         "the holder is asked to split"
     );
     let stale = bucketscan_core::fleet::queue::Lease {
@@ -191,7 +201,10 @@ async fn a_split_serves_one_idle_worker_and_is_fenced() {
         done,
         "a retried split changes nothing"
     );
-    assert!(!busy.report_progress(&[], "{}").await.unwrap(), "served");
+    assert!(
+        !busy.report_progress(rand::random(), &[], "{}").await.unwrap(),
+        "served"
+    );
 
     let taken = idle.take().await.unwrap().unwrap();
     assert_eq!(taken.shard, upper);
@@ -201,4 +214,175 @@ async fn a_split_serves_one_idle_worker_and_is_fenced() {
     assert_eq!(records.len(), 2);
     assert_eq!(records[0].shard, lower);
     assert_eq!(records[0].splits, 1);
+}
+
+/// Run `step` with the reply to its command (the first one holding `needle`)
+/// cut once after Redis ran it: the step must still succeed, by sending the
+/// command again.
+async fn with_reply_cut<T>(
+    proxy: &ReplyCutter,
+    needle: &str,
+    step: impl std::future::Future<Output = T>,
+) -> T {
+    let before = proxy.cuts();
+    proxy.cut_next_reply(needle);
+    let out = step.await;
+    assert_eq!(proxy.cuts(), before + 1, "the reply was cut once");
+    out
+}
+
+#[tokio::test]
+async fn a_take_whose_reply_is_lost_leases_one_shard() {
+    let scan = scan_id("lost-take");
+    let proxy = ReplyCutter::start(&redis_url()).await;
+    let cut = queue_at(&proxy.url, &scan, "w", Duration::from_secs(30)).await;
+    let direct = queue(&scan, "observer", Duration::from_secs(30)).await;
+    direct.enqueue(&shards(3)).await.unwrap();
+
+    let lease = with_reply_cut(&proxy, "EVALSHA", cut.take())
+        .await
+        .unwrap()
+        .unwrap();
+    let counts = direct.counts().await.unwrap();
+    assert_eq!(
+        (counts.pending, counts.leased),
+        (2, 1),
+        "the re-sent take leased no second shard"
+    );
+    let record = direct.shard_record(&lease.id).await.unwrap().unwrap();
+    assert_eq!((record.state.as_str(), record.attempts), ("leased", 1));
+    assert_eq!(
+        cut.finish(&lease, &Finish::Done).await.unwrap(),
+        "done",
+        "the lease returned is the one held"
+    );
+}
+
+#[tokio::test]
+async fn a_progress_report_whose_reply_is_lost_counts_once() {
+    let scan = scan_id("lost-progress");
+    let proxy = ReplyCutter::start(&redis_url()).await;
+    let cut = queue_at(&proxy.url, &scan, "w", Duration::from_secs(30)).await;
+    let direct = queue(&scan, "observer", Duration::from_secs(30)).await;
+    let report = rand::random();
+    with_reply_cut(
+        &proxy,
+        "EVALSHA",
+        cut.report_progress(report, &[("heads", 7)], "{}"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(direct.counters().await.unwrap()["heads"], 7);
+    cut.report_progress(rand::random(), &[("heads", 3)], "{}")
+        .await
+        .unwrap();
+    assert_eq!(
+        direct.counters().await.unwrap()["heads"],
+        10,
+        "the next report counts"
+    );
+}
+
+/// Every other step, each with its reply lost once: the queue ends as if
+/// each had run once.
+#[tokio::test]
+async fn every_step_whose_reply_is_lost_takes_effect_once() {
+    use bucketscan_core::fleet::queue::Split;
+    let scan = scan_id("lost-steps");
+    let proxy = ReplyCutter::start(&redis_url()).await;
+    let busy = queue_at(&proxy.url, &scan, "busy", Duration::from_secs(30)).await;
+    let waiter = queue_at(&proxy.url, &scan, "waiter", Duration::from_secs(30)).await;
+    let short = queue_at(&proxy.url, &scan, "short", Duration::from_millis(300)).await;
+    let direct = queue(&scan, "observer", Duration::from_secs(30)).await;
+    macro_rules! cut {
+        ($step:expr) => {
+            with_reply_cut(&proxy, "EVALSHA", $step).await
+        };
+    }
+
+    cut!(busy.enqueue(&shards(1))).unwrap();
+    assert_eq!(
+        (
+            direct.counts().await.unwrap().pending,
+            direct.shard_count().await.unwrap()
+        ),
+        (1, 1)
+    );
+
+    let lease = busy.take().await.unwrap().unwrap();
+    let commit = Commit {
+        checkpoint: Some("p000/k1"),
+        part: Some("parts/one"),
+        counts: &[("objects", 5)],
+    };
+    assert!(cut!(busy.commit(&lease, &commit)).unwrap());
+    assert_eq!(
+        direct.parts(&lease.id).await.unwrap(),
+        ["parts/one"],
+        "the part is recorded once"
+    );
+    assert_eq!(
+        direct.shard_record(&lease.id).await.unwrap().unwrap().counts["objects"],
+        5
+    );
+    assert!(cut!(busy.renew(&lease)).unwrap());
+
+    let left = cut!(waiter.idle(Duration::from_secs(30))).unwrap();
+    assert_eq!((left.pending, left.leased), (0, 1));
+    let split = cut!(busy.split(&lease, &lease.shard, "p000/m")).unwrap();
+    assert!(matches!(split, Split::Done { .. }), "{split:?}");
+    assert_eq!(
+        (
+            direct.counts().await.unwrap().pending,
+            direct.shard_count().await.unwrap()
+        ),
+        (1, 2)
+    );
+
+    // The upper part: released, failed, then its lease runs out and is reaped.
+    let upper = waiter.take().await.unwrap().unwrap();
+    cut!(waiter.finish(&upper, &Finish::Release)).unwrap();
+    assert_eq!(direct.counts().await.unwrap().pending, 1, "released once");
+    let upper = waiter.take().await.unwrap().unwrap();
+    let fail = Finish::Fail {
+        error: "boom".into(),
+        max_failures: 5,
+    };
+    cut!(waiter.finish(&upper, &fail)).unwrap();
+    assert_eq!(
+        direct.shard_record(&upper.id).await.unwrap().unwrap().failures,
+        1,
+        "failed once"
+    );
+    assert_eq!(direct.counts().await.unwrap().pending, 1);
+    let upper = short.take().await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    cut!(short.reap(5)).unwrap();
+    let record = direct.shard_record(&upper.id).await.unwrap().unwrap();
+    assert_eq!(
+        (record.state.as_str(), record.failures),
+        ("pending", 2),
+        "reaped once"
+    );
+    assert_eq!(direct.counts().await.unwrap().pending, 1);
+
+    assert_eq!(cut!(busy.finish(&lease, &Finish::Done)).unwrap(), "done");
+    assert_eq!(direct.counts().await.unwrap().done, 1);
+
+    let restored = Shard::prefix("q/");
+    let parts = ["parts/a".to_string(), "parts/b".to_string()];
+    let counts = std::collections::BTreeMap::from([("objects".to_string(), 9)]);
+    with_reply_cut(
+        &proxy,
+        "EXEC",
+        busy.restore_done(&restored.id(), &restored, &parts, &counts),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        direct.parts(&restored.id()).await.unwrap(),
+        parts,
+        "restored once"
+    );
+    assert_eq!(direct.counts().await.unwrap().done, 2);
 }

@@ -320,6 +320,7 @@ impl Runner {
             let mut progress = Progress {
                 last: CountersSnapshot::default(),
                 at: Instant::now(),
+                unconfirmed: None,
             };
             loop {
                 let stopping = tokio::select! {
@@ -351,9 +352,21 @@ impl<T> Drop for AbortOnDrop<T> {
 
 /// What was last reported, to send deltas.
 struct Progress {
+    /// The counters as of the last report Redis confirmed.
     last: CountersSnapshot,
     /// When `last` was taken.
     at: Instant,
+    /// A report whose answer never came (Redis away longer than the
+    /// connection's patience): it may have counted, so it is sent again,
+    /// under its id, before anything new.
+    unconfirmed: Option<Report>,
+}
+
+/// One progress report: its id and the counters it reports up to.
+struct Report {
+    id: u64,
+    counters: CountersSnapshot,
+    taken: Instant,
 }
 
 impl Progress {
@@ -377,22 +390,29 @@ impl Progress {
 
 /// Returns true when another worker waits for a split.
 async fn report_progress(queue: &Queue, engine: &Engine, progress: &mut Progress) -> bool {
-    let taken = Instant::now();
-    let now = engine.counters.snapshot();
-    let (deltas, rate) = progress.since_last(&now, taken);
+    let report = progress.unconfirmed.take().unwrap_or_else(|| Report {
+        id: rand::random(),
+        counters: engine.counters.snapshot(),
+        taken: Instant::now(),
+    });
+    let (deltas, rate) = progress.since_last(&report.counters, report.taken);
     let status = serde_json::json!({
-        "heads": now.heads,
+        "heads": report.counters.heads,
         "rate": rate,
         "updated": time::OffsetDateTime::now_utc().unix_timestamp(),
     });
-    match queue.report_progress(&deltas, &status.to_string()).await {
+    match queue
+        .report_progress(report.id, &deltas, &status.to_string())
+        .await
+    {
         Ok(split_wanted) => {
-            progress.last = now;
-            progress.at = taken;
+            progress.last = report.counters;
+            progress.at = report.taken;
             split_wanted
         }
         Err(e) => {
             tracing::warn!(error = %e, "could not report progress");
+            progress.unconfirmed = Some(report);
             false
         }
     }
@@ -526,6 +546,7 @@ mod tests {
                 ..CountersSnapshot::default()
             },
             at: start,
+            unconfirmed: None,
         };
         // 3,000 HEADs in the 10 s between snapshots: 300/s, however long
         // the previous report took to reach Redis.

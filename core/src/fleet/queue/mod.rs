@@ -13,6 +13,8 @@
 //! - `bs:{S}:idle`    ZSET worker -> deadline: workers waiting for work
 //! - `bs:{S}:meta`    HASH spec (JSON), created, merged
 //! - `bs:{S}:counters` HASH progress totals; `bs:{S}:workers` HASH worker -> status JSON
+//! - `bs:{S}:took`, `bs:{S}:reported` HASHes worker -> its last take and last
+//!   counted progress report, so a step re-sent after a lost answer counts once
 //!
 //! Each transition is one Lua script, so no crash between two commands can
 //! lose or duplicate a shard; every step on a leased shard is fenced by the
@@ -34,7 +36,7 @@ static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("en
 static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("progress.lua")));
 static IDLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("idle.lua")));
 static SPLIT: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("split.lua")));
-static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("take.lua")));
+static TAKE: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("take.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("renew.lua")));
 static FINISH: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("finish.lua")));
 static REAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("reap.lua")));
@@ -174,10 +176,17 @@ impl ScanKeys {
     pub fn idle(&self) -> String {
         self.key("idle")
     }
+    pub fn took(&self) -> String {
+        self.key("took")
+    }
+    pub fn reported(&self) -> String {
+        self.key("reported")
+    }
     /// Every key of the scan except the per-shard ones (for cleanup).
     pub fn scan_wide(&self) -> Vec<String> {
         [
-            "pending", "leases", "done", "dead", "shards", "meta", "counters", "workers", "idle",
+            "pending", "leases", "done", "dead", "shards", "meta", "counters", "workers", "idle", "took",
+            "reported",
         ]
         .iter()
         .map(|k| self.key(k))
@@ -201,7 +210,8 @@ pub struct Lease {
     pub shard: Shard,
     /// Last key whose record is safely written, if any: resume after it.
     pub checkpoint: Option<String>,
-    /// Fencing token: the attempt number this lease belongs to.
+    /// Fencing token: drawn at random by the take that made this lease, so
+    /// no two leases share one, even after Redis rolled back.
     pub token: u64,
 }
 
@@ -335,13 +345,16 @@ impl Queue {
     /// Lease the next pending shard, or `None` when nothing is pending.
     pub async fn take(&self) -> Result<Option<Lease>, QueueError> {
         let mut con = self.con.clone();
+        let token: u64 = rand::random();
         let taken: Option<(String, String, String, u64)> = TAKE
             .key(self.keys.pending())
             .key(self.keys.leases())
             .key(self.keys.shard_prefix())
             .key(self.keys.idle())
+            .key(self.keys.took())
             .arg(&self.owner)
             .arg(self.lease.as_millis() as u64)
+            .arg(token)
             .invoke_async(&mut con)
             .await?;
         let Some((id, range, checkpoint, token)) = taken else {
@@ -588,8 +601,12 @@ impl Queue {
 
     /// Add counter deltas and this worker's status, in one command. Returns
     /// true when an idle worker waits while nothing is pending: split.
+    /// `report` identifies the deltas: sending the same report again (its
+    /// answer was lost) does not count them twice, as long as no other
+    /// report of this worker came in between.
     pub async fn report_progress(
         &self,
+        report: u64,
         deltas: &[(&str, u64)],
         status_json: &str,
     ) -> Result<bool, QueueError> {
@@ -599,8 +616,10 @@ impl Queue {
             .key(self.keys.workers())
             .key(self.keys.pending())
             .key(self.keys.idle())
+            .key(self.keys.reported())
             .arg(&self.owner)
-            .arg(status_json);
+            .arg(status_json)
+            .arg(report);
         for (field, delta) in deltas.iter().filter(|(_, d)| *d > 0) {
             script.arg(*field).arg(*delta);
         }
