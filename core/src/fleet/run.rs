@@ -14,7 +14,6 @@ use crate::fleet::queue::{Commit, Finish, Lease, Queue, QueueError, Split};
 use crate::fleet::recovery::{write_done, DoneRecord};
 use crate::fleet::spec::ScanSpec;
 use crate::keyspace::planner::{split_point, BucketLister};
-use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
@@ -131,7 +130,10 @@ impl Runner {
         Ok(summary)
     }
 
-    async fn process(&self, lease: Lease, split_wanted: &Notify) -> Result<Ended, RunError> {
+    /// Scan one leased shard. `lease` follows what this worker recorded (its
+    /// range after splits, its checkpoint after commits): every step that
+    /// records progress sends it, so Redis can refuse when it lost writes.
+    async fn process(&self, mut lease: Lease, split_wanted: &Notify) -> Result<Ended, RunError> {
         let range = match &lease.checkpoint {
             Some(c) => lease.shard.resumed_after(c),
             None => lease.shard.clone(),
@@ -147,8 +149,6 @@ impl Runner {
                 engine.scan_shard_live(&range, frontier, &tx).await
             }))
         };
-        // The range this lease covers; splitting lowers its end.
-        let mut owned = lease.shard.clone();
         let mut part = Part::new(lease.checkpoint.clone());
         let mut stopped = false;
         let mut lease_lost = false;
@@ -158,19 +158,19 @@ impl Runner {
                 _ = lost.cancelled() => { lease_lost = true; break; }
                 _ = self.stop.cancelled() => { stopped = true; break; }
                 _ = split_wanted.notified(), if self.opts.split => {
-                    if !self.split(&lease, &mut owned, &frontier, &part).await? {
+                    if !self.split(&mut lease, &frontier, &part).await? {
                         lease_lost = true;
                         break;
                     }
                 }
                 record = rx.recv() => {
                     let Some(record) = record else { break };
-                    if !owned.contains(&record.key) {
+                    if !lease.shard.contains(&record.key) {
                         continue; // listed before a split: the upper part's worker has it
                     }
                     let keep = self.engine.keep(&record);
                     part.add(record, keep, &self.spec, &lease, self.engine.s3.clone()).await?;
-                    if part.is_full(&self.opts) && !self.close_part(&lease, &mut part).await? {
+                    if part.is_full(&self.opts) && !self.close_part(&mut lease, &mut part).await? {
                         lease_lost = true;
                         break;
                     }
@@ -185,7 +185,7 @@ impl Runner {
             Ended::Lost
         } else if stopped {
             scan.0.abort();
-            if self.close_part(&lease, &mut part).await? {
+            if self.close_part(&mut lease, &mut part).await? {
                 self.queue.finish(&lease, &Finish::Release).await?;
             }
             Ended::Released
@@ -194,13 +194,15 @@ impl Runner {
                 .await
                 .unwrap_or_else(|e| Err(S3Error::Other(format!("scan task failed: {e}"))));
             // What was read before a failure is good: keep it.
-            let recorded = self.close_part(&lease, &mut part).await?;
+            let recorded = self.close_part(&mut lease, &mut part).await?;
             match (recorded, scanned) {
                 (false, _) => Ended::Lost,
                 (true, Ok(_)) => {
-                    self.record_done(&lease, &owned).await?;
-                    self.queue.finish(&lease, &Finish::Done).await?;
-                    Ended::Done
+                    self.record_done(&lease).await?;
+                    match self.queue.finish(&lease, &Finish::Done).await?.as_str() {
+                        "done" => Ended::Done,
+                        _ => Ended::Lost,
+                    }
                 }
                 (true, Err(e)) => {
                     tracing::warn!(shard = %lease.shard, error = %e, "shard failed");
@@ -218,35 +220,32 @@ impl Runner {
 
     /// Leave the finished shard's record in S3, so a scan whose Redis state
     /// is lost can be planned again without redoing it (see `recovery`).
-    async fn record_done(&self, lease: &Lease, owned: &Shard) -> Result<(), RunError> {
-        let Some(shard) = self.queue.shard_record(&lease.id).await? else {
+    /// Only when Redis still holds what this lease recorded: anything else
+    /// would describe parts that do not cover the range (finishing will then
+    /// be refused too).
+    async fn record_done(&self, lease: &Lease) -> Result<(), RunError> {
+        let Some(recorded) = self.queue.recorded(lease).await? else {
             return Ok(());
         };
         let record = DoneRecord {
             id: lease.id.clone(),
-            range: owned.clone(),
-            parts: self.queue.parts(&lease.id).await?,
-            counts: shard.counts,
+            range: lease.shard.clone(),
+            parts: recorded.parts,
+            counts: recorded.counts,
         };
         write_done(&self.engine.s3, &self.spec, &record).await?;
         Ok(())
     }
 
-    /// Give the upper half of what is left of `owned` to an idle worker.
-    /// Returns false when the lease turned out to be lost.
-    async fn split(
-        &self,
-        lease: &Lease,
-        owned: &mut Shard,
-        frontier: &Frontier,
-        part: &Part,
-    ) -> Result<bool, RunError> {
+    /// Give the upper half of what is left of the lease's range to an idle
+    /// worker. Returns false when the lease turned out to be lost.
+    async fn split(&self, lease: &mut Lease, frontier: &Frontier, part: &Part) -> Result<bool, RunError> {
         // Records are written up to `last_key`: everything after it can be
         // given away, even keys already listed (the frontier drops them).
         let position = part.last_key.clone().or_else(|| part.resume_after.clone());
         let remaining = match position {
-            Some(p) => owned.resumed_after(&p),
-            None => owned.clone(),
+            Some(p) => lease.shard.resumed_after(&p),
+            None => lease.shard.clone(),
         };
         let lister = BucketLister {
             s3: &self.engine.s3,
@@ -255,13 +254,12 @@ impl Runner {
         let Some(at) = split_point(&lister, &remaining, SPLIT_PROBES).await? else {
             return Ok(true);
         };
-        match self.queue.split(lease, owned, &at).await? {
+        match self.queue.split(lease, &at).await? {
             Split::Done { lower, upper } => {
                 tracing::info!(kept = %lower, gave = %upper, "split shard for an idle worker");
                 if let Some(end) = &lower.end {
                     frontier.stop_before(end);
                 }
-                *owned = lower;
                 Ok(true)
             }
             Split::NotWanted => Ok(true),
@@ -269,9 +267,10 @@ impl Runner {
         }
     }
 
-    /// Upload the open part and record it with the checkpoint. Returns false
-    /// when the lease turned out to be lost (nothing recorded).
-    async fn close_part(&self, lease: &Lease, part: &mut Part) -> Result<bool, RunError> {
+    /// Upload the open part and record it with the checkpoint (which moves
+    /// the lease's checkpoint on). Returns false when the lease turned out to
+    /// be lost (nothing recorded).
+    async fn close_part(&self, lease: &mut Lease, part: &mut Part) -> Result<bool, RunError> {
         let Some(checkpoint) = part.last_key.clone() else {
             return Ok(true);
         };

@@ -4,6 +4,8 @@
 //! reply on. The client sees its connection die with the step's outcome
 //! unknown, and the patient connection sends the step again.
 
+pub mod snapshot;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
