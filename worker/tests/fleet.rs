@@ -3,6 +3,8 @@
 //! merge's multipart upload), with workers killed, stopped and added.
 
 mod common;
+#[path = "../../core/tests/support/snapshot.rs"]
+mod snapshot;
 
 use common::*;
 use std::collections::BTreeMap;
@@ -510,6 +512,61 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
     assert_eq!(manifest["counts"]["objects"], 3000, "{manifest}");
     let rescanned = manifest["progress"]["heads"].as_u64().unwrap();
     assert!(rescanned < 3000, "finished shards were scanned again: {manifest}");
+}
+
+/// Redis loses acknowledged writes while workers run: the scan's keys are
+/// put back to a snapshot taken seconds earlier (as a Redis restarted from an
+/// AOF written every second, or a failover to a lagging replica, would hold
+/// them). Commits made since are gone, finished shards are leased or pending
+/// again, split parts vanish; the workers go on and the result is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_losing_acknowledged_writes_mid_scan_leaves_no_hole() {
+    let redis = PrivateRedis::start();
+    let s3 = versitygw();
+    let bucket = s3.bucket("rollback").await;
+    let out = s3.bucket("rollback-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..5000)
+        .map(|i| (format!("w{}/{i:05}", i % 5), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis.url(),
+        scan: "rollback".into(),
+    };
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &format!("s3://{out}/rb/"),
+        "--target-shards",
+        "2",
+    ]);
+    // A part every 300 objects (a commit a second), fewer shards than
+    // workers (splits).
+    let opts = ["--max-rate", "300", "--progress-ms", "300"];
+    let mut workers: Vec<Child> = ["a", "b", "c"]
+        .iter()
+        .map(|n| fleet.spawn_worker(n, &opts))
+        .collect();
+    let mut con = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    fleet.wait_for_heads(1000).await;
+    let before = snapshot::Snapshot::take(&mut con, &fleet.scan).await;
+    fleet.wait_for_heads(2500).await;
+    before.restore(&mut con).await;
+    for w in &mut workers {
+        assert!(wait_exit(w, Duration::from_secs(180)).success());
+    }
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(&parse_records(&s3.read(&out, "rb/result.jsonl").await), &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "rb/manifest.json").await).unwrap();
+    assert_eq!(manifest["counts"]["objects"], 5000, "{manifest}");
 }
 
 /// The library's S3 client for `server`, with its credentials given
