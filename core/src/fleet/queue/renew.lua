@@ -14,7 +14,7 @@ local shard = KEYS[1]
 if not holds_lease(shard, ARGV[2], ARGV[3]) then return 0 end
 -- Checkpoints only grow: the one being recorded, already there, means this
 -- commit was re-sent after its answer was lost; it must not record twice.
-local resent = ARGV[5] ~= '' and redis.call('HGET', shard, 'checkpoint') == ARGV[5]
+local resent = ARGV[5] ~= '' and lease_fields(shard).checkpoint == ARGV[5]
 if ARGV[7] ~= '' and not agrees(shard, ARGV[7], resent and ARGV[5] or ARGV[8]) then
   requeue_diverged(shard, ARGV[1], KEYS[2], KEYS[4])
   return 2

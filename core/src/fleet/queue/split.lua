@@ -11,7 +11,7 @@
 --           the shard went back to pending.
 local shard = KEYS[1]
 if not holds_lease(shard, ARGV[2], ARGV[3]) then return 0 end
-local range = redis.call('HGET', shard, 'range')
+local range = lease_fields(shard).range
 if range == ARGV[5] and redis.call('EXISTS', KEYS[5]) == 1 then return 1 end
 if range ~= ARGV[4] then
   requeue_diverged(shard, ARGV[1], KEYS[6], KEYS[2])
