@@ -5,9 +5,20 @@ use bucketscan_core::fleet::queue::{Commit, Finish, Queue, QueueCounts, RedisCon
 use bucketscan_core::keyspace::shard::Shard;
 use std::time::Duration;
 
+mod support;
+use support::snapshot::Snapshot;
+use support::ReplyCutter;
+
+fn redis_url() -> String {
+    std::env::var("BUCKETSCAN_TEST_REDIS_URL")
+        .expect("BUCKETSCAN_TEST_REDIS_URL is not set: run the tests with `just test`")
+}
+
 async fn queue(scan: &str, owner: &str, lease: Duration) -> Queue {
-    let url = std::env::var("BUCKETSCAN_TEST_REDIS_URL")
-        .expect("BUCKETSCAN_TEST_REDIS_URL is not set: run the tests with `just test`");
+    queue_at(&redis_url(), scan, owner, lease).await
+}
+
+async fn queue_at(url: &str, scan: &str, owner: &str, lease: Duration) -> Queue {
     Queue::connect(&RedisConfig::new(url), scan, owner, lease)
         .await
         .unwrap()
@@ -69,13 +80,13 @@ async fn expired_lease_is_requeued_and_the_old_holder_is_fenced_off() {
     let slow = queue(&scan, "slow", Duration::from_millis(200)).await;
     let fast = queue(&scan, "fast", Duration::from_secs(30)).await;
     slow.enqueue(&shards(1)).await.unwrap();
-    let old = slow.take().await.unwrap().unwrap();
+    let mut old = slow.take().await.unwrap().unwrap();
     let first = Commit {
         checkpoint: Some("p000/k1"),
         part: Some("parts/a"),
         counts: &[("objects", 2), ("with_metadata", 1)],
     };
-    assert!(slow.commit(&old, &first).await.unwrap());
+    assert!(slow.commit(&mut old, &first).await.unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fast.reap(3).await.unwrap(), (1, 0));
 
@@ -86,11 +97,11 @@ async fn expired_lease_is_requeued_and_the_old_holder_is_fenced_off() {
         Some("p000/k1"),
         "resumes from the checkpoint"
     );
-    assert!(new.token > old.token);
+    assert_ne!(new.token, old.token);
     assert!(
         !slow
             .commit(
-                &old,
+                &mut old,
                 &Commit {
                     checkpoint: Some("p000/k9"),
                     counts: &[("objects", 7)],
@@ -158,9 +169,10 @@ async fn a_split_serves_one_idle_worker_and_is_fenced() {
     let busy = queue(&scan, "busy", Duration::from_secs(30)).await;
     let idle = queue(&scan, "idle", Duration::from_secs(30)).await;
     busy.enqueue(&shards(1)).await.unwrap();
-    let lease = busy.take().await.unwrap().unwrap();
+    let mut lease = busy.take().await.unwrap().unwrap();
+    let before_split = lease.clone();
     assert_eq!(
-        busy.split(&lease, &lease.shard, "p000/m").await.unwrap(),
+        busy.split(&mut lease, "p000/m").await.unwrap(),
         Split::NotWanted,
         "nobody is idle"
     );
@@ -168,30 +180,31 @@ async fn a_split_serves_one_idle_worker_and_is_fenced() {
     let left = idle.idle(Duration::from_secs(5)).await.unwrap();
     assert_eq!((left.pending, left.leased), (0, 1));
     assert!(
-        busy.report_progress(&[], "{}").await.unwrap(),
+        busy.report_progress(rand::random(), &[], "{}").await.unwrap(),
         "the holder is asked to split"
     );
-    let stale = bucketscan_core::fleet::queue::Lease {
-        token: lease.token + 1,
+    let mut stale = bucketscan_core::fleet::queue::Lease {
+        token: lease.token.wrapping_add(1),
         ..lease.clone()
     };
-    assert_eq!(
-        busy.split(&stale, &lease.shard, "p000/m").await.unwrap(),
-        Split::Lost
-    );
+    assert_eq!(busy.split(&mut stale, "p000/m").await.unwrap(), Split::Lost);
 
     let (lower, upper) = lease.shard.split_after("p000/m");
     let done = Split::Done {
         lower: lower.clone(),
         upper: upper.clone(),
     };
-    assert_eq!(busy.split(&lease, &lease.shard, "p000/m").await.unwrap(), done);
+    assert_eq!(busy.split(&mut lease, "p000/m").await.unwrap(), done);
+    assert_eq!(lease.shard, lower, "the lease covers the lower part now");
     assert_eq!(
-        busy.split(&lease, &lease.shard, "p000/m").await.unwrap(),
+        busy.split(&mut before_split.clone(), "p000/m").await.unwrap(),
         done,
         "a retried split changes nothing"
     );
-    assert!(!busy.report_progress(&[], "{}").await.unwrap(), "served");
+    assert!(
+        !busy.report_progress(rand::random(), &[], "{}").await.unwrap(),
+        "served"
+    );
 
     let taken = idle.take().await.unwrap().unwrap();
     assert_eq!(taken.shard, upper);
@@ -201,4 +214,323 @@ async fn a_split_serves_one_idle_worker_and_is_fenced() {
     assert_eq!(records.len(), 2);
     assert_eq!(records[0].shard, lower);
     assert_eq!(records[0].splits, 1);
+}
+
+/// Run `step` with the reply to its command (the first one holding `needle`)
+/// cut once after Redis ran it: the step must still succeed, by sending the
+/// command again.
+async fn with_reply_cut<T>(
+    proxy: &ReplyCutter,
+    needle: &str,
+    step: impl std::future::Future<Output = T>,
+) -> T {
+    let before = proxy.cuts();
+    proxy.cut_next_reply(needle);
+    let out = step.await;
+    assert_eq!(proxy.cuts(), before + 1, "the reply was cut once");
+    out
+}
+
+#[tokio::test]
+async fn a_take_whose_reply_is_lost_leases_one_shard() {
+    let scan = scan_id("lost-take");
+    let proxy = ReplyCutter::start(&redis_url()).await;
+    let cut = queue_at(&proxy.url, &scan, "w", Duration::from_secs(30)).await;
+    let direct = queue(&scan, "observer", Duration::from_secs(30)).await;
+    direct.enqueue(&shards(3)).await.unwrap();
+
+    let lease = with_reply_cut(&proxy, "EVALSHA", cut.take())
+        .await
+        .unwrap()
+        .unwrap();
+    let counts = direct.counts().await.unwrap();
+    assert_eq!(
+        (counts.pending, counts.leased),
+        (2, 1),
+        "the re-sent take leased no second shard"
+    );
+    let record = direct.shard_record(&lease.id).await.unwrap().unwrap();
+    assert_eq!((record.state.as_str(), record.attempts), ("leased", 1));
+    assert_eq!(
+        cut.finish(&lease, &Finish::Done).await.unwrap(),
+        "done",
+        "the lease returned is the one held"
+    );
+}
+
+#[tokio::test]
+async fn a_progress_report_whose_reply_is_lost_counts_once() {
+    let scan = scan_id("lost-progress");
+    let proxy = ReplyCutter::start(&redis_url()).await;
+    let cut = queue_at(&proxy.url, &scan, "w", Duration::from_secs(30)).await;
+    let direct = queue(&scan, "observer", Duration::from_secs(30)).await;
+    let report = rand::random();
+    with_reply_cut(
+        &proxy,
+        "EVALSHA",
+        cut.report_progress(report, &[("heads", 7)], "{}"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(direct.counters().await.unwrap()["heads"], 7);
+    cut.report_progress(rand::random(), &[("heads", 3)], "{}")
+        .await
+        .unwrap();
+    assert_eq!(
+        direct.counters().await.unwrap()["heads"],
+        10,
+        "the next report counts"
+    );
+}
+
+/// Every other step, each with its reply lost once: the queue ends as if
+/// each had run once.
+#[tokio::test]
+async fn every_step_whose_reply_is_lost_takes_effect_once() {
+    use bucketscan_core::fleet::queue::Split;
+    let scan = scan_id("lost-steps");
+    let proxy = ReplyCutter::start(&redis_url()).await;
+    let busy = queue_at(&proxy.url, &scan, "busy", Duration::from_secs(30)).await;
+    let waiter = queue_at(&proxy.url, &scan, "waiter", Duration::from_secs(30)).await;
+    let short = queue_at(&proxy.url, &scan, "short", Duration::from_millis(300)).await;
+    let direct = queue(&scan, "observer", Duration::from_secs(30)).await;
+    macro_rules! cut {
+        ($step:expr) => {
+            with_reply_cut(&proxy, "EVALSHA", $step).await
+        };
+    }
+
+    cut!(busy.enqueue(&shards(1))).unwrap();
+    assert_eq!(
+        (
+            direct.counts().await.unwrap().pending,
+            direct.shard_count().await.unwrap()
+        ),
+        (1, 1)
+    );
+
+    let mut lease = busy.take().await.unwrap().unwrap();
+    let commit = Commit {
+        checkpoint: Some("p000/k1"),
+        part: Some("parts/one"),
+        counts: &[("objects", 5)],
+    };
+    assert!(cut!(busy.commit(&mut lease, &commit)).unwrap());
+    assert_eq!(
+        direct.parts(&lease.id).await.unwrap(),
+        ["parts/one"],
+        "the part is recorded once"
+    );
+    assert_eq!(
+        direct.shard_record(&lease.id).await.unwrap().unwrap().counts["objects"],
+        5
+    );
+    assert!(cut!(busy.renew(&lease)).unwrap());
+
+    let left = cut!(waiter.idle(Duration::from_secs(30))).unwrap();
+    assert_eq!((left.pending, left.leased), (0, 1));
+    let split = cut!(busy.split(&mut lease, "p000/m")).unwrap();
+    assert!(matches!(split, Split::Done { .. }), "{split:?}");
+    assert_eq!(
+        (
+            direct.counts().await.unwrap().pending,
+            direct.shard_count().await.unwrap()
+        ),
+        (1, 2)
+    );
+
+    // The upper part: released, failed, then its lease runs out and is reaped.
+    let upper = waiter.take().await.unwrap().unwrap();
+    cut!(waiter.finish(&upper, &Finish::Release)).unwrap();
+    assert_eq!(direct.counts().await.unwrap().pending, 1, "released once");
+    let upper = waiter.take().await.unwrap().unwrap();
+    let fail = Finish::Fail {
+        error: "boom".into(),
+        max_failures: 5,
+    };
+    cut!(waiter.finish(&upper, &fail)).unwrap();
+    assert_eq!(
+        direct.shard_record(&upper.id).await.unwrap().unwrap().failures,
+        1,
+        "failed once"
+    );
+    assert_eq!(direct.counts().await.unwrap().pending, 1);
+    let upper = short.take().await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    cut!(short.reap(5)).unwrap();
+    let record = direct.shard_record(&upper.id).await.unwrap().unwrap();
+    assert_eq!(
+        (record.state.as_str(), record.failures),
+        ("pending", 2),
+        "reaped once"
+    );
+    assert_eq!(direct.counts().await.unwrap().pending, 1);
+
+    assert_eq!(cut!(busy.finish(&lease, &Finish::Done)).unwrap(), "done");
+    assert_eq!(direct.counts().await.unwrap().done, 1);
+
+    let restored = Shard::prefix("q/");
+    let parts = ["parts/a".to_string(), "parts/b".to_string()];
+    let counts = std::collections::BTreeMap::from([("objects".to_string(), 9)]);
+    with_reply_cut(
+        &proxy,
+        "EXEC",
+        busy.restore_done(&restored.id(), &restored, &parts, &counts),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        direct.parts(&restored.id()).await.unwrap(),
+        parts,
+        "restored once"
+    );
+    assert_eq!(direct.counts().await.unwrap().done, 2);
+}
+
+async fn direct_connection() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn commit<'a>(checkpoint: &'a str, part: &'a str) -> Commit<'a> {
+    Commit {
+        checkpoint: Some(checkpoint),
+        part: Some(part),
+        counts: &[("objects", 1)],
+    }
+}
+
+/// Redis loses a commit the holder saw acknowledged: the holder's next
+/// commit, recorded on top, would leave the lost part's keys out of the
+/// result. It is refused, the shard goes back to pending and is scanned
+/// again from the checkpoint Redis kept.
+#[tokio::test]
+async fn a_commit_on_top_of_progress_redis_lost_is_refused() {
+    let scan = scan_id("rollback-commit");
+    let mut redis = direct_connection().await;
+    let holder = queue(&scan, "holder", Duration::from_secs(30)).await;
+    holder.enqueue(&shards(1)).await.unwrap();
+    let mut lease = holder.take().await.unwrap().unwrap();
+    assert!(holder
+        .commit(&mut lease, &commit("p000/k1", "parts/1"))
+        .await
+        .unwrap());
+    let snapshot = Snapshot::take(&mut redis, &scan).await;
+    assert!(holder
+        .commit(&mut lease, &commit("p000/k2", "parts/2"))
+        .await
+        .unwrap());
+    snapshot.restore(&mut redis).await;
+
+    assert!(
+        !holder
+            .commit(&mut lease, &commit("p000/k3", "parts/3"))
+            .await
+            .unwrap(),
+        "refused: Redis lost parts/2"
+    );
+    assert_eq!(holder.parts(&lease.id).await.unwrap(), ["parts/1"]);
+    let record = holder.shard_record(&lease.id).await.unwrap().unwrap();
+    assert_eq!((record.state.as_str(), record.failures), ("pending", 0));
+    assert_eq!(record.counts["objects"], 1);
+    let again = queue(&scan, "next", Duration::from_secs(30))
+        .await
+        .take()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        again.checkpoint.as_deref(),
+        Some("p000/k1"),
+        "scanned again from what Redis kept"
+    );
+}
+
+/// Finishing is refused the same way: a shard whose last commit Redis lost
+/// must not become done.
+#[tokio::test]
+async fn finishing_a_shard_whose_last_commit_redis_lost_is_refused() {
+    let scan = scan_id("rollback-finish");
+    let mut redis = direct_connection().await;
+    let holder = queue(&scan, "holder", Duration::from_secs(30)).await;
+    holder.enqueue(&shards(1)).await.unwrap();
+    let mut lease = holder.take().await.unwrap().unwrap();
+    let snapshot = Snapshot::take(&mut redis, &scan).await;
+    assert!(holder
+        .commit(&mut lease, &commit("p000/k9", "parts/1"))
+        .await
+        .unwrap());
+    snapshot.restore(&mut redis).await;
+
+    assert_eq!(holder.finish(&lease, &Finish::Done).await.unwrap(), "diverged");
+    assert_eq!(
+        holder.recorded(&lease).await.unwrap(),
+        None,
+        "nothing to record as done"
+    );
+    let counts = holder.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.done), (1, 0));
+}
+
+/// Redis loses a split: the upper part's shard is gone and the holder's
+/// shard covers the whole range again. The holder (which scans only the
+/// lower part) may not complete it, and the upper part's holder is fenced.
+#[tokio::test]
+async fn a_split_redis_lost_fences_both_parts_and_the_whole_range_comes_back() {
+    let scan = scan_id("rollback-split");
+    let mut redis = direct_connection().await;
+    let holder = queue(&scan, "holder", Duration::from_secs(30)).await;
+    let waiter = queue(&scan, "waiter", Duration::from_secs(30)).await;
+    holder.enqueue(&shards(1)).await.unwrap();
+    let mut lease = holder.take().await.unwrap().unwrap();
+    let whole = lease.shard.clone();
+    waiter.idle(Duration::from_secs(30)).await.unwrap();
+    let snapshot = Snapshot::take(&mut redis, &scan).await;
+    assert!(matches!(
+        holder.split(&mut lease, "p000/m").await.unwrap(),
+        bucketscan_core::fleet::queue::Split::Done { .. }
+    ));
+    let mut upper = waiter.take().await.unwrap().unwrap();
+    snapshot.restore(&mut redis).await;
+
+    assert!(!waiter
+        .commit(&mut upper, &commit("p000/z", "parts/u"))
+        .await
+        .unwrap());
+    assert_eq!(holder.finish(&lease, &Finish::Done).await.unwrap(), "diverged");
+    let again = waiter.take().await.unwrap().unwrap();
+    assert_eq!((again.shard, again.checkpoint), (whole, None));
+    assert_eq!(holder.shard_count().await.unwrap(), 1);
+}
+
+/// Attempt numbers go back with Redis; lease tokens must not, or a lease
+/// taken after the loss would write the same part keys as the lost one,
+/// whose holder may still be uploading them.
+#[tokio::test]
+async fn a_lease_taken_after_redis_lost_writes_has_a_new_token() {
+    let scan = scan_id("rollback-token");
+    let mut redis = direct_connection().await;
+    let first = queue(&scan, "first", Duration::from_secs(30)).await;
+    first.enqueue(&shards(1)).await.unwrap();
+    let snapshot = Snapshot::take(&mut redis, &scan).await;
+    let mut old = first.take().await.unwrap().unwrap();
+    snapshot.restore(&mut redis).await;
+    let new = first.take().await.unwrap().unwrap();
+    assert_eq!(new.id, old.id);
+    assert_ne!(new.token, old.token);
+    assert_eq!(
+        first.shard_record(&new.id).await.unwrap().unwrap().attempts,
+        1,
+        "attempts went back"
+    );
+    assert!(
+        !first
+            .commit(&mut old, &commit("p000/k", "parts/old"))
+            .await
+            .unwrap(),
+        "the lost lease is fenced, even under the same worker name"
+    );
 }

@@ -210,7 +210,13 @@ async fn outputs_never_collide() {
     secrets.create(&PostParams::default(), &keyless).await.unwrap();
     let mut src = source("", &bucket);
     src["credentialsSecret"]["name"] = "keyless".into();
-    create(&scans, "keyless", src, serde_json::json!({"bucket": out, "prefix": "keyless/"})).await;
+    create(
+        &scans,
+        "keyless",
+        src,
+        serde_json::json!({"bucket": out, "prefix": "keyless/"}),
+    )
+    .await;
     let (reason, message) = failure(&settled(&scans, "keyless").await);
     assert_eq!(reason, "InvalidSource");
     assert_eq!(

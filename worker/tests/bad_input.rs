@@ -312,7 +312,10 @@ async fn a_redis_out_of_memory_fails_the_plan_clearly_and_leaves_no_half_plan() 
 async fn a_wrong_region_is_one_clear_line_naming_the_expected_one() {
     let s3 = versitygw();
     let bucket = s3.bucket("region").await;
-    let out = s3.worker_env(&["scan", "--bucket", &bucket, "--quiet", "--region", "eu-west-1"], &[]);
+    let out = s3.worker_env(
+        &["scan", "--bucket", &bucket, "--quiet", "--region", "eu-west-1"],
+        &[],
+    );
     let line = one_error_line(&out);
     assert!(
         line.contains(&format!("cannot list s3://{bucket}"))
@@ -326,7 +329,15 @@ async fn no_credentials_at_all_is_one_clear_line_saying_what_to_set() {
     let s3 = versitygw();
     let mut cmd = Command::new(worker_bin());
     let out = cmd
-        .args(["scan", "--bucket", "b", "--quiet", "--path-style", "--endpoint", &s3.endpoint])
+        .args([
+            "scan",
+            "--bucket",
+            "b",
+            "--quiet",
+            "--path-style",
+            "--endpoint",
+            &s3.endpoint,
+        ])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap())
         .env("HOME", temp_path("no-home"))
@@ -335,7 +346,9 @@ async fn no_credentials_at_all_is_one_clear_line_saying_what_to_set() {
         .unwrap();
     let line = one_error_line(&out);
     assert!(
-        line.contains("could not load credentials: none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+        line.contains(
+            "could not load credentials: none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        ),
         "{line}"
     );
 }

@@ -3,6 +3,8 @@
 //! merge's multipart upload), with workers killed, stopped and added.
 
 mod common;
+#[path = "../../core/tests/support/snapshot.rs"]
+mod snapshot;
 
 use common::*;
 use std::collections::BTreeMap;
@@ -348,8 +350,10 @@ async fn redis_carries_shards_not_keys() {
     fleet.run_ok(&["plan", "--bucket", &bucket, "--output", &format!("s3://{out}/")]);
     let planned = redis.commands_processed(&url);
     let log = std::fs::File::create(temp_path("ops-solo.log")).unwrap();
+    // Progress every 10 s: the periodic reports cost commands per second of
+    // running, not per object, and a loaded machine runs slowly.
     let mut worker = fleet
-        .command(&["run", "--name", "solo"])
+        .command(&["run", "--name", "solo", "--progress-ms", "10000"])
         .stderr(log)
         .spawn()
         .unwrap();
@@ -444,7 +448,6 @@ async fn a_redis_crash_and_restart_mid_scan_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_shards() {
     use bucketscan_core::fleet::queue::{Queue, RedisConfig};
-    use bucketscan_core::s3::{Endpoint, S3};
     let redis = PrivateRedis::start();
     let url = redis.url();
     let s3 = versitygw();
@@ -499,16 +502,7 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
         only_with_metadata: false,
         max_failures: 5,
     };
-    let endpoint = Endpoint {
-        url: Some(s3.endpoint.clone()),
-        region: "us-east-1".into(),
-        path_style: true,
-        ca_pem: None,
-        insecure: false,
-        pool_size: 8,
-    };
-    let creds = aws_credential_types::Credentials::new(&s3.access_key, &s3.secret_key, None, None, "test");
-    let client_s3 = S3::connect_with(endpoint, Some(creds)).await.unwrap();
+    let client_s3 = s3.s3().await;
     let queue = Queue::connect(&RedisConfig::new(&url), "lost", "test", Duration::from_secs(30))
         .await
         .unwrap();
@@ -565,6 +559,130 @@ async fn control_character_prefixes_of_several_pages_are_planned_run_and_merged_
     let manifest: serde_json::Value =
         serde_json::from_slice(&s3.read(&out, "ctl/manifest.json").await).unwrap();
     assert_eq!(manifest["counts"]["objects"], seeded.len(), "{manifest}");
+}
+
+/// Redis loses acknowledged writes while workers run: the scan's keys are
+/// put back to a snapshot taken seconds earlier (as a Redis restarted from an
+/// AOF written every second, or a failover to a lagging replica, would hold
+/// them). Commits made since are gone, finished shards are leased or pending
+/// again, split parts vanish; the workers go on and the result is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_losing_acknowledged_writes_mid_scan_leaves_no_hole() {
+    let redis = PrivateRedis::start();
+    let s3 = versitygw();
+    let bucket = s3.bucket("rollback").await;
+    let out = s3.bucket("rollback-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..5000)
+        .map(|i| (format!("w{}/{i:05}", i % 5), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis.url(),
+        scan: "rollback".into(),
+    };
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &format!("s3://{out}/rb/"),
+        "--target-shards",
+        "2",
+    ]);
+    // A part every 300 objects (a commit a second), fewer shards than
+    // workers (splits).
+    let opts = ["--max-rate", "300", "--progress-ms", "300"];
+    let mut workers: Vec<Child> = ["a", "b", "c"]
+        .iter()
+        .map(|n| fleet.spawn_worker(n, &opts))
+        .collect();
+    let mut con = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    fleet.wait_for_heads(1000).await;
+    let before = snapshot::Snapshot::take(&mut con, &fleet.scan).await;
+    fleet.wait_for_heads(2500).await;
+    before.restore(&mut con).await;
+    for w in &mut workers {
+        assert!(wait_exit(w, Duration::from_secs(180)).success());
+    }
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(&parse_records(&s3.read(&out, "rb/result.jsonl").await), &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "rb/manifest.json").await).unwrap();
+    assert_eq!(manifest["counts"]["objects"], 5000, "{manifest}");
+}
+
+/// A worker whose shard fails with an error of its own (its part cannot be
+/// uploaded: the output bucket is gone) leaves the run; its heartbeat must
+/// end with it, or the lease is renewed forever and the shard never comes
+/// back for another worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_heartbeat_ends_when_a_shard_ends_in_an_error() {
+    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+    use bucketscan_core::fleet::run::{RunOptions, Runner};
+    use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
+    use bucketscan_core::scan::engine::{Engine, EngineOptions};
+    let s3 = versitygw();
+    let bucket = s3.bucket("beat").await;
+    let seeded: BTreeMap<String, Seeded> = (0..50).map(|i| (format!("b{i:02}"), Seeded::default())).collect();
+    s3.seed(&bucket, &seeded).await;
+    let scan = format!("beat-{}", std::process::id());
+    let spec = bucketscan_core::fleet::spec::ScanSpec {
+        bucket: bucket.clone(),
+        prefix: String::new(),
+        output_bucket: format!("{bucket}-missing"),
+        output_prefix: "o/".into(),
+        gzip: false,
+        only_with_metadata: false,
+        max_failures: 5,
+    };
+    let lease = Duration::from_millis(900);
+    let queue = Queue::connect(&RedisConfig::new(redis_url()), &scan, "w", lease)
+        .await
+        .unwrap();
+    queue.set_spec(&spec).await.unwrap();
+    queue
+        .enqueue(&[bucketscan_core::keyspace::shard::Shard::prefix("")])
+        .await
+        .unwrap();
+    let client = s3.s3().await;
+    let engine = Engine::new(
+        client.clone(),
+        HeadClient::new(HeadClientKind::Sdk, &client).unwrap(),
+        EngineOptions {
+            bucket,
+            concurrency: 8,
+            only_with_metadata: false,
+            page_size: 1000,
+            max_rate: None,
+        },
+    );
+    let runner = Runner {
+        queue: queue.clone(),
+        engine,
+        spec,
+        opts: RunOptions {
+            reap: false,
+            ..RunOptions::default()
+        },
+        stop: tokio_util::sync::CancellationToken::new(),
+    };
+    let err = runner.run().await.expect_err("the part upload fails");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+
+    // The lease must now run out (renewed every 300 ms, it never would).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while queue.reap(5).await.unwrap() != (1, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "the failed shard's lease is still renewed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 extern "C" {

@@ -14,7 +14,6 @@ use crate::fleet::queue::{Commit, Finish, Lease, Queue, QueueError, Split};
 use crate::fleet::recovery::{write_done, DoneRecord};
 use crate::fleet::spec::ScanSpec;
 use crate::keyspace::planner::{split_point, BucketLister};
-use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
@@ -90,10 +89,10 @@ pub struct Runner {
 impl Runner {
     pub async fn run(self) -> Result<RunSummary, RunError> {
         let split_wanted = Arc::new(Notify::new());
-        let (stop_reporter, reporter) = self.spawn_progress_reporter(split_wanted.clone());
+        let (stop_reporter, mut reporter) = self.spawn_progress_reporter(split_wanted.clone());
         let result = self.take_until_empty(&split_wanted).await;
         stop_reporter.cancel();
-        let _ = reporter.await; // its last report makes the totals exact
+        let _ = (&mut reporter.0).await; // its last report makes the totals exact
         result
     }
 
@@ -131,21 +130,25 @@ impl Runner {
         Ok(summary)
     }
 
-    async fn process(&self, lease: Lease, split_wanted: &Notify) -> Result<Ended, RunError> {
+    /// Scan one leased shard. `lease` follows what this worker recorded (its
+    /// range after splits, its checkpoint after commits): every step that
+    /// records progress sends it, so Redis can refuse when it lost writes.
+    async fn process(&self, mut lease: Lease, split_wanted: &Notify) -> Result<Ended, RunError> {
         let range = match &lease.checkpoint {
             Some(c) => lease.shard.resumed_after(c),
             None => lease.shard.clone(),
         };
         let lost = CancellationToken::new();
-        let heartbeat = self.spawn_heartbeat(&lease, lost.clone());
+        // Both tasks end with this function, however it ends (`?`, panic).
+        let _heartbeat = self.spawn_heartbeat(&lease, lost.clone());
         let (tx, mut rx) = mpsc::channel::<Record>(4096);
         let frontier = Arc::new(Frontier::default());
-        let scan = {
+        let mut scan = {
             let (engine, frontier) = (self.engine.clone(), frontier.clone());
-            tokio::spawn(async move { engine.scan_shard_live(&range, frontier, &tx).await })
+            AbortOnDrop(tokio::spawn(async move {
+                engine.scan_shard_live(&range, frontier, &tx).await
+            }))
         };
-        // The range this lease covers; splitting lowers its end.
-        let mut owned = lease.shard.clone();
         let mut part = Part::new(lease.checkpoint.clone());
         let mut stopped = false;
         let mut lease_lost = false;
@@ -155,19 +158,19 @@ impl Runner {
                 _ = lost.cancelled() => { lease_lost = true; break; }
                 _ = self.stop.cancelled() => { stopped = true; break; }
                 _ = split_wanted.notified(), if self.opts.split => {
-                    if !self.split(&lease, &mut owned, &frontier, &part).await? {
+                    if !self.split(&mut lease, &frontier, &part).await? {
                         lease_lost = true;
                         break;
                     }
                 }
                 record = rx.recv() => {
                     let Some(record) = record else { break };
-                    if !owned.contains(&record.key) {
+                    if !lease.shard.contains(&record.key) {
                         continue; // listed before a split: the upper part's worker has it
                     }
                     let keep = self.engine.keep(&record);
                     part.add(record, keep, &self.spec, &lease, self.engine.s3.clone()).await?;
-                    if part.is_full(&self.opts) && !self.close_part(&lease, &mut part).await? {
+                    if part.is_full(&self.opts) && !self.close_part(&mut lease, &mut part).await? {
                         lease_lost = true;
                         break;
                     }
@@ -176,28 +179,30 @@ impl Runner {
         }
         drop(rx);
         let ended = if lease_lost {
-            scan.abort();
+            scan.0.abort();
             part.abort().await;
             tracing::warn!(shard = %lease.shard, "lease lost; another worker owns the shard now");
             Ended::Lost
         } else if stopped {
-            scan.abort();
-            if self.close_part(&lease, &mut part).await? {
+            scan.0.abort();
+            if self.close_part(&mut lease, &mut part).await? {
                 self.queue.finish(&lease, &Finish::Release).await?;
             }
             Ended::Released
         } else {
-            let scanned = scan
+            let scanned = (&mut scan.0)
                 .await
                 .unwrap_or_else(|e| Err(S3Error::Other(format!("scan task failed: {e}"))));
             // What was read before a failure is good: keep it.
-            let recorded = self.close_part(&lease, &mut part).await?;
+            let recorded = self.close_part(&mut lease, &mut part).await?;
             match (recorded, scanned) {
                 (false, _) => Ended::Lost,
                 (true, Ok(_)) => {
-                    self.record_done(&lease, &owned).await?;
-                    self.queue.finish(&lease, &Finish::Done).await?;
-                    Ended::Done
+                    self.record_done(&lease).await?;
+                    match self.queue.finish(&lease, &Finish::Done).await?.as_str() {
+                        "done" => Ended::Done,
+                        _ => Ended::Lost,
+                    }
                 }
                 (true, Err(e)) => {
                     tracing::warn!(shard = %lease.shard, error = %e, "shard failed");
@@ -210,41 +215,37 @@ impl Runner {
                 }
             }
         };
-        heartbeat.cancel();
         Ok(ended)
     }
 
     /// Leave the finished shard's record in S3, so a scan whose Redis state
     /// is lost can be planned again without redoing it (see `recovery`).
-    async fn record_done(&self, lease: &Lease, owned: &Shard) -> Result<(), RunError> {
-        let Some(shard) = self.queue.shard_record(&lease.id).await? else {
+    /// Only when Redis still holds what this lease recorded: anything else
+    /// would describe parts that do not cover the range (finishing will then
+    /// be refused too).
+    async fn record_done(&self, lease: &Lease) -> Result<(), RunError> {
+        let Some(recorded) = self.queue.recorded(lease).await? else {
             return Ok(());
         };
         let record = DoneRecord {
             id: lease.id.clone(),
-            range: owned.clone(),
-            parts: self.queue.parts(&lease.id).await?,
-            counts: shard.counts,
+            range: lease.shard.clone(),
+            parts: recorded.parts,
+            counts: recorded.counts,
         };
         write_done(&self.engine.s3, &self.spec, &record).await?;
         Ok(())
     }
 
-    /// Give the upper half of what is left of `owned` to an idle worker.
-    /// Returns false when the lease turned out to be lost.
-    async fn split(
-        &self,
-        lease: &Lease,
-        owned: &mut Shard,
-        frontier: &Frontier,
-        part: &Part,
-    ) -> Result<bool, RunError> {
+    /// Give the upper half of what is left of the lease's range to an idle
+    /// worker. Returns false when the lease turned out to be lost.
+    async fn split(&self, lease: &mut Lease, frontier: &Frontier, part: &Part) -> Result<bool, RunError> {
         // Records are written up to `last_key`: everything after it can be
         // given away, even keys already listed (the frontier drops them).
         let position = part.last_key.clone().or_else(|| part.resume_after.clone());
         let remaining = match position {
-            Some(p) => owned.resumed_after(&p),
-            None => owned.clone(),
+            Some(p) => lease.shard.resumed_after(&p),
+            None => lease.shard.clone(),
         };
         let lister = BucketLister {
             s3: &self.engine.s3,
@@ -253,13 +254,12 @@ impl Runner {
         let Some(at) = split_point(&lister, &remaining, SPLIT_PROBES).await? else {
             return Ok(true);
         };
-        match self.queue.split(lease, owned, &at).await? {
+        match self.queue.split(lease, &at).await? {
             Split::Done { lower, upper } => {
                 tracing::info!(kept = %lower, gave = %upper, "split shard for an idle worker");
                 if let Some(end) = &lower.end {
                     frontier.stop_before(end);
                 }
-                *owned = lower;
                 Ok(true)
             }
             Split::NotWanted => Ok(true),
@@ -267,9 +267,10 @@ impl Runner {
         }
     }
 
-    /// Upload the open part and record it with the checkpoint. Returns false
-    /// when the lease turned out to be lost (nothing recorded).
-    async fn close_part(&self, lease: &Lease, part: &mut Part) -> Result<bool, RunError> {
+    /// Upload the open part and record it with the checkpoint (which moves
+    /// the lease's checkpoint on). Returns false when the lease turned out to
+    /// be lost (nothing recorded).
+    async fn close_part(&self, lease: &mut Lease, part: &mut Part) -> Result<bool, RunError> {
         let Some(checkpoint) = part.last_key.clone() else {
             return Ok(true);
         };
@@ -286,21 +287,14 @@ impl Runner {
     }
 
     /// Renews the lease every third of its length; cancels `lost` when the
-    /// queue says the lease is no longer ours. Cancel the returned token to stop.
-    fn spawn_heartbeat(&self, lease: &Lease, lost: CancellationToken) -> CancellationToken {
-        let done = CancellationToken::new();
-        let (queue, lease, every, stop) = (
-            self.queue.clone(),
-            lease.clone(),
-            self.queue.lease_duration() / 3,
-            done.clone(),
-        );
-        tokio::spawn(async move {
+    /// queue says the lease is no longer ours. Stops when the returned guard
+    /// is dropped: a heartbeat that outlived its shard would keep a lease
+    /// nobody works on alive forever.
+    fn spawn_heartbeat(&self, lease: &Lease, lost: CancellationToken) -> AbortOnDrop<()> {
+        let (queue, lease, every) = (self.queue.clone(), lease.clone(), self.queue.lease_duration() / 3);
+        AbortOnDrop(tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(every) => {}
-                }
+                tokio::time::sleep(every).await;
                 match queue.renew(&lease).await {
                     Ok(true) => {}
                     Ok(false) => return lost.cancel(),
@@ -308,16 +302,12 @@ impl Runner {
                     Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
                 }
             }
-        });
-        done
+        }))
     }
 
     /// Reports counter deltas every `progress_every`, and once more when
     /// cancelled.
-    fn spawn_progress_reporter(
-        &self,
-        split_wanted: Arc<Notify>,
-    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    fn spawn_progress_reporter(&self, split_wanted: Arc<Notify>) -> (CancellationToken, AbortOnDrop<()>) {
         let done = CancellationToken::new();
         let (queue, engine, every, stop) = (
             self.queue.clone(),
@@ -325,10 +315,11 @@ impl Runner {
             self.opts.progress_every,
             done.clone(),
         );
-        let task = tokio::spawn(async move {
+        let task = AbortOnDrop(tokio::spawn(async move {
             let mut progress = Progress {
                 last: CountersSnapshot::default(),
                 at: Instant::now(),
+                unconfirmed: None,
             };
             loop {
                 let stopping = tokio::select! {
@@ -342,16 +333,39 @@ impl Runner {
                     return;
                 }
             }
-        });
+        }));
         (done, task)
+    }
+}
+
+/// A spawned task tied to the scope holding this guard: aborted when the guard
+/// is dropped, so it ends on every way out of that scope, errors and panics
+/// included.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
 /// What was last reported, to send deltas.
 struct Progress {
+    /// The counters as of the last report Redis confirmed.
     last: CountersSnapshot,
     /// When `last` was taken.
     at: Instant,
+    /// A report whose answer never came (Redis away longer than the
+    /// connection's patience): it may have counted, so it is sent again,
+    /// under its id, before anything new.
+    unconfirmed: Option<Report>,
+}
+
+/// One progress report: its id and the counters it reports up to.
+struct Report {
+    id: u64,
+    counters: CountersSnapshot,
+    taken: Instant,
 }
 
 impl Progress {
@@ -375,22 +389,29 @@ impl Progress {
 
 /// Returns true when another worker waits for a split.
 async fn report_progress(queue: &Queue, engine: &Engine, progress: &mut Progress) -> bool {
-    let taken = Instant::now();
-    let now = engine.counters.snapshot();
-    let (deltas, rate) = progress.since_last(&now, taken);
+    let report = progress.unconfirmed.take().unwrap_or_else(|| Report {
+        id: rand::random(),
+        counters: engine.counters.snapshot(),
+        taken: Instant::now(),
+    });
+    let (deltas, rate) = progress.since_last(&report.counters, report.taken);
     let status = serde_json::json!({
-        "heads": now.heads,
+        "heads": report.counters.heads,
         "rate": rate,
         "updated": time::OffsetDateTime::now_utc().unix_timestamp(),
     });
-    match queue.report_progress(&deltas, &status.to_string()).await {
+    match queue
+        .report_progress(report.id, &deltas, &status.to_string())
+        .await
+    {
         Ok(split_wanted) => {
-            progress.last = now;
-            progress.at = taken;
+            progress.last = report.counters;
+            progress.at = report.taken;
             split_wanted
         }
         Err(e) => {
             tracing::warn!(error = %e, "could not report progress");
+            progress.unconfirmed = Some(report);
             false
         }
     }
@@ -524,6 +545,7 @@ mod tests {
                 ..CountersSnapshot::default()
             },
             at: start,
+            unconfirmed: None,
         };
         // 3,000 HEADs in the 10 s between snapshots: 300/s, however long
         // the previous report took to reach Redis.

@@ -1,8 +1,40 @@
--- Prepended to every script that acts on a leased shard (see queue.rs):
--- true when shard hash `shard` is leased to `owner` under fencing token
+-- Prepended to every script that acts on a leased shard (see mod.rs).
+
+-- The lease fields of shard hash `shard`, read once per script with one
+-- HMGET (Redis load is counted per command), before the script writes any.
+local read = {}
+local function lease_fields(shard)
+  if not read[shard] then
+    local f = redis.call('HMGET', shard, 'state', 'owner', 'token', 'range', 'checkpoint')
+    read[shard] = {state = f[1], owner = f[2], token = f[3], range = f[4], checkpoint = f[5] or ''}
+  end
+  return read[shard]
+end
+
+-- True when shard hash `shard` is leased to `owner` under fencing token
 -- `token`, so a worker whose lease expired (and was taken over) is refused.
 local function holds_lease(shard, owner, token)
-  return redis.call('HGET', shard, 'state') == 'leased'
-    and redis.call('HGET', shard, 'owner') == owner
-    and redis.call('HGET', shard, 'token') == token
+  local f = lease_fields(shard)
+  return f.state == 'leased' and f.owner == owner and f.token == token
+end
+
+-- True when Redis holds the range (JSON) and checkpoint ('' = none) that the
+-- lease holder believes it recorded last. They differ only when Redis lost
+-- acknowledged writes (restarted from an AOF written every second, failed
+-- over to a replica that lagged): a split or commit of this very lease is
+-- gone, and recording more on top would leave a hole.
+local function agrees(shard, range, checkpoint)
+  local f = lease_fields(shard)
+  return f.range == range and f.checkpoint == checkpoint
+end
+
+-- A lease whose holder and Redis disagree (see `agrees`): back to the right
+-- of pending, to be scanned again from what Redis holds; no failure counted,
+-- the shard is not at fault. The holder drops it.
+local function requeue_diverged(shard, id, leases, pending)
+  redis.call('ZREM', leases, id)
+  redis.call('HDEL', shard, 'owner')
+  redis.call('HSET', shard, 'state', 'pending',
+    'last_error', 'Redis lost recorded progress of this shard; scanned again from its checkpoint')
+  redis.call('RPUSH', pending, id)
 end

@@ -1,13 +1,21 @@
 -- End a lease. ARGV[4] = 'done' marks the shard complete (completing twice is
 -- harmless: a done shard stays done); 'release' puts it back at the head of
 -- pending (graceful stop); 'fail' counts a failure with error ARGV[5] and
--- dead-letters the shard after ARGV[6] failures.
+-- dead-letters the shard after ARGV[6] failures. 'done' is refused unless
+-- Redis holds the range ARGV[7] and checkpoint ARGV[8] the holder believes
+-- (see `agrees`): completing a shard whose last commits Redis lost would
+-- leave a hole, so it goes back to pending instead.
 -- KEYS: shard hash, leases, pending, done set, dead set
 -- ARGV[1]: shard id, ARGV[2]: owner, ARGV[3]: token
--- Returns the shard's state afterwards, or 'lost' when the lease was not ours.
+-- Returns the shard's state afterwards, 'lost' when the lease was not ours,
+-- or 'diverged' when Redis disagreed (the shard is pending again).
 local shard = KEYS[1]
 if ARGV[4] == 'done' and redis.call('HGET', shard, 'state') == 'done' then return 'done' end
 if not holds_lease(shard, ARGV[2], ARGV[3]) then return 'lost' end
+if ARGV[4] == 'done' and not agrees(shard, ARGV[7], ARGV[8]) then
+  requeue_diverged(shard, ARGV[1], KEYS[2], KEYS[3])
+  return 'diverged'
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', shard, 'owner')
 if ARGV[4] == 'done' then

@@ -13,6 +13,8 @@
 //! - `bs:{S}:idle`    ZSET worker -> deadline: workers waiting for work
 //! - `bs:{S}:meta`    HASH spec (JSON), created, merged
 //! - `bs:{S}:counters` HASH progress totals; `bs:{S}:workers` HASH worker -> status JSON
+//! - `bs:{S}:took`, `bs:{S}:reported` HASHes worker -> its last take and last
+//!   counted progress report, so a step re-sent after a lost answer counts once
 //!
 //! Each transition is one Lua script, so no crash between two commands can
 //! lose or duplicate a shard; every step on a leased shard is fenced by the
@@ -34,7 +36,7 @@ static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("en
 static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("progress.lua")));
 static IDLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("idle.lua")));
 static SPLIT: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("split.lua")));
-static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("take.lua")));
+static TAKE: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("take.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("renew.lua")));
 static FINISH: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("finish.lua")));
 static REAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("reap.lua")));
@@ -194,10 +196,17 @@ impl ScanKeys {
     pub fn idle(&self) -> String {
         self.key("idle")
     }
+    pub fn took(&self) -> String {
+        self.key("took")
+    }
+    pub fn reported(&self) -> String {
+        self.key("reported")
+    }
     /// Every key of the scan except the per-shard ones (for cleanup).
     pub fn scan_wide(&self) -> Vec<String> {
         [
-            "pending", "leases", "done", "dead", "shards", "meta", "counters", "workers", "idle",
+            "pending", "leases", "done", "dead", "shards", "meta", "counters", "workers", "idle", "took",
+            "reported",
         ]
         .iter()
         .map(|k| self.key(k))
@@ -214,14 +223,18 @@ impl ScanKeys {
     }
 }
 
-/// A shard leased to this worker.
+/// A shard leased to this worker, as the worker believes Redis holds it: the
+/// steps that record progress keep it up to date and send it along, and are
+/// refused when Redis disagrees (it lost acknowledged writes).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lease {
     pub id: String,
+    /// The range the lease covers; a split lowers its end.
     pub shard: Shard,
-    /// Last key whose record is safely written, if any: resume after it.
+    /// Last key whose record is in a recorded part, if any: resume after it.
     pub checkpoint: Option<String>,
-    /// Fencing token: the attempt number this lease belongs to.
+    /// Fencing token: drawn at random by the take that made this lease, so
+    /// no two leases share one, even after Redis rolled back.
     pub token: u64,
 }
 
@@ -256,8 +269,23 @@ pub enum Split {
     Done { lower: Shard, upper: Shard },
     /// Nobody waits any more (or something is pending): keep scanning.
     NotWanted,
-    /// The lease is no longer ours.
+    /// The lease is no longer ours (expired and taken over, or Redis lost
+    /// this lease's progress and put the shard back to pending).
     Lost,
+}
+
+/// What Redis recorded of a shard (see [`Queue::recorded`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Recorded {
+    pub parts: Vec<String>,
+    pub counts: std::collections::BTreeMap<String, u64>,
+}
+
+const DIVERGED: &str = "Redis lost recorded progress of this shard (restarted from older data or failed over \
+                        to a replica that lagged); it goes back to pending and is scanned again from what Redis holds";
+
+fn json(shard: &Shard) -> String {
+    serde_json::to_string(shard).expect("a shard serializes")
 }
 
 /// A shard as the queue knows it.
@@ -355,13 +383,16 @@ impl Queue {
     /// Lease the next pending shard, or `None` when nothing is pending.
     pub async fn take(&self) -> Result<Option<Lease>, QueueError> {
         let mut con = self.con.clone();
+        let token: u64 = rand::random();
         let taken: Option<(String, String, String, u64)> = TAKE
             .key(self.keys.pending())
             .key(self.keys.leases())
             .key(self.keys.shard_prefix())
             .key(self.keys.idle())
+            .key(self.keys.took())
             .arg(&self.owner)
             .arg(self.lease.as_millis() as u64)
+            .arg(token)
             .invoke_async(&mut con)
             .await?;
         let Some((id, range, checkpoint, token)) = taken else {
@@ -380,60 +411,95 @@ impl Queue {
     }
 
     /// Extend the lease (a heartbeat). Returns false when the lease is lost:
-    /// stop working on the shard.
+    /// stop working on the shard. Checks nothing but the lease, so a copy of
+    /// the lease made when it was taken will do.
     pub async fn renew(&self, lease: &Lease) -> Result<bool, QueueError> {
-        self.commit(lease, &Commit::default()).await
+        Ok(self.renew_or_commit(lease, &Commit::default(), false).await? == 1)
     }
 
     /// Extend the lease and record progress: the checkpoint, the finished part
-    /// and the part's counts, in one fenced step. Returns false when the lease
-    /// is lost (nothing recorded).
-    pub async fn commit(&self, lease: &Lease, commit: &Commit<'_>) -> Result<bool, QueueError> {
+    /// and the part's counts, in one fenced step, and move `lease.checkpoint`
+    /// on. Returns false when the lease is lost (nothing recorded), including
+    /// when Redis no longer holds the lease's range and checkpoint: then it
+    /// lost writes, and the shard goes back to pending.
+    pub async fn commit(&self, lease: &mut Lease, commit: &Commit<'_>) -> Result<bool, QueueError> {
+        match self.renew_or_commit(lease, commit, true).await? {
+            1 => {
+                if let Some(checkpoint) = commit.checkpoint {
+                    lease.checkpoint = Some(checkpoint.to_string());
+                }
+                Ok(true)
+            }
+            2 => {
+                tracing::warn!(shard = %lease.shard, "{DIVERGED}");
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// renew.lua: 1 done, 0 lease lost, 2 Redis disagrees with `lease`.
+    async fn renew_or_commit(
+        &self,
+        lease: &Lease,
+        commit: &Commit<'_>,
+        check: bool,
+    ) -> Result<i64, QueueError> {
         let mut con = self.con.clone();
         let mut script = RENEW.key(self.keys.shard(&lease.id));
         script
             .key(self.keys.leases())
             .key(self.keys.parts(&lease.id))
+            .key(self.keys.pending())
             .arg(&lease.id)
             .arg(&self.owner)
             .arg(lease.token)
             .arg(self.lease.as_millis() as u64)
             .arg(commit.checkpoint.unwrap_or(""))
-            .arg(commit.part.unwrap_or(""));
+            .arg(commit.part.unwrap_or(""))
+            .arg(if check { json(&lease.shard) } else { String::new() })
+            .arg(lease.checkpoint.as_deref().unwrap_or(""));
         for (field, delta) in commit.counts.iter().filter(|(_, d)| *d > 0) {
             script.arg(*field).arg(*delta);
         }
-        let ok: i64 = script.invoke_async(&mut con).await?;
-        Ok(ok == 1)
+        Ok(script.invoke_async(&mut con).await?)
     }
 
     /// Split a leased shard at `at` (see [`Shard::split_after`]): this lease
-    /// keeps `range`'s lower part, the upper part is queued as a new shard.
-    /// Only while a worker is idle and nothing is pending. An error leaves it
-    /// unknown whether the split happened; the queue's range is what counts.
-    pub async fn split(&self, lease: &Lease, range: &Shard, at: &str) -> Result<Split, QueueError> {
+    /// keeps the lower part of its range (`lease.shard` becomes it), the upper
+    /// part is queued as a new shard. Only while a worker is idle and nothing
+    /// is pending. An error leaves it unknown whether the split happened; the
+    /// queue's range is what counts.
+    pub async fn split(&self, lease: &mut Lease, at: &str) -> Result<Split, QueueError> {
         let mut con = self.con.clone();
-        let (lower, upper) = range.split_after(at);
+        let (lower, upper) = lease.shard.split_after(at);
         let upper_id = upper.id();
-        let json = |s: &Shard| serde_json::to_string(s).expect("a shard serializes");
         let answer: i64 = SPLIT
             .key(self.keys.shard(&lease.id))
             .key(self.keys.pending())
             .key(self.keys.shards())
             .key(self.keys.idle())
             .key(self.keys.shard(&upper_id))
+            .key(self.keys.leases())
             .arg(&lease.id)
             .arg(&self.owner)
             .arg(lease.token)
-            .arg(json(range))
+            .arg(json(&lease.shard))
             .arg(json(&lower))
             .arg(&upper_id)
             .arg(json(&upper))
             .invoke_async(&mut con)
             .await?;
         Ok(match answer {
-            1 => Split::Done { lower, upper },
+            1 => {
+                lease.shard = lower.clone();
+                Split::Done { lower, upper }
+            }
             2 => Split::NotWanted,
+            3 => {
+                tracing::warn!(shard = %lease.shard, "{DIVERGED}");
+                Split::Lost
+            }
             _ => Split::Lost,
         })
     }
@@ -458,7 +524,9 @@ impl Queue {
     }
 
     /// End the lease. Returns the shard's state afterwards (`done`, `pending`,
-    /// `dead`), or `lost` when the lease was no longer ours.
+    /// `dead`), `lost` when the lease was no longer ours, or `diverged` when
+    /// Redis no longer holds the lease's range and checkpoint (it lost writes;
+    /// `done` is refused and the shard is pending again).
     pub async fn finish(&self, lease: &Lease, how: &Finish) -> Result<String, QueueError> {
         let mut con = self.con.clone();
         let (mode, error, max) = match how {
@@ -478,8 +546,41 @@ impl Queue {
             .arg(mode)
             .arg(error)
             .arg(max)
-            .invoke_async(&mut con)
-            .await?)
+            .arg(json(&lease.shard))
+            .arg(lease.checkpoint.as_deref().unwrap_or(""))
+            .invoke_async::<String>(&mut con)
+            .await
+            .inspect(|state| {
+                if state == "diverged" {
+                    tracing::warn!(shard = %lease.shard, "{DIVERGED}");
+                }
+            })?)
+    }
+
+    /// The parts and counts Redis recorded for `lease`'s shard, read in one
+    /// transaction, or `None` unless the shard is still leased to `lease` with
+    /// its range and checkpoint: only then do they cover exactly the range up
+    /// to the checkpoint.
+    pub async fn recorded(&self, lease: &Lease) -> Result<Option<Recorded>, QueueError> {
+        let mut con = self.con.clone();
+        let (hash, parts): (std::collections::HashMap<String, String>, Vec<String>) = redis::pipe()
+            .atomic()
+            .hgetall(self.keys.shard(&lease.id))
+            .lrange(self.keys.parts(&lease.id), 0, -1)
+            .query_async(&mut con)
+            .await?;
+        let field = |k: &str| hash.get(k).map(String::as_str);
+        let token = lease.token.to_string();
+        let range = json(&lease.shard);
+        let held = field("state") == Some("leased")
+            && field("owner") == Some(self.owner.as_str())
+            && field("token") == Some(token.as_str())
+            && field("range") == Some(range.as_str())
+            && field("checkpoint") == lease.checkpoint.as_deref();
+        Ok(held.then(|| Recorded {
+            parts,
+            counts: counts_of(&hash),
+        }))
     }
 
     /// Requeue shards whose lease expired; returns (requeued, dead-lettered).
@@ -608,8 +709,12 @@ impl Queue {
 
     /// Add counter deltas and this worker's status, in one command. Returns
     /// true when an idle worker waits while nothing is pending: split.
+    /// `report` identifies the deltas: sending the same report again (its
+    /// answer was lost) does not count them twice, as long as no other
+    /// report of this worker came in between.
     pub async fn report_progress(
         &self,
+        report: u64,
         deltas: &[(&str, u64)],
         status_json: &str,
     ) -> Result<bool, QueueError> {
@@ -619,8 +724,10 @@ impl Queue {
             .key(self.keys.workers())
             .key(self.keys.pending())
             .key(self.keys.idle())
+            .key(self.keys.reported())
             .arg(&self.owner)
-            .arg(status_json);
+            .arg(status_json)
+            .arg(report);
         for (field, delta) in deltas.iter().filter(|(_, d)| *d > 0) {
             script.arg(*field).arg(*delta);
         }
@@ -669,10 +776,7 @@ impl Queue {
                 failures: num("failures"),
                 splits: num("splits"),
                 last_error: h.get("last_error").cloned(),
-                counts: h
-                    .iter()
-                    .filter_map(|(k, v)| Some((k.strip_prefix("n:")?.to_string(), v.parse().ok()?)))
-                    .collect(),
+                counts: counts_of(&h),
                 id,
             });
         }
@@ -700,4 +804,11 @@ impl Queue {
         let mut con = self.con.clone();
         Ok(con.hget(self.keys.shard(id), "last_error").await?)
     }
+}
+
+/// The result counts (`n:FIELD`) of a shard hash.
+fn counts_of(hash: &std::collections::HashMap<String, String>) -> std::collections::BTreeMap<String, u64> {
+    hash.iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("n:")?.to_string(), v.parse().ok()?)))
+        .collect()
 }
