@@ -366,3 +366,51 @@ async fn the_region_comes_from_the_flag_then_the_environment_then_the_profile() 
         );
     }
 }
+
+/// DeleteObjects answers 200 even when keys fail, with their errors in the
+/// answer. A key that keeps failing (an object lock, a deny policy) is sent
+/// again a bounded number of times, then named in the error with its code:
+/// deleting parts never loops forever and never reports success falsely.
+/// (The proxy answers every DeleteObjects itself: no server here has an
+/// object lock to refuse with.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_delete_objects_keeps_refusing_are_retried_a_few_times_then_named() {
+    let server = versitygw();
+    let bucket = server.bucket("undeletable").await;
+    let seeded: BTreeMap<String, Seeded> = ["parts/a", "parts/locked", "parts/z"]
+        .into_iter()
+        .map(|k| (k.to_string(), Seeded::default()))
+        .collect();
+    server.seed(&bucket, &seeded).await;
+    let proxy = fault_proxy::start(
+        server.endpoint.clone(),
+        |req| {
+            let is_delete = req.method == "POST" && req.uri.query().is_some_and(|q| q.contains("delete"));
+            is_delete.then(|| {
+                let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DeleteResult><Error><Key>parts/locked</Key>\
+                            <Code>AccessDenied</Code><Message>Access Denied by object lock</Message></Error></DeleteResult>";
+                fault_proxy::answer(200, &[("content-type", "application/xml")], body)
+            })
+        },
+        |_, _| {},
+    )
+    .await;
+    let through_proxy = Server {
+        endpoint: proxy.url.clone(),
+        ..server.clone()
+    };
+    let s3 = through_proxy.s3().await;
+    let err = bucketscan_core::s3::delete::delete_prefix(&s3, &bucket, "parts/")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("could not delete 1 of 3 objects after 4 tries")
+            && err.contains(&format!(
+                "s3://{bucket}/parts/locked (AccessDenied: Access Denied by object lock)"
+            )),
+        "{err}"
+    );
+    let deletes = proxy.requests().iter().filter(|r| r.method == "POST").count();
+    assert_eq!(deletes, 4, "one DeleteObjects per round, four rounds");
+}

@@ -30,27 +30,85 @@ pub async fn delete_prefix(s3: &S3, bucket: &str, prefix: &str) -> Result<u64, S
     Ok(deleted)
 }
 
-/// One DeleteObjects request (at most 1,000 keys; none is no request).
+/// Rounds of DeleteObjects for the keys a round could not delete: a key
+/// that still fails after these is reported, never retried forever (an object
+/// lock or a deny policy does not go away by asking again).
+const DELETE_ROUNDS: u32 = 4;
+
+/// Delete `keys` (at most 1,000; none is no request). DeleteObjects answers
+/// 200 even when some keys fail: their errors are in the answer, and those
+/// keys are sent again, with backoff, up to [`DELETE_ROUNDS`] times.
 async fn delete_keys(s3: &S3, bucket: &str, keys: &[&str]) -> Result<(), S3Error> {
-    if keys.is_empty() {
-        return Ok(());
+    let mut left: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    let mut round = 0;
+    while !left.is_empty() {
+        let failed = delete_once(s3, bucket, &left).await?;
+        round += 1;
+        if failed.is_empty() {
+            return Ok(());
+        }
+        if round == DELETE_ROUNDS {
+            return Err(undeletable(bucket, &failed, keys.len()));
+        }
+        tracing::warn!(
+            bucket,
+            failed = failed.len(),
+            round,
+            "some objects were not deleted; retrying"
+        );
+        tokio::time::sleep(s3.retry.backoff(round)).await;
+        left = failed.into_iter().map(|f| f.key).collect();
     }
+    Ok(())
+}
+
+/// A key DeleteObjects could not delete, with the S3 error code and message.
+struct NotDeleted {
+    key: String,
+    code: String,
+    message: String,
+}
+
+/// One DeleteObjects request (quiet: only failures come back).
+async fn delete_once(s3: &S3, bucket: &str, keys: &[String]) -> Result<Vec<NotDeleted>, S3Error> {
     let ids: Vec<ObjectIdentifier> = keys
         .iter()
-        .map(|k| ObjectIdentifier::builder().key(*k).build().expect("key is set"))
+        .map(|k| ObjectIdentifier::builder().key(k).build().expect("key is set"))
         .collect();
     let delete = Delete::builder()
         .set_objects(Some(ids))
         .quiet(true)
         .build()
         .expect("objects are set");
-    s3.send_retried(bucket, || {
-        s3.sdk
-            .delete_objects()
-            .bucket(bucket)
-            .delete(delete.clone())
-            .send()
-    })
-    .await?;
-    Ok(())
+    let out = s3
+        .send_retried(bucket, || {
+            s3.sdk
+                .delete_objects()
+                .bucket(bucket)
+                .delete(delete.clone())
+                .send()
+        })
+        .await?;
+    Ok(out
+        .errors()
+        .iter()
+        .map(|e| NotDeleted {
+            key: e.key().unwrap_or_default().to_string(),
+            code: e.code().unwrap_or("no code").to_string(),
+            message: e.message().unwrap_or_default().to_string(),
+        })
+        .collect())
+}
+
+/// The error for keys that would not go: how many, the first one and why.
+fn undeletable(bucket: &str, failed: &[NotDeleted], tried: usize) -> S3Error {
+    let first = &failed[0];
+    S3Error::Other(format!(
+        "could not delete {} of {tried} objects after {DELETE_ROUNDS} tries; first: s3://{bucket}/{} \
+         ({}: {}); an object lock, a retention period or a deny policy may keep them",
+        failed.len(),
+        first.key,
+        first.code,
+        first.message
+    ))
 }
