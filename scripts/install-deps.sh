@@ -48,6 +48,8 @@ apt_install() {
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v python3 >/dev/null || missing+=(python3 python3-venv)
+# libfaketime: a worker whose clock is hours off (the clock-skew test).
+command -v faketime >/dev/null || missing+=(faketime)
 if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
 
 # --- Python venv: moto's S3 server (and boto3, which it pulls in) -------------

@@ -309,22 +309,6 @@ async fn a_redis_out_of_memory_fails_the_plan_clearly_and_leaves_no_half_plan() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_region_is_one_clear_line_naming_the_expected_one() {
-    let s3 = versitygw();
-    let bucket = s3.bucket("region").await;
-    let out = s3.worker_env(
-        &["scan", "--bucket", &bucket, "--quiet", "--region", "eu-west-1"],
-        &[],
-    );
-    let line = one_error_line(&out);
-    assert!(
-        line.contains(&format!("cannot list s3://{bucket}"))
-            && line.contains("the region \"eu-west-1\" is wrong; expecting \"us-east-1\""),
-        "{line}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_credentials_at_all_is_one_clear_line_saying_what_to_set() {
     let s3 = versitygw();
     let mut cmd = Command::new(worker_bin());

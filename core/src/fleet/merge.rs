@@ -219,7 +219,7 @@ impl Composer {
     async fn size_of(&self, source: &str) -> Result<u64, S3Error> {
         let (s3, bucket) = (&self.s3, self.bucket.as_str());
         let head = s3
-            .send_retried(bucket, || s3.sdk.head_object().bucket(bucket).key(source).send())
+            .send_retried(bucket, |sdk| sdk.head_object().bucket(bucket).key(source).send())
             .await?;
         // A part's size decides what is read and copied: guessing 0 would
         // silently leave the part out of the result.

@@ -5,10 +5,12 @@
 //! May import: everything below it in `s3` (types, codec, error, retry,
 //! transport, signed, list); nothing outside `s3`.
 
+use super::clock::SharedClock;
 use super::codec::{format_time, retry_after, strip_quotes, url_decode, wire_start_after};
 use super::error::S3Error;
+use super::list::element;
 use super::retry::RetryPolicy;
-use super::signed::SignedClient;
+use super::signed::{Learnt, SignedClient};
 use super::transport::SdkHttpClient;
 use super::types::{Endpoint, ListPage, ListRequest, ListedObject};
 use aws_config::{BehaviorVersion, Region};
@@ -16,13 +18,21 @@ use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::types::EncodingType;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The clients for one endpoint, shared by every task of a process.
 pub struct S3 {
+    /// The SDK client for the endpoint's region; [`S3::sdk_for`] gives the
+    /// one for a bucket's region.
     pub sdk: aws_sdk_s3::Client,
+    /// SDK clients for regions servers redirected us to.
+    sdk_by_region: Mutex<HashMap<Arc<str>, aws_sdk_s3::Client>>,
+    /// Bucket regions and the clock offset learnt from the servers' answers,
+    /// shared with every fast-path client made from this one.
+    pub learnt: Learnt,
     /// Signed hyper requests for LIST (see `list`).
     fast: SignedClient,
     pub credentials: SharedCredentialsProvider,
@@ -59,8 +69,10 @@ impl S3 {
                     .into(),
             )
         })?;
+        let learnt = Learnt::new(&endpoint.region);
         let mut conf = aws_sdk_s3::config::Builder::from(&shared)
             .force_path_style(endpoint.path_style)
+            .time_source(SharedClock(learnt.clock.clone()))
             // Our own backoff loop (`retry`) wraps every call: one retry policy.
             .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
             .timeout_config(
@@ -76,8 +88,10 @@ impl S3 {
             conf = conf.endpoint_url(url.trim_end_matches('/'));
         }
         Ok(Arc::new(S3 {
-            fast: SignedClient::new(&endpoint, credentials.clone())?,
+            fast: SignedClient::new(&endpoint, credentials.clone(), &learnt)?,
             sdk: aws_sdk_s3::Client::from_conf(conf.build()),
+            sdk_by_region: Mutex::new(HashMap::new()),
+            learnt,
             credentials,
             endpoint,
             retry: RetryPolicy::default(),
@@ -125,9 +139,8 @@ impl S3 {
         start_after: Option<String>,
     ) -> Result<ListPage, S3Error> {
         let out = self
-            .send_retried(bucket, || {
-                self.sdk
-                    .list_objects_v2()
+            .send_retried(bucket, |sdk| {
+                sdk.list_objects_v2()
                     .bucket(bucket)
                     .prefix(&req.prefix)
                     .set_start_after(start_after.clone())
@@ -188,9 +201,8 @@ impl S3 {
         content_type: &str,
         body: bytes::Bytes,
     ) -> Result<(), S3Error> {
-        self.send_retried(bucket, || {
-            self.sdk
-                .put_object()
+        self.send_retried(bucket, |sdk| {
+            sdk.put_object()
                 .bucket(bucket)
                 .key(key)
                 .content_type(content_type)
@@ -204,9 +216,8 @@ impl S3 {
     /// The body of object `key`, or the bytes `range` of it (`bytes=A-B`).
     pub async fn get(&self, bucket: &str, key: &str, range: Option<&str>) -> Result<Vec<u8>, S3Error> {
         let got = self
-            .send_retried(bucket, || {
-                self.sdk
-                    .get_object()
+            .send_retried(bucket, |sdk| {
+                sdk.get_object()
                     .bucket(bucket)
                     .key(key)
                     .set_range(range.map(str::to_string))
@@ -222,19 +233,64 @@ impl S3 {
     }
 
     /// Send an SDK request under the shared retry policy, with its errors
-    /// mapped to ours. `send` builds and sends the request again per attempt.
+    /// mapped to ours. `send` builds and sends the request again per attempt,
+    /// on the client for the bucket's region (which a redirect may change).
     pub async fn send_retried<T, E, F, Fut>(&self, bucket: &str, mut send: F) -> Result<T, S3Error>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(aws_sdk_s3::Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         self.retry
             .run(&self.retries, || {
-                let sent = send();
-                async move { sent.await.map_err(|e| sdk_error(e, bucket)) }
+                let (sdk, region) = self.sdk_for(bucket);
+                let sent = send(sdk);
+                async move {
+                    sent.await.map_err(|e| {
+                        self.correction(&e, bucket, &region)
+                            .unwrap_or_else(|| sdk_error(e, bucket))
+                    })
+                }
             })
             .await
+    }
+
+    /// The SDK client that signs for `bucket`'s region, and that region.
+    pub fn sdk_for(&self, bucket: &str) -> (aws_sdk_s3::Client, Arc<str>) {
+        let region = self.learnt.regions.of(bucket);
+        if *region == *self.endpoint.region {
+            return (self.sdk.clone(), region);
+        }
+        let mut clients = self.sdk_by_region.lock().unwrap();
+        let client = clients.entry(region.clone()).or_insert_with(|| {
+            let conf = self
+                .sdk
+                .config()
+                .to_builder()
+                .region(Region::new(region.to_string()));
+            aws_sdk_s3::Client::from_conf(conf.build())
+        });
+        (client.clone(), region)
+    }
+
+    /// A redirect to the bucket's region or a refusal for clock skew in an
+    /// SDK answer, learnt (see [`Learnt::correction`]).
+    pub fn correction<E>(
+        &self,
+        err: &SdkError<E, HttpResponse>,
+        bucket: &str,
+        signed_for: &str,
+    ) -> Option<S3Error> {
+        let raw = err.raw_response()?;
+        let status = raw.status().as_u16();
+        let body = raw.body().bytes().map(String::from_utf8_lossy);
+        let region_in_body = body
+            .as_deref()
+            .filter(|xml| element(xml, "Code") == Some("AuthorizationHeaderMalformed"))
+            .and_then(|xml| element(xml, "Region"));
+        let header = |name: &str| raw.headers().get(name);
+        self.learnt
+            .correction(status, header, region_in_body, bucket, signed_for)
     }
 
     /// Check that the bucket exists and that we may list it: turns a missing

@@ -81,12 +81,8 @@ async fn delete_once(s3: &S3, bucket: &str, keys: &[String]) -> Result<Vec<NotDe
         .build()
         .expect("objects are set");
     let out = s3
-        .send_retried(bucket, || {
-            s3.sdk
-                .delete_objects()
-                .bucket(bucket)
-                .delete(delete.clone())
-                .send()
+        .send_retried(bucket, |sdk| {
+            sdk.delete_objects().bucket(bucket).delete(delete.clone()).send()
         })
         .await?;
     Ok(out

@@ -43,6 +43,14 @@ pub enum S3Error {
     BadAnswer(String),
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The server says `bucket` is in another region (a redirect); the
+    /// region is learnt and the request sent again, signed for it.
+    #[error("bucket {bucket:?} is in region {region:?}; sending the request there")]
+    WrongRegion { bucket: String, region: String },
+    /// The server refused a request whose signing time is off its clock by
+    /// more than it allows; the clock was corrected and the request is sent again.
+    #[error("this machine's clock is {offset_secs} s off the S3 server's; signing with the server's time")]
+    ClockSkew { offset_secs: i64 },
     #[error("{0}")]
     Other(String),
 }
@@ -53,8 +61,19 @@ impl S3Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            S3Error::Throttled { .. } | S3Error::Server { .. } | S3Error::Timeout(_) | S3Error::Connection(_)
+            S3Error::Throttled { .. }
+                | S3Error::Server { .. }
+                | S3Error::Timeout(_)
+                | S3Error::Connection(_)
+                | S3Error::WrongRegion { .. }
+                | S3Error::ClockSkew { .. }
         )
+    }
+
+    /// Retries that fix their cause before the next attempt (the region or
+    /// the clock was corrected): sent again at once, without backoff.
+    pub fn is_corrected(&self) -> bool {
+        matches!(self, S3Error::WrongRegion { .. } | S3Error::ClockSkew { .. })
     }
 
     /// Errors that are about the client, not one object or one listing:

@@ -34,7 +34,7 @@ impl FromStr for HeadClientKind {
 impl SignedClient {
     /// One HEAD attempt (the caller retries).
     pub async fn head(&self, bucket: &str, key: &str) -> HeadResult {
-        let resp = self.send("HEAD", bucket, &encode_key(key), "").await?;
+        let (resp, _) = self.send("HEAD", bucket, &encode_key(key), "").await?;
         match resp.status() {
             StatusCode::OK => head_info(resp.headers()).map(Some),
             StatusCode::NOT_FOUND => Ok(None),
@@ -119,9 +119,11 @@ pub enum HeadClient {
 impl HeadClient {
     pub fn new(kind: HeadClientKind, s3: &Arc<S3>) -> Result<HeadClient, S3Error> {
         Ok(match kind {
-            HeadClientKind::Fast => {
-                HeadClient::Fast(Box::new(SignedClient::new(&s3.endpoint, s3.credentials.clone())?))
-            }
+            HeadClientKind::Fast => HeadClient::Fast(Box::new(SignedClient::new(
+                &s3.endpoint,
+                s3.credentials.clone(),
+                &s3.learnt,
+            )?)),
             HeadClientKind::Sdk => HeadClient::Sdk(s3.clone()),
         })
     }
@@ -136,7 +138,8 @@ impl HeadClient {
 }
 
 async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
-    match s3.sdk.head_object().bucket(bucket).key(key).send().await {
+    let (sdk, region) = s3.sdk_for(bucket);
+    match sdk.head_object().bucket(bucket).key(key).send().await {
         Ok(out) => Ok(Some(HeadInfo {
             size: sdk_size(out.content_length(), "HEAD answer")?,
             etag: out.e_tag().map(strip_quotes),
@@ -151,6 +154,7 @@ async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
                 .collect(),
         })),
         Err(e) => match e.raw_response().map(|r| r.status().as_u16()) {
+            _ if let Some(corrected) = s3.correction(&e, bucket, &region) => Err(corrected),
             // A 404 (modelled as NotFound or not) means the object is gone.
             Some(404) => Ok(None),
             // The same errors as the fast path: a HEAD answer has no body,

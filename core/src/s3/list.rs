@@ -65,7 +65,7 @@ impl SignedClient {
         req: &ListRequest,
         start_after: Option<&str>,
     ) -> Result<ListPage, S3Error> {
-        let resp = self
+        let (resp, region) = self
             .send("GET", bucket, "", &list_query(req, start_after))
             .await?;
         let status = resp.status();
@@ -80,6 +80,17 @@ impl SignedClient {
             .to_bytes();
         let xml = String::from_utf8_lossy(&body);
         if status != StatusCode::OK {
+            // Regions launched after 2019 answer a wrongly signed request with
+            // a 400 naming the region only in the document.
+            if element(&xml, "Code") == Some("AuthorizationHeaderMalformed") {
+                let named = element(&xml, "Region").map(unescape);
+                let header = |name: &str| headers.get(name)?.to_str().ok();
+                let learnt = self.learnt();
+                if let Some(e) = learnt.correction(status.as_u16(), header, named.as_deref(), bucket, &region)
+                {
+                    return Err(e);
+                }
+            }
             let wait = retry_after(|name| headers.get(name)?.to_str().ok());
             return Err(error_document(status, &xml, bucket).with_retry_after(wait));
         }
@@ -203,7 +214,7 @@ fn blocks<'a>(xml: &'a str, name: &str) -> impl Iterator<Item = &'a str> {
 }
 
 /// The text of the first `<name>` element in `xml` (`<name/>` is empty).
-fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
     let mut open = String::with_capacity(name.len() + 3);
     open.push('<');
     open.push_str(name);

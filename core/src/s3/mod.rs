@@ -5,19 +5,21 @@
 //! nothing of shards, records, Redis or scans.
 //!
 //! Inside, files form layers too (each may import only those listed before
-//! it): `error`; `types`, `codec`; `retry`, `sign`, `transport`; `signed`
+//! it): `error`, `regions`, `clock`; `types`, `codec`; `retry`, `sign`, `transport`; `signed`
 //! (sign and send a request); `list`; `client` (the [`S3`] handle); `pages`
 //! (a listing page by page, and where it ends), `head`, `upload`; `delete`.
 //!
 //! May import: nothing of the crate outside `s3`.
 
 pub mod client;
+pub mod clock;
 pub mod codec;
 pub mod delete;
 pub mod error;
 pub mod head;
 pub mod list;
 pub mod pages;
+pub mod regions;
 pub mod retry;
 pub mod sign;
 pub mod signed;

@@ -46,6 +46,9 @@ impl RetryPolicy {
     /// backoff, but at least what the server asked for (`Retry-After`),
     /// which is honoured up to the cap.
     pub fn wait_before_retry(&self, error: &S3Error, retry: u32) -> Duration {
+        if error.is_corrected() {
+            return Duration::ZERO;
+        }
         let backoff = self.backoff(retry);
         match error.retry_after() {
             Some(asked) => backoff.max(asked.min(self.cap)),

@@ -7,7 +7,9 @@
 //!
 //! May import: the bottom of `s3` (types, error) and `sign`, `transport`.
 
+use super::clock::Clock;
 use super::error::{error_chain, S3Error};
+use super::regions::{valid_region, BucketRegions};
 use super::sign::{amz_date, Signer, EMPTY_SHA256};
 use super::transport::{self, HttpsConnector};
 use super::types::Endpoint;
@@ -16,7 +18,8 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
 type HttpsClient = Client<HttpsConnector, Empty<Bytes>>;
 
@@ -26,13 +29,70 @@ pub struct SignedClient {
     scheme: String,
     authority: String,
     path_style: bool,
+    /// No endpoint URL: AWS, whose host names carry the region.
+    aws_regional: bool,
     signer: Signer,
-    region: String,
+    learnt: Learnt,
     timeout: Duration,
 }
 
+/// Where a bucket lives and what time it is, shared by every client of one
+/// endpoint so what one request learns holds for all.
+#[derive(Clone, Debug)]
+pub struct Learnt {
+    pub regions: Arc<BucketRegions>,
+    pub clock: Arc<Clock>,
+}
+
+impl Learnt {
+    pub fn new(default_region: &str) -> Learnt {
+        Learnt {
+            regions: Arc::new(BucketRegions::new(default_region)),
+            clock: Arc::new(Clock::default()),
+        }
+    }
+
+    /// A refusal that names the bucket's region (other than the one the
+    /// request was signed for) or shows a skewed clock: learn it and return
+    /// the error that makes the caller send the request again. `header` reads
+    /// the answer's headers; `region_in_body` is the `<Region>` of an
+    /// `AuthorizationHeaderMalformed` document, when the answer had one.
+    pub fn correction<'a>(
+        &self,
+        status: u16,
+        header: impl Fn(&str) -> Option<&'a str>,
+        region_in_body: Option<&str>,
+        bucket: &str,
+        signed_for: &str,
+    ) -> Option<S3Error> {
+        // Not 403: AWS names the region on an access denial too, which no
+        // other region would grant.
+        if matches!(status, 301 | 307 | 400) {
+            let named = header("x-amz-bucket-region")
+                .or(region_in_body)
+                .and_then(valid_region);
+            if let Some(region) = named.filter(|r| *r != signed_for) {
+                self.regions.learn(bucket, region);
+                return Some(S3Error::WrongRegion {
+                    bucket: bucket.to_string(),
+                    region: region.to_string(),
+                });
+            }
+        }
+        if status == 403 {
+            let offset_secs = self.clock.correct_from(header("date")?)?;
+            return Some(S3Error::ClockSkew { offset_secs });
+        }
+        None
+    }
+}
+
 impl SignedClient {
-    pub fn new(endpoint: &Endpoint, credentials: SharedCredentialsProvider) -> Result<SignedClient, S3Error> {
+    pub fn new(
+        endpoint: &Endpoint,
+        credentials: SharedCredentialsProvider,
+        learnt: &Learnt,
+    ) -> Result<SignedClient, S3Error> {
         let base: http::Uri = endpoint
             .base_url()
             .parse()
@@ -48,25 +108,30 @@ impl SignedClient {
             scheme,
             authority,
             path_style: endpoint.path_style,
+            aws_regional: endpoint.url.is_none(),
             signer: Signer::new(credentials),
-            region: endpoint.region.clone(),
+            learnt: learnt.clone(),
             timeout: Duration::from_secs(30),
         })
     }
 
     /// Sign and send one bodiless request for `encoded_key` in `bucket` (the
-    /// bucket itself when the key is empty) with a canonical `query`.
+    /// bucket itself when the key is empty) with a canonical `query`, for the
+    /// bucket's region (returned with the answer). A redirect to another
+    /// region or a refusal for clock skew is learnt and returned as the error
+    /// that makes the caller's retry loop send the request again at once.
     pub(crate) async fn send(
         &self,
         method: &str,
         bucket: &str,
         encoded_key: &str,
         query: &str,
-    ) -> Result<http::Response<hyper::body::Incoming>, S3Error> {
-        let (host, path) = self.address(bucket, encoded_key);
-        let now = SystemTime::now();
+    ) -> Result<(http::Response<hyper::body::Incoming>, Arc<str>), S3Error> {
+        let region = self.learnt.regions.of(bucket);
+        let (host, path) = self.address(bucket, encoded_key, &region);
+        let now = self.learnt.clock.now();
         let amz_date = amz_date(now);
-        let state = self.signer.state(now, &amz_date[..8], &self.region).await?;
+        let state = self.signer.state(now, &amz_date[..8], &region).await?;
         let authorization = state.authorization(method, &host, &path, query, &amz_date);
         let sep = if query.is_empty() { "" } else { "?" };
         let mut req = Request::builder()
@@ -82,23 +147,44 @@ impl SignedClient {
         let req = req
             .body(Empty::new())
             .map_err(|e| S3Error::Other(format!("cannot build {method} request: {e}")))?;
-        tokio::time::timeout(self.timeout, self.client.request(req))
+        let resp = tokio::time::timeout(self.timeout, self.client.request(req))
             .await
             .map_err(|_| S3Error::Timeout(self.timeout))?
             // The chain of a DNS or TLS failure does not name the host.
-            .map_err(|e| S3Error::Connection(format!("{}://{host}: {}", self.scheme, error_chain(&e))))
+            .map_err(|e| S3Error::Connection(format!("{}://{host}: {}", self.scheme, error_chain(&e))))?;
+        let status = resp.status().as_u16();
+        if matches!(status, 301 | 307 | 400 | 403) {
+            let header = |name: &str| resp.headers().get(name)?.to_str().ok();
+            if let Some(e) = self.learnt.correction(status, header, None, bucket, &region) {
+                return Err(e);
+            }
+        }
+        Ok((resp, region))
+    }
+
+    /// What this client learnt, for a caller that reads a refusal's body.
+    pub(crate) fn learnt(&self) -> &Learnt {
+        &self.learnt
     }
 
     /// Host and path of a request. Virtual-hosted style puts the bucket in
     /// the host name; over HTTPS a bucket with dots would then not match the
     /// certificate's `*.` wildcard, so such buckets go path style, as the AWS
     /// SDKs address them.
-    fn address(&self, bucket: &str, encoded_key: &str) -> (String, String) {
+    /// On AWS (no endpoint URL) the host names the bucket's region.
+    fn address(&self, bucket: &str, encoded_key: &str, region: &str) -> (String, String) {
+        let regional;
+        let authority = if self.aws_regional {
+            regional = format!("s3.{region}.amazonaws.com");
+            &regional
+        } else {
+            &self.authority
+        };
         let dotted_over_tls = bucket.contains('.') && self.scheme == "https";
         match (self.path_style || dotted_over_tls, encoded_key.is_empty()) {
-            (true, true) => (self.authority.clone(), format!("/{bucket}")),
-            (true, false) => (self.authority.clone(), format!("/{bucket}/{encoded_key}")),
-            (false, _) => (format!("{bucket}.{}", self.authority), format!("/{encoded_key}")),
+            (true, true) => (authority.clone(), format!("/{bucket}")),
+            (true, false) => (authority.clone(), format!("/{bucket}/{encoded_key}")),
+            (false, _) => (format!("{bucket}.{authority}"), format!("/{encoded_key}")),
         }
     }
 
@@ -121,14 +207,19 @@ mod tests {
             pool_size: 1,
         };
         let credentials = aws_credential_types::Credentials::new("A", "S", None, None, "test");
-        SignedClient::new(&endpoint, SharedCredentialsProvider::new(credentials)).unwrap()
+        SignedClient::new(
+            &endpoint,
+            SharedCredentialsProvider::new(credentials),
+            &Learnt::new("us-east-1"),
+        )
+        .unwrap()
     }
 
     #[test]
     fn buckets_with_dots_over_https_are_addressed_path_style() {
         let https = client("https://s3.example.com", false);
         let address = |c: &SignedClient, bucket: &str, key: &str| {
-            let (host, path) = c.address(bucket, key);
+            let (host, path) = c.address(bucket, key, "us-east-1");
             format!("{host}{path}")
         };
         assert_eq!(address(&https, "photos", "k/1"), "photos.s3.example.com/k/1");
@@ -142,5 +233,56 @@ mod tests {
         assert_eq!(address(&http, "photos.2026", "k"), "photos.2026.s3.example.com/k");
         let path_style = client("https://s3.example.com", true);
         assert_eq!(address(&path_style, "photos", "k"), "s3.example.com/photos/k");
+    }
+
+    #[test]
+    fn a_refusal_naming_another_region_is_learnt_once() {
+        let learnt = Learnt::new("us-east-1");
+        let eu = |name: &str| (name == "x-amz-bucket-region").then_some("eu-west-1");
+        let e = learnt.correction(301, eu, None, "b", "us-east-1").unwrap();
+        assert!(matches!(&e, S3Error::WrongRegion { region, .. } if region == "eu-west-1"));
+        assert!(e.is_retryable() && e.is_corrected());
+        assert_eq!(&*learnt.regions.of("b"), "eu-west-1");
+        // The server names the region the request was signed for: a real refusal.
+        assert!(learnt.correction(301, eu, None, "b", "eu-west-1").is_none());
+        // The region may come in the document only (400 AuthorizationHeaderMalformed).
+        let none = |_: &str| None;
+        let e = learnt
+            .correction(400, none, Some("ap-south-1"), "c", "us-east-1")
+            .unwrap();
+        assert!(matches!(e, S3Error::WrongRegion { .. }));
+        assert_eq!(&*learnt.regions.of("c"), "ap-south-1");
+        // Success or other statuses teach nothing; a garbled name is ignored.
+        assert!(learnt.correction(200, eu, None, "d", "us-east-1").is_none());
+        let garbled = |_: &str| Some("EU WEST");
+        assert!(learnt.correction(301, garbled, None, "d", "us-east-1").is_none());
+        assert_eq!(&*learnt.regions.of("d"), "us-east-1");
+    }
+
+    #[test]
+    fn a_403_dated_hours_away_is_clock_skew_and_corrects_the_clock() {
+        let learnt = Learnt::new("us-east-1");
+        let later =
+            aws_smithy_types::DateTime::from(std::time::SystemTime::now() + Duration::from_secs(7200))
+                .fmt(aws_smithy_types::date_time::Format::HttpDate)
+                .unwrap();
+        let dated = |name: &str| (name == "date").then_some(later.as_str());
+        let e = learnt.correction(403, dated, None, "b", "us-east-1").unwrap();
+        assert!(matches!(e, S3Error::ClockSkew { .. }) && e.is_corrected());
+        // Corrected: the same refusal again is a real one (an ACL, a policy).
+        assert!(learnt.correction(403, dated, None, "b", "us-east-1").is_none());
+        let now = aws_smithy_types::DateTime::from(std::time::SystemTime::now())
+            .fmt(aws_smithy_types::date_time::Format::HttpDate)
+            .unwrap();
+        let fresh = Learnt::new("us-east-1");
+        assert!(fresh
+            .correction(
+                403,
+                |n| (n == "date").then_some(now.as_str()),
+                None,
+                "b",
+                "us-east-1"
+            )
+            .is_none());
     }
 }

@@ -49,9 +49,8 @@ impl Upload {
         }
         let (s3, bucket, key) = (&self.s3, self.bucket.as_str(), self.key.as_str());
         let created = s3
-            .send_retried(bucket, || {
-                s3.sdk
-                    .create_multipart_upload()
+            .send_retried(bucket, |sdk| {
+                sdk.create_multipart_upload()
                     .bucket(bucket)
                     .key(key)
                     .content_type(self.content_type)
@@ -74,9 +73,8 @@ impl Upload {
         let body = bytes::Bytes::from(chunk);
         let (s3, bucket, key) = (&self.s3, self.bucket.as_str(), self.key.as_str());
         let out = s3
-            .send_retried(bucket, || {
-                s3.sdk
-                    .upload_part()
+            .send_retried(bucket, |sdk| {
+                sdk.upload_part()
                     .bucket(bucket)
                     .key(key)
                     .upload_id(&id)
@@ -98,9 +96,8 @@ impl Upload {
         let copy_source = format!("{bucket}/{}", super::codec::encode_key(source));
         let range = format!("bytes={first}-{last}");
         let out = s3
-            .send_retried(bucket, || {
-                s3.sdk
-                    .upload_part_copy()
+            .send_retried(bucket, |sdk| {
+                sdk.upload_part_copy()
                     .bucket(bucket)
                     .key(key)
                     .upload_id(&id)
@@ -146,9 +143,8 @@ impl Upload {
         let parts = CompletedMultipartUpload::builder()
             .set_parts(Some(self.parts.clone()))
             .build();
-        s3.send_retried(&bucket, || {
-            s3.sdk
-                .complete_multipart_upload()
+        s3.send_retried(&bucket, |sdk| {
+            sdk.complete_multipart_upload()
                 .bucket(&bucket)
                 .key(&key)
                 .upload_id(&id)
@@ -166,7 +162,8 @@ impl Upload {
         if let Some(id) = self.upload_id.take() {
             let r = self
                 .s3
-                .sdk
+                .sdk_for(&self.bucket)
+                .0
                 .abort_multipart_upload()
                 .bucket(&self.bucket)
                 .key(&self.key)

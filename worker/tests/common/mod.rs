@@ -189,7 +189,24 @@ impl Server {
 
     /// `bucketscan-worker ARGS` for this server with `env` set on top.
     pub fn worker_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut cmd = std::process::Command::new(worker_bin());
+        let mut cmd = self.worker_command(&[], args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run bucketscan-worker")
+    }
+
+    /// `bucketscan-worker ARGS` for this server, run by `wrapper` (a program
+    /// and its arguments, e.g. `faketime -f +2h`) when one is given.
+    pub fn worker_command(&self, wrapper: &[&str], args: &[&str]) -> std::process::Command {
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut cmd = std::process::Command::new(program);
+                cmd.args(rest).arg(worker_bin());
+                cmd
+            }
+            None => std::process::Command::new(worker_bin()),
+        };
         cmd.args(args)
             .args(["--endpoint", &self.endpoint, "--path-style"])
             .env("AWS_ACCESS_KEY_ID", &self.access_key)
@@ -197,10 +214,7 @@ impl Server {
             .env("AWS_REGION", "us-east-1")
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .env_remove("AWS_PROFILE");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd.output().expect("run bucketscan-worker")
+        cmd
     }
 
     /// The library's clients for this server, with its own credentials
