@@ -120,7 +120,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("the Kubernetes API does not answer")?;
     let connection = redis.connect().await.context("cannot reach Redis")?;
+    metrics.redis_up.set(1);
     metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    tokio::spawn(watch_redis(redis.clone(), metrics.clone()));
 
     let election = args.leader_election_namespace.as_deref().map(|ns| {
         LeaderElection::new(
@@ -154,5 +156,37 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Ok(Err(e)) => Err(e).context(format!("cannot serve metrics on {}", args.metrics_addr)),
             _ => Ok(()),
         },
+    }
+}
+
+/// Keep `bucketscan_redis_up` (and so /readyz) true to whether Redis answers
+/// a PING now, on a connection of its own: the reconciles' connection waits
+/// patiently through a Redis restart, which is right for them and wrong for
+/// a health check.
+async fn watch_redis(redis: RedisConfig, metrics: Arc<Metrics>) {
+    const EVERY: Duration = Duration::from_secs(5);
+    let mut connection = None;
+    loop {
+        let answered = tokio::time::timeout(EVERY, async {
+            if connection.is_none() {
+                let client = redis.client().ok()?;
+                connection = client.get_multiplexed_async_connection().await.ok();
+            }
+            let con = connection.as_mut()?;
+            redis::cmd("PING").query_async::<String>(con).await.ok()
+        })
+        .await
+        .ok()
+        .flatten()
+        .is_some();
+        if !answered {
+            connection = None;
+        }
+        let was = metrics.redis_up.get() == 1;
+        if was != answered {
+            tracing::warn!(redis_up = answered, "Redis health changed");
+        }
+        metrics.redis_up.set(i64::from(answered));
+        tokio::time::sleep(EVERY).await;
     }
 }

@@ -1,6 +1,14 @@
 //! Prometheus metrics and the health endpoints, served on one port:
 //! `/metrics` (text exposition), `/healthz` (the process runs), `/readyz`
-//! (Kubernetes and Redis answered at start).
+//! (the Kubernetes API answered and Redis answers now).
+//!
+//! Conventions (Prometheus' naming guide): counters end in `_total` and only
+//! grow (a scan's counts are read from Redis, which may have lost some after
+//! a restart: a counter never goes back, it waits until the count passes
+//! it); no precomputed rates (`rate()` over the counters gives them); units
+//! in names; one label per kind of error. A scan's series go with the scan.
+//! The chart's dashboard and alerts use only what is exported here
+//! (`operator/tests/observability.rs` checks that against a real scrape).
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -31,19 +39,54 @@ pub struct ScanLabels {
     pub scan: String,
 }
 
+/// A scan's shards in one state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScanStateLabels {
+    pub namespace: String,
+    pub scan: String,
+    pub state: String,
+}
+
+/// A scan in one phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScanPhaseLabels {
+    pub namespace: String,
+    pub scan: String,
+    pub phase: String,
+}
+
+type ScanCounter = Family<ScanLabels, Counter<u64, AtomicU64>>;
+type ScanGauge = Family<ScanLabels, Gauge<u64, AtomicU64>>;
+type ScanStateGauge = Family<ScanStateLabels, Gauge<u64, AtomicU64>>;
+type ScanPhaseGauge = Family<ScanPhaseLabels, Gauge<u64, AtomicU64>>;
+
+/// The shard states and phases a scan's series are split by.
+pub const SHARD_STATES: [&str; 4] = ["pending", "leased", "done", "dead"];
+pub const PHASES: [&str; 6] = ["Pending", "Planning", "Scanning", "Merging", "Complete", "Failed"];
+
 pub struct Metrics {
     registry: Registry,
     pub reconciles: Family<ResultLabel, Counter>,
     /// Failed reconciles by the kind of error.
     pub reconcile_failures: Family<ErrorLabel, Counter>,
     pub reconcile_seconds: Histogram,
-    /// Objects HEADed per scan (live counter from Redis).
-    pub scan_objects: Family<ScanLabels, Gauge<u64, AtomicU64>>,
-    /// Current HEAD rate per scan.
-    pub scan_rate: Family<ScanLabels, Gauge<u64, AtomicU64>>,
-    /// Shards left (pending + leased) per scan.
-    pub scan_shards_left: Family<ScanLabels, Gauge<u64, AtomicU64>>,
+    /// Objects HEADed per scan (from the workers' reports in Redis).
+    pub scan_objects: ScanCounter,
+    pub scan_objects_with_metadata: ScanCounter,
+    pub scan_objects_vanished: ScanCounter,
+    /// Objects that could not be read (`error` records).
+    pub scan_object_errors: ScanCounter,
+    pub scan_bytes: ScanCounter,
+    /// Shards per state.
+    pub scan_shards: ScanStateGauge,
+    /// 1 for the scan's current phase, 0 for the others.
+    pub scan_phase: ScanPhaseGauge,
+    /// Worker replicas the operator asks for.
+    pub scan_workers: ScanGauge,
     pub leader: Gauge,
+    /// 1 while Redis answers the operator's PING.
+    pub redis_up: Gauge,
+    /// The Kubernetes API answered at start.
     pub ready: AtomicBool,
 }
 
@@ -53,10 +96,8 @@ impl Default for Metrics {
         let reconciles = Family::<ResultLabel, Counter>::default();
         let reconcile_failures = Family::<ErrorLabel, Counter>::default();
         let reconcile_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 14));
-        let scan_objects = Family::default();
-        let scan_rate = Family::default();
-        let scan_shards_left = Family::default();
         let leader = Gauge::default();
+        let redis_up = Gauge::default();
         registry.register("reconciles", "Reconciles by result", reconciles.clone());
         registry.register(
             "reconcile_failures",
@@ -68,31 +109,43 @@ impl Default for Metrics {
             "Time per reconcile",
             reconcile_seconds.clone(),
         );
-        registry.register(
-            "scan_objects_scanned",
-            "Objects HEADed so far",
-            scan_objects.clone(),
+        let mut counter = |name: &str, help: &str| {
+            let family = ScanCounter::default();
+            registry.register(name, help, family.clone());
+            family
+        };
+        // prometheus_client appends `_total` to counters.
+        let scan_objects = counter("scan_objects", "Objects HEADed by the scan's workers");
+        let scan_objects_with_metadata = counter("scan_objects_with_metadata", "Objects with user metadata");
+        let scan_objects_vanished = counter("scan_objects_vanished", "Objects listed but gone at HEAD");
+        let scan_object_errors = counter(
+            "scan_object_errors",
+            "Objects that could not be read (error records)",
         );
-        registry.register(
-            "scan_heads_per_second",
-            "HEAD rate of all workers",
-            scan_rate.clone(),
-        );
-        registry.register(
-            "scan_shards_left",
-            "Shards pending or leased",
-            scan_shards_left.clone(),
-        );
+        let scan_bytes = counter("scan_bytes", "Bytes of the objects HEADed");
+        let scan_shards = ScanStateGauge::default();
+        registry.register("scan_shards", "Shards of the scan by state", scan_shards.clone());
+        let scan_phase = ScanPhaseGauge::default();
+        registry.register("scan_phase", "1 for the scan's current phase", scan_phase.clone());
+        let scan_workers = ScanGauge::default();
+        registry.register("scan_workers", "Worker replicas asked for", scan_workers.clone());
         registry.register("leader", "1 when this replica leads", leader.clone());
+        registry.register("redis_up", "1 while Redis answers the operator", redis_up.clone());
         Metrics {
             registry,
             reconciles,
             reconcile_failures,
             reconcile_seconds,
             scan_objects,
-            scan_rate,
-            scan_shards_left,
+            scan_objects_with_metadata,
+            scan_objects_vanished,
+            scan_object_errors,
+            scan_bytes,
+            scan_shards,
+            scan_phase,
+            scan_workers,
             leader,
+            redis_up,
             ready: AtomicBool::new(false),
         }
     }
@@ -105,10 +158,79 @@ impl Metrics {
         out
     }
 
+    /// Ready: the API answered at start and Redis answers now.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed) && self.redis_up.get() == 1
+    }
+
+    /// A scan's counts as read from Redis: each counter moves up to it,
+    /// never down.
+    pub fn observe_counts(&self, labels: &ScanLabels, counts: &crate::crd::ObjectCounts) {
+        for (family, value) in [
+            (&self.scan_objects, counts.scanned),
+            (&self.scan_objects_with_metadata, counts.with_metadata),
+            (&self.scan_objects_vanished, counts.vanished),
+            (&self.scan_object_errors, counts.errors),
+            (&self.scan_bytes, counts.bytes),
+        ] {
+            let counter = family.get_or_create(labels);
+            let now = counter.get();
+            if value > now {
+                counter.inc_by(value - now);
+            }
+        }
+    }
+
+    /// Shards per state, as `(state, count)`.
+    pub fn observe_shards(&self, labels: &ScanLabels, by_state: [(&str, u64); 4]) {
+        for (state, n) in by_state {
+            self.scan_shards
+                .get_or_create(&state_labels(labels, state))
+                .set(n);
+        }
+    }
+
+    pub fn observe_phase(&self, labels: &ScanLabels, phase: &str) {
+        for p in PHASES {
+            let value = u64::from(p == phase);
+            self.scan_phase.get_or_create(&phase_labels(labels, p)).set(value);
+        }
+    }
+
+    /// Remove every series of a deleted scan.
     pub fn forget_scan(&self, labels: &ScanLabels) {
-        self.scan_objects.remove(labels);
-        self.scan_rate.remove(labels);
-        self.scan_shards_left.remove(labels);
+        for family in [
+            &self.scan_objects,
+            &self.scan_objects_with_metadata,
+            &self.scan_objects_vanished,
+            &self.scan_object_errors,
+            &self.scan_bytes,
+        ] {
+            family.remove(labels);
+        }
+        self.scan_workers.remove(labels);
+        for state in SHARD_STATES {
+            self.scan_shards.remove(&state_labels(labels, state));
+        }
+        for phase in PHASES {
+            self.scan_phase.remove(&phase_labels(labels, phase));
+        }
+    }
+}
+
+fn state_labels(labels: &ScanLabels, state: &str) -> ScanStateLabels {
+    ScanStateLabels {
+        namespace: labels.namespace.clone(),
+        scan: labels.scan.clone(),
+        state: state.to_string(),
+    }
+}
+
+fn phase_labels(labels: &ScanLabels, phase: &str) -> ScanPhaseLabels {
+    ScanPhaseLabels {
+        namespace: labels.namespace.clone(),
+        scan: labels.scan.clone(),
+        phase: phase.to_string(),
     }
 }
 
@@ -136,7 +258,11 @@ fn route(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<Fu
     let (status, body) = match req.uri().path() {
         "/metrics" => (StatusCode::OK, metrics.encode()),
         "/healthz" => (StatusCode::OK, "ok\n".to_string()),
-        "/readyz" if metrics.ready.load(Ordering::Relaxed) => (StatusCode::OK, "ok\n".to_string()),
+        "/readyz" if metrics.is_ready() => (StatusCode::OK, "ok\n".to_string()),
+        "/readyz" if metrics.ready.load(Ordering::Relaxed) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Redis does not answer\n".to_string(),
+        ),
         "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "starting\n".to_string()),
         _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
     };
@@ -162,5 +288,49 @@ mod tests {
             text.contains("bucketscan_reconcile_failures_total{error=\"s3\"} 2"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn scan_counts_only_grow_and_go_with_the_scan() {
+        let m = Metrics::default();
+        let labels = ScanLabels {
+            namespace: "team-a".into(),
+            scan: "photos".into(),
+        };
+        let counts = |scanned| crate::crd::ObjectCounts {
+            scanned,
+            ..Default::default()
+        };
+        m.observe_counts(&labels, &counts(500));
+        // Redis lost some reports: the counter waits instead of going back.
+        m.observe_counts(&labels, &counts(300));
+        m.observe_phase(&labels, "Scanning");
+        m.observe_shards(&labels, [("pending", 3), ("leased", 1), ("done", 2), ("dead", 0)]);
+        let text = m.encode();
+        let series = r#"bucketscan_scan_objects_total{namespace="team-a",scan="photos"}"#;
+        assert!(text.contains(&format!("{series} 500")), "{text}");
+        assert!(
+            text.contains(r#"bucketscan_scan_phase{namespace="team-a",scan="photos",phase="Scanning"} 1"#)
+        );
+        assert!(text.contains(r#"bucketscan_scan_phase{namespace="team-a",scan="photos",phase="Failed"} 0"#));
+        assert!(
+            text.contains(r#"bucketscan_scan_shards{namespace="team-a",scan="photos",state="pending"} 3"#)
+        );
+        m.observe_counts(&labels, &counts(800));
+        assert!(m.encode().contains(&format!("{series} 800")));
+        m.forget_scan(&labels);
+        assert!(!m.encode().contains("photos"), "{}", m.encode());
+    }
+
+    #[test]
+    fn ready_needs_redis_answering_now() {
+        let m = Metrics::default();
+        assert!(!m.is_ready());
+        m.ready.store(true, Ordering::Relaxed);
+        assert!(!m.is_ready(), "Redis not yet seen");
+        m.redis_up.set(1);
+        assert!(m.is_ready());
+        m.redis_up.set(0);
+        assert!(!m.is_ready());
     }
 }

@@ -61,21 +61,6 @@ fn start(name: &str, log_format: &str) -> Replica {
 }
 
 /// (status code, body) of GET http://127.0.0.1:port/path.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        code,
-        text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
-    ))
-}
-
 fn leads(metrics: &str) -> bool {
     metrics.lines().any(|l| l.trim() == "bucketscan_leader 1")
 }
@@ -107,13 +92,13 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     for r in [&*leader, &*standby] {
         let port = r.port;
         eventually("/readyz", 30, async || {
-            get(port, "/readyz").await.filter(|(code, _)| *code == 200)
+            http_get(port, "/readyz").await.filter(|(code, _)| *code == 200)
         })
         .await;
     }
-    let metrics = get(leader.port, "/metrics").await.unwrap().1;
+    let metrics = http_get(leader.port, "/metrics").await.unwrap().1;
     assert!(leads(&metrics), "{metrics}");
-    assert!(!leads(&get(standby.port, "/metrics").await.unwrap().1));
+    assert!(!leads(&http_get(standby.port, "/metrics").await.unwrap().1));
 
     // Only the leader reconciles: a scan whose credentials Secret is missing
     // fails, with the reason in status and in an event.
@@ -149,7 +134,7 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
         .filter_map(|e| e.message)
         .collect();
     assert!(notes.iter().any(|n| n.contains("missing-creds")), "{notes:?}");
-    let metrics = get(leader.port, "/metrics").await.unwrap().1;
+    let metrics = http_get(leader.port, "/metrics").await.unwrap().1;
     assert!(
         metrics.contains("bucketscan_reconciles_total{result=\"ok\"}"),
         "{metrics}"
@@ -180,7 +165,7 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     .await;
     let port = standby.port;
     eventually("leader metric", 10, async || {
-        leads(&get(port, "/metrics").await?.1).then_some(())
+        leads(&http_get(port, "/metrics").await?.1).then_some(())
     })
     .await;
     // ttlSecondsAfterFinished: the failed scan is deleted 3 s after it ended

@@ -79,13 +79,21 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
 
     let labels = scan_labels(scan);
     let m = &ctx.metrics;
-    m.scan_objects
-        .get_or_create(&labels)
-        .set(seen.counters.get("heads").copied().unwrap_or(0));
-    m.scan_rate.get_or_create(&labels).set(seen.rate.round() as u64);
-    m.scan_shards_left.get_or_create(&labels).set(work_left);
+    let counts = status::object_counts(&seen.counters);
+    m.observe_counts(&labels, &counts);
+    let s = &seen.shards;
+    m.observe_shards(
+        &labels,
+        [
+            ("pending", s.pending),
+            ("leased", s.leased),
+            ("done", s.done),
+            ("dead", s.dead),
+        ],
+    );
+    m.scan_workers.get_or_create(&labels).set(replicas.max(0) as u64);
     st.shards = Some(seen.shards.clone());
-    st.objects = Some(status::object_counts(&seen.counters));
+    st.objects = Some(counts);
     st.progress = Some(status::progress(&seen.shards));
     st.rate = Some(status::rate(seen.rate));
     st.workers = Some(replicas);

@@ -2,7 +2,7 @@
 //! every STATUS_EVERY unless the phase changes), and events.
 
 use super::children::apply_params;
-use super::context::{key_of, Context, Error};
+use super::context::{key_of, scan_labels, Context, Error};
 use crate::crd::{BucketScan, BucketScanStatus};
 use kube::api::{Api, Patch};
 use kube::runtime::events::{Event, EventType};
@@ -20,6 +20,8 @@ pub(super) async fn write_status(
     before: &BucketScanStatus,
     st: &BucketScanStatus,
 ) -> Result<(), Error> {
+    ctx.metrics
+        .observe_phase(&scan_labels(scan), &format!("{:?}", st.phase));
     if before == st {
         return Ok(());
     }

@@ -84,3 +84,20 @@ pub async fn eventually<T>(what: &str, secs: u64, mut probe: impl AsyncFnMut() -
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// GET `path` from 127.0.0.1:`port` (the operator's /metrics, /readyz):
+/// status and body, `None` while nothing answers.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        code,
+        text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
+    ))
+}

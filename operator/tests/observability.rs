@@ -1,0 +1,157 @@
+//! The observability kit against a real operator (the test ground's
+//! kube-apiserver and a redis-server of the test's own): every metric the
+//! chart's Grafana dashboard and alert rules use is in a real scrape of
+//! /metrics, the rules pass `promtool check rules`, and readiness and
+//! `bucketscan_redis_up` follow Redis going down and coming back.
+
+mod cluster;
+#[path = "../../worker/tests/common/mod.rs"]
+mod common;
+
+use cluster::*;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const NS: &str = "observability";
+
+fn chart_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../charts/bucketscan/files")
+        .join(name)
+}
+
+/// Every sample name a scrape can hold, from its `# TYPE` lines (present
+/// even for a family with no series yet): counters end in `_total`,
+/// histograms have `_bucket`, `_sum` and `_count`.
+fn exported_names(scrape: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in scrape.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').expect("TYPE NAME KIND");
+        match kind.trim() {
+            "counter" => {
+                names.insert(format!("{}_total", name.trim_end_matches("_total")));
+            }
+            "histogram" => {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    names.insert(format!("{name}{suffix}"));
+                }
+            }
+            _ => {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// The `bucketscan_*` metric names in a PromQL expression.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("bucketscan_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// Every PromQL expression of the dashboard: panel targets and variable queries.
+fn dashboard_exprs(dashboard: &serde_json::Value) -> Vec<String> {
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            exprs.push(target["expr"].as_str().expect("a target's expr").to_string());
+        }
+    }
+    for var in dashboard["templating"]["list"].as_array().into_iter().flatten() {
+        if let Some(q) = var["query"]["query"].as_str() {
+            exprs.push(q.to_string());
+        }
+    }
+    exprs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis() {
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let mut redis = common::PrivateRedis::start();
+    let port = free_port();
+    let log = std::fs::File::create(common::temp_path("operator-observability.log")).unwrap();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .args(["--namespace", NS, "--metrics-addr", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", kubeconfig_path())
+        .env("BUCKETSCAN_REDIS_URL", redis.url())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let ready = async |want: u16| {
+        http_get(port, "/readyz")
+            .await
+            .filter(|(code, _)| *code == want)
+            .map(|_| ())
+    };
+    eventually("the operator is ready", 60, async || ready(200).await).await;
+
+    // The dashboard and the rules use only what a scrape shows.
+    let scrape = http_get(port, "/metrics").await.unwrap().1;
+    let exported = exported_names(&scrape);
+    assert!(exported.contains("bucketscan_scan_objects_total"), "{exported:?}");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart_file("grafana-dashboard.json")).unwrap())
+            .unwrap();
+    let exprs = dashboard_exprs(&dashboard);
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    let rules = std::fs::read_to_string(chart_file("prometheus-rules.yaml")).unwrap();
+    let rule_lines: String = rules
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect();
+    let mut used = BTreeSet::new();
+    for expr in exprs.iter().map(String::as_str).chain([rule_lines.as_str()]) {
+        used.extend(metric_names(expr));
+    }
+    let unknown: Vec<_> = used.difference(&exported).collect();
+    assert!(
+        unknown.is_empty(),
+        "not exported: {unknown:?}; the scrape has {exported:?}"
+    );
+    assert!(used.len() >= 8, "{used:?}");
+
+    // promtool validates the rules file the chart turns into a PrometheusRule.
+    let checked = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(chart_file("prometheus-rules.yaml"))
+        .output()
+        .unwrap_or_else(|e| panic!("promtool: {e} (scripts/install-deps.sh installs it)"));
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // Redis down: not ready, `bucketscan_redis_up 0`; back: ready again.
+    let down = tokio::task::spawn_blocking(move || {
+        redis.crash_and_restart(Duration::from_secs(25));
+        redis
+    });
+    eventually("not ready while Redis is down", 20, async || ready(503).await).await;
+    let scrape = http_get(port, "/metrics").await.unwrap().1;
+    assert!(scrape.lines().any(|l| l == "bucketscan_redis_up 0"), "{scrape}");
+    let _redis = down.await.unwrap();
+    eventually("ready again once Redis answers", 30, async || ready(200).await).await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
