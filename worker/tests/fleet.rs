@@ -329,6 +329,59 @@ async fn one_huge_shard_is_split_live_until_every_worker_is_busy() {
     }
 }
 
+/// One worker holds several shards at once (one LIST stream each, so slow
+/// LIST pages do not cap it): with one planned shard its idle slots get work
+/// by splitting the shard its busy slot scans, and the output stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_fills_its_shard_slots_by_splitting() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("slots").await;
+    let out = s3.bucket("slots-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..4000)
+        .map(|i| (format!("s/{:02}/{i:05}", i % 20), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("slots-{}", std::process::id()),
+    };
+    let output = format!("s3://{out}/slots/");
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &output,
+        "--target-shards",
+        "1",
+    ]);
+    let mut worker = fleet.spawn_worker(
+        "solo",
+        &[
+            "--max-rate",
+            "300",
+            "--progress-ms",
+            "500",
+            "--shards-in-flight",
+            "4",
+        ],
+    );
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(
+        &parse_records(&s3.read(&out, "slots/result.jsonl").await),
+        &seeded,
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "slots/manifest.json").await).unwrap();
+    assert!(
+        manifest["splits"].as_u64().unwrap() >= 3,
+        "every slot got a piece: {manifest}"
+    );
+    assert_eq!(manifest["counts"]["objects"], 4000, "{manifest}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_carries_shards_not_keys() {
     let redis = PrivateRedis::start();
