@@ -8,8 +8,10 @@
 //! a worker that then died or lost its lease is never recorded, so the merge
 //! never reads it, and it is deleted with the other parts.
 //!
-//! May import: `spec`, `queue`, `recovery`, `scan`, `keyspace` and `s3`.
+//! May import: `spec`, `governor`, `governed`, `queue`, `recovery`, `scan`, `keyspace` and `s3`.
 
+use crate::fleet::governed;
+use crate::fleet::governor::GovernorConfig;
 use crate::fleet::queue::{Commit, Finish, Lease, Queue, QueueError, Split};
 use crate::fleet::recovery::{write_done, DoneRecord};
 use crate::fleet::spec::ScanSpec;
@@ -41,6 +43,9 @@ pub struct RunOptions {
     /// counts as idle, so the worker's other slots (or other workers) split
     /// their shards for it.
     pub shards_in_flight: usize,
+    /// How often this worker takes part in the scan-wide rate governor
+    /// (`None`: it does not; its rate is only `max_rate`).
+    pub govern_every: Option<Duration>,
 }
 
 /// How long a worker that found nothing to do counts as idle (it renews this
@@ -58,6 +63,7 @@ impl Default for RunOptions {
             progress_every: Duration::from_secs(2),
             split: true,
             shards_in_flight: 1,
+            govern_every: None,
         }
     }
 }
@@ -98,6 +104,15 @@ impl Runner {
     pub async fn run(self) -> Result<RunSummary, RunError> {
         let split_wanted = Arc::new(Notify::new());
         let (stop_reporter, mut reporter) = self.spawn_progress_reporter(split_wanted.clone());
+        let _governor = self.opts.govern_every.map(|every| {
+            let cfg = GovernorConfig::default();
+            AbortOnDrop(tokio::spawn(governed::govern(
+                self.queue.clone(),
+                self.engine.clone(),
+                every,
+                cfg,
+            )))
+        });
         let result = self.take_until_empty(&split_wanted).await;
         stop_reporter.cancel();
         let _ = (&mut reporter.0).await; // its last report makes the totals exact
