@@ -1,6 +1,8 @@
 //! Benchmarks of bucketscan against its peers (issue: `just bench`). This
 //! crate holds the synthetic S3 endpoint they all run against: a generated
-//! keyspace served over HTTP with a configurable per-request latency.
+//! keyspace served over HTTP by a model of a store (latencies, capacity,
+//! throttling, faults).
 
 pub mod keyspace;
 pub mod server;
+pub mod store;

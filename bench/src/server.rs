@@ -1,10 +1,13 @@
 //! The synthetic S3 endpoint: one bucket, path-style requests, ListObjectsV2
-//! and HEAD Object answered from a [`Keyspace`] after a fixed latency (a
-//! timer, not CPU), optionally with a share of 503 SlowDown answers. Signed
+//! and HEAD Object answered from a [`Keyspace`] after the latency the
+//! [`StoreModel`] gives (a timer, not CPU), pushing back the way it says (503
+//! SlowDown beyond capacity, resets, 500s), optionally with a further share of
+//! 503 SlowDown answers. Signed
 //! requests are accepted without checking the signature: this endpoint
 //! measures clients, the correctness tests use real S3 servers.
 
 use crate::keyspace::{Keyspace, Page};
+use crate::store::{Admission, Kind, Store, StoreModel};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use http_body_util::Full;
@@ -16,14 +19,13 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Clone, Debug)]
 pub struct Config {
     pub bucket: String,
     pub keyspace: Keyspace,
-    /// Added to every answer, like a store's service time.
-    pub latency: Duration,
+    /// Service times, capacity and faults of the store.
+    pub model: StoreModel,
     /// Share of requests answered 503 SlowDown (0 to 1).
     pub slowdown: f64,
     /// `http://HOST:PORT` of a real S3 server for every other bucket.
@@ -36,7 +38,12 @@ pub struct Stats {
     pub requests: AtomicU64,
     pub lists: AtomicU64,
     pub heads: AtomicU64,
+    /// 503 SlowDown answers (injected or beyond capacity).
     pub slowdowns: AtomicU64,
+    /// Of those, the ones the capacity or a per-prefix limit turned away.
+    pub throttled: AtomicU64,
+    pub resets: AtomicU64,
+    pub internal_errors: AtomicU64,
     /// Requests passed on to `forward` (not counted in `requests`).
     pub forwarded: AtomicU64,
 }
@@ -45,11 +52,14 @@ impl Stats {
     pub fn json(&self) -> String {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "{{\"requests\":{},\"lists\":{},\"heads\":{},\"slowdowns\":{},\"forwarded\":{}}}",
+            "{{\"requests\":{},\"lists\":{},\"heads\":{},\"slowdowns\":{},\"throttled\":{},\"resets\":{},\"internal_errors\":{},\"forwarded\":{}}}",
             get(&self.requests),
             get(&self.lists),
             get(&self.heads),
             get(&self.slowdowns),
+            get(&self.throttled),
+            get(&self.resets),
+            get(&self.internal_errors),
             get(&self.forwarded)
         )
     }
@@ -66,17 +76,22 @@ pub async fn serve(
     config: Config,
     stats: Arc<Stats>,
 ) -> std::io::Result<()> {
+    let store = Arc::new(Store::new(config.model.clone()));
     let config = Arc::new(config);
     let upstream: Upstream =
         Client::builder(hyper_util::rt::TokioExecutor::new()).build(HttpConnector::new());
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let (config, stats, upstream) = (config.clone(), stats.clone(), upstream.clone());
+        let (config, stats, upstream, store) =
+            (config.clone(), stats.clone(), upstream.clone(), store.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let (config, stats, upstream) = (config.clone(), stats.clone(), upstream.clone());
-                async move { Ok::<_, std::convert::Infallible>(answer(req, &config, &stats, &upstream).await) }
+                let (config, stats, upstream, store) =
+                    (config.clone(), stats.clone(), upstream.clone(), store.clone());
+                // An error from the service makes hyper drop the connection
+                // without an answer: the model's connection reset.
+                async move { answer(req, &config, &store, &stats, &upstream).await }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new()
@@ -88,6 +103,73 @@ pub async fn serve(
 }
 
 async fn answer(
+    req: Request<Incoming>,
+    config: &Config,
+    store: &Store,
+    stats: &Stats,
+    upstream: &Upstream,
+) -> Result<Response<Full<Bytes>>, std::io::Error> {
+    Ok(match modelled(&req, config, store, stats).await {
+        Modelled::Serve => respond(req, config, stats, upstream).await,
+        Modelled::Answer(response) => response,
+        Modelled::Reset => return Err(std::io::Error::other("connection reset by the store model")),
+    })
+}
+
+enum Modelled {
+    Serve,
+    Answer(Response<Full<Bytes>>),
+    Reset,
+}
+
+/// What the store model does with a request for the synthetic bucket: wait
+/// its latency and serve it, or push back.
+async fn modelled(req: &Request<Incoming>, config: &Config, store: &Store, stats: &Stats) -> Modelled {
+    let path = req.uri().path().trim_start_matches('/');
+    let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+    if path == "_stats" || bucket != config.bucket {
+        return Modelled::Serve;
+    }
+    let kind = if key.is_empty() { Kind::List } else { Kind::Head };
+    match store.admit(kind, key) {
+        Admission::Serve(delay) => {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            Modelled::Serve
+        }
+        Admission::SlowDown => {
+            stats.requests.fetch_add(1, Ordering::Relaxed);
+            stats.slowdowns.fetch_add(1, Ordering::Relaxed);
+            stats.throttled.fetch_add(1, Ordering::Relaxed);
+            Modelled::Answer(slow_down())
+        }
+        Admission::InternalError => {
+            stats.requests.fetch_add(1, Ordering::Relaxed);
+            stats.internal_errors.fetch_add(1, Ordering::Relaxed);
+            Modelled::Answer(error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "We encountered an internal error. Please try again.",
+            ))
+        }
+        Admission::Reset => {
+            stats.requests.fetch_add(1, Ordering::Relaxed);
+            stats.resets.fetch_add(1, Ordering::Relaxed);
+            Modelled::Reset
+        }
+    }
+}
+
+fn slow_down() -> Response<Full<Bytes>> {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "SlowDown",
+        "Please reduce your request rate.",
+    )
+}
+
+async fn respond(
     req: Request<Incoming>,
     config: &Config,
     stats: &Stats,
@@ -105,17 +187,10 @@ async fn answer(
         stats.forwarded.fetch_add(1, Ordering::Relaxed);
         return forward(req, base, upstream).await;
     }
-    if !config.latency.is_zero() {
-        tokio::time::sleep(config.latency).await;
-    }
     let n = stats.requests.fetch_add(1, Ordering::Relaxed);
     if config.slowdown > 0.0 && unit(n) < config.slowdown {
         stats.slowdowns.fetch_add(1, Ordering::Relaxed);
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "SlowDown",
-            "Please reduce your request rate.",
-        );
+        return slow_down();
     }
     if bucket != config.bucket {
         return error(

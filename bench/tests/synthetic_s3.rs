@@ -8,6 +8,7 @@ mod bin;
 use bin::worker_bin;
 use bucketscan_bench::keyspace::{Keyspace, Layout};
 use bucketscan_bench::server::{serve, Config, Stats};
+use bucketscan_bench::store::StoreModel;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +29,7 @@ async fn endpoint_with(
     let config = Config {
         bucket: bucket.into(),
         keyspace,
-        latency: Duration::from_micros(200),
+        model: StoreModel::fixed(Duration::from_micros(200)),
         slowdown,
         forward,
     };

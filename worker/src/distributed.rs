@@ -114,6 +114,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             part_records: args.part_objects,
             part_age: Duration::from_secs(args.part_secs),
             progress_every: Duration::from_millis(args.progress_ms),
+            shards_in_flight: args.shards_in_flight as usize,
+            govern_every: (args.govern_ms > 0).then(|| Duration::from_millis(args.govern_ms)),
             ..RunOptions::default()
         },
         stop,

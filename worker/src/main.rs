@@ -189,6 +189,16 @@ struct RunArgs {
     /// worker hears that an idle one wants a split).
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
     progress_ms: u64,
+    /// Shards held at once: one LIST stream each, all sharing --concurrency
+    /// HEADs, so slow LIST pages do not cap the HEAD rate (BENCHMARKS.md).
+    /// Idle slots get work by splitting shards, the worker's own included.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    shards_in_flight: u32,
+    /// Take part in the scan-wide adaptive rate governor every this many
+    /// milliseconds (0: off): the fleet's HEAD rate drops on throttling and
+    /// grows back while the store keeps up; --max-rate stays the ceiling.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    govern_ms: u64,
 }
 
 #[derive(Args)]

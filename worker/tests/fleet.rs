@@ -329,6 +329,59 @@ async fn one_huge_shard_is_split_live_until_every_worker_is_busy() {
     }
 }
 
+/// One worker holds several shards at once (one LIST stream each, so slow
+/// LIST pages do not cap it): with one planned shard its idle slots get work
+/// by splitting the shard its busy slot scans, and the output stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_fills_its_shard_slots_by_splitting() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("slots").await;
+    let out = s3.bucket("slots-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..4000)
+        .map(|i| (format!("s/{:02}/{i:05}", i % 20), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("slots-{}", std::process::id()),
+    };
+    let output = format!("s3://{out}/slots/");
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &output,
+        "--target-shards",
+        "1",
+    ]);
+    let mut worker = fleet.spawn_worker(
+        "solo",
+        &[
+            "--max-rate",
+            "300",
+            "--progress-ms",
+            "500",
+            "--shards-in-flight",
+            "4",
+        ],
+    );
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(
+        &parse_records(&s3.read(&out, "slots/result.jsonl").await),
+        &seeded,
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "slots/manifest.json").await).unwrap();
+    assert!(
+        manifest["splits"].as_u64().unwrap() >= 3,
+        "every slot got a piece: {manifest}"
+    );
+    assert_eq!(manifest["counts"]["objects"], 4000, "{manifest}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_carries_shards_not_keys() {
     let redis = PrivateRedis::start();
@@ -688,4 +741,70 @@ async fn the_heartbeat_ends_when_a_shard_ends_in_an_error() {
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// The rate governor's shared state in the real Redis: the fleet's window is
+/// summed from every worker's report, exactly one worker per window steps
+/// it, throttling cuts the scan's rate, and each worker gets its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_reported_by_the_fleet_cuts_the_shared_rate_and_splits_it() {
+    use bucketscan_core::fleet::governed::report;
+    use bucketscan_core::fleet::governor::{Governor, GovernorConfig};
+    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+    use bucketscan_core::scan::engine::CountersSnapshot;
+    let scan = format!("govern-{}", std::process::id());
+    let lease = Duration::from_secs(30);
+    let a = Queue::connect(&RedisConfig::new(redis_url()), &scan, "a", lease)
+        .await
+        .unwrap();
+    let b = Queue::connect(&RedisConfig::new(redis_url()), &scan, "b", lease)
+        .await
+        .unwrap();
+    let cfg = GovernorConfig::default();
+    let window = Duration::from_secs(2); // long: a loaded machine must not end it early
+    let zero = CountersSnapshot::default();
+    let heads = |heads, throttles| CountersSnapshot {
+        heads,
+        throttles,
+        head_micros: heads * 2_000,
+        ..CountersSnapshot::default()
+    };
+    // a's first report steps the (empty) first window; b's reports, calm
+    // then throttled, land in the window that follows.
+    assert_eq!(
+        report(&a, &zero, &heads(400, 0), window, &cfg).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        report(&b, &zero, &heads(400, 0), window, &cfg).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        report(&b, &heads(400, 0), &heads(800, 30), window, &cfg)
+            .await
+            .unwrap(),
+        None
+    );
+    tokio::time::sleep(window).await;
+    // a, throttled too, is first in the next window: it steps the fleet's.
+    let share = report(&a, &heads(400, 0), &heads(800, 10), window, &cfg)
+        .await
+        .unwrap();
+    let state: Governor = serde_json::from_str(&a.governors().await.unwrap()["*"]).unwrap();
+    assert_eq!(
+        state.throttles, 40,
+        "both workers' throttles counted once: {state:?}"
+    );
+    let rate = state.rate.expect("throttling limits the scan");
+    // 0.7 x what the fleet sent (1,200 HEADs over a window of 2 s or more).
+    assert!(rate > 50.0 && rate <= 0.7 * 1_200.0 / 2.0, "{rate}");
+    assert_eq!(share, Some(rate / 2.0), "two workers share the rate");
+    // Within the same window nobody steps again; b gets its share too.
+    let b_share = report(&b, &heads(800, 30), &heads(900, 30), window, &cfg)
+        .await
+        .unwrap();
+    assert_eq!(b_share, Some(rate / 2.0));
+    let again: Governor = serde_json::from_str(&a.governors().await.unwrap()["*"]).unwrap();
+    assert_eq!(again, state);
+    a.delete_scan().await.unwrap();
 }

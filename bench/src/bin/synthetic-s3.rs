@@ -1,10 +1,12 @@
 //! `synthetic-s3`: the benchmarks' S3 endpoint. Serves one bucket of
 //! `--objects` generated objects on `--listen`, each answer after
-//! `--latency-us` (default 1,000: an all-flash store's HEAD time). Request
-//! counts: `GET /_stats`.
+//! `--latency-us` (default 1,000: an all-flash store's HEAD time), or as a
+//! store model says: `--profile flashblade|aws|minio` and the flags that
+//! override its values (docs/store-model.md). Request counts: `GET /_stats`.
 
 use bucketscan_bench::keyspace::BucketArgs;
 use bucketscan_bench::server::{serve, Config, Stats};
+use bucketscan_bench::store::{Latency, StoreModel};
 use clap::Parser;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +18,12 @@ struct Args {
     listen: std::net::SocketAddr,
     #[command(flatten)]
     bucket: BucketArgs,
+    /// Every answer after this long, when no profile or latency flag says
+    /// otherwise.
     #[arg(long, default_value_t = 1_000)]
     latency_us: u64,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Share of requests answered 503 SlowDown.
     #[arg(long, default_value_t = 0.0)]
     slowdown: f64,
@@ -43,11 +49,93 @@ fn main() -> anyhow::Result<()> {
         let config = Config {
             keyspace: args.bucket.keyspace(),
             bucket: args.bucket.bucket,
-            latency: Duration::from_micros(args.latency_us),
+            model: args.model.build(Duration::from_micros(args.latency_us))?,
             slowdown: args.slowdown,
             forward: args.forward.map(|f| f.trim_end_matches('/').to_string()),
         };
         serve(listener, config, Arc::new(Stats::default())).await?;
         Ok(())
     })
+}
+
+/// The store model: a profile, then any value given here on top of it.
+#[derive(clap::Args)]
+struct ModelArgs {
+    /// flashblade, aws or minio (docs/store-model.md)
+    #[arg(long)]
+    profile: Option<String>,
+    #[arg(long)]
+    list_median_ms: Option<f64>,
+    #[arg(long)]
+    list_p99_ms: Option<f64>,
+    #[arg(long)]
+    head_median_ms: Option<f64>,
+    #[arg(long)]
+    head_p99_ms: Option<f64>,
+    /// Requests per second the store serves; beyond it requests queue, and
+    /// those that would wait longer than --queue-limit-ms get 503 SlowDown.
+    #[arg(long)]
+    capacity: Option<f64>,
+    /// HEADs per second per key partition (AWS: 5,500 per prefix).
+    #[arg(long)]
+    prefix_limit: Option<f64>,
+    /// A key's partition: its first this many characters.
+    #[arg(long)]
+    partition_chars: Option<usize>,
+    #[arg(long)]
+    queue_limit_ms: Option<f64>,
+    /// Share of requests whose connection is reset (0 to 1).
+    #[arg(long)]
+    reset_share: Option<f64>,
+    /// Share of requests answered 500 InternalError (0 to 1).
+    #[arg(long)]
+    error_share: Option<f64>,
+}
+
+impl ModelArgs {
+    fn build(&self, latency: Duration) -> anyhow::Result<StoreModel> {
+        let mut m = match &self.profile {
+            Some(name) => StoreModel::profile(name).map_err(anyhow::Error::msg)?,
+            None => StoreModel::fixed(latency),
+        };
+        let ms = |v: f64| Duration::from_secs_f64(v / 1000.0);
+        let set = |l: &mut Latency, median: Option<f64>, p99: Option<f64>| {
+            if let Some(v) = median {
+                l.median = ms(v);
+                l.p99 = l.p99.max(l.median);
+            }
+            if let Some(v) = p99 {
+                l.p99 = ms(v);
+            }
+        };
+        set(&mut m.list, self.list_median_ms, self.list_p99_ms);
+        set(&mut m.head, self.head_median_ms, self.head_p99_ms);
+        m.capacity = self.capacity.or(m.capacity);
+        m.prefix_limit = self.prefix_limit.or(m.prefix_limit);
+        m.partition_chars = self.partition_chars.unwrap_or(m.partition_chars);
+        m.queue_limit = self.queue_limit_ms.map(ms).unwrap_or(m.queue_limit);
+        m.resets = self.reset_share.unwrap_or(m.resets);
+        m.errors = self.error_share.unwrap_or(m.errors);
+        for (name, l) in [("list", m.list), ("head", m.head)] {
+            anyhow::ensure!(
+                l.p99 >= l.median,
+                "--{name}-p99-ms must be at least the median ({:?} < {:?})",
+                l.p99,
+                l.median
+            );
+        }
+        for (flag, share) in [("--reset-share", m.resets), ("--error-share", m.errors)] {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&share),
+                "{flag} must be between 0 and 1, not {share}"
+            );
+        }
+        for (flag, rate) in [("--capacity", m.capacity), ("--prefix-limit", m.prefix_limit)] {
+            anyhow::ensure!(
+                rate.is_none_or(|r| r > 0.0),
+                "{flag} must be above 0 requests per second"
+            );
+        }
+        Ok(m)
+    }
 }

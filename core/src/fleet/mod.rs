@@ -1,15 +1,17 @@
 //! A scan shared by many processes through Redis: the scan's spec, the Redis
 //! queue of shards (leases, fenced commits, live splits; Lua scripts in
 //! `queue/`), planning into it, the worker loop (`run`), recovery from a
-//! Redis that lost the scan, and the merge of every shard's parts into the
+//! Redis that lost the scan, the fleet-wide rate governor, and the merge of every shard's parts into the
 //! result. The top layer of the crate; the worker and the operator binaries
 //! sit above it.
 //!
-//! Inside, files form layers: `spec`; `queue`; `recovery`; `plan`, `run`,
+//! Inside, files form layers: `spec`, `governor`; `queue`; `recovery`, `governed`; `plan`, `run`,
 //! `merge`.
 //!
 //! May import: `s3`, `keyspace` and `scan`.
 
+pub mod governed;
+pub mod governor;
 pub mod merge;
 pub mod plan;
 pub mod queue;

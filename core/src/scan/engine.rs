@@ -39,6 +39,11 @@ pub struct Counters {
     pub errors: AtomicU64,
     pub bytes: AtomicU64,
     pub pages: AtomicU64,
+    /// HEAD answers that were throttling (503 SlowDown, 429), retries included.
+    pub throttles: AtomicU64,
+    /// Sum of HEAD times, retries and their waits included (µs): the rate
+    /// governor watches its mean for a store that starts queueing.
+    pub head_micros: AtomicU64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -50,6 +55,8 @@ pub struct CountersSnapshot {
     pub errors: u64,
     pub bytes: u64,
     pub pages: u64,
+    pub throttles: u64,
+    pub head_micros: u64,
 }
 
 impl Counters {
@@ -62,6 +69,8 @@ impl Counters {
             errors: self.errors.load(Relaxed),
             bytes: self.bytes.load(Relaxed),
             pages: self.pages.load(Relaxed),
+            throttles: self.throttles.load(Relaxed),
+            head_micros: self.head_micros.load(Relaxed),
         }
     }
 }
@@ -71,7 +80,10 @@ pub struct Engine {
     head: HeadClient,
     pub opts: EngineOptions,
     in_flight: Arc<Semaphore>,
-    /// Start time of the next HEAD under `max_rate`.
+    /// HEADs per second allowed now (f64 bits; 0: no limit): `max_rate`, or
+    /// what the fleet's rate governor gives this worker (`set_rate`).
+    rate: AtomicU64,
+    /// Start time of the next HEAD under `rate`.
     next_slot: std::sync::Mutex<tokio::time::Instant>,
     pub counters: Counters,
 }
@@ -115,6 +127,7 @@ impl Engine {
         Arc::new(Engine {
             in_flight: Arc::new(Semaphore::new(opts.concurrency.max(1))),
             next_slot: std::sync::Mutex::new(tokio::time::Instant::now()),
+            rate: AtomicU64::new(opts.max_rate.filter(|r| *r > 0.0).map_or(0, f64::to_bits)),
             s3,
             head,
             opts,
@@ -171,7 +184,7 @@ impl Engine {
     /// Wait for this HEAD's slot under the request-rate ceiling: slots are
     /// handed out `1/max_rate` apart, so the rate holds across all shards.
     async fn pace(&self) {
-        let Some(rate) = self.opts.max_rate.filter(|r| *r > 0.0) else {
+        let Some(rate) = self.rate() else {
             return;
         };
         let slot = {
@@ -181,6 +194,22 @@ impl Engine {
             slot
         };
         tokio::time::sleep_until(slot).await;
+    }
+
+    /// HEADs per second allowed now, if limited.
+    pub fn rate(&self) -> Option<f64> {
+        let bits = self.rate.load(Relaxed);
+        (bits != 0).then(|| f64::from_bits(bits))
+    }
+
+    /// Limit HEADs to `rate` per second from now on, never above `max_rate`
+    /// (`None`: only `max_rate`).
+    pub fn set_rate(&self, rate: Option<f64>) {
+        let rate = match (rate.filter(|r| *r > 0.0), self.opts.max_rate.filter(|r| *r > 0.0)) {
+            (Some(r), Some(m)) => Some(r.min(m)),
+            (r, m) => r.or(m),
+        };
+        self.rate.store(rate.map_or(0, f64::to_bits), Relaxed);
     }
 
     /// Does the record belong in the output? (`--only-with-metadata` keeps
@@ -234,10 +263,21 @@ impl Engine {
         let result: HeadResult = {
             let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
             self.pace().await;
-            self.s3
+            let started = std::time::Instant::now();
+            let result = self
+                .s3
                 .retry
-                .run(&self.s3.retries, || self.head.head(&self.opts.bucket, &obj.key))
-                .await
+                .run(&self.s3.retries, || async {
+                    let r = self.head.head(&self.opts.bucket, &obj.key).await;
+                    if matches!(r, Err(S3Error::Throttled { .. })) {
+                        self.counters.throttles.fetch_add(1, Relaxed);
+                    }
+                    r
+                })
+                .await;
+            let micros = started.elapsed().as_micros() as u64;
+            self.counters.head_micros.fetch_add(micros, Relaxed);
+            result
         };
         self.counters.heads.fetch_add(1, Relaxed);
         let record = match result {

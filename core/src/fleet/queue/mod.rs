@@ -39,6 +39,7 @@ static SPLIT: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("split.lua
 static TAKE: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("take.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("renew.lua")));
 static FINISH: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("finish.lua")));
+static GOVERN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("govern.lua")));
 static REAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("reap.lua")));
 
 /// A script that acts on a leased shard, with the lease check prepended.
@@ -202,11 +203,37 @@ impl ScanKeys {
     pub fn reported(&self) -> String {
         self.key("reported")
     }
+    /// The rate governors' states, by partition (see `fleet::governor`).
+    pub fn governor(&self) -> String {
+        self.key("governor")
+    }
+    fn governor_window(&self) -> String {
+        self.key("gov-window")
+    }
+    fn governor_sending(&self) -> String {
+        self.key("gov-sending")
+    }
+    fn governor_lock(&self) -> String {
+        self.key("gov-lock")
+    }
     /// Every key of the scan except the per-shard ones (for cleanup).
     pub fn scan_wide(&self) -> Vec<String> {
         [
-            "pending", "leases", "done", "dead", "shards", "meta", "counters", "workers", "idle", "took",
+            "pending",
+            "leases",
+            "done",
+            "dead",
+            "shards",
+            "meta",
+            "counters",
+            "workers",
+            "idle",
+            "took",
             "reported",
+            "governor",
+            "gov-window",
+            "gov-sending",
+            "gov-lock",
         ]
         .iter()
         .map(|k| self.key(k))
@@ -301,6 +328,18 @@ pub struct ShardRecord {
     pub last_error: Option<String>,
     /// Result counts of the shard's recorded parts.
     pub counts: std::collections::BTreeMap<String, u64>,
+}
+
+/// What the governor's shared state says after a worker's report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Governed {
+    /// Workers that reported within the last few windows.
+    pub sending: u64,
+    /// Governor state (JSON) by partition.
+    pub states: Vec<(String, String)>,
+    /// For the one worker that steps this window: its length and the fleet's
+    /// counts (`PARTITION|r`, `|t`, `|l` fields).
+    pub window: Option<(Duration, Vec<(String, String)>)>,
 }
 
 /// Counts of a scan's shards by state.
@@ -733,6 +772,63 @@ impl Queue {
         }
         let split_wanted: i64 = script.invoke_async(&mut con).await?;
         Ok(split_wanted == 1)
+    }
+
+    /// Report this worker's window of requests for the rate governor (one
+    /// command; see govern.lua). `counts`: partition, requests, throttles,
+    /// latency µs.
+    pub async fn govern(
+        &self,
+        window: Duration,
+        counts: &[(&str, u64, u64, u64)],
+    ) -> Result<Governed, QueueError> {
+        let mut con = self.con.clone();
+        let mut script = GOVERN.key(self.keys.governor());
+        script
+            .key(self.keys.governor_window())
+            .key(self.keys.governor_sending())
+            .key(self.keys.governor_lock())
+            .arg(&self.owner)
+            .arg(window.as_millis().max(1) as u64);
+        for (partition, requests, throttles, latency_us) in counts {
+            script
+                .arg(*partition)
+                .arg(*requests)
+                .arg(*throttles)
+                .arg(*latency_us);
+        }
+        let (sending, elapsed_ms, states, window): (u64, i64, Vec<String>, Vec<String>) =
+            script.invoke_async(&mut con).await?;
+        let pairs = |v: Vec<String>| -> Vec<(String, String)> {
+            v.chunks_exact(2).map(|c| (c[0].clone(), c[1].clone())).collect()
+        };
+        Ok(Governed {
+            sending,
+            states: pairs(states)
+                .into_iter()
+                .filter(|(k, _)| !k.starts_with('_'))
+                .collect(),
+            window: (elapsed_ms >= 0).then(|| (Duration::from_millis(elapsed_ms as u64), pairs(window))),
+        })
+    }
+
+    /// Write the governors' states after a step (by the worker that got the window).
+    pub async fn set_governors(&self, states: &[(String, String)]) -> Result<(), QueueError> {
+        if states.is_empty() {
+            return Ok(());
+        }
+        let mut con = self.con.clone();
+        con.hset_multiple::<_, _, _, ()>(self.keys.governor(), states)
+            .await?;
+        Ok(())
+    }
+
+    /// The governors' states (JSON by partition), for status.
+    pub async fn governors(&self) -> Result<std::collections::BTreeMap<String, String>, QueueError> {
+        let mut con = self.con.clone();
+        let mut all: std::collections::BTreeMap<String, String> = con.hgetall(self.keys.governor()).await?;
+        all.retain(|k, _| !k.starts_with('_'));
+        Ok(all)
     }
 
     /// Each worker's last reported status (JSON), by name.

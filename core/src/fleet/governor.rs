@@ -1,0 +1,290 @@
+//! The scan-wide adaptive rate governor, as pure state machines: one per
+//! key-range partition, so a hot prefix that the store throttles slows only
+//! the requests to it. Fed one window of the whole fleet's requests at a time
+//! (about a second, summed in Redis by `queue::govern`), it answers the rate
+//! the fleet may send at.
+//!
+//! AIMD, after the AWS SDKs' adaptive retry mode (smithy-rs
+//! client_rate_limiter, see /work/shared/reference/s3-facts.md): no limit
+//! until the first throttling answer; on throttling the rate becomes 0.7 x
+//! the lower of the measured and the allowed rate; while requests succeed and
+//! latency holds it grows by a step (a tenth of the rate it was cut to), never
+//! above the ceiling (`maxRequestsPerSecond`) nor 2 x the measured rate
+//! (growth that nobody uses proves nothing), never below the floor. A latency
+//! rise (mean over the window above `latency_rise` x the lowest seen) is the
+//! store queueing: the rate drops by 0.9 x before any 503 comes.
+//!
+//! May import: nothing of this crate.
+
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GovernorConfig {
+    /// Requests per second the fleet never exceeds (`None`: no ceiling).
+    pub ceiling: Option<f64>,
+    /// Requests per second the rate never drops below.
+    pub floor: f64,
+    /// Factor applied on throttling (0.7 in the SDKs).
+    pub throttle_beta: f64,
+    /// Factor applied on a latency rise.
+    pub latency_beta: f64,
+    /// A window's mean latency above this many times the lowest seen is a rise.
+    pub latency_rise: f64,
+    /// Windows with fewer requests say nothing about latency.
+    pub min_requests: u64,
+}
+
+impl Default for GovernorConfig {
+    fn default() -> Self {
+        GovernorConfig {
+            ceiling: None,
+            floor: 1.0,
+            throttle_beta: 0.7,
+            latency_beta: 0.9,
+            latency_rise: 2.0,
+            min_requests: 20,
+        }
+    }
+}
+
+/// What the fleet did in one window, for one partition.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Window {
+    pub secs: f64,
+    pub requests: u64,
+    /// 503 SlowDown / 429 / throttling answers among them.
+    pub throttles: u64,
+    /// Sum of the requests' latencies, in microseconds.
+    pub latency_us: u64,
+}
+
+impl Window {
+    fn rate(&self) -> f64 {
+        self.requests as f64 / self.secs.max(1e-3)
+    }
+
+    fn mean_latency_us(&self) -> Option<f64> {
+        (self.requests > 0).then(|| self.latency_us as f64 / self.requests as f64)
+    }
+}
+
+/// One partition's governor.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Governor {
+    /// Allowed requests per second (`None`: not limited yet, or only by the
+    /// ceiling: no throttling seen).
+    pub rate: Option<f64>,
+    /// Added per calm window since the last cut.
+    pub step: f64,
+    /// Lowest mean latency seen (µs): the store unloaded.
+    pub baseline_us: Option<f64>,
+    /// Throttling answers seen, in all.
+    pub throttles: u64,
+}
+
+impl Governor {
+    /// The rate to send at: the governed one, within the ceiling.
+    pub fn limit(&self, cfg: &GovernorConfig) -> Option<f64> {
+        match (self.rate, cfg.ceiling) {
+            (Some(r), Some(c)) => Some(r.min(c)),
+            (r, c) => r.or(c),
+        }
+    }
+
+    /// The next state after window `w`.
+    pub fn step(&self, w: &Window, cfg: &GovernorConfig) -> Governor {
+        let mut next = self.clone();
+        next.throttles += w.throttles;
+        let measured = w.rate();
+        let mean = w.mean_latency_us().filter(|_| w.requests >= cfg.min_requests);
+        let risen = match (mean, self.baseline_us) {
+            (Some(m), Some(b)) => m > b * cfg.latency_rise,
+            _ => false,
+        };
+        if w.throttles > 0 {
+            let allowed = self.limit(cfg).unwrap_or(f64::INFINITY);
+            next.cut(measured.min(allowed) * cfg.throttle_beta, cfg);
+        } else if risen && self.rate.is_some() {
+            let allowed = self.limit(cfg).unwrap_or(measured);
+            next.cut(measured.min(allowed) * cfg.latency_beta, cfg);
+        } else if let Some(rate) = self.rate {
+            let grown = rate + self.step;
+            let mut cap = (2.0 * measured).max(rate);
+            if let Some(c) = cfg.ceiling {
+                cap = cap.min(c);
+            }
+            next.rate = Some(grown.min(cap).max(cfg.floor));
+        }
+        // The baseline learns only from calm windows (no throttling, no rise).
+        if let (Some(m), 0, false) = (mean, w.throttles, risen) {
+            next.baseline_us = Some(self.baseline_us.map_or(m, |b| b.min(m)));
+        }
+        next
+    }
+
+    fn cut(&mut self, to: f64, cfg: &GovernorConfig) {
+        let mut rate = to.max(cfg.floor);
+        if let Some(c) = cfg.ceiling {
+            rate = rate.min(c);
+        }
+        self.rate = Some(rate);
+        self.step = (rate * 0.1).max(cfg.floor);
+    }
+}
+
+/// The governors of all partitions of a scan.
+pub type Governors = BTreeMap<String, Governor>;
+
+/// Step every partition that had a window; partitions without one keep
+/// their state.
+pub fn step_all(
+    governors: &Governors,
+    windows: &BTreeMap<String, Window>,
+    cfg: &GovernorConfig,
+) -> Governors {
+    let mut next = governors.clone();
+    for (partition, w) in windows {
+        let g = governors.get(partition).cloned().unwrap_or_default();
+        next.insert(partition.clone(), g.step(w, cfg));
+    }
+    next
+}
+
+/// One worker's share of a partition's limit when `workers` send to it.
+pub fn share(limit: Option<f64>, workers: u64) -> Option<f64> {
+    limit.map(|l| l / workers.max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calm(rate: f64, latency_us: u64) -> Window {
+        let requests = rate as u64;
+        Window {
+            secs: 1.0,
+            requests,
+            throttles: 0,
+            latency_us: latency_us * requests,
+        }
+    }
+
+    fn throttled(rate: f64, throttles: u64) -> Window {
+        Window {
+            throttles,
+            ..calm(rate, 1_000)
+        }
+    }
+
+    #[test]
+    fn no_limit_until_the_first_throttle_then_a_multiplicative_cut() {
+        let cfg = GovernorConfig::default();
+        let g = Governor::default().step(&calm(5_000.0, 1_000), &cfg);
+        assert_eq!(g.limit(&cfg), None, "calm windows leave the scan unlimited");
+        let g = g.step(&throttled(5_000.0, 40), &cfg);
+        assert_eq!(g.rate, Some(3_500.0));
+        assert_eq!(g.throttles, 40);
+        // A second throttled window cuts from what was allowed, not measured
+        // (the fleet may still be sending faster than allowed for a moment).
+        let g = g.step(&throttled(5_000.0, 1), &cfg);
+        assert_eq!(g.rate, Some(3_500.0 * 0.7));
+    }
+
+    #[test]
+    fn the_rate_grows_additively_while_requests_succeed_and_latency_holds() {
+        let cfg = GovernorConfig::default();
+        let mut g = Governor::default().step(&calm(1_000.0, 1_000), &cfg);
+        g = g.step(&throttled(1_000.0, 5), &cfg);
+        assert_eq!(g.rate, Some(700.0));
+        let mut rates = vec![];
+        for _ in 0..5 {
+            let sent = g.rate.unwrap();
+            g = g.step(&calm(sent, 1_000), &cfg);
+            rates.push(g.rate.unwrap());
+        }
+        // +70 a window: a tenth of the rate it was cut to.
+        assert_eq!(rates, vec![770.0, 840.0, 910.0, 980.0, 1_050.0]);
+    }
+
+    #[test]
+    fn a_latency_rise_cuts_before_any_throttle() {
+        let cfg = GovernorConfig::default();
+        let mut g = Governor::default().step(&calm(1_000.0, 1_000), &cfg);
+        g = g.step(&throttled(1_000.0, 1), &cfg);
+        g = g.step(&calm(700.0, 1_000), &cfg);
+        let before = g.rate.unwrap();
+        // Latency 2.5x the lowest seen: the store is queueing.
+        let g2 = g.step(&calm(before, 2_500), &cfg);
+        assert!(g2.rate.unwrap() < before, "{g2:?}");
+        assert_eq!(g2.rate, Some(before * 0.9));
+        assert_eq!(g2.baseline_us, Some(1_000.0), "a risen window is not a baseline");
+        // 1.5x is within the noise allowed: growth goes on.
+        assert!(g.step(&calm(before, 1_500), &cfg).rate.unwrap() > before);
+        // Too few requests say nothing about latency.
+        let few = Window {
+            secs: 1.0,
+            requests: 5,
+            throttles: 0,
+            latency_us: 5 * 10_000,
+        };
+        assert!(g.step(&few, &cfg).rate.unwrap() >= g.rate.unwrap().min(10.0));
+    }
+
+    #[test]
+    fn never_above_the_ceiling_nor_below_the_floor() {
+        let cfg = GovernorConfig {
+            ceiling: Some(800.0),
+            floor: 50.0,
+            ..GovernorConfig::default()
+        };
+        assert_eq!(
+            Governor::default().limit(&cfg),
+            Some(800.0),
+            "the ceiling holds from the start"
+        );
+        let mut g = Governor::default().step(&throttled(2_000.0, 9), &cfg);
+        assert_eq!(g.rate, Some(560.0), "0.7 x the ceiling, not the measured rate");
+        for _ in 0..100 {
+            let sent = g.limit(&cfg).unwrap();
+            g = g.step(&calm(sent, 1_000), &cfg);
+            assert!(g.limit(&cfg).unwrap() <= 800.0);
+        }
+        assert_eq!(g.limit(&cfg), Some(800.0));
+        for _ in 0..100 {
+            g = g.step(&throttled(g.limit(&cfg).unwrap(), 3), &cfg);
+            assert!(g.rate.unwrap() >= 50.0);
+        }
+        assert_eq!(g.rate, Some(50.0));
+    }
+
+    #[test]
+    fn unused_rate_does_not_grow_past_twice_what_was_sent() {
+        let cfg = GovernorConfig::default();
+        let mut g = Governor::default().step(&throttled(1_000.0, 1), &cfg);
+        for _ in 0..50 {
+            g = g.step(&calm(100.0, 1_000), &cfg); // the fleet sends only 100/s
+        }
+        assert!(g.rate.unwrap() <= 700.0, "{g:?}");
+    }
+
+    #[test]
+    fn partitions_are_governed_apart() {
+        let cfg = GovernorConfig::default();
+        let mut govs = Governors::new();
+        let windows = |hot: Window, cold: Window| {
+            BTreeMap::from([("hot/".to_string(), hot), ("cold/".to_string(), cold)])
+        };
+        govs = step_all(
+            &govs,
+            &windows(throttled(5_500.0, 200), calm(3_000.0, 1_000)),
+            &cfg,
+        );
+        assert_eq!(govs["hot/"].rate, Some(5_500.0 * 0.7));
+        assert_eq!(govs["cold/"].limit(&cfg), None, "the cold prefix is not slowed");
+        // A partition without a window this time keeps its state.
+        let only_cold = BTreeMap::from([("cold/".to_string(), calm(3_000.0, 1_000))]);
+        assert_eq!(step_all(&govs, &only_cold, &cfg)["hot/"], govs["hot/"]);
+        assert_eq!(share(govs["hot/"].limit(&cfg), 4), Some(5_500.0 * 0.7 / 4.0));
+        assert_eq!(share(None, 4), None);
+    }
+}
