@@ -3,11 +3,14 @@
 //! rules (required fields, ranges, patterns, CEL) make the API server refuse a
 //! bad spec with a readable message before the operator ever sees it.
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 pub const GROUP: &str = "bucketscan.dev";
 
@@ -55,6 +58,18 @@ pub struct BucketScanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0").message("ttlSecondsAfterFinished must not be negative"))]
     pub ttl_seconds_after_finished: Option<i64>,
+    /// Pause the scan (like a Job's `suspend`): its workers scale to 0 and
+    /// nothing new starts (no planning, no merge); every finished shard and
+    /// checkpoint stays in Redis, and setting it back to false continues
+    /// where the scan stopped. The Suspended condition shows it.
+    #[serde(default)]
+    pub suspend: bool,
+    /// Seconds the scan may run, counted from status.startTime (suspended
+    /// time included); past it the scan fails with reason DeadlineExceeded
+    /// and its workers and merge Job are removed. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("activeDeadlineSeconds must be at least 1"))]
+    pub active_deadline_seconds: Option<i64>,
 }
 
 /// The bucket to scan.
@@ -177,10 +192,60 @@ pub struct Workers {
     /// CPU and memory of each worker container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
-    /// Worker image (default: the operator's configured worker image).
+    /// Worker image (default: the operator's configured worker image). The
+    /// operator may restrict it to an allowlist (chart value
+    /// `worker.allowedImages`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Scheduling, identity and metadata of the worker and merge pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<WorkerPodTemplate>,
 }
+
+// ---- Worker pod overrides (spec.workers.podTemplate) ----
+
+/// Fields of the worker and merge pods a cluster's policies often require
+/// (like KEDA ScaledJob's jobTargetRef and Stackable's podOverrides). Each
+/// one is copied into both pods as it is; unset fields keep the defaults.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerPodTemplate {
+    /// Labels added to the pods. The operator's own labels
+    /// (app.kubernetes.io/name, component, instance, managed-by) win over
+    /// these: they select the pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations added to the pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Run only on nodes with these labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the pods tolerate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Node and pod (anti-)affinity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// How the pods spread over zones or nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// PriorityClass of the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub priority_class_name: Option<String>,
+    /// Secrets to pull a private worker image with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// ServiceAccount the pods run as (for a cloud identity such as IRSA or
+    /// workload identity). Its Kubernetes API token is not mounted: the
+    /// workers never call the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub service_account_name: Option<String>,
+}
+
+// ---- end of worker pod overrides ----
 
 /// How the keyspace is cut into shards before the scan starts. Idle workers
 /// split busy workers' shards while it runs, so this only sets the start.

@@ -8,6 +8,14 @@ use std::time::Duration;
 pub const PLANNED: &str = "Planned";
 pub const COMPLETE: &str = "Complete";
 pub const FAILED: &str = "Failed";
+pub const SUSPENDED: &str = "Suspended";
+
+/// Seconds left before `activeDeadlineSeconds` runs out (0 or less: it has),
+/// or `None` without a deadline or before the scan started.
+pub fn deadline_left(started: Option<&Time>, deadline: Option<i64>, now: &Time) -> Option<i64> {
+    let start = started?.0.as_second();
+    Some(start + deadline? - now.0.as_second())
+}
 
 /// Share of shards finished (done or dead), as `kubectl get` shows it.
 pub fn progress(shards: &ShardCounts) -> String {
@@ -178,6 +186,16 @@ mod tests {
         assert_eq!(c[0].last_transition_time, t1);
         assert!(is_true(&c, COMPLETE) && !is_true(&c, FAILED));
         assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn the_deadline_counts_from_the_start() {
+        let t = |s| Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
+        assert_eq!(deadline_left(None, Some(10), &t(100)), None, "not started");
+        assert_eq!(deadline_left(Some(&t(100)), None, &t(200)), None, "no deadline");
+        assert_eq!(deadline_left(Some(&t(100)), Some(60), &t(130)), Some(30));
+        assert_eq!(deadline_left(Some(&t(100)), Some(60), &t(160)), Some(0));
+        assert_eq!(deadline_left(Some(&t(100)), Some(60), &t(175)), Some(-15));
     }
 
     #[test]

@@ -59,6 +59,15 @@ const VALUE_SETS: &[(&str, &[&str])] = &[
             "--set=metrics.serviceMonitor.enabled=true",
         ],
     ),
+    (
+        "gitops",
+        &[
+            "--set=redis.auth.existingSecret=redis-auth",
+            "--set=redis.auth.existingSecretKey=pw",
+            "--set=redis.image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "--set=redis.networkPolicy.scanNamespaceSelector.matchLabels.scans=allowed",
+        ],
+    ),
 ];
 
 #[tokio::test]

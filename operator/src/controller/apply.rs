@@ -3,16 +3,16 @@
 //! progress; once every shard is done or dead, hand over to the merge.
 
 use super::admission::check_output;
-use super::children::ensure_workers;
+use super::children::{delete_merge_job, ensure_workers};
 use super::context::{lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
 use super::finish::{fail, finished};
 use super::merge::merging;
-use super::observe::observe;
+use super::observe::{observe, Observed};
 use super::planning::{plan, replan};
 use super::report::{publish, write_status};
-use crate::crd::{BucketScan, Phase};
+use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
-use crate::status::{self, COMPLETE, PLANNED};
+use crate::status::{self, COMPLETE, PLANNED, SUSPENDED};
 use bucketscan_core::fleet::plan::PlanError;
 use bucketscan_core::fleet::queue::Queue;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -31,8 +31,37 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     if let Err(message) = crate::validate::validate(scan) {
         return fail(scan, ctx, st, "InvalidSpec", &message, &now).await;
     }
+    if let Err(message) = crate::validate::worker_image(scan, &ctx.settings.allowed_images) {
+        return fail(scan, ctx, st, "ImageNotAllowed", &message, &now).await;
+    }
+    let deadline_left =
+        status::deadline_left(st.start_time.as_ref(), scan.spec.active_deadline_seconds, &now);
+    if deadline_left.is_some_and(|left| left <= 0) {
+        delete_merge_job(scan, ctx).await?;
+        let message = format!(
+            "the scan ran longer than activeDeadlineSeconds ({} s); its workers were stopped",
+            scan.spec.active_deadline_seconds.unwrap_or_default()
+        );
+        return fail(scan, ctx, st, "DeadlineExceeded", &message, &now).await;
+    }
     let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
     let mut seen = observe(&queue).await?;
+    if scan.spec.suspend {
+        return suspended(scan, ctx, st, &before, &seen, deadline_left, &now).await;
+    }
+    if status::is_true(&st.conditions, SUSPENDED) {
+        let msg = "resumed: workers start again where the scan stopped";
+        status::set_condition(
+            &mut st.conditions,
+            SUSPENDED,
+            false,
+            "Resumed",
+            msg,
+            generation,
+            &now,
+        );
+        publish(ctx, scan, EventType::Normal, "Resumed", msg).await;
+    }
 
     if !seen.planned {
         // Planned before, yet Redis has nothing: it lost the scan (restarted
@@ -76,26 +105,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     let work_left = seen.shards.pending + seen.shards.leased;
     let replicas = desired::desired_replicas(&scan.spec.workers, Some(work_left));
     ensure_workers(scan, ctx, replicas).await?;
-
-    let labels = scan_labels(scan);
-    let m = &ctx.metrics;
-    m.scan_objects
-        .get_or_create(&labels)
-        .set(seen.counters.get("heads").copied().unwrap_or(0));
-    m.scan_rate.get_or_create(&labels).set(seen.rate.round() as u64);
-    m.scan_shards_left.get_or_create(&labels).set(work_left);
-    st.shards = Some(seen.shards.clone());
-    st.objects = Some(status::object_counts(&seen.counters));
-    st.progress = Some(status::progress(&seen.shards));
-    st.rate = Some(status::rate(seen.rate));
-    st.workers = Some(replicas);
-    st.observed_generation = generation;
-    let elapsed = st
-        .start_time
-        .as_ref()
-        .map(|t| Duration::from_secs(now.0.as_second().saturating_sub(t.0.as_second()).max(0) as u64))
-        .unwrap_or_default();
-    st.eta = status::eta(elapsed, &seen.shards);
+    report_progress(scan, ctx, &mut st, &seen, replicas, &now);
 
     if work_left > 0 {
         st.phase = Phase::Scanning;
@@ -119,4 +129,74 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
 
     // Every shard is done or dead: merge.
     merging(scan, ctx, st, &before, seen.manifest, &now).await
+}
+
+/// A suspended scan: no workers, nothing new started (no planning, no
+/// merge); the status still shows what Redis holds. Looked at again when the
+/// spec changes or the deadline comes.
+async fn suspended(
+    scan: &BucketScan,
+    ctx: &Context,
+    mut st: BucketScanStatus,
+    before: &BucketScanStatus,
+    seen: &Observed,
+    deadline_left: Option<i64>,
+    now: &Time,
+) -> Result<Action, Error> {
+    ensure_workers(scan, ctx, 0).await?;
+    if seen.planned {
+        report_progress(scan, ctx, &mut st, seen, 0, now);
+    }
+    st.workers = Some(0);
+    st.eta = None;
+    let msg = "spec.suspend is true: no workers run; finished work is kept";
+    let generation = scan.metadata.generation;
+    status::set_condition(
+        &mut st.conditions,
+        SUSPENDED,
+        true,
+        "Suspended",
+        msg,
+        generation,
+        now,
+    );
+    if !status::is_true(&before.conditions, SUSPENDED) {
+        publish(ctx, scan, EventType::Normal, "Suspended", msg).await;
+    }
+    write_status(ctx, scan, before, &st).await?;
+    Ok(match deadline_left {
+        Some(left) => Action::requeue(Duration::from_secs(left.max(1) as u64)),
+        None => Action::await_change(),
+    })
+}
+
+/// Shard and object counts, rate, workers and ETA into the status and metrics.
+fn report_progress(
+    scan: &BucketScan,
+    ctx: &Context,
+    st: &mut BucketScanStatus,
+    seen: &Observed,
+    replicas: i32,
+    now: &Time,
+) {
+    let work_left = seen.shards.pending + seen.shards.leased;
+    let labels = scan_labels(scan);
+    let m = &ctx.metrics;
+    m.scan_objects
+        .get_or_create(&labels)
+        .set(seen.counters.get("heads").copied().unwrap_or(0));
+    m.scan_rate.get_or_create(&labels).set(seen.rate.round() as u64);
+    m.scan_shards_left.get_or_create(&labels).set(work_left);
+    st.shards = Some(seen.shards.clone());
+    st.objects = Some(status::object_counts(&seen.counters));
+    st.progress = Some(status::progress(&seen.shards));
+    st.rate = Some(status::rate(seen.rate));
+    st.workers = Some(replicas);
+    st.observed_generation = scan.metadata.generation;
+    let elapsed = st
+        .start_time
+        .as_ref()
+        .map(|t| Duration::from_secs(now.0.as_second().saturating_sub(t.0.as_second()).max(0) as u64))
+        .unwrap_or_default();
+    st.eta = status::eta(elapsed, &seen.shards);
 }
