@@ -132,8 +132,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
 }
 
 /// A suspended scan: no workers, nothing new started (no planning, no
-/// merge); the status still shows what Redis holds. Looked at again when the
-/// spec changes or the deadline comes.
+/// merge); the status still shows what Redis holds.
 async fn suspended(
     scan: &BucketScan,
     ctx: &Context,
@@ -164,11 +163,16 @@ async fn suspended(
         publish(ctx, scan, EventType::Normal, "Suspended", msg).await;
     }
     write_status(ctx, scan, before, &st).await?;
-    Ok(match deadline_left {
-        Some(left) => Action::requeue(Duration::from_secs(left.max(1) as u64)),
-        None => Action::await_change(),
-    })
+    // Pods slow to stop may still finish shards: keep the counts current
+    // (one look at Redis), and fail on time when a deadline comes.
+    let next = deadline_left.map_or(SUSPENDED_REQUEUE, |left| {
+        SUSPENDED_REQUEUE.min(Duration::from_secs(left.max(1) as u64))
+    });
+    Ok(Action::requeue(next))
 }
+
+/// How often a suspended scan is looked at.
+const SUSPENDED_REQUEUE: Duration = Duration::from_secs(10);
 
 /// Shard and object counts, rate, workers and ETA into the status and metrics.
 fn report_progress(
