@@ -79,9 +79,10 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         let planned = if replanning {
             replan(scan, ctx, &queue).await
         } else {
-            plan(scan, ctx, &queue)
-                .await
-                .map(|p| format!("{} shards", p.shards))
+            plan(scan, ctx, &queue).await.map(|p| {
+                st.numbers.objects_estimate = Some(p.estimated_objects);
+                format!("{} shards, about {} objects", p.shards, p.estimated_objects)
+            })
         };
         match planned {
             Ok(msg) => {
@@ -148,6 +149,8 @@ async fn suspended(
     }
     st.workers = Some(0);
     st.eta = None;
+    st.numbers.eta_seconds = None;
+    st.numbers.rate_per_second = Some(0);
     let msg = "spec.suspend is true: no workers run; finished work is kept";
     let generation = scan.metadata.generation;
     status::set_condition(
@@ -203,4 +206,7 @@ fn report_progress(
         .map(|t| Duration::from_secs(now.0.as_second().saturating_sub(t.0.as_second()).max(0) as u64))
         .unwrap_or_default();
     st.eta = status::eta(elapsed, &seen.shards);
+    st.numbers.objects_done = st.objects.as_ref().map(|o| o.scanned);
+    st.numbers.rate_per_second = Some(seen.rate.round() as u64);
+    st.numbers.eta_seconds = status::time_left(elapsed, &seen.shards).map(|d| d.as_secs());
 }
