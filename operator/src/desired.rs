@@ -61,7 +61,7 @@ pub fn default_worker_resources() -> ResourceRequirements {
     let q = |v: &str| Quantity(v.to_string());
     ResourceRequirements {
         requests: Some(BTreeMap::from([
-            ("cpu".to_string(), q("500m")),
+            ("cpu".to_string(), q("250m")),
             ("memory".to_string(), q("128Mi")),
         ])),
         limits: Some(BTreeMap::from([("memory".to_string(), q("512Mi"))])),
@@ -348,8 +348,7 @@ fn pod_spec(scan: &BucketScan, settings: &Settings, args: Vec<String>, redis_ca:
 
 /// The scan's `workers.podTemplate` fields, copied into the pod spec.
 fn apply_pod_template(pod: &mut PodSpec, t: &WorkerPodTemplate) {
-    let non_empty_map = |m: &BTreeMap<String, String>| Some(m.clone()).filter(|m| !m.is_empty());
-    pod.node_selector = non_empty_map(&t.node_selector);
+    pod.node_selector = Some(t.node_selector.clone()).filter(|m| !m.is_empty());
     pod.tolerations = Some(t.tolerations.clone()).filter(|v| !v.is_empty());
     pod.affinity = t.affinity.clone();
     pod.topology_spread_constraints = Some(t.topology_spread_constraints.clone()).filter(|v| !v.is_empty());

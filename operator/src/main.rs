@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, env = "BUCKETSCAN_ALLOWED_WORKER_IMAGES", value_delimiter = ',')]
     allowed_worker_images: Vec<String>,
     /// Worker and merge container resources (JSON ResourceRequirements) for
-    /// scans that set none. Unset: requests cpu 500m, memory 128Mi; limit
+    /// scans that set none. Unset: requests cpu 250m, memory 128Mi; limit
     /// memory 512Mi.
     #[arg(long, env = "BUCKETSCAN_WORKER_RESOURCES")]
     worker_resources: Option<String>,
@@ -103,6 +103,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    // Settings first: a bad value fails at once, before any connection.
+    let worker_resources = match &args.worker_resources {
+        Some(json) => serde_json::from_str(json)
+            .context("--worker-resources (BUCKETSCAN_WORKER_RESOURCES) is not a JSON ResourceRequirements, such as {\"requests\":{\"cpu\":\"1\"}}")?,
+        None => desired::default_worker_resources(),
+    };
     let redis = RedisConfig {
         ca_pem,
         ..RedisConfig::new(&args.redis)
@@ -110,11 +116,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("cannot reach the Kubernetes API (KUBECONFIG, or the pod's service account)")?;
-    let worker_resources = match &args.worker_resources {
-        Some(json) => serde_json::from_str(json)
-            .context("--worker-resources (BUCKETSCAN_WORKER_RESOURCES) is not a JSON ResourceRequirements, such as {\"requests\":{\"cpu\":\"1\"}}")?,
-        None => desired::default_worker_resources(),
-    };
     let settings = Settings {
         worker_image: args.worker_image,
         image_pull_policy: args.worker_pull_policy,

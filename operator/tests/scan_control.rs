@@ -400,3 +400,22 @@ async fn a_scan_past_its_deadline_fails_and_loses_its_workers() {
     operator.kill().unwrap();
     operator.wait().unwrap();
 }
+
+/// A default for worker resources that is not JSON stops the operator at
+/// start, saying which setting and what shape it needs.
+#[test]
+fn bad_worker_resources_stop_the_operator_with_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .env("BUCKETSCAN_REDIS_URL", "redis://127.0.0.1:1")
+        .env("BUCKETSCAN_WORKER_RESOURCES", "cpu=1")
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("--worker-resources (BUCKETSCAN_WORKER_RESOURCES) is not a JSON ResourceRequirements"),
+        "{stderr}"
+    );
+}
