@@ -88,6 +88,20 @@ async fn event_reasons(client: &Client, ns: &str) -> Vec<String> {
     list.into_iter().filter_map(|e| e.reason).collect()
 }
 
+fn kubectl(args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .expect("kubectl (scripts/install-kube.sh installs it)");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 async fn set_suspend(scans: &Api<BucketScan>, name: &str, suspend: bool) {
     let patch = serde_json::json!({"spec": {"suspend": suspend}});
     scans
@@ -136,10 +150,15 @@ async fn images_are_allowlisted_and_the_pod_template_reaches_the_workers() {
             && message.contains("allowed: reg.example/bucketscan, mirror.example/team/"),
         "{message}"
     );
-    assert!(event_reasons(&client, NS)
-        .await
-        .iter()
-        .any(|r| r == "ImageNotAllowed"));
+    // The event follows the status write.
+    eventually("an ImageNotAllowed event", 30, async || {
+        event_reasons(&client, NS)
+            .await
+            .iter()
+            .any(|r| r == "ImageNotAllowed")
+            .then_some(())
+    })
+    .await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     assert!(deployments.get_opt("evil-workers").await.unwrap().is_none());
 
@@ -324,12 +343,24 @@ async fn a_suspended_scan_keeps_its_work_starts_no_merge_and_resumes_exactly() {
     })
     .await;
     assert_matches_seed(&parse_records(&s3.read(&out, "pics/result.jsonl").await), &seeded);
-    let reasons = event_reasons(&client, NS).await;
+    let complete = scans.get("pics").await.unwrap().status.unwrap();
+    let (ready, _, message) = condition(&scans, "pics", "Ready").await.unwrap();
+    assert_eq!(ready, "True", "{message}");
+    let numbers = &complete.numbers;
+    assert!(numbers.objects_done.unwrap() >= 4000, "{numbers:?}");
+    let estimate = numbers.objects_estimate.unwrap();
+    assert!(estimate > 0 && estimate <= 4000, "{numbers:?}");
+    assert_eq!(numbers.eta_seconds, None, "{numbers:?}");
+    // Events follow the status writes.
     for reason in ["Suspended", "Resumed", "Complete"] {
-        assert!(
-            reasons.iter().any(|r| r == reason),
-            "no {reason} event in {reasons:?}"
-        );
+        eventually(&format!("a {reason} event"), 30, async || {
+            event_reasons(&client, NS)
+                .await
+                .iter()
+                .any(|r| r == reason)
+                .then_some(())
+        })
+        .await;
     }
     scans.delete("pics", &DeleteParams::default()).await.unwrap();
     eventually("deleted", 60, async || {
@@ -392,6 +423,28 @@ async fn a_scan_past_its_deadline_fails_and_loses_its_workers() {
         .await
         .iter()
         .any(|r| r == "DeadlineExceeded"));
+    // Health for kstatus / Argo CD / Flux, and the reason in `-o wide`.
+    let (ready, reason, _) = condition(&scans, "slow", "Ready").await.unwrap();
+    assert_eq!((ready.as_str(), reason.as_str()), ("False", "DeadlineExceeded"));
+    let stored = scans.get("slow").await.unwrap();
+    assert_eq!(
+        stored.status.unwrap().observed_generation,
+        stored.metadata.generation
+    );
+    let wide = kubectl(&["get", "bucketscan", "slow", "-n", NS, "-o", "wide"]);
+    let header = wide.lines().next().unwrap();
+    for column in ["PHASE", "ETA", "WORKERS", "MESSAGE"] {
+        assert!(header.contains(column), "{wide}");
+    }
+    assert!(
+        wide.contains("the scan ran longer than activeDeadlineSeconds (6 s)"),
+        "{wide}"
+    );
+    let narrow = kubectl(&["get", "bucketscan", "slow", "-n", NS]);
+    assert!(
+        !narrow.contains("MESSAGE"),
+        "the message is for -o wide only: {narrow}"
+    );
     scans.delete("slow", &DeleteParams::default()).await.unwrap();
     eventually("deleted", 60, async || {
         scans.get_opt("slow").await.unwrap().is_none().then_some(())
