@@ -4,7 +4,8 @@
 #             bucketscan.local/coredns:1  CoreDNS, a static Go binary
 #   product   bucketscan:VERSION          bucketscan-operator + bucketscan-worker (release
 #                                         builds) with exactly the libraries they load
-#             bucketscan.local/redis:7    Debian's redis-server with its libraries
+#             bucketscan.local/redis:7    Debian's redis-server with its libraries, sh and
+#                                         sed (the chart writes the password to a config file)
 # Usage: build.sh [cluster|product|all]   (default all)
 # Each tarball has a NAME.ref beside it: the name containerd lists it under.
 # An image is rebuilt only when its inputs changed.
@@ -82,5 +83,6 @@ if [ "$WHAT" = product ] || [ "$WHAT" = all ]; then
   image redis bucketscan.local/redis:7 "$redis" passwd group -- \
     --entrypoint '["/usr/local/bin/redis-server"]' --user 999:999 \
     --binary "$redis=/usr/local/bin/redis-server" \
+    --binary "$(readlink -f /bin/sh)=/bin/sh" --binary "$(command -v sed)=/bin/sed" \
     --file passwd=/etc/passwd --file group=/etc/group --dir data --dir tmp
 fi

@@ -3,11 +3,14 @@
 //! rules (required fields, ranges, patterns, CEL) make the API server refuse a
 //! bad spec with a readable message before the operator ever sees it.
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 pub const GROUP: &str = "bucketscan.dev";
 
@@ -26,7 +29,10 @@ pub const GROUP: &str = "bucketscan.dev";
     printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress"}"#,
     printcolumn = r#"{"name":"Objects","type":"integer","jsonPath":".status.objects.scanned"}"#,
     printcolumn = r#"{"name":"Rate","type":"string","jsonPath":".status.rate"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"ETA","type":"string","jsonPath":".status.eta"}"#,
+    printcolumn = r#"{"name":"Workers","type":"integer","jsonPath":".status.workers"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.source == oldSelf.source && self.output == oldSelf.output").message("source and output cannot change once a scan exists: create a new BucketScan"))]
@@ -55,6 +61,18 @@ pub struct BucketScanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0").message("ttlSecondsAfterFinished must not be negative"))]
     pub ttl_seconds_after_finished: Option<i64>,
+    /// Pause the scan (like a Job's `suspend`): its workers scale to 0 and
+    /// nothing new starts (no planning, no merge); every finished shard and
+    /// checkpoint stays in Redis, and setting it back to false continues
+    /// where the scan stopped. The Suspended condition shows it.
+    #[serde(default)]
+    pub suspend: bool,
+    /// Seconds the scan may run, counted from status.startTime (suspended
+    /// time included); past it the scan fails with reason DeadlineExceeded
+    /// and its workers and merge Job are removed. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("activeDeadlineSeconds must be at least 1"))]
+    pub active_deadline_seconds: Option<i64>,
 }
 
 /// The bucket to scan.
@@ -66,15 +84,19 @@ pub struct Source {
     /// Unset: AWS S3 in `region`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#\\\\s]+/?$')").message("endpoint must be http(s)://HOST[:PORT] without a path"))]
+    #[schemars(length(max = 2048))]
     pub endpoint: Option<String>,
     /// Region to sign requests for.
     #[serde(default = "default_region")]
+    #[schemars(length(max = 64))]
     pub region: String,
     /// Bucket name.
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$')").message("bucket must be a valid S3 bucket name: 3-63 lower-case letters, digits, dots and hyphens"))]
+    #[schemars(length(max = 63))]
     pub bucket: String,
     /// Scan only keys that start with this prefix.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 1024))]
     pub prefix: String,
     /// Path-style addressing (endpoint/bucket/key), which most stores other
     /// than AWS need.
@@ -102,6 +124,7 @@ fn default_region() -> String {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct SecretReference {
     /// Secret name.
+    #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')").message("name must be a valid Secret name"))]
     pub name: String,
 }
@@ -110,10 +133,12 @@ pub struct SecretReference {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct SecretKeyReference {
     /// Secret name.
+    #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')").message("name must be a valid Secret name"))]
     pub name: String,
     /// Key within the Secret.
     #[serde(default = "default_ca_key")]
+    #[schemars(length(max = 253))]
     pub key: String,
 }
 
@@ -128,11 +153,13 @@ fn default_ca_key() -> String {
 pub struct Output {
     /// Bucket for the result, on the source's endpoint.
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$')").message("bucket must be a valid S3 bucket name: 3-63 lower-case letters, digits, dots and hyphens"))]
+    #[schemars(length(max = 63))]
     pub bucket: String,
     /// Key prefix for the result, such as `scans/photos/` (a prefix without a
     /// trailing `/` gets one). Unset: `NAMESPACE/NAME/UID/`. It must not
     /// overlap the scanned keyspace, nor the output of another running scan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub prefix: Option<String>,
     /// Result format.
     #[serde(default)]
@@ -172,15 +199,67 @@ pub struct Workers {
     pub max_replicas: Option<i32>,
     /// HEAD requests in flight per worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 256))]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 10000").message("concurrency must be between 1 and 10000"))]
     pub concurrency: Option<u32>,
     /// CPU and memory of each worker container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
-    /// Worker image (default: the operator's configured worker image).
+    /// Worker image (default: the operator's configured worker image). The
+    /// operator may restrict it to an allowlist (chart value
+    /// `worker.allowedImages`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub image: Option<String>,
+    /// Scheduling, identity and metadata of the worker and merge pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<WorkerPodTemplate>,
 }
+
+// ---- Worker pod overrides (spec.workers.podTemplate) ----
+
+/// Fields of the worker and merge pods a cluster's policies often require
+/// (like KEDA ScaledJob's jobTargetRef and Stackable's podOverrides). Each
+/// one is copied into both pods as it is; unset fields keep the defaults.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerPodTemplate {
+    /// Labels added to the pods. The operator's own labels
+    /// (app.kubernetes.io/name, component, instance, managed-by) win over
+    /// these: they select the pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations added to the pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Run only on nodes with these labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the pods tolerate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Node and pod (anti-)affinity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// How the pods spread over zones or nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// PriorityClass of the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub priority_class_name: Option<String>,
+    /// Secrets to pull a private worker image with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// ServiceAccount the pods run as (for a cloud identity such as IRSA or
+    /// workload identity). Its Kubernetes API token is not mounted: the
+    /// workers never call the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub service_account_name: Option<String>,
+}
+
+// ---- end of worker pod overrides ----
 
 /// How the keyspace is cut into shards before the scan starts. Idle workers
 /// split busy workers' shards while it runs, so this only sets the start.
@@ -190,14 +269,17 @@ pub struct Sharding {
     /// Split at this character first, like directories (default `/`); empty
     /// for key ranges only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), extend("default" = "/"))]
     pub delimiter: Option<String>,
     /// Shards to plan (default 64).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 64))]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100000").message("targetShards must be between 1 and 100000"))]
     pub target_shards: Option<u32>,
     /// Plan fewer, bigger shards rather than shards below this many objects
     /// (default 10,000): each shard costs a few dozen Redis operations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 10000))]
     pub min_shard_objects: Option<u64>,
 }
 
@@ -232,10 +314,15 @@ pub enum Phase {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct BucketScanStatus {
+    /// What the scan is doing: Pending, Planning, Scanning, Merging, Complete
+    /// or Failed.
     #[serde(default)]
     pub phase: Phase,
-    /// Standard conditions: Planned, Complete, Failed.
+    /// Standard conditions, one of each type: Ready (True once the result is
+    /// complete; False with the phase or the failure as reason, for kstatus,
+    /// Argo CD and Flux health), Planned, Complete, Failed, Suspended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,32 +335,70 @@ pub struct BucketScanStatus {
     pub objects: Option<ObjectCounts>,
     /// Share of shards done, such as `42%`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
     pub progress: Option<String>,
     /// Current HEAD rate of all workers, such as `12345/s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
     pub rate: Option<String>,
     /// Estimated time left, such as `3m20s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
     pub eta: Option<String>,
     /// The result, once complete: s3://BUCKET/PREFIXresult.jsonl[.gz].
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
     pub output: Option<String>,
+    /// When planning started; activeDeadlineSeconds counts from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
+    /// When the scan completed or failed; ttlSecondsAfterFinished counts from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
     /// Current worker replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<i32>,
+    /// The numbers behind the display strings, for alerts and dashboards.
+    #[serde(flatten)]
+    pub numbers: StatusNumbers,
 }
+
+// ---- Numeric status fields (beside progress/rate/eta strings) ----
+
+/// Numbers beside the display strings of the status.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusNumbers {
+    /// Objects HEADed so far (live: objects scanned again after a worker
+    /// crash count twice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects_done: Option<u64>,
+    /// Objects the plan counted when it listed the bucket: exact for small
+    /// key ranges, a lower bound where it sampled big ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects_estimate: Option<u64>,
+    /// Current HEAD requests per second of all workers (`rate` as a number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_second: Option<u64>,
+    /// Estimated seconds left (`eta` as a number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<u64>,
+}
+
+// ---- end of numeric status fields ----
 
 /// Shards by state.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 pub struct ShardCounts {
+    /// Shards planned (idle workers splitting busy ones' shards add more).
     pub total: u64,
+    /// Waiting for a worker.
     pub pending: u64,
+    /// Held by a worker now.
     pub leased: u64,
+    /// Finished: their objects are in parts in S3.
     pub done: u64,
+    /// Failed for good (after 5 tries): missing from the result.
     pub dead: u64,
 }
 
@@ -284,8 +409,12 @@ pub struct ShardCounts {
 pub struct ObjectCounts {
     /// Objects HEADed.
     pub scanned: u64,
+    /// Objects that had user metadata.
     pub with_metadata: u64,
+    /// Objects listed but gone by the time of their HEAD.
     pub vanished: u64,
+    /// Objects whose HEAD failed (they are in the result as error records).
     pub errors: u64,
+    /// Bytes of the objects HEADed (their sizes, not bytes transferred).
     pub bytes: u64,
 }

@@ -3,18 +3,25 @@
 //! that hands the workers the Redis URL. No API calls here, so every rule is
 //! unit-tested.
 
-use crate::crd::{BucketScan, Workers};
+use crate::crd::{BucketScan, WorkerPodTemplate, Workers};
 use bucketscan_core::fleet::spec::normalize_output_prefix;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext, PodSpec,
     PodTemplateSpec, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume,
     VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
+
+/// The one image of operator, workers and merge (both binaries are in it),
+/// tagged with this build's version: the chart's `appVersion` is the same
+/// (a test checks).
+pub const DEFAULT_IMAGE: &str = concat!("bucketscan:", env!("CARGO_PKG_VERSION"));
 
 /// What the operator was started with that shapes every scan's objects.
 #[derive(Clone, Debug)]
@@ -26,16 +33,39 @@ pub struct Settings {
     pub default_concurrency: u32,
     /// Seconds a worker's lease lasts (a dead worker's shard waits this long).
     pub lease_secs: u32,
+    /// Images a scan may name in `workers.image` (see
+    /// `validate::worker_image`); empty: any.
+    pub allowed_images: Vec<String>,
+    /// Worker and merge container resources when the scan sets none.
+    pub worker_resources: ResourceRequirements,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            worker_image: "bucketscan-worker:latest".into(),
+            worker_image: DEFAULT_IMAGE.into(),
             image_pull_policy: None,
             default_concurrency: 256,
             lease_secs: 30,
+            allowed_images: Vec::new(),
+            worker_resources: default_worker_resources(),
         }
+    }
+}
+
+/// Requests and limits of a worker when neither the scan nor the operator's
+/// settings say: a pod without them is BestEffort, which namespaces with a
+/// ResourceQuota refuse. A worker at full speed uses about 1.4 cores and
+/// under 100 MiB (BENCHMARKS.md); no CPU limit, so it is never throttled.
+pub fn default_worker_resources() -> ResourceRequirements {
+    let q = |v: &str| Quantity(v.to_string());
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), q("250m")),
+            ("memory".to_string(), q("128Mi")),
+        ])),
+        limits: Some(BTreeMap::from([("memory".to_string(), q("512Mi"))])),
+        ..ResourceRequirements::default()
     }
 }
 
@@ -262,7 +292,7 @@ fn pod_spec(scan: &BucketScan, settings: &Settings, args: Vec<String>, redis_ca:
             &format!("{REDIS_CA_DIR}/ca.crt"),
         ));
     }
-    PodSpec {
+    let mut pod = PodSpec {
         containers: vec![Container {
             name: "worker".into(),
             image: Some(
@@ -275,7 +305,13 @@ fn pod_spec(scan: &BucketScan, settings: &Settings, args: Vec<String>, redis_ca:
             image_pull_policy: settings.image_pull_policy.clone(),
             args: Some(args),
             env: Some(env),
-            resources: scan.spec.workers.resources.clone(),
+            resources: Some(
+                scan.spec
+                    .workers
+                    .resources
+                    .clone()
+                    .unwrap_or_else(|| settings.worker_resources.clone()),
+            ),
             volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
             security_context: Some(SecurityContext {
                 allow_privilege_escalation: Some(false),
@@ -303,6 +339,34 @@ fn pod_spec(scan: &BucketScan, settings: &Settings, args: Vec<String>, redis_ca:
         // SIGTERM: the worker checkpoints and releases its shard in seconds.
         termination_grace_period_seconds: Some(30),
         ..PodSpec::default()
+    };
+    if let Some(t) = &scan.spec.workers.pod_template {
+        apply_pod_template(&mut pod, t);
+    }
+    pod
+}
+
+/// The scan's `workers.podTemplate` fields, copied into the pod spec.
+fn apply_pod_template(pod: &mut PodSpec, t: &WorkerPodTemplate) {
+    pod.node_selector = Some(t.node_selector.clone()).filter(|m| !m.is_empty());
+    pod.tolerations = Some(t.tolerations.clone()).filter(|v| !v.is_empty());
+    pod.affinity = t.affinity.clone();
+    pod.topology_spread_constraints = Some(t.topology_spread_constraints.clone()).filter(|v| !v.is_empty());
+    pod.priority_class_name = t.priority_class_name.clone();
+    pod.image_pull_secrets = Some(t.image_pull_secrets.clone()).filter(|v| !v.is_empty());
+    pod.service_account_name = t.service_account_name.clone();
+}
+
+/// Pod metadata: the scan's own labels and annotations, then the operator's
+/// labels over them (they select the pods, so a user's may not change them).
+fn pod_meta(scan: &BucketScan, component: &str) -> ObjectMeta {
+    let template = scan.spec.workers.pod_template.clone().unwrap_or_default();
+    let mut pod_labels = template.labels;
+    pod_labels.extend(labels(scan, component));
+    ObjectMeta {
+        labels: Some(pod_labels),
+        annotations: Some(template.annotations).filter(|a| !a.is_empty()),
+        ..ObjectMeta::default()
     }
 }
 
@@ -356,14 +420,11 @@ pub fn worker_deployment(
         spec: Some(DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
-                match_labels: Some(labels.clone()),
+                match_labels: Some(labels),
                 ..LabelSelector::default()
             },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
+                metadata: Some(pod_meta(scan, "worker")),
                 spec: Some(pod_spec(scan, settings, args, redis_ca)),
             },
             ..DeploymentSpec::default()
@@ -375,7 +436,6 @@ pub fn worker_deployment(
 /// The merge Job: one pod running `bucketscan-worker merge` (safe to run
 /// again, so the Job may retry).
 pub fn merge_job(scan: &BucketScan, settings: &Settings, redis_ca: bool) -> Job {
-    let labels = labels(scan, "merge");
     let mut pod = pod_spec(scan, settings, common_args(scan, "merge"), redis_ca);
     pod.restart_policy = Some("Never".into());
     Job {
@@ -383,10 +443,7 @@ pub fn merge_job(scan: &BucketScan, settings: &Settings, redis_ca: bool) -> Job 
         spec: Some(JobSpec {
             backoff_limit: Some(3),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
+                metadata: Some(pod_meta(scan, "merge")),
                 spec: Some(pod),
             },
             ..JobSpec::default()
@@ -421,6 +478,8 @@ mod tests {
                 filters: Default::default(),
                 max_requests_per_second: None,
                 ttl_seconds_after_finished: None,
+                suspend: false,
+                active_deadline_seconds: None,
             },
         );
         scan.metadata.namespace = Some("team-a".into());
@@ -538,6 +597,95 @@ mod tests {
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         assert_eq!(pod.automount_service_account_token, Some(false));
         assert_eq!(pod.volumes.unwrap().len(), 2, "source CA and Redis CA");
+    }
+
+    #[test]
+    fn the_pod_template_reaches_worker_and_merge_pods_without_moving_their_selector() {
+        use crate::crd::WorkerPodTemplate;
+        use k8s_openapi::api::core::v1::{LocalObjectReference, Toleration};
+        let mut s = scan(Workers::default());
+        let plain = worker_deployment(&s, &Settings::default(), 1, false);
+        let plain_pod = plain.spec.unwrap().template.spec.unwrap();
+        assert_eq!(plain_pod.resources_of_first(), Some(default_worker_resources()));
+        assert!(plain_pod.node_selector.is_none() && plain_pod.service_account_name.is_none());
+        s.spec.workers.pod_template = Some(WorkerPodTemplate {
+            labels: BTreeMap::from([
+                ("team".to_string(), "a".to_string()),
+                ("app.kubernetes.io/component".to_string(), "evil".to_string()),
+                ("app.kubernetes.io/instance".to_string(), "other".to_string()),
+            ]),
+            annotations: BTreeMap::from([("cost-center".to_string(), "42".to_string())]),
+            node_selector: BTreeMap::from([("pool".to_string(), "scan".to_string())]),
+            tolerations: vec![Toleration {
+                key: Some("dedicated".into()),
+                operator: Some("Exists".into()),
+                ..Toleration::default()
+            }],
+            priority_class_name: Some("batch-low".into()),
+            image_pull_secrets: vec![LocalObjectReference {
+                name: "regcred".into(),
+            }],
+            service_account_name: Some("s3-reader".into()),
+            ..WorkerPodTemplate::default()
+        });
+        let d = worker_deployment(&s, &Settings::default(), 1, false)
+            .spec
+            .unwrap();
+        let j = merge_job(&s, &Settings::default(), false).spec.unwrap();
+        for (component, template) in [("worker", d.template.clone()), ("merge", j.template)] {
+            let meta = template.metadata.unwrap();
+            let l = meta.labels.unwrap();
+            assert_eq!(l["team"], "a");
+            assert_eq!(
+                l["app.kubernetes.io/component"], component,
+                "the operator's label wins"
+            );
+            assert_eq!(l["app.kubernetes.io/instance"], "photos");
+            assert_eq!(meta.annotations.unwrap()["cost-center"], "42");
+            let pod = template.spec.unwrap();
+            assert_eq!(pod.node_selector.unwrap()["pool"], "scan");
+            assert_eq!(pod.tolerations.unwrap()[0].key.as_deref(), Some("dedicated"));
+            assert_eq!(pod.priority_class_name.as_deref(), Some("batch-low"));
+            assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "regcred");
+            assert_eq!(pod.service_account_name.as_deref(), Some("s3-reader"));
+            assert_eq!(pod.automount_service_account_token, Some(false));
+        }
+        let selector = d.selector.match_labels.unwrap();
+        let pod_labels = d.template.metadata.unwrap().labels.unwrap();
+        assert!(
+            selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+            "the Deployment still selects its pods"
+        );
+        assert_eq!(selector, labels(&s, "worker"));
+    }
+
+    #[test]
+    fn a_scan_s_resources_replace_the_default() {
+        let mut s = scan(Workers::default());
+        let mine = ResourceRequirements {
+            requests: Some(BTreeMap::from([("cpu".to_string(), Quantity("2".into()))])),
+            ..ResourceRequirements::default()
+        };
+        s.spec.workers.resources = Some(mine.clone());
+        let pod = merge_job(&s, &Settings::default(), false)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(pod.resources_of_first(), Some(mine));
+        let defaults = default_worker_resources();
+        assert!(defaults.requests.as_ref().unwrap().contains_key("memory"));
+        assert!(defaults.limits.as_ref().unwrap().contains_key("memory"));
+    }
+
+    trait FirstContainer {
+        fn resources_of_first(&self) -> Option<ResourceRequirements>;
+    }
+    impl FirstContainer for PodSpec {
+        fn resources_of_first(&self) -> Option<ResourceRequirements> {
+            self.containers[0].resources.clone()
+        }
     }
 
     #[test]

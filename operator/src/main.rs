@@ -8,7 +8,7 @@
 
 use bucketscan_core::fleet::queue::RedisConfig;
 use bucketscan_operator::controller::{self, Context};
-use bucketscan_operator::desired::Settings;
+use bucketscan_operator::desired::{self, Settings};
 use bucketscan_operator::leader::LeaderElection;
 use bucketscan_operator::metrics::{self, Metrics};
 use clap::Parser;
@@ -25,13 +25,20 @@ struct Args {
     /// PEM file of the CA that signed Redis's TLS certificate.
     #[arg(long, env = "BUCKETSCAN_REDIS_CA_FILE")]
     redis_ca_file: Option<std::path::PathBuf>,
-    /// Worker image for scans that do not name one.
-    #[arg(
-        long,
-        env = "BUCKETSCAN_WORKER_IMAGE",
-        default_value = "bucketscan-worker:0.1.0"
-    )]
+    /// Worker image for scans that do not name one (default: the
+    /// operator's own image name, bucketscan:VERSION).
+    #[arg(long, env = "BUCKETSCAN_WORKER_IMAGE", default_value = desired::DEFAULT_IMAGE)]
     worker_image: String,
+    /// Images a BucketScan may name in workers.image, comma-separated: a
+    /// repository (any tag or digest of it) or a path ending with `/`.
+    /// Unset: any image.
+    #[arg(long, env = "BUCKETSCAN_ALLOWED_WORKER_IMAGES", value_delimiter = ',')]
+    allowed_worker_images: Vec<String>,
+    /// Worker and merge container resources (JSON ResourceRequirements) for
+    /// scans that set none. Unset: requests cpu 250m, memory 128Mi; limit
+    /// memory 512Mi.
+    #[arg(long, env = "BUCKETSCAN_WORKER_RESOURCES")]
+    worker_resources: Option<String>,
     /// Image pull policy of worker pods (Always, IfNotPresent, Never).
     #[arg(long, env = "BUCKETSCAN_WORKER_PULL_POLICY")]
     worker_pull_policy: Option<String>,
@@ -96,6 +103,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    // Settings first: a bad value fails at once, before any connection.
+    let worker_resources = match &args.worker_resources {
+        Some(json) => serde_json::from_str(json)
+            .context("--worker-resources (BUCKETSCAN_WORKER_RESOURCES) is not a JSON ResourceRequirements, such as {\"requests\":{\"cpu\":\"1\"}}")?,
+        None => desired::default_worker_resources(),
+    };
     let redis = RedisConfig {
         ca_pem,
         ..RedisConfig::new(&args.redis)
@@ -107,6 +120,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         worker_image: args.worker_image,
         image_pull_policy: args.worker_pull_policy,
         lease_secs: args.lease_secs,
+        allowed_images: args
+            .allowed_worker_images
+            .into_iter()
+            .filter(|i| !i.is_empty())
+            .collect(),
+        worker_resources,
         ..Settings::default()
     };
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()));

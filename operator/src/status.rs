@@ -1,6 +1,6 @@
 //! Pure status arithmetic: progress, rate, ETA and standard conditions.
 
-use crate::crd::{ObjectCounts, ShardCounts};
+use crate::crd::{BucketScanStatus, ObjectCounts, Phase, ShardCounts};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,6 +8,14 @@ use std::time::Duration;
 pub const PLANNED: &str = "Planned";
 pub const COMPLETE: &str = "Complete";
 pub const FAILED: &str = "Failed";
+pub const SUSPENDED: &str = "Suspended";
+
+/// Seconds left before `activeDeadlineSeconds` runs out (0 or less: it has),
+/// or `None` without a deadline or before the scan started.
+pub fn deadline_left(started: Option<&Time>, deadline: Option<i64>, now: &Time) -> Option<i64> {
+    let start = started?.0.as_second();
+    Some(start + deadline? - now.0.as_second())
+}
 
 /// Share of shards finished (done or dead), as `kubectl get` shows it.
 pub fn progress(shards: &ShardCounts) -> String {
@@ -21,13 +29,64 @@ pub fn progress(shards: &ShardCounts) -> String {
 /// Time left at the pace so far, from the share of shards finished: a rough
 /// guide (shards differ in size; live splitting makes more of them).
 pub fn eta(elapsed: Duration, shards: &ShardCounts) -> Option<String> {
+    time_left(elapsed, shards).map(human_duration)
+}
+
+/// [`eta`] as a duration.
+pub fn time_left(elapsed: Duration, shards: &ShardCounts) -> Option<Duration> {
     let finished = shards.done + shards.dead;
     if finished == 0 || shards.total == 0 || finished >= shards.total {
         return None;
     }
     let fraction = finished as f64 / shards.total as f64;
     let left = elapsed.as_secs_f64() * (1.0 - fraction) / fraction;
-    Some(human_duration(Duration::from_secs_f64(left)))
+    Some(Duration::from_secs_f64(left))
+}
+
+pub const READY: &str = "Ready";
+
+/// The Ready condition (kstatus convention, read by Argo CD and Flux health
+/// checks): True once the result is complete; False otherwise, its reason
+/// the phase (Planning, Scanning, Merging, Suspended) or the failure's own
+/// reason, its message the one of the condition that says most.
+pub fn set_ready(st: &mut BucketScanStatus, generation: Option<i64>, now: &Time) -> bool {
+    let said = |type_: &str| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == "True")
+    };
+    let (ready, reason, message) = match st.phase {
+        Phase::Complete => {
+            let m = said(COMPLETE).map(|c| c.message.clone()).unwrap_or_default();
+            (true, "Complete".to_string(), m)
+        }
+        Phase::Failed => match said(FAILED) {
+            Some(c) => (false, c.reason.clone(), c.message.clone()),
+            None => (false, "Failed".into(), "the scan failed".into()),
+        },
+        _ if is_true(&st.conditions, SUSPENDED) => (false, "Suspended".into(), "spec.suspend is true".into()),
+        phase => {
+            let progress = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == COMPLETE)
+                .map(|c| c.message.clone());
+            (
+                false,
+                format!("{phase:?}"),
+                progress.unwrap_or_else(|| format!("{phase:?}")),
+            )
+        }
+    };
+    set_condition(
+        &mut st.conditions,
+        READY,
+        ready,
+        &reason,
+        &message,
+        generation,
+        now,
+    )
 }
 
 /// `3h5m`, `4m20s`, `12s`.
@@ -178,6 +237,103 @@ mod tests {
         assert_eq!(c[0].last_transition_time, t1);
         assert!(is_true(&c, COMPLETE) && !is_true(&c, FAILED));
         assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn ready_is_true_only_when_complete_and_says_why_not() {
+        let t = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap());
+        let ready = |st: &BucketScanStatus| {
+            let c = st.conditions.iter().find(|c| c.type_ == READY).unwrap();
+            (
+                c.status.clone(),
+                c.reason.clone(),
+                c.message.clone(),
+                c.observed_generation,
+            )
+        };
+        let mut st = BucketScanStatus::default();
+        assert!(set_ready(&mut st, Some(1), &t));
+        assert_eq!(
+            ready(&st),
+            ("False".into(), "Pending".into(), "Pending".into(), Some(1))
+        );
+        st.phase = Phase::Scanning;
+        set_condition(
+            &mut st.conditions,
+            COMPLETE,
+            false,
+            "Scanning",
+            "3 of 8 shards finished",
+            Some(1),
+            &t,
+        );
+        set_ready(&mut st, Some(2), &t);
+        assert_eq!(
+            ready(&st),
+            (
+                "False".into(),
+                "Scanning".into(),
+                "3 of 8 shards finished".into(),
+                Some(2)
+            )
+        );
+        set_condition(&mut st.conditions, SUSPENDED, true, "Suspended", "x", Some(2), &t);
+        set_ready(&mut st, Some(2), &t);
+        assert_eq!(ready(&st).1, "Suspended");
+        st.phase = Phase::Failed;
+        set_condition(
+            &mut st.conditions,
+            FAILED,
+            true,
+            "DeadlineExceeded",
+            "too long",
+            Some(2),
+            &t,
+        );
+        set_ready(&mut st, Some(2), &t);
+        assert_eq!(
+            ready(&st),
+            (
+                "False".into(),
+                "DeadlineExceeded".into(),
+                "too long".into(),
+                Some(2)
+            )
+        );
+        let mut done = BucketScanStatus {
+            phase: Phase::Complete,
+            ..Default::default()
+        };
+        set_condition(
+            &mut done.conditions,
+            COMPLETE,
+            true,
+            "Merged",
+            "3000 objects in s3://r/result.jsonl",
+            Some(3),
+            &t,
+        );
+        set_ready(&mut done, Some(3), &t);
+        assert_eq!(
+            ready(&done),
+            (
+                "True".into(),
+                "Complete".into(),
+                "3000 objects in s3://r/result.jsonl".into(),
+                Some(3)
+            )
+        );
+        assert!(!set_ready(&mut done, Some(3), &t), "nothing changed");
+    }
+
+    #[test]
+    fn the_deadline_counts_from_the_start() {
+        let t = |s| Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
+        assert_eq!(deadline_left(None, Some(10), &t(100)), None, "not started");
+        assert_eq!(deadline_left(Some(&t(100)), None, &t(200)), None, "no deadline");
+        assert_eq!(deadline_left(Some(&t(100)), Some(60), &t(130)), Some(30));
+        assert_eq!(deadline_left(Some(&t(100)), Some(60), &t(160)), Some(0));
+        assert_eq!(deadline_left(Some(&t(100)), Some(60), &t(175)), Some(-15));
     }
 
     #[test]

@@ -29,6 +29,37 @@ pub fn validate(scan: &BucketScan) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the scan's `workers.image` is one the operator allows. A
+/// BucketScan creates pods, so a cluster may limit it to trusted images. An
+/// entry allows one repository at any tag or digest (`reg.example/bucketscan`
+/// allows `reg.example/bucketscan:1.2` and `...@sha256:...`, not
+/// `reg.example/bucketscan-evil`), or, ending with `/`, every image under that
+/// path. An empty list allows any image; the operator's own default image is
+/// always allowed (the scan names no image then).
+pub fn worker_image(scan: &BucketScan, allowed: &[String]) -> Result<(), String> {
+    let Some(image) = &scan.spec.workers.image else {
+        return Ok(());
+    };
+    if allowed.is_empty() || allowed.iter().any(|a| image_matches(image, a)) {
+        return Ok(());
+    }
+    Err(format!(
+        "workers.image {image:?} is not allowed by this operator; allowed: {} (chart value \
+         worker.allowedImages); remove workers.image to use the default image",
+        allowed.join(", ")
+    ))
+}
+
+fn image_matches(image: &str, entry: &str) -> bool {
+    if entry.ends_with('/') {
+        return image.starts_with(entry);
+    }
+    match image.strip_prefix(entry) {
+        Some(rest) => rest.is_empty() || rest.starts_with(':') || rest.starts_with('@'),
+        None => false,
+    }
+}
+
 /// Whether `scan`, about to be planned, would write where another scan that
 /// is still running writes or reads: two scans sharing an output would
 /// overwrite and delete each other's parts, and an output inside another
@@ -110,6 +141,8 @@ mod tests {
                 filters: Default::default(),
                 max_requests_per_second: None,
                 ttl_seconds_after_finished: None,
+                suspend: false,
+                active_deadline_seconds: None,
             },
         );
         s.metadata.namespace = Some("ns".into());
@@ -171,6 +204,40 @@ mod tests {
         reader.spec.source.prefix = "shared/".into();
         let err = output_conflict(&me, &[reader]).unwrap_err();
         assert!(err.contains("inside the keyspace s3://results/shared/"), "{err}");
+    }
+
+    #[test]
+    fn a_worker_image_outside_the_allowlist_is_refused() {
+        let mut s = scan("", "results", None);
+        let allowed = vec![
+            "reg.example/bucketscan".to_string(),
+            "mirror.example/team/".to_string(),
+        ];
+        assert!(worker_image(&s, &allowed).is_ok(), "no image named: the default");
+        for ok in [
+            "reg.example/bucketscan",
+            "reg.example/bucketscan:1.2",
+            "reg.example/bucketscan@sha256:00",
+            "mirror.example/team/anything:3",
+        ] {
+            s.spec.workers.image = Some(ok.into());
+            assert!(worker_image(&s, &allowed).is_ok(), "{ok}");
+            assert!(worker_image(&s, &[]).is_ok(), "no allowlist: {ok}");
+        }
+        for bad in [
+            "reg.example/bucketscan-evil:1",
+            "reg.example/bucketscanx",
+            "evil.example/reg.example/bucketscan",
+            "mirror.example/team",
+            "mirror.example/teamx/a",
+        ] {
+            s.spec.workers.image = Some(bad.into());
+            let err = worker_image(&s, &allowed).unwrap_err();
+            assert!(
+                err.contains(bad) && err.contains("reg.example/bucketscan, mirror.example/team/"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

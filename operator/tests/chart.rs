@@ -61,6 +61,15 @@ const VALUE_SETS: &[(&str, &[&str])] = &[
             "--set=metrics.grafanaDashboard.enabled=true",
         ],
     ),
+    (
+        "gitops",
+        &[
+            "--set=redis.auth.existingSecret=redis-auth",
+            "--set=redis.auth.existingSecretKey=pw",
+            "--set=redis.image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "--set=redis.networkPolicy.scanNamespaceSelector.matchLabels.scans=allowed",
+        ],
+    ),
 ];
 
 #[tokio::test]

@@ -8,6 +8,7 @@ mod cluster;
 use bucketscan_operator::crd::BucketScan;
 use cluster::*;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::CustomResourceExt;
 
 fn valid(name: &str) -> serde_json::Value {
     serde_json::json!({
@@ -134,6 +135,16 @@ async fn the_crd_installs_and_the_api_server_enforces_it() {
             "ttlSecondsAfterFinished must not be negative",
         ),
         (
+            "zero-deadline",
+            serde_json::json!({"activeDeadlineSeconds": 0}),
+            "activeDeadlineSeconds must be at least 1",
+        ),
+        (
+            "long-image",
+            serde_json::json!({"workers": {"image": "r/".repeat(600)}}),
+            "Too long: may not be",
+        ),
+        (
             "bad-format",
             serde_json::json!({"output": {"format": "csv"}}),
             "Unsupported value: \"csv\"",
@@ -193,6 +204,102 @@ async fn kubectl_explains_the_fields_and_lists_the_columns() {
     }
     assert!(kubectl(&["get", "bscan", "-n", "kubectl-test", "-o", "name"])
         .contains("bucketscan.bucketscan.dev/listed"));
+}
+
+/// The schema as `kubectl explain` and tools read it: every field of spec
+/// and status has a description, every string of our own has a maxLength
+/// (Kubernetes' types under podTemplate and resources keep theirs),
+/// conditions are a list map keyed by type, defaulted fields carry their
+/// default, and `-o wide` adds the Ready message.
+#[test]
+fn the_schema_documents_bounds_and_defaults_every_field() {
+    let crd = bucketscan_operator::crd::BucketScan::crd();
+    let version = &crd.spec.versions[0];
+    let schema = serde_json::to_value(&version.schema.as_ref().unwrap().open_api_v3_schema).unwrap();
+    let mut undocumented = Vec::new();
+    let mut unbounded = Vec::new();
+    walk(
+        &schema["properties"]["spec"],
+        "spec",
+        &mut undocumented,
+        &mut unbounded,
+    );
+    walk(
+        &schema["properties"]["status"],
+        "status",
+        &mut undocumented,
+        &mut unbounded,
+    );
+    assert!(
+        undocumented.is_empty(),
+        "fields without a description: {undocumented:?}"
+    );
+    assert!(unbounded.is_empty(), "strings without a maxLength: {unbounded:?}");
+
+    let conditions = &schema["properties"]["status"]["properties"]["conditions"];
+    assert_eq!(conditions["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        conditions["x-kubernetes-list-map-keys"],
+        serde_json::json!(["type"])
+    );
+    let spec = &schema["properties"]["spec"]["properties"];
+    assert_eq!(spec["sharding"]["properties"]["targetShards"]["default"], 64);
+    assert_eq!(
+        spec["sharding"]["properties"]["minShardObjects"]["default"],
+        10000
+    );
+    assert_eq!(spec["sharding"]["properties"]["delimiter"]["default"], "/");
+    assert_eq!(spec["workers"]["properties"]["concurrency"]["default"], 256);
+    assert_eq!(spec["suspend"]["default"], false);
+    let status = &schema["properties"]["status"]["properties"];
+    for number in ["objectsDone", "objectsEstimate", "ratePerSecond", "etaSeconds"] {
+        assert_eq!(status[number]["type"], "integer", "{number}");
+    }
+
+    let columns = version.additional_printer_columns.clone().unwrap();
+    let column = |name: &str| {
+        columns
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no column {name}"))
+    };
+    assert_eq!(column("ETA").json_path, ".status.eta");
+    assert_eq!(column("Workers").json_path, ".status.workers");
+    let message = column("Message");
+    assert_eq!(message.priority, Some(1), "shown with -o wide only");
+    assert!(message.json_path.contains("Ready"), "{}", message.json_path);
+}
+
+/// Collect the paths under `node` without a description, and the strings
+/// of our own without a maxLength (enums, formats and Kubernetes' own
+/// types excepted).
+fn walk(node: &serde_json::Value, path: &str, undocumented: &mut Vec<String>, unbounded: &mut Vec<String>) {
+    let ours = ![
+        "podTemplate",
+        "resources",
+        "conditions",
+        "startTime",
+        "completionTime",
+    ]
+    .iter()
+    .any(|k| path.contains(&format!(".{k}")));
+    // A list's items are described by the list field (kubectl explain shows that).
+    if node.get("description").is_none() && !path.ends_with("[]") {
+        undocumented.push(path.to_string());
+    }
+    let bounded =
+        node.get("maxLength").is_some() || node.get("enum").is_some() || node.get("format").is_some();
+    if ours && node["type"] == "string" && !bounded {
+        unbounded.push(path.to_string());
+    }
+    if let Some(props) = node["properties"].as_object() {
+        for (k, v) in props {
+            walk(v, &format!("{path}.{k}"), undocumented, unbounded);
+        }
+    }
+    if node["items"].is_object() {
+        walk(&node["items"], &format!("{path}[]"), undocumented, unbounded);
+    }
 }
 
 /// Merge `change` into `target` (null removes a field), like a JSON merge patch.

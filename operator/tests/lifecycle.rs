@@ -8,15 +8,16 @@
 mod cluster;
 #[path = "../../worker/tests/common/mod.rs"]
 mod common;
+mod kubelet;
 
 use bucketscan_operator::crd::{BucketScan, Phase};
 use cluster::*;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Container, Event, Secret};
+use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::Client;
+use kubelet::run_like_pod;
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -49,39 +50,6 @@ fn start_operator(tag: &str) -> Child {
 
 async fn phase(api: &Api<BucketScan>, name: &str) -> Option<Phase> {
     api.get(name).await.ok()?.status.map(|s| s.phase)
-}
-
-/// Start the command a pod of `container` would run, resolving env values
-/// from Secrets like the kubelet does.
-async fn run_like_pod(client: &Client, container: &Container, pod: &str, extra: &[&str]) -> Child {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let mut cmd = Command::new(worker_bin());
-    cmd.args(container.args.clone().unwrap()).args(extra).env_clear();
-    cmd.env("PATH", std::env::var("PATH").unwrap());
-    for env in container.env.clone().unwrap_or_default() {
-        let value = match (&env.value, env.value_from.as_ref()) {
-            (Some(v), _) => Some(v.clone()),
-            (None, Some(from)) if from.field_ref.is_some() => Some(pod.to_string()),
-            (None, Some(from)) => {
-                let r = from.secret_key_ref.as_ref().unwrap();
-                let secret = secrets.get(&r.name).await.unwrap();
-                let data = secret.data.unwrap_or_default();
-                match data.get(&r.key) {
-                    Some(v) => Some(String::from_utf8(v.0.clone()).unwrap()),
-                    None => {
-                        assert_eq!(r.optional, Some(true), "{} has no key {}", r.name, r.key);
-                        None
-                    }
-                }
-            }
-            (None, None) => None,
-        };
-        if let Some(v) = value {
-            cmd.env(&env.name, v);
-        }
-    }
-    let log = std::fs::File::create(temp_path(&format!("{pod}.log"))).unwrap();
-    cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap()
 }
 
 async fn redis_keys(scan_id: &str) -> Vec<String> {
@@ -161,8 +129,8 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     // Two "pods", paced so the operator restart lands mid-scan.
     let pace = ["--max-rate", "250", "--part-objects", "200"];
     let mut workers = vec![
-        run_like_pod(&client, &container, "photos-workers-a", &pace).await,
-        run_like_pod(&client, &container, "photos-workers-b", &pace).await,
+        run_like_pod(&client, NS, &container, "photos-workers-a", &pace).await,
+        run_like_pod(&client, NS, &container, "photos-workers-b", &pace).await,
     ];
     eventually("progress", 60, async || {
         let objects = scans.get("photos").await.ok()?.status?.objects?.scanned;
@@ -200,8 +168,8 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     .await;
     assert!(!replanned.contains(" 0 finished shards restored"), "{replanned}");
     let mut workers = vec![
-        run_like_pod(&client, &container, "photos-workers-c", &pace).await,
-        run_like_pod(&client, &container, "photos-workers-d", &pace).await,
+        run_like_pod(&client, NS, &container, "photos-workers-c", &pace).await,
+        run_like_pod(&client, NS, &container, "photos-workers-d", &pace).await,
     ];
     for w in &mut workers {
         assert!(wait_exit(w, Duration::from_secs(120)).success(), "worker failed");
@@ -213,7 +181,7 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
     let job = jobs.get("photos-merge").await.unwrap();
     let merge_container = job.spec.unwrap().template.spec.unwrap().containers[0].clone();
-    let mut merge = run_like_pod(&client, &merge_container, "photos-merge-x", &[]).await;
+    let mut merge = run_like_pod(&client, NS, &merge_container, "photos-merge-x", &[]).await;
     assert!(
         wait_exit(&mut merge, Duration::from_secs(60)).success(),
         "merge failed"

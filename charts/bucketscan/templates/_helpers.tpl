@@ -30,11 +30,40 @@ app.kubernetes.io/component: redis
 {{- printf "%s:%s" .repository (default $.chartVersion .tag) -}}
 {{- end -}}
 
-{{/* The Secret holding the Redis password: the bundled one's, or the user's. */}}
+{{/* The Secret holding the Redis password: the user's (redis.auth.existingSecret),
+the bundled one's, or the external Redis's. */}}
 {{- define "bucketscan.redisPasswordSecret" -}}
-{{- if .Values.redis.bundled -}}
-{{- printf "%s-redis" (include "bucketscan.fullname" .) -}}
-{{- else -}}
+{{- if not .Values.redis.bundled -}}
 {{- .Values.redis.external.passwordSecret -}}
+{{- else if .Values.redis.auth.existingSecret -}}
+{{- .Values.redis.auth.existingSecret -}}
+{{- else -}}
+{{- printf "%s-redis" (include "bucketscan.fullname" .) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The key of the password in that Secret. */}}
+{{- define "bucketscan.redisPasswordKey" -}}
+{{- if not .Values.redis.bundled -}}
+{{- .Values.redis.external.passwordKey -}}
+{{- else if .Values.redis.auth.existingSecret -}}
+{{- .Values.redis.auth.existingSecretKey -}}
+{{- else -}}
+password
+{{- end -}}
+{{- end -}}
+
+{{/* The Redis image: pinned by tag, and by digest when redis.image.digest is set. */}}
+{{- define "bucketscan.redisImage" -}}
+{{- $image := printf "%s:%s" .Values.redis.image.repository .Values.redis.image.tag -}}
+{{- with .Values.redis.image.digest -}}
+{{- $image = printf "%s@%s" $image . -}}
+{{- end -}}
+{{- $image -}}
+{{- end -}}
+
+{{/* Labels of every pod the operator starts for a scan (desired.rs: labels()). */}}
+{{- define "bucketscan.scanPodLabels" -}}
+app.kubernetes.io/name: bucketscan
+app.kubernetes.io/managed-by: bucketscan-operator
 {{- end -}}

@@ -28,6 +28,8 @@ pub enum PlanError {
 pub struct Planned {
     pub shards: usize,
     pub added: usize,
+    /// Objects the planner counted (a lower bound where it sampled).
+    pub estimated_objects: u64,
 }
 
 pub async fn plan_scan(
@@ -64,5 +66,6 @@ pub async fn plan_scan(
     Ok(Planned {
         shards: shards.len(),
         added,
+        estimated_objects: shards.iter().map(|p| p.estimated_objects).sum(),
     })
 }

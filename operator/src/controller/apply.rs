@@ -3,16 +3,16 @@
 //! progress; once every shard is done or dead, hand over to the merge.
 
 use super::admission::check_output;
-use super::children::ensure_workers;
+use super::children::{delete_merge_job, ensure_workers};
 use super::context::{lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
 use super::finish::{fail, finished};
 use super::merge::merging;
-use super::observe::observe;
+use super::observe::{observe, Observed};
 use super::planning::{plan, replan};
 use super::report::{publish, write_status};
-use crate::crd::{BucketScan, Phase};
+use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
-use crate::status::{self, COMPLETE, PLANNED};
+use crate::status::{self, COMPLETE, PLANNED, SUSPENDED};
 use bucketscan_core::fleet::plan::PlanError;
 use bucketscan_core::fleet::queue::Queue;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -31,8 +31,37 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     if let Err(message) = crate::validate::validate(scan) {
         return fail(scan, ctx, st, "InvalidSpec", &message, &now).await;
     }
+    if let Err(message) = crate::validate::worker_image(scan, &ctx.settings.allowed_images) {
+        return fail(scan, ctx, st, "ImageNotAllowed", &message, &now).await;
+    }
+    let deadline_left =
+        status::deadline_left(st.start_time.as_ref(), scan.spec.active_deadline_seconds, &now);
+    if deadline_left.is_some_and(|left| left <= 0) {
+        delete_merge_job(scan, ctx).await?;
+        let message = format!(
+            "the scan ran longer than activeDeadlineSeconds ({} s); its workers were stopped",
+            scan.spec.active_deadline_seconds.unwrap_or_default()
+        );
+        return fail(scan, ctx, st, "DeadlineExceeded", &message, &now).await;
+    }
     let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
     let mut seen = observe(&queue).await?;
+    if scan.spec.suspend {
+        return suspended(scan, ctx, st, &before, &seen, deadline_left, &now).await;
+    }
+    if status::is_true(&st.conditions, SUSPENDED) {
+        let msg = "resumed: workers start again where the scan stopped";
+        status::set_condition(
+            &mut st.conditions,
+            SUSPENDED,
+            false,
+            "Resumed",
+            msg,
+            generation,
+            &now,
+        );
+        publish(ctx, scan, EventType::Normal, "Resumed", msg).await;
+    }
 
     if !seen.planned {
         // Planned before, yet Redis has nothing: it lost the scan (restarted
@@ -50,9 +79,10 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         let planned = if replanning {
             replan(scan, ctx, &queue).await
         } else {
-            plan(scan, ctx, &queue)
-                .await
-                .map(|p| format!("{} shards", p.shards))
+            plan(scan, ctx, &queue).await.map(|p| {
+                st.numbers.objects_estimate = Some(p.estimated_objects);
+                format!("{} shards, about {} objects", p.shards, p.estimated_objects)
+            })
         };
         match planned {
             Ok(msg) => {
@@ -76,34 +106,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     let work_left = seen.shards.pending + seen.shards.leased;
     let replicas = desired::desired_replicas(&scan.spec.workers, Some(work_left));
     ensure_workers(scan, ctx, replicas).await?;
-
-    let labels = scan_labels(scan);
-    let m = &ctx.metrics;
-    let counts = status::object_counts(&seen.counters);
-    m.observe_counts(&labels, &counts);
-    let s = &seen.shards;
-    m.observe_shards(
-        &labels,
-        [
-            ("pending", s.pending),
-            ("leased", s.leased),
-            ("done", s.done),
-            ("dead", s.dead),
-        ],
-    );
-    m.scan_workers.get_or_create(&labels).set(replicas.max(0) as u64);
-    st.shards = Some(seen.shards.clone());
-    st.objects = Some(counts);
-    st.progress = Some(status::progress(&seen.shards));
-    st.rate = Some(status::rate(seen.rate));
-    st.workers = Some(replicas);
-    st.observed_generation = generation;
-    let elapsed = st
-        .start_time
-        .as_ref()
-        .map(|t| Duration::from_secs(now.0.as_second().saturating_sub(t.0.as_second()).max(0) as u64))
-        .unwrap_or_default();
-    st.eta = status::eta(elapsed, &seen.shards);
+    report_progress(scan, ctx, &mut st, &seen, replicas, &now);
 
     if work_left > 0 {
         st.phase = Phase::Scanning;
@@ -127,4 +130,90 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
 
     // Every shard is done or dead: merge.
     merging(scan, ctx, st, &before, seen.manifest, &now).await
+}
+
+/// A suspended scan: no workers, nothing new started (no planning, no
+/// merge); the status still shows what Redis holds.
+async fn suspended(
+    scan: &BucketScan,
+    ctx: &Context,
+    mut st: BucketScanStatus,
+    before: &BucketScanStatus,
+    seen: &Observed,
+    deadline_left: Option<i64>,
+    now: &Time,
+) -> Result<Action, Error> {
+    ensure_workers(scan, ctx, 0).await?;
+    if seen.planned {
+        report_progress(scan, ctx, &mut st, seen, 0, now);
+    }
+    st.workers = Some(0);
+    st.eta = None;
+    st.numbers.eta_seconds = None;
+    st.numbers.rate_per_second = Some(0);
+    let msg = "spec.suspend is true: no workers run; finished work is kept";
+    let generation = scan.metadata.generation;
+    status::set_condition(
+        &mut st.conditions,
+        SUSPENDED,
+        true,
+        "Suspended",
+        msg,
+        generation,
+        now,
+    );
+    if !status::is_true(&before.conditions, SUSPENDED) {
+        publish(ctx, scan, EventType::Normal, "Suspended", msg).await;
+    }
+    write_status(ctx, scan, before, &st).await?;
+    // Pods slow to stop may still finish shards: keep the counts current
+    // (one look at Redis), and fail on time when a deadline comes.
+    let next = deadline_left.map_or(SUSPENDED_REQUEUE, |left| {
+        SUSPENDED_REQUEUE.min(Duration::from_secs(left.max(1) as u64))
+    });
+    Ok(Action::requeue(next))
+}
+
+/// How often a suspended scan is looked at.
+const SUSPENDED_REQUEUE: Duration = Duration::from_secs(10);
+
+/// Shard and object counts, rate, workers and ETA into the status and metrics.
+fn report_progress(
+    scan: &BucketScan,
+    ctx: &Context,
+    st: &mut BucketScanStatus,
+    seen: &Observed,
+    replicas: i32,
+    now: &Time,
+) {
+    let labels = scan_labels(scan);
+    let m = &ctx.metrics;
+    let counts = status::object_counts(&seen.counters);
+    m.observe_counts(&labels, &counts);
+    let s = &seen.shards;
+    m.observe_shards(
+        &labels,
+        [
+            ("pending", s.pending),
+            ("leased", s.leased),
+            ("done", s.done),
+            ("dead", s.dead),
+        ],
+    );
+    m.scan_workers.get_or_create(&labels).set(replicas.max(0) as u64);
+    st.shards = Some(seen.shards.clone());
+    st.objects = Some(counts);
+    st.progress = Some(status::progress(&seen.shards));
+    st.rate = Some(status::rate(seen.rate));
+    st.workers = Some(replicas);
+    st.observed_generation = scan.metadata.generation;
+    let elapsed = st
+        .start_time
+        .as_ref()
+        .map(|t| Duration::from_secs(now.0.as_second().saturating_sub(t.0.as_second()).max(0) as u64))
+        .unwrap_or_default();
+    st.eta = status::eta(elapsed, &seen.shards);
+    st.numbers.objects_done = st.objects.as_ref().map(|o| o.scanned);
+    st.numbers.rate_per_second = Some(seen.rate.round() as u64);
+    st.numbers.eta_seconds = status::time_left(elapsed, &seen.shards).map(|d| d.as_secs());
 }

@@ -6,8 +6,9 @@ use super::context::{Context, Error, MANAGER};
 use crate::crd::BucketScan;
 use crate::desired;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PropagationPolicy};
 use kube::ResourceExt;
 
 pub(super) fn apply_params() -> PatchParams {
@@ -44,5 +45,19 @@ pub(super) async fn ensure_workers(scan: &BucketScan, ctx: &Context, replicas: i
     deployments
         .patch(&name, &apply_params(), &Patch::Apply(&deployment))
         .await?;
+    Ok(())
+}
+
+/// Stop the merge (past the deadline): the Job and its pods go.
+pub(super) async fn delete_merge_job(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let name = desired::merge_job_name(scan);
+    if jobs.get_opt(&name).await?.is_some() {
+        let background = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        jobs.delete(&name, &background).await?;
+    }
     Ok(())
 }

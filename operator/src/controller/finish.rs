@@ -26,6 +26,7 @@ pub(super) async fn fail(
     st.phase = Phase::Failed;
     st.completion_time = Some(now.clone());
     st.eta = None;
+    st.numbers.eta_seconds = None;
     status::set_condition(&mut st.conditions, FAILED, true, reason, message, generation, now);
     status::set_condition(
         &mut st.conditions,

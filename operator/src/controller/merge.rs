@@ -62,6 +62,7 @@ pub(super) async fn merging(
             st.output = Some(m.result.clone());
             st.completion_time = Some(now.clone());
             st.eta = None;
+            st.numbers.eta_seconds = None;
             let msg = format!(
                 "{} objects in {}",
                 m.counts.get("objects").copied().unwrap_or(0),

@@ -4,6 +4,8 @@
 use super::children::apply_params;
 use super::context::{key_of, scan_labels, Context, Error};
 use crate::crd::{BucketScan, BucketScanStatus};
+use crate::status;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
@@ -20,6 +22,12 @@ pub(super) async fn write_status(
     before: &BucketScanStatus,
     st: &BucketScanStatus,
 ) -> Result<(), Error> {
+    // Every write says which spec it describes and whether the scan is Ready.
+    let mut st = st.clone();
+    st.observed_generation = scan.metadata.generation;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    status::set_ready(&mut st, scan.metadata.generation, &now);
+    let st = &st;
     ctx.metrics
         .observe_phase(&scan_labels(scan), &format!("{:?}", st.phase));
     if before == st {

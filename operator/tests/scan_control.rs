@@ -1,0 +1,474 @@
+//! What a platform team controls about a scan, with the real operator binary
+//! against the test ground's kube-apiserver, Redis and versitygw: the worker
+//! image allowlist, the worker pod template reaching a Deployment the API
+//! server accepts, `suspend` (workers gone, work kept, no merge; resume ends
+//! with every object exactly once) and `activeDeadlineSeconds`.
+
+mod cluster;
+#[path = "../../worker/tests/common/mod.rs"]
+mod common;
+mod kubelet;
+
+use bucketscan_operator::crd::{BucketScan, Phase};
+use cluster::*;
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use kubelet::{run_like_pod, terminate};
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn start_operator(ns: &str, env: &[(&str, &str)]) -> Child {
+    let log = std::fs::File::create(temp_path(&format!("operator-{ns}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .args([
+            "--namespace",
+            ns,
+            "--lease-secs",
+            "5",
+            "--metrics-addr",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .env("KUBECONFIG", kubeconfig_path())
+        .env(
+            "BUCKETSCAN_REDIS_URL",
+            std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
+        )
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// A namespace with an S3 credentials Secret `s3` for `s3`.
+async fn ground(client: &Client, ns: &str, s3: &Server) {
+    install_crd(client).await;
+    namespace(client, ns).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let creds: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "s3"},
+        "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
+    }))
+    .unwrap();
+    let _ = secrets.create(&PostParams::default(), &creds).await;
+}
+
+fn scan_body(name: &str, s3: &Server, bucket: &str, out: &str, extra: serde_json::Value) -> BucketScan {
+    let mut body = serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+        "metadata": {"name": name},
+        "spec": {
+            "source": {"endpoint": s3.endpoint, "bucket": bucket, "pathStyle": true,
+                       "credentialsSecret": {"name": "s3"}},
+            "output": {"bucket": out, "prefix": format!("{name}/")},
+            "workers": {"replicas": 2, "concurrency": 16},
+            "sharding": {"targetShards": 16, "minShardObjects": 100}
+        }
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body["spec"][k] = v.clone();
+    }
+    serde_json::from_value(body).unwrap()
+}
+
+async fn condition(scans: &Api<BucketScan>, name: &str, type_: &str) -> Option<(String, String, String)> {
+    let st = scans.get(name).await.ok()?.status?;
+    let c = st.conditions.into_iter().find(|c| c.type_ == type_)?;
+    Some((c.status, c.reason, c.message))
+}
+
+async fn event_reasons(client: &Client, ns: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let list = events.list(&ListParams::default()).await.unwrap().items;
+    list.into_iter().filter_map(|e| e.reason).collect()
+}
+
+fn kubectl(args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .expect("kubectl (scripts/install-kube.sh installs it)");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+async fn set_suspend(scans: &Api<BucketScan>, name: &str, suspend: bool) {
+    let patch = serde_json::json!({"spec": {"suspend": suspend}});
+    scans
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_are_allowlisted_and_the_pod_template_reaches_the_workers() {
+    const NS: &str = "images";
+    let client = client().await;
+    let s3 = versitygw();
+    ground(&client, NS, &s3).await;
+    let bucket = s3.bucket("img").await;
+    let out = s3.bucket("img-out").await;
+    s3.seed(
+        &bucket,
+        &(0..20).map(|i| (format!("k{i:02}"), Seeded::default())).collect(),
+    )
+    .await;
+    let mut operator = start_operator(
+        NS,
+        &[(
+            "BUCKETSCAN_ALLOWED_WORKER_IMAGES",
+            "reg.example/bucketscan,mirror.example/team/",
+        )],
+    );
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+
+    let evil = scan_body(
+        "evil",
+        &s3,
+        &bucket,
+        &out,
+        serde_json::json!({"workers": {"replicas": 1, "image": "reg.example/bucketscan-miner:1"}}),
+    );
+    scans.create(&PostParams::default(), &evil).await.unwrap();
+    let (status, reason, message) = eventually("evil refused", 60, async || {
+        condition(&scans, "evil", "Failed").await
+    })
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "ImageNotAllowed"));
+    assert!(
+        message.contains("\"reg.example/bucketscan-miner:1\" is not allowed")
+            && message.contains("allowed: reg.example/bucketscan, mirror.example/team/"),
+        "{message}"
+    );
+    // The event follows the status write.
+    eventually("an ImageNotAllowed event", 30, async || {
+        event_reasons(&client, NS)
+            .await
+            .iter()
+            .any(|r| r == "ImageNotAllowed")
+            .then_some(())
+    })
+    .await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    assert!(deployments.get_opt("evil-workers").await.unwrap().is_none());
+
+    let template = serde_json::json!({
+        "labels": {"team": "a", "app.kubernetes.io/component": "mine"},
+        "annotations": {"cost-center": "42"},
+        "nodeSelector": {"pool": "scan"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "scan", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "good"}}}],
+        "priorityClassName": "batch-low",
+        "imagePullSecrets": [{"name": "regcred"}],
+        "serviceAccountName": "s3-reader"
+    });
+    let good = scan_body(
+        "good",
+        &s3,
+        &bucket,
+        &out,
+        serde_json::json!({"workers": {"replicas": 1, "image": "mirror.example/team/bucketscan:2", "podTemplate": template}}),
+    );
+    scans.create(&PostParams::default(), &good).await.unwrap();
+    let deployment = eventually("good's workers", 60, async || {
+        deployments.get_opt("good-workers").await.unwrap()
+    })
+    .await;
+    let spec = deployment.spec.unwrap();
+    let meta = spec.template.metadata.unwrap();
+    let labels = meta.labels.unwrap();
+    assert_eq!(labels["team"], "a");
+    assert_eq!(
+        labels["app.kubernetes.io/component"], "worker",
+        "the selector label is the operator's"
+    );
+    assert_eq!(meta.annotations.unwrap()["cost-center"], "42");
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some("mirror.example/team/bucketscan:2")
+    );
+    assert_eq!(pod.node_selector.unwrap()["pool"], "scan");
+    assert_eq!(pod.tolerations.unwrap()[0].value.as_deref(), Some("scan"));
+    assert!(pod.affinity.unwrap().node_affinity.is_some());
+    assert_eq!(pod.topology_spread_constraints.unwrap()[0].topology_key, "zone");
+    assert_eq!(pod.priority_class_name.as_deref(), Some("batch-low"));
+    assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "regcred");
+    assert_eq!(pod.service_account_name.as_deref(), Some("s3-reader"));
+    let resources = pod.containers[0].resources.clone().unwrap();
+    assert_eq!(
+        resources,
+        bucketscan_operator::desired::default_worker_resources(),
+        "no BestEffort worker"
+    );
+    assert_ne!(
+        condition(&scans, "good", "Failed").await.map(|c| c.0),
+        Some("True".into())
+    );
+
+    for name in ["evil", "good"] {
+        scans.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually("scans deleted", 60, async || {
+        scans
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_scan_keeps_its_work_starts_no_merge_and_resumes_exactly() {
+    const NS: &str = "suspend";
+    let client = client().await;
+    let s3 = versitygw();
+    ground(&client, NS, &s3).await;
+    let bucket = s3.bucket("sus").await;
+    let out = s3.bucket("sus-out").await;
+    // Shards hold at least a LIST page (1,000 keys): 4 of them.
+    let seeded: BTreeMap<String, Seeded> = (0..4000)
+        .map(|i| (format!("d{}/{i:05}", i % 8), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let mut operator = start_operator(NS, &[]);
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+
+    // Created suspended: nothing is planned, no workers.
+    let scan = scan_body("pics", &s3, &bucket, &out, serde_json::json!({"suspend": true}));
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+    let (status, reason, _) = eventually("Suspended", 60, async || {
+        condition(&scans, "pics", "Suspended").await
+    })
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Suspended"));
+    let st = scans.get("pics").await.unwrap().status.unwrap();
+    assert_eq!((st.phase, st.workers), (Phase::Pending, Some(0)), "{st:?}");
+    assert!(deployments.get_opt("pics-workers").await.unwrap().is_none());
+
+    // Resumed: planned, workers wanted.
+    set_suspend(&scans, "pics", false).await;
+    let deployment = eventually("workers", 60, async || {
+        deployments.get_opt("pics-workers").await.unwrap()
+    })
+    .await;
+    let container = deployment.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    // Paced (10 s a shard) so the suspension lands mid-scan.
+    let pace = ["--max-rate", "100", "--part-objects", "50"];
+    let mut a = run_like_pod(&client, NS, &container, "pics-workers-a", &pace).await;
+    let mut b = run_like_pod(&client, NS, &container, "pics-workers-b", &pace).await;
+    let planned = eventually("a finished shard", 90, async || {
+        let shards = scans.get("pics").await.ok()?.status?.shards?;
+        (shards.done >= 1).then_some(shards)
+    })
+    .await;
+    assert!(planned.total >= 4 && planned.done < planned.total, "{planned:?}");
+
+    // Suspended mid-scan: the Deployment goes (its pods get SIGTERM; `a`
+    // does here and releases its shard); `b` stands for a pod slow to stop
+    // and finishes every shard while suspended. No merge may start.
+    set_suspend(&scans, "pics", true).await;
+    eventually("workers removed", 30, async || {
+        deployments
+            .get_opt("pics-workers")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    terminate(&a);
+    assert!(
+        wait_exit(&mut a, Duration::from_secs(30)).success(),
+        "worker a on SIGTERM"
+    );
+    assert!(wait_exit(&mut b, Duration::from_secs(120)).success(), "worker b");
+    let done = eventually("every shard done, reported while suspended", 30, async || {
+        let st = scans.get("pics").await.ok()?.status?;
+        let s = st.shards.clone()?;
+        (s.done == s.total && s.pending + s.leased == 0).then_some(st)
+    })
+    .await;
+    assert!(done
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Suspended" && c.status == "True"));
+    assert_eq!(done.workers, Some(0));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        jobs.get_opt("pics-merge").await.unwrap().is_none(),
+        "a merge started while suspended"
+    );
+    assert_eq!(
+        scans.get("pics").await.unwrap().status.unwrap().phase,
+        Phase::Scanning
+    );
+
+    // Resumed: the merge, then Complete with every object exactly once.
+    set_suspend(&scans, "pics", false).await;
+    let job = eventually("merge Job", 60, async || {
+        jobs.get_opt("pics-merge").await.unwrap()
+    })
+    .await;
+    let (status, reason, _) = condition(&scans, "pics", "Suspended").await.unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Resumed"));
+    let merge_container = job.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let mut merge = run_like_pod(&client, NS, &merge_container, "pics-merge-x", &[]).await;
+    assert!(
+        wait_exit(&mut merge, Duration::from_secs(60)).success(),
+        "merge failed"
+    );
+    eventually("Complete", 60, async || {
+        (scans.get("pics").await.ok()?.status?.phase == Phase::Complete).then_some(())
+    })
+    .await;
+    assert_matches_seed(&parse_records(&s3.read(&out, "pics/result.jsonl").await), &seeded);
+    let complete = scans.get("pics").await.unwrap().status.unwrap();
+    let (ready, _, message) = condition(&scans, "pics", "Ready").await.unwrap();
+    assert_eq!(ready, "True", "{message}");
+    let numbers = &complete.numbers;
+    assert!(numbers.objects_done.unwrap() >= 4000, "{numbers:?}");
+    let estimate = numbers.objects_estimate.unwrap();
+    assert!(estimate > 0 && estimate <= 4000, "{numbers:?}");
+    assert_eq!(numbers.eta_seconds, None, "{numbers:?}");
+    // Events follow the status writes.
+    for reason in ["Suspended", "Resumed", "Complete"] {
+        eventually(&format!("a {reason} event"), 30, async || {
+            event_reasons(&client, NS)
+                .await
+                .iter()
+                .any(|r| r == reason)
+                .then_some(())
+        })
+        .await;
+    }
+    scans.delete("pics", &DeleteParams::default()).await.unwrap();
+    eventually("deleted", 60, async || {
+        scans.get_opt("pics").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_past_its_deadline_fails_and_loses_its_workers() {
+    const NS: &str = "deadline";
+    let client = client().await;
+    let s3 = versitygw();
+    ground(&client, NS, &s3).await;
+    let bucket = s3.bucket("dl").await;
+    let out = s3.bucket("dl-out").await;
+    s3.seed(
+        &bucket,
+        &(0..50).map(|i| (format!("k{i:02}"), Seeded::default())).collect(),
+    )
+    .await;
+    let mut operator = start_operator(NS, &[]);
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let scan = scan_body(
+        "slow",
+        &s3,
+        &bucket,
+        &out,
+        serde_json::json!({"activeDeadlineSeconds": 6}),
+    );
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+    // No worker runs (no kubelet), so the scan outlives its deadline.
+    eventually("workers", 60, async || {
+        deployments.get_opt("slow-workers").await.unwrap()
+    })
+    .await;
+    let (status, reason, message) = eventually("DeadlineExceeded", 60, async || {
+        condition(&scans, "slow", "Failed").await
+    })
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "DeadlineExceeded"));
+    assert!(message.contains("activeDeadlineSeconds (6 s)"), "{message}");
+    let st = scans.get("slow").await.unwrap().status.unwrap();
+    assert_eq!(st.phase, Phase::Failed);
+    let took = st.completion_time.unwrap().0.as_second() - st.start_time.unwrap().0.as_second();
+    assert!(took >= 6, "failed after {took} s, before its deadline");
+    eventually("workers removed", 30, async || {
+        deployments
+            .get_opt("slow-workers")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(event_reasons(&client, NS)
+        .await
+        .iter()
+        .any(|r| r == "DeadlineExceeded"));
+    // Health for kstatus / Argo CD / Flux, and the reason in `-o wide`.
+    let (ready, reason, _) = condition(&scans, "slow", "Ready").await.unwrap();
+    assert_eq!((ready.as_str(), reason.as_str()), ("False", "DeadlineExceeded"));
+    let stored = scans.get("slow").await.unwrap();
+    assert_eq!(
+        stored.status.unwrap().observed_generation,
+        stored.metadata.generation
+    );
+    let wide = kubectl(&["get", "bucketscan", "slow", "-n", NS, "-o", "wide"]);
+    let header = wide.lines().next().unwrap();
+    for column in ["PHASE", "ETA", "WORKERS", "MESSAGE"] {
+        assert!(header.contains(column), "{wide}");
+    }
+    assert!(
+        wide.contains("the scan ran longer than activeDeadlineSeconds (6 s)"),
+        "{wide}"
+    );
+    let narrow = kubectl(&["get", "bucketscan", "slow", "-n", NS]);
+    assert!(
+        !narrow.contains("MESSAGE"),
+        "the message is for -o wide only: {narrow}"
+    );
+    scans.delete("slow", &DeleteParams::default()).await.unwrap();
+    eventually("deleted", 60, async || {
+        scans.get_opt("slow").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
+
+/// A default for worker resources that is not JSON stops the operator at
+/// start, saying which setting and what shape it needs.
+#[test]
+fn bad_worker_resources_stop_the_operator_with_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .env("BUCKETSCAN_REDIS_URL", "redis://127.0.0.1:1")
+        .env("BUCKETSCAN_WORKER_RESOURCES", "cpu=1")
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("--worker-resources (BUCKETSCAN_WORKER_RESOURCES) is not a JSON ResourceRequirements"),
+        "{stderr}"
+    );
+}
