@@ -74,6 +74,9 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         gzip: args.gzip,
         only_with_metadata: args.only_with_metadata,
         max_failures: args.max_failures,
+        format: args.format,
+        layout: args.layout,
+        file_size: args.file_size,
     };
     let s3 = args.source.endpoint.connect(64).await?;
     let opts = PlanOptions {
@@ -140,10 +143,12 @@ pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
     let s3 = args.endpoint.connect(16).await?;
     let manifest = bucketscan_core::fleet::merge::merge(&args.queue.scan, &queue, &s3).await?;
     eprintln!(
-        "merged {} shards into {} ({} bytes); manifest s3://{}/{}",
+        "merged {} shards into {} ({} bytes, {} records in {} files); manifest s3://{}/{}",
         manifest.shards_done,
         manifest.result,
         manifest.result_bytes,
+        manifest.records,
+        manifest.files.len(),
         spec.output_bucket,
         spec.manifest_key()
     );

@@ -11,6 +11,7 @@
 //! May import: `s3`, `keyspace` and `scan`.
 
 pub mod merge;
+pub mod merge_plan;
 pub mod plan;
 pub mod queue;
 pub mod recovery;

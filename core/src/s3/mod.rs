@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod codec;
+pub mod compose;
 pub mod delete;
 pub mod error;
 pub mod head;
