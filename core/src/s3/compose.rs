@@ -277,18 +277,24 @@ async fn send_piece(
     Ok((part, len))
 }
 
+/// The bytes of a joined part: small ranges are many, so they are read
+/// concurrently (bounded) and put together in order.
 async fn read_segments(target: &Target<'_>, segments: &[Segment]) -> Result<Vec<u8>, S3Error> {
-    let mut body = Vec::new();
-    for segment in segments {
-        match segment {
-            Segment::Bytes(b) => body.extend_from_slice(b),
-            Segment::Range(s) => {
-                let range = format!("bytes={}-{}", s.start, s.end - 1);
-                body.extend(target.s3.get(target.bucket, &s.key, Some(&range)).await?);
+    let chunks: Vec<Bytes> = stream::iter(segments)
+        .map(|segment| async move {
+            match segment {
+                Segment::Bytes(b) => Ok(b.clone()),
+                Segment::Range(s) => {
+                    let range = format!("bytes={}-{}", s.start, s.end - 1);
+                    let got = target.s3.get(target.bucket, &s.key, Some(&range)).await?;
+                    Ok::<_, S3Error>(Bytes::from(got))
+                }
             }
-        }
-    }
-    Ok(body)
+        })
+        .buffered(target.concurrency.max(1))
+        .try_collect()
+        .await?;
+    Ok(chunks.concat())
 }
 
 async fn create(target: &Target<'_>) -> Result<String, S3Error> {
