@@ -17,6 +17,8 @@ VENV=$CACHE/venv
 # Pinned so every machine tests against the same servers; bump on purpose.
 MOTO_REQ='moto[server]==5.2.1'
 JUST_REQ='rust-just==1.59.0'
+# Engines no one here wrote, which the result tests read the datasets with.
+ENGINES_REQ='duckdb==1.5.6 pyarrow==25.0.1'
 VERSITYGW_VERSION=v1.8.0
 # MinIO tags its releases RELEASE.<date>, which the module proxy does not
 # serve as versions: this pseudo-version is the last commit of the open-source
@@ -74,6 +76,17 @@ if [ ! -x "$VENV/bin/moto_server" ] || [ "$(cat "$venv_stamp" 2>/dev/null)" != "
 fi
 ln -sf "$VENV/bin/moto_server" "$BIN/moto_server"
 say moto "$("$VENV/bin/python" -c 'import moto; print(moto.__version__)')" "$state"
+
+# --- DuckDB and pyarrow: the result tests read the datasets with them ---------
+engines_stamp=$VENV/.bucketscan-engines
+state=present
+if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$ENGINES_REQ" ]; then
+  # shellcheck disable=SC2086 # two requirements, split on purpose
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check $ENGINES_REQ
+  echo "$ENGINES_REQ" >"$engines_stamp"
+  state=installed
+fi
+say duckdb "$("$VENV/bin/python" -c 'import duckdb, pyarrow; print(duckdb.__version__, "pyarrow", pyarrow.__version__)')" "$state"
 
 # --- just: prebuilt binary from the rust-just wheel, else built by cargo ------
 state=present

@@ -146,8 +146,9 @@ fn default_ca_key() -> String {
     "ca.crt".into()
 }
 
-/// Where the result goes: `s3://{bucket}/{prefix}result.jsonl[.gz]`, with
-/// `manifest.json` beside it.
+/// Where the result goes: `s3://{bucket}/{prefix}result.jsonl[.gz]` (layout
+/// `single`) or files under `s3://{bucket}/{prefix}data/` (layout
+/// `dataset`), with `manifest.json` beside it listing every file.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Output {
@@ -164,6 +165,14 @@ pub struct Output {
     /// Result format.
     #[serde(default)]
     pub format: Format,
+    /// `single`: one object (the default, where earlier releases put it);
+    /// `dataset`: files of at most `fileSizeBytes` under `data/`.
+    #[serde(default)]
+    pub layout: Layout,
+    /// Bound on one data file in bytes, 5 MiB to 5 GiB. Default 1 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 5242880 && self <= 5368709120").message("fileSizeBytes must be between 5242880 (5 MiB, S3's smallest part) and 5368709120 (5 GiB, S3's largest copied part)"))]
+    pub file_size_bytes: Option<u64>,
     /// Gzip the result.
     #[serde(default)]
     pub gzip: bool,
@@ -176,6 +185,37 @@ pub enum Format {
     /// JSON Lines: one JSON object per object of the bucket.
     #[default]
     Jsonl,
+    /// RFC 4180 CSV with a header row; user metadata as a JSON column.
+    Csv,
+}
+
+impl From<Format> for bucketscan_core::scan::format::Format {
+    fn from(f: Format) -> Self {
+        match f {
+            Format::Jsonl => Self::Jsonl,
+            Format::Csv => Self::Csv,
+        }
+    }
+}
+
+/// Result layout.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// One object, `result.jsonl[.gz]` or `result.csv[.gz]`.
+    #[default]
+    Single,
+    /// Files of bounded size in key order under `data/`.
+    Dataset,
+}
+
+impl From<Layout> for bucketscan_core::scan::format::Layout {
+    fn from(l: Layout) -> Self {
+        match l {
+            Layout::Single => Self::Single,
+            Layout::Dataset => Self::Dataset,
+        }
+    }
 }
 
 /// The worker pods: a fixed number (`replicas`), or between `minReplicas` and
@@ -345,10 +385,15 @@ pub struct BucketScanStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub eta: Option<String>,
-    /// The result, once complete: s3://BUCKET/PREFIXresult.jsonl[.gz].
+    /// The result, once complete: s3://BUCKET/PREFIXresult.EXT (layout
+    /// single) or s3://BUCKET/PREFIXdata/ (layout dataset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
     pub output: Option<String>,
+    /// The manifest listing the result's files: s3://BUCKET/PREFIXmanifest.json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub manifest: Option<String>,
     /// When planning started; activeDeadlineSeconds counts from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,

@@ -146,8 +146,23 @@ async fn the_crd_installs_and_the_api_server_enforces_it() {
         ),
         (
             "bad-format",
-            serde_json::json!({"output": {"format": "csv"}}),
-            "Unsupported value: \"csv\"",
+            serde_json::json!({"output": {"format": "xml"}}),
+            "Unsupported value: \"xml\"",
+        ),
+        (
+            "bad-layout",
+            serde_json::json!({"output": {"layout": "many"}}),
+            "Unsupported value: \"many\"",
+        ),
+        (
+            "tiny-files",
+            serde_json::json!({"output": {"fileSizeBytes": 1000}}),
+            "fileSizeBytes must be between 5242880",
+        ),
+        (
+            "huge-files",
+            serde_json::json!({"output": {"fileSizeBytes": 5368709121u64}}),
+            "fileSizeBytes must be between 5242880",
         ),
     ];
     for (name, change, message) in cases {

@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::{Queue, RedisConfig};
 use bucketscan_core::fleet::run::{RunOptions, Runner};
-use bucketscan_core::fleet::spec::{normalize_output_prefix, ScanSpec};
+use bucketscan_core::fleet::spec::{check_output, normalize_output_prefix, ScanSpec};
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::HeadClient;
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
@@ -74,7 +74,12 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         gzip: args.gzip,
         only_with_metadata: args.only_with_metadata,
         max_failures: args.max_failures,
+        format: args.format,
+        layout: args.layout,
+        file_size: args.file_size,
     };
+    // Before Redis or S3 is asked anything (the estimate comes with planning).
+    check_output(spec.layout, spec.file_size, spec.gzip, 0).map_err(anyhow::Error::msg)?;
     let s3 = args.source.endpoint.connect(64).await?;
     let opts = PlanOptions {
         delimiter: Some(args.delimiter.clone()).filter(|d| !d.is_empty()),
@@ -142,10 +147,12 @@ pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
     let s3 = args.endpoint.connect(16).await?;
     let manifest = bucketscan_core::fleet::merge::merge(&args.queue.scan, &queue, &s3).await?;
     eprintln!(
-        "merged {} shards into {} ({} bytes); manifest s3://{}/{}",
+        "merged {} shards into {} ({} bytes, {} records in {} files); manifest s3://{}/{}",
         manifest.shards_done,
         manifest.result,
         manifest.result_bytes,
+        manifest.records,
+        manifest.files.len(),
         spec.output_bucket,
         spec.manifest_key()
     );

@@ -4,10 +4,12 @@ mod distributed;
 mod progress;
 
 use anyhow::Context;
+use bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE;
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
 use bucketscan_core::s3::{resolve_region, Endpoint, S3};
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
+use bucketscan_core::scan::format::{Format, Layout};
 use bucketscan_core::scan::output::{Destination, OutputOptions};
 use bucketscan_core::scan::single::{plan_bucket, scan_shards, ScanOptions};
 use clap::{Args, Parser, Subcommand};
@@ -87,6 +89,9 @@ struct ScanArgs {
     /// Compress the output with gzip.
     #[arg(long)]
     gzip: bool,
+    /// Record format: jsonl or csv (RFC 4180, with a header row).
+    #[arg(long, default_value = "jsonl")]
+    format: Format,
     /// Keep only objects that have user metadata (errors are always kept).
     #[arg(long)]
     only_with_metadata: bool,
@@ -140,6 +145,16 @@ struct PlanArgs {
     output: String,
     #[arg(long)]
     gzip: bool,
+    /// Record format: jsonl or csv (RFC 4180, with a header row).
+    #[arg(long, default_value = "jsonl")]
+    format: Format,
+    /// single: one object, PREFIX/result.EXT; dataset: files of at most
+    /// --file-size under PREFIX/data/, listed in PREFIX/manifest.json.
+    #[arg(long, default_value = "single")]
+    layout: Layout,
+    /// Bound on one data file, in bytes (5 MiB to 5 GiB).
+    #[arg(long, default_value_t = DEFAULT_FILE_SIZE)]
+    file_size: u64,
     #[arg(long)]
     only_with_metadata: bool,
     /// Shards to plan (more appear while the scan runs: idle workers get
@@ -309,6 +324,8 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
         output: args.output.clone(),
         output_opts: OutputOptions {
             gzip: args.gzip,
+            format: args.format,
+            bucket: src.bucket.clone(),
             ..OutputOptions::default()
         },
     };

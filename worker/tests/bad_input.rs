@@ -182,6 +182,48 @@ fn flags_out_of_range_are_refused_before_any_request() {
     }
 }
 
+/// An unknown format or layout is a usage error; a data file size S3 cannot
+/// compose is refused before Redis or S3 is asked anything (both unreachable
+/// here).
+#[test]
+fn output_settings_that_cannot_work_are_refused_before_any_request() {
+    let scan = ["scan", "--bucket", "b", "--endpoint", "http://127.0.0.1:1"];
+    let out = worker(&[&scan[..], &["--format", "xml"]].concat(), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("unknown format \"xml\": use jsonl or csv"),
+        "{}",
+        stderr(&out)
+    );
+    let plan = [
+        "plan",
+        "--scan",
+        "s",
+        "--redis",
+        "redis://127.0.0.1:1",
+        "--endpoint",
+        "http://127.0.0.1:1",
+        "--bucket",
+        "b",
+        "--output",
+        "s3://o/",
+    ];
+    let out = worker(&[&plan[..], &["--layout", "many"]].concat(), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("use single or dataset"), "{}", stderr(&out));
+    for size in ["1000", "5368709121"] {
+        let out = worker(
+            &[&plan[..], &["--layout", "dataset", "--file-size", size]].concat(),
+            &[],
+        );
+        let line = one_error_line(&out);
+        assert!(
+            line.contains(&format!("file size {size} is out of range")) && line.contains("5 MiB"),
+            "{line}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_output_bucket_is_refused_before_planning() {
     let s3 = versitygw();

@@ -114,7 +114,11 @@ async fn large_output_is_a_streamed_multipart_upload() {
             bucket: bucket.clone(),
             key: key.clone(),
         };
-        let opts = OutputOptions { gzip, part_size: 0 }; // 0 = the S3 minimum, 5 MiB
+        let opts = OutputOptions {
+            gzip,
+            part_size: 0, // 0 = the S3 minimum, 5 MiB
+            ..OutputOptions::default()
+        };
         let mut writer = RecordWriter::create(&dest, &opts, Some(&s3)).await.unwrap();
         for r in &records {
             writer.write(r).await.unwrap();

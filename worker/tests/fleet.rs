@@ -554,6 +554,9 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
         gzip: false,
         only_with_metadata: false,
         max_failures: 5,
+        format: Default::default(),
+        layout: Default::default(),
+        file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
     };
     let client_s3 = s3.s3().await;
     let queue = Queue::connect(&RedisConfig::new(&url), "lost", "test", Duration::from_secs(30))
@@ -692,6 +695,9 @@ async fn the_heartbeat_ends_when_a_shard_ends_in_an_error() {
         gzip: false,
         only_with_metadata: false,
         max_failures: 5,
+        format: Default::default(),
+        layout: Default::default(),
+        file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
     };
     let lease = Duration::from_millis(900);
     let queue = Queue::connect(&RedisConfig::new(redis_url()), &scan, "w", lease)

@@ -1,24 +1,38 @@
 //! `bucketscan-worker merge`: join the recorded parts of every shard, in key
-//! order, into one object, write a manifest beside it and delete the parts.
+//! order, into the result (one object, or a dataset of bounded files under
+//! `data/`), write a manifest beside it and delete the parts.
 //!
-//! The result is a multipart upload: parts of 5 MiB or more are copied on the
-//! server (`UploadPartCopy`, no bytes through the merger); smaller ones are
-//! read and concatenated until they make a part. Gzip parts concatenate into a
-//! valid multi-member gzip stream. Re-running a finished merge changes nothing.
+//! Every output file is one upload of at most 10,000 parts, planned before
+//! any request (`merge_plan`): parts of 5 MiB or more are copied on the
+//! server (`UploadPartCopy`, no bytes through the merger), smaller ones are
+//! read and joined; 16 parts go up at once. Gzip parts concatenate into a
+//! valid multi-member gzip stream; a CSV file starts with its header (its own
+//! gzip member when compressed). Re-running a finished merge changes nothing;
+//! re-running one that died midway writes the same files again (the plan
+//! depends only on the recorded parts).
 //!
-//! May import: `spec`, `queue`, `scan` (the output format) and `s3`.
+//! May import: `spec`, `queue`, `merge_plan`, `scan` (the output format) and `s3`.
 
+use crate::fleet::merge_plan::{plan_files, plan_from_files, plan_single, FilePlan, PartIn, SinglePlan};
+use crate::fleet::queue::PartStats;
 use crate::fleet::queue::{Queue, QueueError, ShardRecord};
 use crate::fleet::spec::ScanSpec;
+use crate::s3::compose::{compose, Composed, Piece, Target};
 use crate::s3::delete::delete_prefix;
 use crate::s3::error::S3Error;
-use crate::s3::head::sdk_size;
-use crate::s3::upload::{Upload, MIN_PART_SIZE};
+use crate::s3::types::ListRequest;
 use crate::s3::S3;
-use crate::scan::output::content_type;
+use crate::scan::format::{record_keys, Layout};
+use bytes::Bytes;
+use futures::stream::{self, StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
 use std::sync::Arc;
+
+/// Parts uploaded or copied at once per output file, and parts read at once
+/// when Redis lost their stats.
+pub const MERGE_CONCURRENCY: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
@@ -30,6 +44,12 @@ pub enum MergeError {
     NotPlanned(String),
     #[error("scan is not finished: {pending} shards pending, {leased} being scanned")]
     NotFinished { pending: u64, leased: u64 },
+    #[error("recorded part {0} is missing from the output bucket")]
+    MissingPart(String),
+    #[error("part {key}: {reason}")]
+    BadPart { key: String, reason: String },
+    #[error("the result needs {files} files of up to {file_size} bytes, more than one object can hold (10,000 parts): plan the scan with layout dataset or a larger file size")]
+    TooBigForSingle { files: usize, file_size: u64 },
 }
 
 /// Written as JSON beside the result.
@@ -57,6 +77,28 @@ pub struct Manifest {
     pub created: Option<String>,
     pub merged: String,
     pub spec: ScanSpec,
+    /// The result's files, in key order (one for the single layout). Empty
+    /// in manifests of releases before datasets.
+    #[serde(default)]
+    pub files: Vec<DataFile>,
+    /// Records in all files.
+    #[serde(default)]
+    pub records: u64,
+}
+
+/// One file of the result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFile {
+    /// `s3://bucket/key`.
+    pub location: String,
+    /// Key of the first and last record (none for an empty result).
+    pub first_key: Option<String>,
+    pub last_key: Option<String>,
+    pub records: u64,
+    pub bytes: u64,
+    /// The S3 ETag of the file (an MD5 for one PUT, `md5-of-parts-N` for a
+    /// multipart upload): what `HEAD` returns for an unchanged file.
+    pub etag: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -88,11 +130,14 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         );
     }
     let shards = queue.shard_records().await?;
-    let mut parts = Vec::new();
+    let mut keys = Vec::new();
     for shard in &shards {
-        parts.extend(queue.parts(&shard.id).await?);
+        keys.extend(queue.parts(&shard.id).await?);
     }
-    let bytes = concatenate(s3, &spec, &parts).await?;
+    let parts = describe_parts(s3, queue, &spec, keys).await?;
+    // What an earlier attempt that died left under data/ is written again.
+    delete_prefix(s3, &spec.output_bucket, &spec.data_prefix()).await?;
+    let files = write_result(s3, &spec, &parts).await?;
     let dead: Vec<DeadShard> = shards
         .iter()
         .filter(|s| s.state == "dead")
@@ -104,8 +149,13 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         .collect();
     let manifest = Manifest {
         scan: scan.to_string(),
-        result: format!("s3://{}/{}", spec.output_bucket, spec.result_key()),
-        result_bytes: bytes,
+        result: match spec.layout {
+            Layout::Single => format!("s3://{}/{}", spec.output_bucket, spec.result_key()),
+            Layout::Dataset => format!("s3://{}/{}", spec.output_bucket, spec.data_prefix()),
+        },
+        result_bytes: files.iter().map(|f| f.bytes).sum(),
+        records: files.iter().map(|f| f.records).sum(),
+        files,
         shards: shards.len() as u64,
         shards_done: shards.iter().filter(|s| s.state == "done").count() as u64,
         shards_dead: dead.len() as u64,
@@ -137,112 +187,166 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     Ok(manifest)
 }
 
+/// A recorded part with its size (from one LIST of the parts, not a HEAD
+/// each) and what it holds.
+struct Described {
+    part: PartIn,
+    stats: PartStats,
+}
+
+async fn describe_parts(
+    s3: &Arc<S3>,
+    queue: &Queue,
+    spec: &ScanSpec,
+    keys: Vec<String>,
+) -> Result<Vec<Described>, MergeError> {
+    let sizes = list_sizes(s3, &spec.output_bucket, &spec.parts_prefix()).await?;
+    let stats = queue.part_stats(&keys).await?;
+    stream::iter(keys.into_iter().zip(stats))
+        .map(|(key, stats)| {
+            let size = sizes.get(&key).copied();
+            async move {
+                let size = size.ok_or_else(|| MergeError::MissingPart(key.clone()))?;
+                let stats = match stats {
+                    Some(s) => s,
+                    None => read_stats(s3, spec, &key).await?,
+                };
+                Ok::<_, MergeError>(Described {
+                    part: PartIn { key, size },
+                    stats,
+                })
+            }
+        })
+        .buffered(MERGE_CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+async fn list_sizes(s3: &S3, bucket: &str, prefix: &str) -> Result<HashMap<String, u64>, S3Error> {
+    let mut sizes = HashMap::new();
+    let mut req = ListRequest {
+        prefix: prefix.to_string(),
+        max_keys: 1000,
+        ..ListRequest::default()
+    };
+    loop {
+        let page = s3.list_page(bucket, &req).await?;
+        sizes.extend(page.objects.into_iter().map(|o| (o.key, o.size)));
+        match page.next {
+            Some(next) => req.continuation = Some(next),
+            None => return Ok(sizes),
+        }
+    }
+}
+
+/// A part's stats from its content: for parts Redis has none for (it lost
+/// them, or an older worker wrote the part).
+async fn read_stats(s3: &S3, spec: &ScanSpec, key: &str) -> Result<PartStats, MergeError> {
+    let bad = |reason: String| MergeError::BadPart {
+        key: key.to_string(),
+        reason,
+    };
+    let raw = s3.get(&spec.output_bucket, key, None).await?;
+    let body = if spec.gzip {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .map_err(|e| bad(format!("gzip: {e}")))?;
+        out
+    } else {
+        raw
+    };
+    let keys = record_keys(spec.format, &body).map_err(bad)?;
+    Ok(PartStats {
+        records: keys.len() as u64,
+        first: keys.first().cloned().unwrap_or_default(),
+        last: keys.last().cloned().unwrap_or_default(),
+    })
+}
+
+/// The bytes every file starts with: the header, compressed as a gzip
+/// member of its own so the single layout can skip it in all but the first.
+fn lead(spec: &ScanSpec) -> Bytes {
+    let header = spec.format.header();
+    if header.is_empty() || !spec.gzip {
+        return header.into();
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &header).expect("writing to memory");
+    gz.finish().expect("writing to memory").into()
+}
+
+async fn write_result(
+    s3: &Arc<S3>,
+    spec: &ScanSpec,
+    parts: &[Described],
+) -> Result<Vec<DataFile>, MergeError> {
+    let inputs: Vec<PartIn> = parts.iter().map(|d| d.part.clone()).collect();
+    let lead = lead(spec);
+    match spec.layout {
+        Layout::Dataset => write_files(s3, spec, parts, plan_files(&inputs, &lead, spec.file_size)).await,
+        Layout::Single => match plan_single(&inputs, &lead, spec.file_size) {
+            SinglePlan::Direct(pieces) => {
+                let composed = put_file(s3, spec, &spec.result_key(), pieces).await?;
+                Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
+            }
+            SinglePlan::TwoLevel(plans) => {
+                let files = write_files(s3, spec, parts, plans).await?;
+                let keys: Vec<String> = (0..files.len()).map(|i| spec.data_key(i)).collect();
+                let sizes: Vec<u64> = files.iter().map(|f| f.bytes).collect();
+                let pieces = plan_from_files(&keys, &sizes, &lead).ok_or(MergeError::TooBigForSingle {
+                    files: files.len(),
+                    file_size: spec.file_size,
+                })?;
+                let composed = put_file(s3, spec, &spec.result_key(), pieces).await?;
+                delete_prefix(s3, &spec.output_bucket, &spec.data_prefix()).await?;
+                Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
+            }
+        },
+    }
+}
+
+async fn write_files(
+    s3: &Arc<S3>,
+    spec: &ScanSpec,
+    parts: &[Described],
+    plans: Vec<FilePlan>,
+) -> Result<Vec<DataFile>, MergeError> {
+    let mut files = Vec::with_capacity(plans.len());
+    for (n, plan) in plans.into_iter().enumerate() {
+        let key = spec.data_key(n);
+        let composed = put_file(s3, spec, &key, plan.pieces).await?;
+        files.push(describe_file(spec, &key, &parts[plan.parts], composed));
+    }
+    Ok(files)
+}
+
+async fn put_file(s3: &Arc<S3>, spec: &ScanSpec, key: &str, pieces: Vec<Piece>) -> Result<Composed, S3Error> {
+    let target = Target {
+        s3,
+        bucket: &spec.output_bucket,
+        key,
+        content_type: spec.format.content_type(spec.gzip),
+        concurrency: MERGE_CONCURRENCY,
+    };
+    compose(&target, pieces).await
+}
+
+fn describe_file(spec: &ScanSpec, key: &str, parts: &[Described], composed: Composed) -> DataFile {
+    DataFile {
+        location: format!("s3://{}/{key}", spec.output_bucket),
+        first_key: parts.first().map(|d| d.stats.first.clone()),
+        last_key: parts.last().map(|d| d.stats.last.clone()),
+        records: parts.iter().map(|d| d.stats.records).sum(),
+        bytes: composed.bytes,
+        etag: composed.etag,
+    }
+}
+
 fn sum_counts(shards: &[ShardRecord]) -> BTreeMap<String, u64> {
     let mut total = BTreeMap::new();
     for (field, n) in shards.iter().flat_map(|s| &s.counts) {
         *total.entry(field.clone()).or_default() += n;
     }
     total
-}
-
-/// Build the result from `parts` (keys in the output bucket); returns its size.
-async fn concatenate(s3: &Arc<S3>, spec: &ScanSpec, parts: &[String]) -> Result<u64, S3Error> {
-    let mut out = Composer::new(
-        s3.clone(),
-        spec.output_bucket.clone(),
-        spec.result_key(),
-        spec.gzip,
-    );
-    let result = async {
-        for key in parts {
-            out.append(key).await?;
-        }
-        out.complete().await
-    }
-    .await;
-    if result.is_err() {
-        out.abort().await;
-    }
-    result
-}
-
-/// The result, assembled from the parts: big runs are copied server-side,
-/// small parts are read and concatenated into parts of at least 5 MiB.
-struct Composer {
-    s3: Arc<S3>,
-    bucket: String,
-    upload: Upload,
-    buffer: Vec<u8>,
-    total: u64,
-}
-
-impl Composer {
-    fn new(s3: Arc<S3>, bucket: String, key: String, gzip: bool) -> Composer {
-        Composer {
-            upload: Upload::new(s3.clone(), bucket.clone(), key, content_type(gzip)),
-            s3,
-            bucket,
-            buffer: Vec::new(),
-            total: 0,
-        }
-    }
-
-    async fn append(&mut self, source: &str) -> Result<(), S3Error> {
-        let size = self.size_of(source).await?;
-        self.total += size;
-        let min = MIN_PART_SIZE as u64;
-        let mut offset = 0;
-        // Every part but the last must be at least 5 MiB: a small source, or
-        // the head of a big one that tops up a started buffer, is read.
-        if size < min || !self.buffer.is_empty() {
-            offset = size.min(min - self.buffer.len() as u64);
-            let head = self.read(source, 0, offset).await?;
-            self.buffer.extend_from_slice(&head);
-            if self.buffer.len() as u64 >= min {
-                let chunk = std::mem::take(&mut self.buffer);
-                self.upload.upload_part(chunk).await?;
-            }
-        }
-        let rest = size - offset;
-        if rest == 0 {
-            return Ok(());
-        }
-        if rest >= min {
-            self.upload.copy_part(source, offset, size - 1).await
-        } else {
-            let bytes = self.read(source, offset, rest).await?;
-            self.buffer.extend_from_slice(&bytes);
-            Ok(())
-        }
-    }
-
-    async fn size_of(&self, source: &str) -> Result<u64, S3Error> {
-        let (s3, bucket) = (&self.s3, self.bucket.as_str());
-        let head = s3
-            .send_retried(bucket, |sdk| sdk.head_object().bucket(bucket).key(source).send())
-            .await?;
-        // A part's size decides what is read and copied: guessing 0 would
-        // silently leave the part out of the result.
-        sdk_size(head.content_length(), &format!("HEAD answer for part {source}"))
-    }
-
-    /// `len` bytes of `source` from `offset`.
-    async fn read(&self, source: &str, offset: u64, len: u64) -> Result<Vec<u8>, S3Error> {
-        if len == 0 {
-            return Ok(Vec::new());
-        }
-        let range = format!("bytes={offset}-{}", offset + len - 1);
-        self.s3.get(&self.bucket, source, Some(&range)).await
-    }
-
-    /// Returns the result's size.
-    async fn complete(&mut self) -> Result<u64, S3Error> {
-        let rest = std::mem::take(&mut self.buffer);
-        self.upload.complete(rest).await?;
-        Ok(self.total)
-    }
-
-    async fn abort(&mut self) {
-        self.upload.abort().await
-    }
 }

@@ -13,6 +13,7 @@
 pub mod governed;
 pub mod governor;
 pub mod merge;
+pub mod merge_plan;
 pub mod plan;
 pub mod queue;
 pub mod recovery;

@@ -5,7 +5,7 @@
 //! May import: `spec`, `queue`, `keyspace` and `s3`.
 
 use crate::fleet::queue::{Queue, QueueError};
-use crate::fleet::spec::ScanSpec;
+use crate::fleet::spec::{check_output, ScanSpec};
 use crate::keyspace::planner::{plan, BucketLister, PlanOptions};
 use crate::s3::error::S3Error;
 use crate::s3::S3;
@@ -20,6 +20,9 @@ pub enum PlanError {
     Planning(S3Error),
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// The output settings cannot work (file size, a single result too big).
+    #[error("{0}")]
+    Settings(String),
 }
 
 /// Shards planned, and how many of them were new to the queue (planning
@@ -38,6 +41,9 @@ pub async fn plan_scan(
     opts: &PlanOptions,
     queue: &Queue,
 ) -> Result<Planned, PlanError> {
+    let check =
+        |objects| check_output(spec.layout, spec.file_size, spec.gzip, objects).map_err(PlanError::Settings);
+    check(0)?;
     s3.check_bucket(&spec.bucket)
         .await
         .map_err(|source| PlanError::Source {
@@ -59,6 +65,9 @@ pub async fn plan_scan(
         ..opts.clone()
     };
     let shards = plan(&lister, &opts).await.map_err(PlanError::Planning)?;
+    // Refused before anything is stored: a single result that cannot fit
+    // would otherwise fail only at the merge, after the whole scan.
+    check(shards.iter().map(|s| s.estimated_objects).sum())?;
     queue.set_spec(spec).await?;
     let added = queue
         .enqueue(&shards.iter().map(|p| p.shard.clone()).collect::<Vec<_>>())

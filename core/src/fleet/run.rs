@@ -12,7 +12,7 @@
 
 use crate::fleet::governed;
 use crate::fleet::governor::GovernorConfig;
-use crate::fleet::queue::{Commit, Finish, Lease, Queue, QueueError, Split};
+use crate::fleet::queue::{Commit, Finish, Lease, PartStats, Queue, QueueError, Split};
 use crate::fleet::recovery::{write_done, DoneRecord};
 use crate::fleet::spec::ScanSpec;
 use crate::keyspace::planner::{split_point, BucketLister};
@@ -311,6 +311,14 @@ impl Runner {
             return Ok(true);
         };
         let key = part.finish().await?;
+        if let (Some(key), Some(first), Some(last)) = (&key, &part.first_written, &part.last_written) {
+            let stats = PartStats {
+                records: part.counts.written,
+                first: first.clone(),
+                last: last.clone(),
+            };
+            self.queue.set_part_stats(key, &stats).await?;
+        }
         let counts = part.counts.pairs();
         let commit = Commit {
             checkpoint: Some(&checkpoint),
@@ -498,6 +506,9 @@ struct Part {
     writer: Option<RecordWriter>,
     key: Option<String>,
     last_key: Option<String>,
+    /// The first and last keys written (kept), for the part's stats.
+    first_written: Option<String>,
+    last_written: Option<String>,
     counts: PartCounts,
     opened: Instant,
 }
@@ -509,6 +520,8 @@ impl Part {
             writer: None,
             key: None,
             last_key: None,
+            first_written: None,
+            last_written: None,
             counts: PartCounts::default(),
             opened: Instant::now(),
         }
@@ -531,12 +544,19 @@ impl Part {
                 };
                 let opts = OutputOptions {
                     gzip: spec.gzip,
+                    format: spec.format,
+                    header: false,
+                    bucket: spec.bucket.clone(),
                     ..OutputOptions::default()
                 };
                 self.writer = Some(RecordWriter::create(&dest, &opts, Some(&s3)).await?);
                 self.key = Some(key);
             }
             self.writer.as_mut().expect("just created").write(&record).await?;
+            if self.first_written.is_none() {
+                self.first_written = Some(record.key.clone());
+            }
+            self.last_written = Some(record.key.clone());
         }
         self.counts.add(&record, keep);
         self.last_key = Some(record.key);

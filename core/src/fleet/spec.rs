@@ -2,9 +2,24 @@
 //! read by every worker and by the merge, so workers need only the Redis URL,
 //! the scan id and the endpoint.
 //!
-//! May import: `keyspace` only.
+//! May import: `keyspace`, `scan::format` and `s3::upload` (its limits).
 
+use crate::s3::upload::MAX_PARTS;
+use crate::scan::format::{Format, Layout};
 use serde::{Deserialize, Serialize};
+
+/// Default bound on a dataset file: big enough that readers are not slowed
+/// by many small files, small enough that a file is one unit of parallelism.
+pub const DEFAULT_FILE_SIZE: u64 = 1 << 30;
+/// Files of the dataset are at least 5 MiB (S3's smallest multipart part:
+/// the single layout copies whole files as parts) and at most 5 GiB (the
+/// largest part S3 copies).
+pub const MIN_FILE_SIZE: u64 = 5 << 20;
+pub const MAX_FILE_SIZE: u64 = 5 << 30;
+
+fn default_file_size() -> u64 {
+    DEFAULT_FILE_SIZE
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScanSpec {
@@ -21,6 +36,50 @@ pub struct ScanSpec {
     pub only_with_metadata: bool,
     /// A shard that failed this many times is dead-lettered.
     pub max_failures: u32,
+    /// Specs written before these fields existed read as JSONL, single.
+    #[serde(default)]
+    pub format: Format,
+    #[serde(default)]
+    pub layout: Layout,
+    /// Bound on one data file of the result, in bytes (compressed size).
+    #[serde(default = "default_file_size")]
+    pub file_size: u64,
+}
+
+/// The fewest bytes a record takes in the result: a JSONL record of an
+/// object with a one-letter key and nothing else is about 50 bytes, and gzip
+/// shrinks such near-identical lines about six-fold. Used only to refuse a
+/// single-object result that surely cannot fit.
+fn min_record_bytes(gzip: bool) -> u64 {
+    if gzip {
+        8
+    } else {
+        48
+    }
+}
+
+/// Why a spec's output settings cannot work: said before any work starts.
+/// `estimated_objects` is the planner's estimate of the keyspace's size.
+pub fn check_output(
+    layout: Layout,
+    file_size: u64,
+    gzip: bool,
+    estimated_objects: u64,
+) -> Result<(), String> {
+    if !(MIN_FILE_SIZE..=MAX_FILE_SIZE).contains(&file_size) {
+        return Err(format!(
+            "file size {file_size} is out of range: a data file is between {MIN_FILE_SIZE} (5 MiB, S3's smallest part) and {MAX_FILE_SIZE} (5 GiB, S3's largest copied part) bytes"
+        ));
+    }
+    // The single object is one multipart upload of at most 10,000 data files.
+    let capacity = file_size.saturating_mul(MAX_PARTS as u64);
+    let least = estimated_objects.saturating_mul(min_record_bytes(gzip));
+    if layout == Layout::Single && least > capacity {
+        return Err(format!(
+            "about {estimated_objects} objects cannot fit one result object: it holds at most 10,000 files of {file_size} bytes ({capacity} bytes) and these records need at least {least}; use the dataset layout or a larger file size"
+        ));
+    }
+    Ok(())
 }
 
 /// An output prefix as the scan uses it: every non-empty prefix ends with `/`,
@@ -42,11 +101,18 @@ pub fn prefixes_overlap(a: &str, b: &str) -> bool {
 
 impl ScanSpec {
     fn extension(&self) -> &'static str {
-        if self.gzip {
-            "jsonl.gz"
-        } else {
-            "jsonl"
-        }
+        self.format.extension(self.gzip)
+    }
+
+    /// Where the dataset's files go (and, for the single layout, where the
+    /// merge stages them before joining them).
+    pub fn data_prefix(&self) -> String {
+        format!("{}data/", self.output_prefix)
+    }
+
+    /// Data file number `n` (from 0): zero-padded so names sort in key order.
+    pub fn data_key(&self, n: usize) -> String {
+        format!("{}{n:06}.{}", self.data_prefix(), self.extension())
     }
 
     /// The key of one output part: the part of shard `shard_id` that lease
@@ -117,6 +183,9 @@ mod tests {
             gzip: true,
             only_with_metadata: false,
             max_failures: 3,
+            format: Format::Jsonl,
+            layout: Layout::Single,
+            file_size: DEFAULT_FILE_SIZE,
         };
         assert_eq!(
             spec.part_key("abc", 1, None),
@@ -138,5 +207,37 @@ mod tests {
             .part_key("abc", 1, Some("k1"))
             .starts_with(&spec.parts_prefix()));
         assert_eq!(spec.result_key(), "scans/1/result.jsonl.gz");
+        assert_eq!(spec.data_key(3), "scans/1/data/000003.jsonl.gz");
+    }
+
+    #[test]
+    fn specs_from_before_formats_read_as_jsonl_single() {
+        let old = r#"{"bucket":"b","output_bucket":"o","max_failures":3}"#;
+        let spec: ScanSpec = serde_json::from_str(old).unwrap();
+        assert_eq!((spec.format, spec.layout), (Format::Jsonl, Layout::Single));
+        assert_eq!(spec.file_size, DEFAULT_FILE_SIZE);
+        assert_eq!(spec.result_key(), "result.jsonl");
+    }
+
+    #[test]
+    fn file_sizes_outside_what_s3_can_compose_are_refused() {
+        assert!(check_output(Layout::Dataset, MIN_FILE_SIZE, false, 0).is_ok());
+        assert!(check_output(Layout::Single, MAX_FILE_SIZE, false, 0).is_ok());
+        assert!(check_output(Layout::Dataset, MIN_FILE_SIZE - 1, false, 0)
+            .unwrap_err()
+            .contains("5 MiB"));
+        assert!(check_output(Layout::Dataset, MAX_FILE_SIZE + 1, false, 0)
+            .unwrap_err()
+            .contains("5 GiB"));
+    }
+
+    #[test]
+    fn a_single_result_that_cannot_fit_10000_files_is_refused() {
+        // 2·10^9 records of at least 48 bytes are more than 10,000 x 5 MiB.
+        let err = check_output(Layout::Single, MIN_FILE_SIZE, false, 2_000_000_000).unwrap_err();
+        assert!(err.contains("use the dataset layout"), "{err}");
+        assert!(check_output(Layout::Dataset, MIN_FILE_SIZE, false, 2_000_000_000).is_ok());
+        assert!(check_output(Layout::Single, DEFAULT_FILE_SIZE, false, 2_000_000_000).is_ok());
+        assert!(check_output(Layout::Single, MIN_FILE_SIZE, true, 2_000_000_000).is_ok());
     }
 }

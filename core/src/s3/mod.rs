@@ -14,6 +14,7 @@
 pub mod client;
 pub mod clock;
 pub mod codec;
+pub mod compose;
 pub mod delete;
 pub mod error;
 pub mod head;

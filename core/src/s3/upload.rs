@@ -12,6 +12,10 @@ use std::sync::Arc;
 
 /// S3 refuses multipart parts under 5 MiB (except the last).
 pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
+/// S3 refuses parts (and copied part ranges) over 5 GiB.
+pub const MAX_PART_SIZE: usize = 5 * 1024 * 1024 * 1024;
+/// S3 refuses part numbers above 10,000.
+pub const MAX_PARTS: usize = 10_000;
 
 pub struct Upload {
     s3: Arc<S3>,

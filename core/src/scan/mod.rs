@@ -6,6 +6,7 @@
 //! May import: `s3` and `keyspace`; never `fleet`.
 
 pub mod engine;
+pub mod format;
 pub mod output;
 pub mod record;
 pub mod single;

@@ -1,12 +1,15 @@
-//! Streaming result output: JSON Lines, optionally gzip, to stdout, a file or
-//! an S3 object. Output to S3 goes up as a multipart upload once it outgrows
-//! one part, so a result of any size never sits whole in memory.
+//! Streaming result output: JSON Lines or CSV, optionally gzip, to stdout, a
+//! file or an S3 object. Output to S3 goes up as a multipart upload once it
+//! outgrows one part, so a result of any size never sits whole in memory; its
+//! parts grow as it grows (see [`part_size_for`]) so it never needs more than
+//! S3's 10,000 parts.
 //!
-//! May import: `record` and `s3` (S3 output is an `Upload`).
+//! May import: `record`, `format` and `s3` (S3 output is an `Upload`).
 
 use crate::s3::error::S3Error;
-use crate::s3::upload::{Upload, MIN_PART_SIZE};
+use crate::s3::upload::{Upload, MAX_PARTS, MAX_PART_SIZE, MIN_PART_SIZE};
 use crate::s3::S3;
+use crate::scan::format::Format;
 use crate::scan::record::Record;
 use flate2::write::GzEncoder;
 use std::io::Write;
@@ -18,13 +21,25 @@ use tokio::io::AsyncWriteExt;
 /// Buffer flushed to a local file or stdout at this size.
 const LOCAL_FLUSH: usize = 256 * 1024;
 
-/// The Content-Type of a result object.
-pub fn content_type(gzip: bool) -> &'static str {
-    if gzip {
-        "application/gzip"
-    } else {
-        "application/x-ndjson"
-    }
+/// Parts sent at one size before the size doubles.
+const PARTS_PER_DOUBLING: usize = 1000;
+
+/// The size of part number `sent + 1` of a streamed upload that started at
+/// `base` bytes: `base` for the first 1,000 parts, doubling every 1,000
+/// after, never above S3's 5 GiB. From 8 MiB this covers 8 GiB in the first
+/// 1,000 parts (memory stays at one 8 MiB part for the common case) and
+/// about 8 TiB within 10,000 parts, where a fixed 8 MiB stopped at 78 GiB.
+/// Bigger results are what the dataset layout is for.
+pub fn part_size_for(base: usize, sent: usize) -> usize {
+    let doublings = (sent / PARTS_PER_DOUBLING).min(20) as u32;
+    base.max(MIN_PART_SIZE)
+        .saturating_mul(1usize << doublings)
+        .min(MAX_PART_SIZE)
+}
+
+/// The most bytes a streamed upload starting at `base` can hold.
+pub fn streamed_capacity(base: usize) -> u64 {
+    (0..MAX_PARTS).map(|n| part_size_for(base, n) as u64).sum()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,7 +84,13 @@ impl std::fmt::Display for Destination {
 #[derive(Clone, Debug)]
 pub struct OutputOptions {
     pub gzip: bool,
-    /// Multipart part size for S3 output; at least [`MIN_PART_SIZE`].
+    pub format: Format,
+    /// Start with the format's header (a CSV header row). Parts of a
+    /// distributed scan have none: the merge puts it at each file's start.
+    pub header: bool,
+    /// The scanned bucket, a column of CSV rows.
+    pub bucket: String,
+    /// First multipart part size for S3 output; at least [`MIN_PART_SIZE`].
     pub part_size: usize,
 }
 
@@ -77,6 +98,9 @@ impl Default for OutputOptions {
     fn default() -> Self {
         OutputOptions {
             gzip: false,
+            format: Format::Jsonl,
+            header: true,
+            bucket: String::new(),
             part_size: 8 * 1024 * 1024,
         }
     }
@@ -120,6 +144,10 @@ pub struct RecordWriter {
     encoder: Encoder,
     sink: Sink,
     flush_at: usize,
+    /// The first `flush_at`, from which S3 parts grow.
+    part_base: usize,
+    format: Format,
+    bucket: String,
     line: Vec<u8>,
     summary: OutputSummary,
 }
@@ -163,7 +191,8 @@ impl RecordWriter {
             Destination::S3 { bucket, key } => {
                 let s3 = s3.ok_or_else(|| S3Error::Config("S3 output needs an S3 client".into()))?;
                 let part_size = opts.part_size.max(MIN_PART_SIZE);
-                let upload = MultipartUpload::new(s3.clone(), bucket.clone(), key.clone(), opts.gzip);
+                let content_type = opts.format.content_type(opts.gzip);
+                let upload = MultipartUpload::new(s3.clone(), bucket.clone(), key.clone(), content_type);
                 (Sink::S3(upload), part_size)
             }
         };
@@ -172,28 +201,44 @@ impl RecordWriter {
         } else {
             Encoder::Plain(Vec::new())
         };
-        Ok(RecordWriter {
+        let mut writer = RecordWriter {
             encoder,
             sink,
             flush_at,
+            part_base: flush_at,
+            format: opts.format,
+            bucket: opts.bucket.clone(),
             line: Vec::new(),
             summary: OutputSummary::default(),
-        })
+        };
+        if opts.header {
+            writer.line = opts.format.header();
+            writer.encode_line()?;
+        }
+        Ok(writer)
     }
 
     pub async fn write(&mut self, record: &Record) -> Result<(), S3Error> {
         self.line.clear();
-        record.write_line(&mut self.line);
+        self.format.write_record(record, &self.bucket, &mut self.line);
+        self.encode_line()?;
+        self.summary.records += 1;
+        if self.encoder.pending().len() >= self.flush_at {
+            let chunk = std::mem::take(self.encoder.pending());
+            self.send(chunk, false).await?;
+            if let Sink::S3(upload) = &self.sink {
+                self.flush_at = part_size_for(self.part_base, upload.upload.parts());
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_line(&mut self) -> Result<(), S3Error> {
         match &mut self.encoder {
             Encoder::Plain(v) => v.extend_from_slice(&self.line),
             Encoder::Gzip(g) => g
                 .write_all(&self.line)
                 .map_err(|e| S3Error::Other(format!("gzip: {e}")))?,
-        }
-        self.summary.records += 1;
-        if self.encoder.pending().len() >= self.flush_at {
-            let chunk = std::mem::take(self.encoder.pending());
-            self.send(chunk, false).await?;
         }
         Ok(())
     }
@@ -258,9 +303,9 @@ struct MultipartUpload {
 }
 
 impl MultipartUpload {
-    fn new(s3: Arc<S3>, bucket: String, key: String, gzip: bool) -> Self {
+    fn new(s3: Arc<S3>, bucket: String, key: String, content_type: &'static str) -> Self {
         MultipartUpload {
-            upload: Upload::new(s3, bucket, key, content_type(gzip)),
+            upload: Upload::new(s3, bucket, key, content_type),
             small: Vec::new(),
         }
     }
@@ -348,6 +393,22 @@ mod tests {
         w.finish().await.unwrap();
         let meta = std::fs::metadata("/dev/null").unwrap();
         assert!(!meta.is_file(), "/dev/null is still a device");
+    }
+
+    #[test]
+    fn streamed_parts_grow_so_10000_hold_tens_of_tebibytes() {
+        let base = OutputOptions::default().part_size;
+        assert_eq!(part_size_for(base, 0), base);
+        assert_eq!(part_size_for(base, 999), base, "small outputs keep small parts");
+        assert_eq!(part_size_for(base, 1000), 2 * base);
+        assert_eq!(part_size_for(1, 0), MIN_PART_SIZE, "never below S3's minimum");
+        for n in 0..MAX_PARTS {
+            assert!(part_size_for(base, n) <= MAX_PART_SIZE);
+            assert!(part_size_for(base, n + 1) >= part_size_for(base, n));
+        }
+        // 80 GiB failed before (10,000 x 8 MiB = 78 GiB); now far more fits.
+        assert!(streamed_capacity(base) > 7 << 40, "{}", streamed_capacity(base));
+        assert!(streamed_capacity(MIN_PART_SIZE) > 4 << 40);
     }
 
     #[test]

@@ -55,11 +55,13 @@ pub(super) async fn merging(
                 first.last_error.as_deref().unwrap_or("no error recorded")
             );
             st.output = Some(m.result.clone());
+            st.manifest = Some(manifest_location(&m));
             fail(scan, ctx, st, "ShardsFailed", &msg, now).await
         }
         Some(m) => {
             st.phase = Phase::Complete;
             st.output = Some(m.result.clone());
+            st.manifest = Some(manifest_location(&m));
             st.completion_time = Some(now.clone());
             st.eta = None;
             st.numbers.eta_seconds = None;
@@ -113,4 +115,9 @@ async fn merge_job_failure(scan: &BucketScan, ctx: &Context) -> Result<Option<St
         .into_iter()
         .find(|c| c.type_ == "Failed" && c.status == "True")
         .map(|c| format!("merge Job failed: {}", c.message.unwrap_or_default())))
+}
+
+/// Where the merge wrote the manifest (beside the result).
+fn manifest_location(m: &Manifest) -> String {
+    format!("s3://{}/{}", m.spec.output_bucket, m.spec.manifest_key())
 }

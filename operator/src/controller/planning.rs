@@ -9,7 +9,7 @@ use crate::desired;
 use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::fleet::recovery;
-use bucketscan_core::fleet::spec::ScanSpec;
+use bucketscan_core::fleet::spec::{ScanSpec, DEFAULT_FILE_SIZE};
 use bucketscan_core::keyspace::planner::PlanOptions;
 
 pub(super) fn spec_of(scan: &BucketScan) -> ScanSpec {
@@ -21,6 +21,9 @@ pub(super) fn spec_of(scan: &BucketScan) -> ScanSpec {
         gzip: scan.spec.output.gzip,
         only_with_metadata: scan.spec.filters.only_with_metadata,
         max_failures: max_failures(),
+        format: scan.spec.output.format.into(),
+        layout: scan.spec.output.layout.into(),
+        file_size: scan.spec.output.file_size_bytes.unwrap_or(DEFAULT_FILE_SIZE),
     }
 }
 

@@ -216,6 +216,11 @@ impl ScanKeys {
     fn governor_lock(&self) -> String {
         self.key("gov-lock")
     }
+    /// Part key -> JSON [`PartStats`]: what the merge writes in the manifest
+    /// without reading the parts.
+    pub fn part_stats(&self) -> String {
+        self.key("partstats")
+    }
     /// Every key of the scan except the per-shard ones (for cleanup).
     pub fn scan_wide(&self) -> Vec<String> {
         [
@@ -234,6 +239,7 @@ impl ScanKeys {
             "gov-window",
             "gov-sending",
             "gov-lock",
+            "partstats",
         ]
         .iter()
         .map(|k| self.key(k))
@@ -248,6 +254,16 @@ impl ScanKeys {
     pub fn parts(&self, id: &str) -> String {
         self.key(&format!("parts:{id}"))
     }
+}
+
+/// What a part holds: its record count and first and last keys. Written by
+/// the worker just before it records the part (a part never recorded leaves
+/// a harmless entry), read by the merge for the manifest.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PartStats {
+    pub records: u64,
+    pub first: String,
+    pub last: String,
 }
 
 /// A shard leased to this worker, as the worker believes Redis holds it: the
@@ -697,6 +713,33 @@ impl Queue {
     pub async fn shard_count(&self) -> Result<u64, QueueError> {
         let mut con = self.con.clone();
         Ok(con.scard(self.keys.shards()).await?)
+    }
+
+    pub async fn set_part_stats(&self, part: &str, stats: &PartStats) -> Result<(), QueueError> {
+        let mut con = self.con.clone();
+        let json = serde_json::to_string(stats).expect("stats serialize");
+        con.hset::<_, _, _, ()>(self.keys.part_stats(), part, json)
+            .await?;
+        Ok(())
+    }
+
+    /// The stats of `parts`, `None` where Redis has none (it lost them, or
+    /// the part was written by a release that did not record them).
+    pub async fn part_stats(&self, parts: &[String]) -> Result<Vec<Option<PartStats>>, QueueError> {
+        let mut con = self.con.clone();
+        let mut out = Vec::with_capacity(parts.len());
+        for chunk in parts.chunks(1000) {
+            let got: Vec<Option<String>> = redis::cmd("HMGET")
+                .arg(self.keys.part_stats())
+                .arg(chunk)
+                .query_async(&mut con)
+                .await?;
+            out.extend(
+                got.into_iter()
+                    .map(|j| j.and_then(|j| serde_json::from_str(&j).ok())),
+            );
+        }
+        Ok(out)
     }
 
     /// The part keys a shard recorded, in order.

@@ -1,0 +1,266 @@
+//! Result formats and layouts: how a record becomes bytes (JSON Lines, CSV)
+//! and the names, content types and limits that follow from the choice.
+//!
+//! CSV follows RFC 4180: a header row, fields quoted when they hold a comma,
+//! a quote, CR or LF, quotes doubled; user metadata is one JSON column. Rows
+//! end with CRLF as the RFC says; readers (DuckDB, pandas, Excel) accept it.
+//!
+//! May import: `record`.
+
+use crate::scan::record::Record;
+use serde::{Deserialize, Serialize};
+use std::str::FromStr;
+
+/// The encoding of the result's records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// One JSON object per line (the historical and default format).
+    #[default]
+    Jsonl,
+    /// RFC 4180 CSV with a header row; metadata as a JSON column.
+    Csv,
+}
+
+/// How the result is laid out in the output bucket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// One object, `result.{ext}` (the layout of earlier releases, so it stays
+    /// the default: an upgrade does not move the result).
+    #[default]
+    Single,
+    /// Files of bounded size under `data/`, listed in `manifest.json`.
+    Dataset,
+}
+
+impl FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "jsonl" => Ok(Format::Jsonl),
+            "csv" => Ok(Format::Csv),
+            _ => Err(format!("unknown format {s:?}: use jsonl or csv")),
+        }
+    }
+}
+
+impl FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "single" => Ok(Layout::Single),
+            "dataset" => Ok(Layout::Dataset),
+            _ => Err(format!("unknown layout {s:?}: use single or dataset")),
+        }
+    }
+}
+
+/// The CSV columns, named after Amazon S3 Metadata tables where they exist.
+pub const CSV_COLUMNS: [&str; 12] = [
+    "bucket",
+    "key",
+    "status",
+    "size",
+    "last_modified_date",
+    "e_tag",
+    "storage_class",
+    "content_type",
+    "user_metadata",
+    "error",
+    "http_status",
+    "version_id",
+];
+
+impl Format {
+    /// The file name extension, without the leading dot.
+    pub fn extension(self, gzip: bool) -> &'static str {
+        match (self, gzip) {
+            (Format::Jsonl, false) => "jsonl",
+            (Format::Jsonl, true) => "jsonl.gz",
+            (Format::Csv, false) => "csv",
+            (Format::Csv, true) => "csv.gz",
+        }
+    }
+
+    pub fn content_type(self, gzip: bool) -> &'static str {
+        match (self, gzip) {
+            (_, true) => "application/gzip",
+            (Format::Jsonl, false) => "application/x-ndjson",
+            (Format::Csv, false) => "text/csv",
+        }
+    }
+
+    /// The bytes every file of this format starts with (before compression).
+    pub fn header(self) -> Vec<u8> {
+        match self {
+            Format::Jsonl => Vec::new(),
+            Format::Csv => {
+                let mut out = CSV_COLUMNS.join(",").into_bytes();
+                out.extend_from_slice(b"\r\n");
+                out
+            }
+        }
+    }
+
+    /// Append one record of bucket `bucket` to `out`.
+    pub fn write_record(self, record: &Record, bucket: &str, out: &mut Vec<u8>) {
+        match self {
+            Format::Jsonl => record.write_line(out),
+            Format::Csv => write_csv_row(record, bucket, out),
+        }
+    }
+}
+
+fn write_csv_row(r: &Record, bucket: &str, out: &mut Vec<u8>) {
+    let metadata = serde_json::to_string(&r.metadata).expect("a map serializes");
+    let status = serde_json::to_value(r.status).expect("a status serializes");
+    let fields: [&str; 12] = [
+        bucket,
+        &r.key,
+        status.as_str().unwrap_or_default(),
+        &r.size.to_string(),
+        r.last_modified.as_deref().unwrap_or(""),
+        r.etag.as_deref().unwrap_or(""),
+        r.storage_class.as_deref().unwrap_or(""),
+        r.content_type.as_deref().unwrap_or(""),
+        &metadata,
+        r.error.as_deref().unwrap_or(""),
+        &r.http_status.map(|s| s.to_string()).unwrap_or_default(),
+        // Scans read the current version; the column is there so a dataset
+        // of a versioned scan keeps the same schema.
+        "",
+    ];
+    for (i, field) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_csv_field(field, out);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_csv_field(field: &str, out: &mut Vec<u8>) {
+    if !field.contains([',', '"', '\r', '\n']) {
+        out.extend_from_slice(field.as_bytes());
+        return;
+    }
+    out.push(b'"');
+    out.extend_from_slice(field.replace('"', "\"\"").as_bytes());
+    out.push(b'"');
+}
+
+/// The keys of the records in `body` (one file or part, uncompressed, without
+/// a header), in order: how the merge learns a part's key range when Redis
+/// lost the part's statistics.
+pub fn record_keys(format: Format, body: &[u8]) -> Result<Vec<String>, String> {
+    match format {
+        Format::Jsonl => body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                serde_json::from_slice::<Record>(l)
+                    .map(|r| r.key)
+                    .map_err(|e| format!("bad JSON line: {e}"))
+            })
+            .collect(),
+        Format::Csv => Ok(parse_csv(body)?
+            .into_iter()
+            .map(|mut row| row.swap_remove(1))
+            .collect()),
+    }
+}
+
+/// Rows of RFC 4180 CSV (every row must have all columns).
+pub fn parse_csv(body: &[u8]) -> Result<Vec<Vec<String>>, String> {
+    let text = std::str::from_utf8(body).map_err(|e| format!("CSV is not UTF-8: {e}"))?;
+    let mut rows = Vec::new();
+    let (mut row, mut field) = (Vec::new(), String::new());
+    let mut chars = text.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\r') if chars.peek() == Some(&'\n') => {}
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    if quoted {
+        return Err("CSV ends inside a quoted field".into());
+    }
+    if let Some(bad) = rows.iter().find(|r| r.len() != CSV_COLUMNS.len()) {
+        return Err(format!(
+            "CSV row has {} fields, not {}",
+            bad.len(),
+            CSV_COLUMNS.len()
+        ));
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::record::Status;
+    use std::collections::BTreeMap;
+
+    fn record(key: &str) -> Record {
+        Record {
+            key: key.into(),
+            status: Status::Ok,
+            size: 7,
+            etag: Some("\"abc\"".into()),
+            last_modified: Some("2024-01-02T03:04:05Z".into()),
+            storage_class: None,
+            content_type: None,
+            metadata: BTreeMap::from([("k".into(), "v,\"x\"\r\n".into())]),
+            error: None,
+            http_status: None,
+        }
+    }
+
+    #[test]
+    fn csv_rows_quote_what_needs_quoting_and_parse_back() {
+        let keys = ["plain", "a,b", "q\"uote", "line\nbreak", "cr\rret", "ünï 💥", ""];
+        let mut body = Vec::new();
+        for k in keys {
+            Format::Csv.write_record(&record(k), "bkt", &mut body);
+        }
+        let rows = parse_csv(&body).unwrap();
+        assert_eq!(rows.len(), keys.len());
+        for (row, k) in rows.iter().zip(keys) {
+            assert_eq!(row[0], "bkt");
+            assert_eq!(row[1], k);
+            assert_eq!(row[2], "ok");
+            assert_eq!(row[3], "7");
+            assert_eq!(row[5], "\"abc\"");
+            let meta: BTreeMap<String, String> = serde_json::from_str(&row[8]).unwrap();
+            assert_eq!(meta["k"], "v,\"x\"\r\n");
+        }
+        assert_eq!(record_keys(Format::Csv, &body).unwrap(), keys);
+        let header = Format::Csv.header();
+        assert_eq!(parse_csv(&header).unwrap()[0], CSV_COLUMNS);
+    }
+
+    #[test]
+    fn formats_and_layouts_parse_or_say_what_is_allowed() {
+        assert_eq!("csv".parse::<Format>().unwrap(), Format::Csv);
+        assert!("xml".parse::<Format>().unwrap_err().contains("jsonl or csv"));
+        assert_eq!("dataset".parse::<Layout>().unwrap(), Layout::Dataset);
+        assert!("many"
+            .parse::<Layout>()
+            .unwrap_err()
+            .contains("single or dataset"));
+    }
+}

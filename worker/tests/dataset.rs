@@ -1,0 +1,369 @@
+//! Result formats and the dataset layout through plan, run and merge against
+//! real servers (Redis, MinIO which enforces S3's 5 MiB part minimum and
+//! 10,000 parts per upload, versitygw), read back with DuckDB through
+//! scripts/read-dataset.py: an engine no one here wrote must see exactly the
+//! seeded bucket.
+
+mod common;
+
+use bucketscan_core::fleet::merge::Manifest;
+use common::*;
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn redis_url() -> String {
+    std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with scripts/with-test-servers.sh")
+}
+
+fn venv_python() -> std::path::PathBuf {
+    let home = std::env::var("HOME").expect("HOME");
+    let python = std::path::Path::new(&home).join(".cache/bucketscan/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/install-deps.sh (it installs duckdb and pyarrow)",
+        python.display()
+    );
+    python
+}
+
+struct Scan {
+    s3: Server,
+    redis: String,
+    scan: String,
+}
+
+impl Scan {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(worker_bin());
+        cmd.args(args)
+            .args(["--redis", &self.redis, "--scan", &self.scan])
+            .args(["--endpoint", &self.s3.endpoint, "--path-style"])
+            .env("AWS_ACCESS_KEY_ID", &self.s3.access_key)
+            .env("AWS_SECRET_ACCESS_KEY", &self.s3.secret_key)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("BUCKETSCAN_LOG", "warn");
+        cmd
+    }
+
+    fn run_ok(&self, args: &[&str]) -> Output {
+        let out = self.command(args).output().unwrap();
+        assert_success(&out);
+        out
+    }
+
+    /// `workers` processes of `run` until the queue is empty.
+    fn run_workers(&self, workers: usize, part_objects: &str) {
+        let mut children: Vec<_> = (0..workers)
+            .map(|i| {
+                let log = std::fs::File::create(temp_path(&format!("{}-{i}.log", self.scan))).unwrap();
+                self.command(&["run", "--name", &format!("w{i}"), "--part-objects", part_objects])
+                    .stderr(log)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in &mut children {
+            assert!(wait_exit(child, Duration::from_secs(600)).success());
+        }
+    }
+}
+
+fn s3_key(location: &str, bucket: &str) -> String {
+    location
+        .strip_prefix(&format!("s3://{bucket}/"))
+        .unwrap_or_else(|| panic!("{location} is not in {bucket}"))
+        .to_string()
+}
+
+/// What DuckDB read from the files.
+#[derive(serde::Deserialize)]
+struct Read {
+    records: BTreeMap<String, ReadRecord>,
+    rows: usize,
+    per_file: BTreeMap<String, u64>,
+    columns: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReadRecord {
+    size: u64,
+    status: String,
+    user_metadata: BTreeMap<String, String>,
+}
+
+/// Download the manifest's files and read them with DuckDB.
+async fn read_with_duckdb(
+    s3: &Server,
+    bucket: &str,
+    manifest: &Manifest,
+    format: &str,
+) -> (Read, Vec<String>) {
+    let dir = temp_path(&format!("dataset-{}", manifest.scan));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut paths = Vec::new();
+    for file in &manifest.files {
+        let key = s3_key(&file.location, bucket);
+        let body = s3.read(bucket, &key).await;
+        assert_eq!(body.len() as u64, file.bytes, "{key}: manifest bytes");
+        let path = dir.join(key.rsplit('/').next().unwrap());
+        std::fs::write(&path, body).unwrap();
+        paths.push(path.to_string_lossy().into_owned());
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/read-dataset.py");
+    let out = Command::new(venv_python())
+        .arg(script)
+        .arg(format)
+        .args(&paths)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "read-dataset.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (serde_json::from_slice(&out.stdout).unwrap(), paths)
+}
+
+fn assert_read_matches_seed(read: &Read, seeded: &BTreeMap<String, Seeded>) {
+    assert_eq!(read.rows, seeded.len(), "rows");
+    assert_eq!(
+        read.records.keys().collect::<Vec<_>>(),
+        seeded.keys().collect::<Vec<_>>()
+    );
+    for (key, seed) in seeded {
+        let got = &read.records[key];
+        assert_eq!(
+            (got.size, got.status.as_str()),
+            (seed.size as u64, "ok"),
+            "{key:?}"
+        );
+        assert_eq!(got.user_metadata, seed.metadata, "{key:?}");
+    }
+}
+
+/// Files in key order, ranges not overlapping, counts and ETags as S3 has them.
+async fn assert_manifest_describes_files(
+    s3: &Server,
+    bucket: &str,
+    manifest: &Manifest,
+    read: &Read,
+    paths: &[String],
+) {
+    let client = s3.client();
+    let mut previous_last: Option<&String> = None;
+    for (file, path) in manifest.files.iter().zip(paths) {
+        let (first, last) = (file.first_key.as_ref().unwrap(), file.last_key.as_ref().unwrap());
+        assert!(first <= last);
+        if let Some(prev) = previous_last {
+            assert!(prev < first, "files overlap: {prev:?} then {first:?}");
+        }
+        previous_last = Some(last);
+        assert_eq!(read.per_file[path], file.records, "{path}: records");
+        let in_range = read.records.keys().filter(|k| *k >= first && *k <= last).count() as u64;
+        assert_eq!(in_range, file.records, "{path}: only its key range");
+        let head = client
+            .head_object()
+            .bucket(bucket)
+            .key(s3_key(&file.location, bucket))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.e_tag(), file.etag.as_deref(), "{path}: ETag");
+    }
+    assert_eq!(manifest.records, read.rows as u64);
+}
+
+async fn redis_connection() -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(redis_url()).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Parts the workers recorded (each writes its stats once; nothing crashed).
+async fn part_stats_count(scan: &Scan) -> u64 {
+    let key = format!("bs:{{{}}}:partstats", scan.scan);
+    let mut redis = redis_connection().await;
+    redis::cmd("HLEN")
+        .arg(&key)
+        .query_async(&mut redis)
+        .await
+        .unwrap()
+}
+
+/// Keys a CSV or JSON reader gets wrong when quoting is wrong.
+fn odd_keys() -> Vec<String> {
+    [
+        "a,b",
+        "q\"uote\"",
+        "sp ace",
+        "ünï/cødé 💥",
+        "tab\there",
+        "semi;colon",
+        "'single'",
+    ]
+    .iter()
+    .map(|k| k.to_string())
+    .collect()
+}
+
+/// More than 10,000 worker parts (`--part-objects 1`) merged into a CSV
+/// dataset of 5 MiB files on MinIO, which refuses parts under 5 MiB and part
+/// numbers over 10,000: every object exactly once, read back by DuckDB.
+/// Then a second merge changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_10000_parts_merge_into_a_csv_dataset_that_duckdb_reads_exactly() {
+    let s3 = minio();
+    let bucket = s3.bucket("csv").await;
+    let out = s3.bucket("csv-out").await;
+    // ~700 bytes of metadata per object: 10,300 records make ~9 MiB of CSV,
+    // so two 5 MiB files at least.
+    let mut seeded: BTreeMap<String, Seeded> = (0..10_300)
+        .map(|i| {
+            let metadata = BTreeMap::from([
+                ("owner".to_string(), format!("team-{}", i % 7)),
+                ("note".to_string(), format!("{i:0>680}")),
+            ]);
+            (
+                format!("d{}/{i:06}", i % 3),
+                Seeded {
+                    size: i % 5,
+                    metadata,
+                },
+            )
+        })
+        .collect();
+    for key in odd_keys() {
+        let metadata = BTreeMap::from([("q".to_string(), "va,l\"ue".to_string())]);
+        seeded.insert(key, Seeded { size: 1, metadata });
+    }
+    let started = std::time::Instant::now();
+    s3.seed(&bucket, &seeded).await;
+    eprintln!("seed: {:?}", started.elapsed());
+    let scan = Scan {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("csv-{bucket}"),
+    };
+    scan.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &format!("s3://{out}/r/"),
+        "--format",
+        "csv",
+        "--layout",
+        "dataset",
+        "--file-size",
+        "5242880",
+        "--target-shards",
+        "8",
+        "--min-shard-objects",
+        "1",
+    ]);
+    let started = std::time::Instant::now();
+    scan.run_workers(4, "1");
+    eprintln!("run: {:?}", started.elapsed());
+    let parts = part_stats_count(&scan).await;
+    assert!(parts > 10_000, "{parts} parts");
+    let started = std::time::Instant::now();
+    let merged = scan.run_ok(&["merge"]);
+    eprintln!("merge of {parts} parts: {:?}", started.elapsed());
+    let manifest: Manifest = serde_json::from_slice(&s3.read(&out, "r/manifest.json").await).unwrap();
+    assert!(manifest.files.len() >= 2, "{}", stderr(&merged));
+    assert_eq!(manifest.result, format!("s3://{out}/r/data/"));
+    for (n, file) in manifest.files.iter().enumerate() {
+        assert_eq!(file.location, format!("s3://{out}/r/data/{n:06}.csv"));
+        assert!(file.bytes <= 5 << 20, "file {n} is {} bytes", file.bytes);
+    }
+    let (read, paths) = read_with_duckdb(&s3, &out, &manifest, "csv").await;
+    assert_eq!(read.columns[..3], ["bucket", "key", "status"]);
+    assert_read_matches_seed(&read, &seeded);
+    assert_manifest_describes_files(&s3, &out, &manifest, &read, &paths).await;
+    assert_eq!(s3.key_count(&out, "r/parts/").await, 0, "parts are removed");
+
+    scan.run_ok(&["merge"]);
+    let again: Manifest = serde_json::from_slice(&s3.read(&out, "r/manifest.json").await).unwrap();
+    assert_eq!(again.files, manifest.files, "a second merge changes nothing");
+}
+
+/// A merge rerun after one that died midway (stale and partial files under
+/// `data/`) and after Redis lost the parts' stats (the merge reads those
+/// parts instead) writes exactly the result of an undisturbed merge: gzip
+/// JSONL dataset on versitygw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_rerun_after_dying_midway_and_losing_part_stats_is_exact() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("rerun").await;
+    let out = s3.bucket("rerun-out").await;
+    let mut seeded: BTreeMap<String, Seeded> = (0..3_000)
+        .map(|i| {
+            let metadata = BTreeMap::from([("n".to_string(), i.to_string())]);
+            (format!("k/{i:05}"), Seeded { size: 2, metadata })
+        })
+        .collect();
+    for key in odd_keys() {
+        seeded.insert(key, Seeded::default());
+    }
+    s3.seed(&bucket, &seeded).await;
+    let scan = Scan {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("rerun-{bucket}"),
+    };
+    scan.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &format!("s3://{out}/"),
+        "--gzip",
+        "--layout",
+        "dataset",
+        "--target-shards",
+        "4",
+        "--min-shard-objects",
+        "1",
+    ]);
+    scan.run_workers(2, "100");
+    // What a merge that died midway leaves: a partial file and one that a
+    // bigger plan would have had.
+    let client = s3.client();
+    for key in ["data/000000.jsonl.gz", "data/000007.jsonl.gz"] {
+        client
+            .put_object()
+            .bucket(&out)
+            .key(key)
+            .body(b"partial".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let stats_key = format!("bs:{{{}}}:partstats", scan.scan);
+    let stats: u64 = redis::cmd("HLEN")
+        .arg(&stats_key)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(stats >= 30, "workers recorded the stats of their parts ({stats})");
+    redis::cmd("DEL")
+        .arg(&stats_key)
+        .query_async::<()>(&mut redis)
+        .await
+        .unwrap();
+
+    scan.run_ok(&["merge"]);
+    let manifest: Manifest = serde_json::from_slice(&s3.read(&out, "manifest.json").await).unwrap();
+    assert_eq!(manifest.files.len(), 1);
+    assert_eq!(s3.key_count(&out, "data/").await, 1, "the stale file is gone");
+    let (read, paths) = read_with_duckdb(&s3, &out, &manifest, "jsonl").await;
+    assert_read_matches_seed(&read, &seeded);
+    assert_manifest_describes_files(&s3, &out, &manifest, &read, &paths).await;
+}
