@@ -60,6 +60,9 @@ type ScanGauge = Family<ScanLabels, Gauge<u64, AtomicU64>>;
 type ScanStateGauge = Family<ScanStateLabels, Gauge<u64, AtomicU64>>;
 type ScanPhaseGauge = Family<ScanPhaseLabels, Gauge<u64, AtomicU64>>;
 
+/// The `error` label values of failed reconciles (`Error::kind`).
+pub const ERROR_KINDS: [&str; 7] = ["kube", "redis", "plan", "s3", "config", "recovery", "finalizer"];
+
 /// The shard states and phases a scan's series are split by.
 pub const SHARD_STATES: [&str; 4] = ["pending", "leased", "done", "dead"];
 pub const PHASES: [&str; 6] = ["Pending", "Planning", "Scanning", "Merging", "Complete", "Failed"];
@@ -131,6 +134,16 @@ impl Default for Metrics {
         registry.register("scan_workers", "Worker replicas asked for", scan_workers.clone());
         registry.register("leader", "1 when this replica leads", leader.clone());
         registry.register("redis_up", "1 while Redis answers the operator", redis_up.clone());
+        // Known label values start at 0 (Prometheus' advice), so rate() and
+        // alerts see a series before the first event of its kind.
+        for result in ["ok", "error"] {
+            let _ = reconciles.get_or_create(&ResultLabel {
+                result: result.into(),
+            });
+        }
+        for error in ERROR_KINDS {
+            let _ = reconcile_failures.get_or_create(&ErrorLabel { error: error.into() });
+        }
         Metrics {
             registry,
             reconciles,

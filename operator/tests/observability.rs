@@ -8,7 +8,10 @@ mod cluster;
 #[path = "../../worker/tests/common/mod.rs"]
 mod common;
 
+use bucketscan_operator::crd::BucketScan;
 use cluster::*;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -104,6 +107,43 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis()
     };
     eventually("the operator is ready", 60, async || ready(200).await).await;
 
+    // A scan planned on a real bucket, so its per-scan series exist (no
+    // kubelet here: its workers never start, it stays Scanning).
+    let s3 = common::versitygw();
+    let bucket = s3.bucket("observed").await;
+    let output = s3.bucket("observed-out").await;
+    let seeded: std::collections::BTreeMap<String, common::Seeded> = (0..50)
+        .map(|i| (format!("k{i:03}"), common::Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let creds: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "s3"},
+        "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &creds).await.unwrap();
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let scan: BucketScan = serde_json::from_value(serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1",
+        "kind": "BucketScan",
+        "metadata": {"name": "observed"},
+        "spec": {
+            "source": {"endpoint": s3.endpoint, "bucket": bucket, "pathStyle": true,
+                       "credentialsSecret": {"name": "s3"}},
+            "output": {"bucket": output}
+        }
+    }))
+    .unwrap();
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+    eventually("the scan is planned and its series scraped", 60, async || {
+        let scrape = http_get(port, "/metrics").await?.1;
+        scrape
+            .contains(r#"bucketscan_scan_shards{namespace="observability",scan="observed",state="pending"}"#)
+            .then_some(())
+    })
+    .await;
+
     // The dashboard and the rules use only what a scrape shows.
     let scrape = http_get(port, "/metrics").await.unwrap().1;
     let exported = exported_names(&scrape);
@@ -152,6 +192,14 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis()
     assert!(scrape.lines().any(|l| l == "bucketscan_redis_up 0"), "{scrape}");
     let _redis = down.await.unwrap();
     eventually("ready again once Redis answers", 30, async || ready(200).await).await;
+
+    // A deleted scan's series go with it.
+    scans.delete("observed", &Default::default()).await.unwrap();
+    eventually("the scan's series are removed", 60, async || {
+        let scrape = http_get(port, "/metrics").await?.1;
+        (!scrape.contains(r#"scan="observed""#)).then_some(())
+    })
+    .await;
     operator.kill().unwrap();
     operator.wait().unwrap();
 }

@@ -140,5 +140,14 @@ mod tests {
         ))));
         assert_eq!(cleanup.kind(), "s3");
         assert_eq!(Error::Finalizer(Box::new(F::UnnamedObject)).kind(), "finalizer");
+        // Every kind is among the label values the metrics start at 0.
+        for e in [
+            config(),
+            wrapped,
+            cleanup,
+            Error::Finalizer(Box::new(F::UnnamedObject)),
+        ] {
+            assert!(crate::metrics::ERROR_KINDS.contains(&e.kind()), "{}", e.kind());
+        }
     }
 }
