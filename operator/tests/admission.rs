@@ -105,13 +105,7 @@ async fn outputs_never_collide() {
         &(0..20).map(|i| (format!("k{i:02}"), Seeded::default())).collect(),
     )
     .await;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let creds: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "s3"},
-        "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
-    }))
-    .unwrap();
-    secrets.create(&PostParams::default(), &creds).await.unwrap();
+    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
     let source = |prefix: &str, b: &str| {
         serde_json::json!({"endpoint": s3.endpoint, "bucket": b, "prefix": prefix, "pathStyle": true,
                            "credentialsSecret": {"name": "s3"}})
@@ -207,6 +201,7 @@ async fn outputs_never_collide() {
         "metadata": {"name": "keyless"}, "stringData": {"token": "x"}
     }))
     .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     secrets.create(&PostParams::default(), &keyless).await.unwrap();
     let mut src = source("", &bucket);
     src["credentialsSecret"]["name"] = "keyless".into();

@@ -15,7 +15,7 @@ use cluster::*;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kubelet::run_like_pod;
 use std::collections::BTreeMap;
@@ -75,13 +75,7 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
         .collect();
     s3.seed(&bucket, &seeded).await;
 
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let creds: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "s3"},
-        "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
-    }))
-    .unwrap();
-    secrets.create(&PostParams::default(), &creds).await.unwrap();
+    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
     let scan: BucketScan = serde_json::from_value(serde_json::json!({
         "apiVersion": "bucketscan.dev/v1alpha1",

@@ -10,7 +10,6 @@ mod common;
 
 use bucketscan_operator::crd::BucketScan;
 use cluster::*;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -116,13 +115,7 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis()
         .map(|i| (format!("k{i:03}"), common::Seeded::default()))
         .collect();
     s3.seed(&bucket, &seeded).await;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let creds: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "s3"},
-        "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
-    }))
-    .unwrap();
-    secrets.create(&PostParams::default(), &creds).await.unwrap();
+    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
     let scan: BucketScan = serde_json::from_value(serde_json::json!({
         "apiVersion": "bucketscan.dev/v1alpha1",

@@ -101,3 +101,16 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
         text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
     ))
 }
+
+/// Secret `name` in `ns` holding S3 credentials as a BucketScan's
+/// `credentialsSecret` expects them.
+pub async fn create_s3_secret(client: &Client, ns: &str, name: &str, access_key: &str, secret_key: &str) {
+    use k8s_openapi::api::core::v1::Secret;
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), ns);
+    let creds: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "stringData": {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
+    }))
+    .unwrap();
+    secrets.create(&Default::default(), &creds).await.unwrap();
+}
