@@ -100,6 +100,12 @@ AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
   s3_python "$HERE/s3data.py" seed "$S3_HOST_ENDPOINT" "$BUCKET" "$OBJECTS" "$EXPECTED"
 
 step "helm install bucketscan"
+# Helm installs a chart's CRD on first install only: a kept cluster gets the
+# new one the way docs/operations.md tells users to upgrade it (without it the
+# API server prunes or refuses status fields the operator now writes).
+if k get crd bucketscans.bucketscan.dev >/dev/null 2>&1; then
+  k apply --server-side --force-conflicts -f "$REPO/charts/bucketscan/crds/bucketscans.bucketscan.dev.yaml"
+fi
 h upgrade --install bucketscan "$REPO/charts/bucketscan" -n "$RELEASE_NS" --create-namespace \
   --set-string image.tag="$TAG" --set-string worker.image.tag="$TAG" \
   --set redis.image.repository="$REDIS_IMAGE_REPOSITORY" --set-string redis.image.tag="$REDIS_IMAGE_TAG" \

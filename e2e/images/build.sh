@@ -18,13 +18,16 @@ mkdir -p "$IMAGES"
 cd "$IMAGES"
 
 # image NAME REF INPUT... -- IMAGE_TAR_ARGS...: rebuild NAME.tar when the
-# inputs' checksum changed since the last build.
+# checksum of the inputs and the arguments changed since the last build.
 image() {
   local name=$1 ref=$2 inputs=() sum
   shift 2
   while [ "$1" != -- ]; do inputs+=("$1"); shift; done
   shift
-  sum=$(cat "${inputs[@]}" "$HERE/image_tar.py" | sha256sum | cut -d' ' -f1)
+  # The arguments count too: adding a file to an image must rebuild it even
+  # when no input file changed (the Redis image once kept its old tarball
+  # without /bin/sh, and its pod could not start).
+  sum=$({ cat "${inputs[@]}" "$HERE/image_tar.py"; printf '%s\n' "$ref" "$@"; } | sha256sum | cut -d' ' -f1)
   if [ -f "$name.tar" ] && [ "$(cat "$name.sum" 2>/dev/null)" = "$sum" ]; then return 0; fi
   python3 "$HERE/image_tar.py" "$ref" "$name.tar" "$@" >&2
   echo "$sum" >"$name.sum"
