@@ -171,7 +171,7 @@ if [ ! -x "$BIN/promtool" ] || [ "$(cat "$promtool_stamp" 2>/dev/null)" != "$PRO
   rm -f "$promtool_stamp"
   # remove_all_sd leaves out the service-discovery plugins (cloud SDKs,
   # client-go): half the build, and `check rules` needs none of them.
-  GOBIN=$BIN GOFLAGS='' CGO_ENABLED=0 nice go install -tags remove_all_sd \
+  GOBIN=$BIN GOFLAGS='' CGO_ENABLED=0 nice go install -tags "$PROMTOOL_BUILD" \
     "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"
   echo "$PROMTOOL_VERSION $PROMTOOL_BUILD" >"$promtool_stamp"
   state=built
