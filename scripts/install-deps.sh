@@ -128,55 +128,38 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
 fi
 say redis "$(redis-server --version | awk '{print $3}' | sed 's/^v=//')" "$state"
 
-# --- versitygw: the S3 server that verifies SigV4 signatures ------------------
-# Built from source through the Go module proxy (it needs Go >= 1.25). About
-# 4 minutes of 2 cores on a cold Go build cache, hence nice. The stamp records
-# the version so a bumped VERSITYGW_VERSION rebuilds.
-vgw_stamp=$CACHE/versitygw.version
-state=present
-if [ ! -x "$BIN/versitygw" ] || [ "$(cat "$vgw_stamp" 2>/dev/null)" != "$VERSITYGW_VERSION" ]; then
-  command -v go >/dev/null || die "go is needed to build versitygw (Go >= 1.25)"
-  echo "building versitygw $VERSITYGW_VERSION (first run only, a few minutes)" >&2
-  rm -f "$vgw_stamp"
-  # GOFLAGS cleared: a caller's -mod=vendor or similar breaks `go install @version`.
-  GOBIN=$BIN GOFLAGS='' nice go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
-  echo "$VERSITYGW_VERSION" >"$vgw_stamp"
-  state=built
-fi
-say versitygw "$VERSITYGW_VERSION" "$state"
+# --- Go tools built from source through the Go module proxy -------------------
+# go_tool NAME STAMP PACKAGE@VERSION [GO_INSTALL_FLAG...]: `go install` into
+# $BIN unless $BIN/NAME exists and $CACHE/NAME.version holds STAMP (a bumped
+# version or build flag rebuilds). GOFLAGS cleared: a caller's -mod=vendor or
+# similar breaks `go install @version`. nice: these are the longest builds of
+# a cold run (see docs/testing.md for each one's time).
+go_tool() {
+  local name=$1 stamp=$2 package=$3 file=$CACHE/$1.version
+  shift 3
+  state=present
+  if [ ! -x "$BIN/$name" ] || [ "$(cat "$file" 2>/dev/null)" != "$stamp" ]; then
+    command -v go >/dev/null || die "go is needed to build $name (Go >= 1.25)"
+    echo "building $name $stamp (first run only, several minutes)" >&2
+    rm -f "$file"
+    GOBIN=$BIN GOFLAGS='' nice go install "$@" "$package"
+    echo "$stamp" >"$file"
+    state=built
+  fi
+  say "$name" "${stamp%% *}" "$state"
+}
 
-# --- MinIO: the tests' third S3 server ("works on MinIO" is tested) ----------
-# Built from source through the Go module proxy, like versitygw: the largest
-# of the test servers to build (see docs/testing.md for the time), hence nice.
-minio_stamp=$CACHE/minio.version
-state=present
-if [ ! -x "$BIN/minio" ] || [ "$(cat "$minio_stamp" 2>/dev/null)" != "$MINIO_VERSION" ]; then
-  command -v go >/dev/null || die "go is needed to build minio"
-  echo "building minio $MINIO_VERSION (first run only, several minutes)" >&2
-  rm -f "$minio_stamp"
-  GOBIN=$BIN GOFLAGS='' nice go install "github.com/minio/minio@$MINIO_VERSION"
-  echo "$MINIO_VERSION" >"$minio_stamp"
-  state=built
-fi
-say minio "$MINIO_VERSION" "$state"
-
-# --- promtool: checks the chart's Prometheus alert rules ----------------------
-# Prometheus' own rule checker, built from its module through the Go module
-# proxy (see docs/testing.md for the time).
-promtool_stamp=$CACHE/promtool.version
-state=present
-if [ ! -x "$BIN/promtool" ] || [ "$(cat "$promtool_stamp" 2>/dev/null)" != "$PROMTOOL_VERSION $PROMTOOL_BUILD" ]; then
-  command -v go >/dev/null || die "go is needed to build promtool"
-  echo "building promtool $PROMTOOL_VERSION (first run only, several minutes)" >&2
-  rm -f "$promtool_stamp"
-  # remove_all_sd leaves out the service-discovery plugins (cloud SDKs,
-  # client-go): half the build, and `check rules` needs none of them.
-  GOBIN=$BIN GOFLAGS='' CGO_ENABLED=0 nice go install -tags "$PROMTOOL_BUILD" \
-    "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"
-  echo "$PROMTOOL_VERSION $PROMTOOL_BUILD" >"$promtool_stamp"
-  state=built
-fi
-say promtool "$PROMTOOL_VERSION" "$state"
+# versitygw: the S3 server that verifies SigV4 signatures (about 4 minutes of
+# 2 cores on a cold Go build cache).
+go_tool versitygw "$VERSITYGW_VERSION" "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+# MinIO: the tests' third S3 server ("works on MinIO" is tested), the largest
+# of the test servers to build.
+go_tool minio "$MINIO_VERSION" "github.com/minio/minio@$MINIO_VERSION"
+# promtool: Prometheus' rule checker for the chart's alert rules.
+# remove_all_sd leaves out the service-discovery plugins (cloud SDKs,
+# client-go): half the build, and `check rules` needs none of them.
+CGO_ENABLED=0 go_tool promtool "$PROMTOOL_VERSION $PROMTOOL_BUILD" \
+  "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION" -tags "$PROMTOOL_BUILD"
 
 # --- Rust components that `just lint` uses ------------------------------------
 if command -v rustup >/dev/null; then
