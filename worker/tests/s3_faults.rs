@@ -415,17 +415,6 @@ async fn keys_delete_objects_keeps_refusing_are_retried_a_few_times_then_named()
     assert_eq!(deletes, 4, "one DeleteObjects per round, four rounds");
 }
 
-/// The bucket a path-style request names.
-fn request_bucket(req: &http::request::Parts) -> String {
-    req.uri
-        .path()
-        .trim_start_matches('/')
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// Emulates AWS for buckets that live in other regions than the client
 /// assumes: `homes` maps a bucket to its region; a request for it signed for
 /// another region is refused as AWS refuses it in its older regions (301
@@ -436,7 +425,7 @@ async fn regional_proxy(homes: BTreeMap<String, &'static str>) -> FaultProxy {
     fault_proxy::start(
         moto().endpoint,
         move |req| {
-            let home = *homes.get(&request_bucket(req))?;
+            let home = *homes.get(fault_proxy::bucket_of(req.uri.path()))?;
             let auth = req.headers.get("authorization")?.to_str().ok()?;
             if signed_region(auth) == home {
                 return None;
@@ -503,7 +492,7 @@ async fn buckets_in_other_regions_are_found_from_the_redirect_and_signed_for() {
             seen.len()
         );
         for r in seen.iter().filter(|r| !r.answered_by_rule) {
-            let bucket = r.target.trim_start_matches('/').split(['/', '?']).next().unwrap();
+            let bucket = fault_proxy::bucket_of(&r.target);
             assert_eq!(
                 signed_region(r.authorization.as_deref().unwrap()),
                 homes[bucket],

@@ -67,6 +67,15 @@ pub fn error_document(
     answer(status, &headers, &body)
 }
 
+/// The bucket a path-style request target (`/bucket/key?query`) names.
+pub fn bucket_of(target: &str) -> &str {
+    target
+        .trim_start_matches('/')
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default()
+}
+
 /// The object key a path-style request names (`/bucket/key` → `key`,
 /// percent-decoded), `None` for bucket-level requests.
 pub fn object_key(req: &RequestParts) -> Option<String> {
