@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 pub const GROUP: &str = "bucketscan.dev";
 
 /// Read the user metadata of every object in an S3 bucket into one JSON Lines file.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
     group = "bucketscan.dev",
     version = "v1alpha1",

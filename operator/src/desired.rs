@@ -474,12 +474,7 @@ mod tests {
                     ..Output::default()
                 },
                 workers,
-                sharding: Default::default(),
-                filters: Default::default(),
-                max_requests_per_second: None,
-                ttl_seconds_after_finished: None,
-                suspend: false,
-                active_deadline_seconds: None,
+                ..Default::default()
             },
         );
         scan.metadata.namespace = Some("team-a".into());

@@ -136,13 +136,7 @@ mod tests {
                     prefix: output_prefix.map(String::from),
                     ..Output::default()
                 },
-                workers: Default::default(),
-                sharding: Default::default(),
-                filters: Default::default(),
-                max_requests_per_second: None,
-                ttl_seconds_after_finished: None,
-                suspend: false,
-                active_deadline_seconds: None,
+                ..Default::default()
             },
         );
         s.metadata.namespace = Some("ns".into());
