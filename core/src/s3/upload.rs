@@ -91,30 +91,6 @@ impl Upload {
         Ok(())
     }
 
-    /// Server-side copy of bytes `first..=last` of object `source` (same
-    /// bucket) as the next part: the data never passes through this process.
-    pub async fn copy_part(&mut self, source: &str, first: u64, last: u64) -> Result<(), S3Error> {
-        let id = self.upload_id().await?;
-        let number = self.parts.len() as i32 + 1;
-        let (s3, bucket, key) = (&self.s3, self.bucket.as_str(), self.key.as_str());
-        let copy_source = format!("{bucket}/{}", super::codec::encode_key(source));
-        let range = format!("bytes={first}-{last}");
-        let out = s3
-            .send_retried(bucket, |sdk| {
-                sdk.upload_part_copy()
-                    .bucket(bucket)
-                    .key(key)
-                    .upload_id(&id)
-                    .part_number(number)
-                    .copy_source(&copy_source)
-                    .copy_source_range(&range)
-                    .send()
-            })
-            .await?;
-        self.push_part(number, out.copy_part_result().and_then(|r| r.e_tag()));
-        Ok(())
-    }
-
     fn push_part(&mut self, number: i32, etag: Option<&str>) {
         self.parts.push(
             CompletedPart::builder()
