@@ -371,10 +371,21 @@ async fn every_step_whose_reply_is_lost_takes_effect_once() {
 
     let restored = Shard::prefix("q/");
     let parts = ["parts/a".to_string(), "parts/b".to_string()];
-    let counts = std::collections::BTreeMap::from([("objects".to_string(), 9)]);
+    let counts = std::collections::BTreeMap::from([
+        ("objects".to_string(), 9),
+        ("with_metadata".to_string(), 4),
+        ("bytes".to_string(), 900),
+    ]);
+    let heads_before = direct
+        .counters()
+        .await
+        .unwrap()
+        .get("heads")
+        .copied()
+        .unwrap_or(0);
     with_reply_cut(
         &proxy,
-        "EXEC",
+        "EVALSHA",
         busy.restore_done(&restored.id(), &restored, &parts, &counts),
     )
     .await
@@ -385,6 +396,28 @@ async fn every_step_whose_reply_is_lost_takes_effect_once() {
         "restored once"
     );
     assert_eq!(direct.counts().await.unwrap().done, 2);
+    // Its counts rebuilt the progress counters, once: a second restore (a
+    // second replan) adds nothing.
+    assert!(!direct
+        .restore_done(&restored.id(), &restored, &parts, &counts)
+        .await
+        .unwrap());
+    let counters = direct.counters().await.unwrap();
+    assert_eq!(
+        counters.get("heads").copied().unwrap_or(0),
+        heads_before + 9,
+        "{counters:?}"
+    );
+    assert_eq!(
+        (counters["with_metadata"], counters["bytes"]),
+        (4, 900),
+        "{counters:?}"
+    );
+    let record = direct.shard_record(&restored.id()).await.unwrap().unwrap();
+    assert_eq!(
+        (record.state.as_str(), record.counts.get("objects")),
+        ("done", Some(&9))
+    );
 }
 
 async fn direct_connection() -> redis::aio::MultiplexedConnection {

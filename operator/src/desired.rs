@@ -38,6 +38,9 @@ pub struct Settings {
     pub allowed_images: Vec<String>,
     /// Worker and merge container resources when the scan sets none.
     pub worker_resources: ResourceRequirements,
+    /// Give each scan's pods a Redis user of its own (see
+    /// `controller/redis_user.rs`) instead of the operator's Redis URL.
+    pub redis_scan_users: bool,
 }
 
 impl Default for Settings {
@@ -49,6 +52,7 @@ impl Default for Settings {
             lease_secs: 30,
             allowed_images: Vec::new(),
             worker_resources: default_worker_resources(),
+            redis_scan_users: false,
         }
     }
 }

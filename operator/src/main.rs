@@ -22,6 +22,16 @@ struct Args {
     /// rediss:// for TLS.
     #[arg(long, env = "BUCKETSCAN_REDIS_URL", hide_env_values = true)]
     redis: String,
+    /// How long a Redis command keeps retrying through an outage before the
+    /// reconcile gives up: the scan then shows condition Blocked
+    /// (RedisUnavailable) and is tried again later.
+    #[arg(long, env = "BUCKETSCAN_REDIS_PATIENCE_SECS", default_value_t = 20)]
+    redis_patience_secs: u64,
+    /// Give each scan's pods a Redis ACL user of their own, limited to the
+    /// scan's keys (needs a Redis 6+ where the operator's user may run ACL
+    /// SETUSER); false: the pods get the operator's Redis URL.
+    #[arg(long, env = "BUCKETSCAN_REDIS_SCAN_USERS", default_value_t = false, action = clap::ArgAction::Set)]
+    redis_scan_users: bool,
     /// PEM file of the CA that signed Redis's TLS certificate.
     #[arg(long, env = "BUCKETSCAN_REDIS_CA_FILE")]
     redis_ca_file: Option<std::path::PathBuf>,
@@ -111,6 +121,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let redis = RedisConfig {
         ca_pem,
+        patience: Duration::from_secs(args.redis_patience_secs),
         ..RedisConfig::new(&args.redis)
     };
     let client = kube::Client::try_default()
@@ -126,6 +137,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .filter(|i| !i.is_empty())
             .collect(),
         worker_resources,
+        redis_scan_users: args.redis_scan_users,
         ..Settings::default()
     };
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()));
@@ -138,7 +150,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .apiserver_version()
         .await
         .context("the Kubernetes API does not answer")?;
-    let connection = redis.connect().await.context("cannot reach Redis")?;
+    let connection = connect_redis(&redis).await?;
     metrics.redis_up.set(1);
     metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     tokio::spawn(watch_redis(redis.clone(), metrics.clone()));
@@ -175,6 +187,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Ok(Err(e)) => Err(e).context(format!("cannot serve metrics on {}", args.metrics_addr)),
             _ => Ok(()),
         },
+    }
+}
+
+/// Reach Redis, waiting as long as it takes while it is unreachable (the
+/// bundled Redis may start after the operator); not ready until then. A
+/// refusal that waiting cannot fix (a wrong password, an untrusted
+/// certificate) stops the operator with its reason.
+async fn connect_redis(
+    redis: &RedisConfig,
+) -> anyhow::Result<bucketscan_core::fleet::queue::RedisConnection> {
+    loop {
+        match redis.connect().await {
+            Ok(connection) => return Ok(connection),
+            Err(e @ bucketscan_core::fleet::queue::QueueError::Unreachable { .. }) => {
+                tracing::warn!(error = %e, "Redis is unreachable; still waiting for it");
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("cannot use Redis")),
+        }
     }
 }
 

@@ -9,6 +9,16 @@ pub const PLANNED: &str = "Planned";
 pub const COMPLETE: &str = "Complete";
 pub const FAILED: &str = "Failed";
 pub const SUSPENDED: &str = "Suspended";
+/// True while the scan waits on something outside it that may come right
+/// by itself (a Secret not created yet, the store or Redis unreachable).
+pub const BLOCKED: &str = "Blocked";
+
+/// How long a blocked scan waits before its next attempt: 5 s, doubling
+/// with every attempt in a row, at most 5 minutes.
+pub fn retry_wait(attempt: u32) -> Duration {
+    let secs = 5u64.saturating_mul(1 << attempt.saturating_sub(1).min(16));
+    Duration::from_secs(secs.min(300))
+}
 
 /// Seconds left before `activeDeadlineSeconds` runs out (0 or less: it has),
 /// or `None` without a deadline or before the scan started.
@@ -65,6 +75,10 @@ pub fn set_ready(st: &mut BucketScanStatus, generation: Option<i64>, now: &Time)
             None => (false, "Failed".into(), "the scan failed".into()),
         },
         _ if is_true(&st.conditions, SUSPENDED) => (false, "Suspended".into(), "spec.suspend is true".into()),
+        _ if is_true(&st.conditions, BLOCKED) => {
+            let c = said(BLOCKED).expect("true");
+            (false, c.reason.clone(), c.message.clone())
+        }
         phase => {
             let progress = st
                 .conditions
@@ -116,6 +130,21 @@ pub fn object_counts(counters: &BTreeMap<String, u64>) -> ObjectCounts {
     }
 }
 
+/// Counts only grow while a scan runs. After Redis lost the scan its
+/// counters start again from the finished shards' records, below what the
+/// status already showed (the shards that were halfway are scanned again):
+/// each count keeps the higher figure until the new progress passes it.
+pub fn never_below(now: ObjectCounts, before: Option<&ObjectCounts>) -> ObjectCounts {
+    let Some(b) = before else { return now };
+    ObjectCounts {
+        scanned: now.scanned.max(b.scanned),
+        with_metadata: now.with_metadata.max(b.with_metadata),
+        vanished: now.vanished.max(b.vanished),
+        errors: now.errors.max(b.errors),
+        bytes: now.bytes.max(b.bytes),
+    }
+}
+
 /// Set condition `type_`; its transition time moves only when its status
 /// does (the Kubernetes convention). Returns true when anything changed.
 pub fn set_condition(
@@ -164,6 +193,43 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blocked_scan_waits_longer_each_time_up_to_five_minutes() {
+        let waits: Vec<u64> = (1..=9).map(|n| retry_wait(n).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(retry_wait(0).as_secs(), 5);
+        assert_eq!(retry_wait(u32::MAX).as_secs(), 300);
+    }
+
+    #[test]
+    fn counts_never_go_back_when_redis_restarts_them() {
+        let shown = ObjectCounts {
+            scanned: 900,
+            with_metadata: 300,
+            vanished: 2,
+            errors: 1,
+            bytes: 9_000,
+        };
+        let rebuilt = ObjectCounts {
+            scanned: 600,
+            with_metadata: 310,
+            bytes: 6_000,
+            ..ObjectCounts::default()
+        };
+        let kept = never_below(rebuilt.clone(), Some(&shown));
+        assert_eq!(
+            (
+                kept.scanned,
+                kept.with_metadata,
+                kept.vanished,
+                kept.errors,
+                kept.bytes
+            ),
+            (900, 310, 2, 1, 9_000)
+        );
+        assert_eq!(never_below(rebuilt.clone(), None), rebuilt);
+    }
 
     fn shards(total: u64, done: u64, dead: u64) -> ShardCounts {
         ShardCounts {
@@ -277,6 +343,22 @@ mod tests {
                 Some(2)
             )
         );
+        let secret = "Secret \"s3\" (spec.source.credentialsSecret) does not exist; retrying in 10s";
+        set_condition(
+            &mut st.conditions,
+            BLOCKED,
+            true,
+            "SecretNotFound",
+            secret,
+            Some(2),
+            &t,
+        );
+        set_ready(&mut st, Some(2), &t);
+        assert_eq!(
+            (ready(&st).1, ready(&st).2),
+            ("SecretNotFound".into(), secret.into())
+        );
+        set_condition(&mut st.conditions, BLOCKED, false, "Unblocked", "", Some(2), &t);
         set_condition(&mut st.conditions, SUSPENDED, true, "Suspended", "x", Some(2), &t);
         set_ready(&mut st, Some(2), &t);
         assert_eq!(ready(&st).1, "Suspended");

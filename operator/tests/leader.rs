@@ -101,7 +101,8 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     assert!(!leads(&http_get(standby.port, "/metrics").await.unwrap().1));
 
     // Only the leader reconciles: a scan whose credentials Secret is missing
-    // fails, with the reason in status and in an event.
+    // waits for it (GitOps tools may create it a moment later), with the
+    // reason in status and in an event; the invalid spec fails.
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
     let scan: BucketScan = serde_json::from_value(serde_json::json!({
         "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
@@ -111,17 +112,18 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     }))
     .unwrap();
     scans.create(&PostParams::default(), &scan).await.unwrap();
-    let failed = eventually("Failed", 30, async || {
+    let blocked = eventually("Blocked", 30, async || {
         let st = scans.get("no-secret").await.ok()?.status?;
-        (st.phase == Phase::Failed).then_some(st)
+        st.conditions
+            .into_iter()
+            .find(|c| c.type_ == "Blocked" && c.status == "True")
     })
     .await;
-    let cond = failed.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
-    assert_eq!(cond.reason, "InvalidSource");
+    assert_eq!(blocked.reason, "SecretNotFound");
     assert!(
-        cond.message.contains("\"missing-creds\"") && cond.message.contains("does not exist"),
+        blocked.message.contains("\"missing-creds\"") && blocked.message.contains("does not exist"),
         "{}",
-        cond.message
+        blocked.message
     );
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
     let notes: Vec<String> = events
@@ -130,10 +132,20 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("InvalidSource"))
+        .filter(|e| e.reason.as_deref() == Some("SecretNotFound"))
         .filter_map(|e| e.message)
         .collect();
     assert!(notes.iter().any(|n| n.contains("missing-creds")), "{notes:?}");
+    let mut bad: BucketScan = scan.clone();
+    bad.metadata.name = Some("bad-spec".into());
+    bad.spec.output.bucket = "photos".into(); // its parts would land in what it scans
+    bad.spec.source.credentials_secret = None;
+    scans.create(&PostParams::default(), &bad).await.unwrap();
+    eventually("Failed", 30, async || {
+        let st = scans.get("bad-spec").await.ok()?.status?;
+        (st.phase == Phase::Failed).then_some(st)
+    })
+    .await;
     let metrics = http_get(leader.port, "/metrics").await.unwrap().1;
     assert!(
         metrics.contains("bucketscan_reconciles_total{result=\"ok\"}"),
@@ -145,7 +157,7 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     assert!(
         plain
             .lines()
-            .any(|l| l.contains("phase changed") && l.contains("reconcile{scan=no-secret namespace=leader}")),
+            .any(|l| l.contains("phase changed") && l.contains("reconcile{scan=bad-spec namespace=leader}")),
         "{plain}"
     );
 
@@ -171,6 +183,13 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     // ttlSecondsAfterFinished: the failed scan is deleted 3 s after it ended
     // (by whichever replica leads by then).
     eventually("TTL deletion", 30, async || {
+        scans.get_opt("bad-spec").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    // A blocked scan is deleted at once (its missing Secret does not hold up
+    // the cleanup).
+    scans.delete("no-secret", &Default::default()).await.unwrap();
+    eventually("deletion of the blocked scan", 30, async || {
         scans.get_opt("no-secret").await.ok()?.is_none().then_some(())
     })
     .await;

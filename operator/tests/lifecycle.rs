@@ -34,6 +34,7 @@ fn start_operator(tag: &str) -> Child {
         .args([
             "--namespace",
             NS,
+            "--redis-scan-users=true",
             "--lease-secs",
             "5",
             "--metrics-addr",
@@ -146,6 +147,16 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
         w.kill().unwrap();
         w.wait().unwrap();
     }
+    // What the status showed before the loss: it must never go back.
+    let shown = scans
+        .get("photos")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .objects
+        .unwrap()
+        .scanned;
     let keys = redis_keys(&scan_id).await;
     let client_redis = redis::Client::open(redis_url().as_str()).unwrap();
     let mut con = client_redis.get_multiplexed_async_connection().await.unwrap();
@@ -161,6 +172,28 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     })
     .await;
     assert!(!replanned.contains(" 0 finished shards restored"), "{replanned}");
+    // No worker runs yet: the progress counters were rebuilt from the done
+    // records, and the status kept what it showed.
+    let heads: Option<u64> = redis::cmd("HGET")
+        .arg(format!("bs:{{{scan_id}}}:counters"))
+        .arg("heads")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(
+        heads.unwrap_or(0) > 0,
+        "counters not rebuilt from the done records"
+    );
+    let kept = eventually("status after the replan", 30, async || {
+        let st = scans.get("photos").await.ok()?.status?;
+        let planned = st.conditions.iter().find(|c| c.type_ == "Planned")?;
+        (planned.reason == "Replanned" && st.shards.as_ref()?.done >= 1).then_some(st.objects?.scanned)
+    })
+    .await;
+    assert!(
+        kept >= shown,
+        "objects scanned went back from {shown} to {kept} after Redis lost the scan"
+    );
     let mut workers = vec![
         run_like_pod(&client, NS, &container, "photos-workers-c", &pace).await,
         run_like_pod(&client, NS, &container, "photos-workers-d", &pace).await,
@@ -210,8 +243,11 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     let manifest: serde_json::Value =
         serde_json::from_slice(&s3.read(&out, "scan/manifest.json").await).unwrap();
     assert_eq!(manifest["counts"]["objects"], 3000, "{manifest}");
+    // The progress counters were rebuilt from the done records (the halfway
+    // shards' lost work is not counted): scanning a finished shard again
+    // would count its objects twice.
     assert!(
-        manifest["progress"]["heads"].as_u64().unwrap() < 3000,
+        manifest["progress"]["heads"].as_u64().unwrap() <= 3000,
         "finished shards were not scanned again after the replan: {manifest}"
     );
     eventually("workers removed", 30, async || {

@@ -28,6 +28,7 @@ fn start_operator(ns: &str, env: &[(&str, &str)]) -> Child {
         .args([
             "--namespace",
             ns,
+            "--redis-scan-users=true",
             "--lease-secs",
             "5",
             "--metrics-addr",

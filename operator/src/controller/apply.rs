@@ -90,6 +90,9 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
                 status::set_condition(&mut st.conditions, PLANNED, true, reason, &msg, generation, &now);
                 publish(ctx, scan, EventType::Normal, reason, &msg).await;
             }
+            // The cause may pass (a Secret not created yet, the store down):
+            // the scan waits, blocked (`blocked.rs`).
+            Err(e) if e.blocked_reason().is_some() => return Err(e),
             Err(
                 e @ (Error::Plan(PlanError::Source { .. })
                 | Error::Plan(PlanError::Output { .. })
@@ -188,7 +191,7 @@ fn report_progress(
 ) {
     let labels = scan_labels(scan);
     let m = &ctx.metrics;
-    let counts = status::object_counts(&seen.counters);
+    let counts = status::never_below(status::object_counts(&seen.counters), st.objects.as_ref());
     m.observe_counts(&labels, &counts);
     let s = &seen.shards;
     m.observe_shards(

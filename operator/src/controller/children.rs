@@ -3,6 +3,7 @@
 //! when no worker is wanted.
 
 use super::context::{Context, Error, MANAGER};
+use super::redis_user::pods_redis_url;
 use crate::crd::BucketScan;
 use crate::desired;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -27,13 +28,25 @@ pub(super) async fn ensure_workers(scan: &BucketScan, ctx: &Context, replicas: i
         }
         return Ok(());
     }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let with_ca = ensure_redis_secret(scan, ctx).await?;
+    let deployment = desired::worker_deployment(scan, &ctx.settings, replicas, with_ca);
+    deployments
+        .patch(&name, &apply_params(), &Patch::Apply(&deployment))
+        .await?;
+    Ok(())
+}
+
+/// The Secret the scan's pods read Redis's address from (with the scan's
+/// own user, see `redis_user`). Returns whether it carries a CA.
+pub(super) async fn ensure_redis_secret(scan: &BucketScan, ctx: &Context) -> Result<bool, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let ca = ctx
         .redis
         .ca_pem
         .as_ref()
         .map(|p| String::from_utf8_lossy(p).into_owned());
-    let secret = desired::redis_secret(scan, &ctx.redis.url, ca.as_deref());
+    let url = pods_redis_url(scan, ctx).await?;
+    let secret = desired::redis_secret(scan, &url, ca.as_deref());
     secrets
         .patch(
             &desired::redis_secret_name(scan),
@@ -41,11 +54,7 @@ pub(super) async fn ensure_workers(scan: &BucketScan, ctx: &Context, replicas: i
             &Patch::Apply(&secret),
         )
         .await?;
-    let deployment = desired::worker_deployment(scan, &ctx.settings, replicas, ca.is_some());
-    deployments
-        .patch(&name, &apply_params(), &Patch::Apply(&deployment))
-        .await?;
-    Ok(())
+    Ok(ca.is_some())
 }
 
 /// Stop the merge (past the deadline): the Job and its pods go.

@@ -1,33 +1,63 @@
 //! Deletion (the finalizer): the scan's Redis keys and its parts in S3 go;
-//! the merged result stays. An unreachable store does not block deletion.
+//! the merged result stays. An unreachable store does not block deletion
+//! (its parts are left, with a warning, after at most [`S3_CLEANUP`]);
+//! Redis must be reached to delete its keys, unless the scan carries the
+//! escape annotation [`SKIP_CLEANUP`] (for a Redis gone for good).
 
 use super::context::{key_of, lease, scan_labels, Context, Error, MANAGER};
 use super::planning::spec_of;
+use super::redis_user::delete_scan_user;
+use super::report::publish;
 use super::source::s3_for;
 use crate::crd::BucketScan;
 use crate::desired;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::s3::delete::delete_prefix;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
 /// Delete: the scan's Redis keys and its parts in S3 go; the merged result
 /// (if any) stays.
 pub(super) async fn cleanup(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
+    if skips_cleanup(scan) {
+        let note = format!("{SKIP_CLEANUP} is set: the scan's Redis keys and parts in S3 are left");
+        tracing::warn!(scan = %scan.name_any(), "{note}");
+        publish(ctx, scan, EventType::Warning, "CleanupSkipped", &note).await;
+        return forget(scan, ctx);
+    }
     let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
-    match s3_for(scan, ctx).await {
-        Ok(s3) => {
-            let spec = spec_of(scan);
-            if let Err(e) = delete_prefix(&s3, &spec.output_bucket, &spec.parts_prefix()).await {
-                // A missing bucket or lost access must not block deletion forever.
-                tracing::warn!(scan = %scan.name_any(), error = %e, "could not delete the parts");
-            }
-        }
-        Err(e) => {
-            tracing::warn!(scan = %scan.name_any(), error = %e, "could not reach S3 to delete the parts")
-        }
+    // A missing Secret or bucket, lost access or a store that does not answer
+    // must not block deletion forever.
+    match tokio::time::timeout(S3_CLEANUP, delete_parts(scan, ctx)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(scan = %scan.name_any(), error = %e, "could not delete the parts"),
+        Err(_) => tracing::warn!(scan = %scan.name_any(), "the store did not answer: the parts are left"),
     }
     queue.delete_scan().await?;
+    delete_scan_user(scan, ctx).await?;
+    forget(scan, ctx)
+}
+
+/// The annotation that lets a scan go without cleaning Redis and S3 (its
+/// value `"true"`): the escape when Redis is gone for good.
+pub const SKIP_CLEANUP: &str = "bucketscan.dev/skip-cleanup";
+
+/// How long deletion waits for the store.
+const S3_CLEANUP: std::time::Duration = std::time::Duration::from_secs(60);
+
+pub(super) fn skips_cleanup(scan: &BucketScan) -> bool {
+    scan.annotations().get(SKIP_CLEANUP).is_some_and(|v| v == "true")
+}
+
+async fn delete_parts(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
+    let s3 = s3_for(scan, ctx).await?;
+    let spec = spec_of(scan);
+    delete_prefix(&s3, &spec.output_bucket, &spec.parts_prefix()).await?;
+    Ok(())
+}
+
+fn forget(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     ctx.last_status.lock().expect("lock").remove(&key_of(scan));
     ctx.metrics.forget_scan(&scan_labels(scan));
     Ok(Action::await_change())

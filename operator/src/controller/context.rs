@@ -32,6 +32,13 @@ pub enum Error {
     S3(#[from] bucketscan_core::s3::error::S3Error),
     #[error("{0}")]
     Config(String),
+    /// A Secret the scan names is not there (yet: GitOps tools often create
+    /// it a moment after the scan).
+    #[error("{0}")]
+    SecretMissing(String),
+    /// The Secret is there but lacks a key the scan needs.
+    #[error("{0}")]
+    SecretIncomplete(String),
     #[error(transparent)]
     Recovery(#[from] bucketscan_core::fleet::recovery::RecoveryError),
     #[error("finalizer: {0}")]
@@ -48,12 +55,45 @@ impl Error {
             Error::Queue(_) => "redis",
             Error::Plan(_) => "plan",
             Error::S3(_) => "s3",
-            Error::Config(_) => "config",
+            Error::Config(_) | Error::SecretMissing(_) | Error::SecretIncomplete(_) => "config",
             Error::Recovery(_) => "recovery",
             Error::Finalizer(e) => match e.as_ref() {
                 F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.kind(),
                 _ => "finalizer",
             },
+        }
+    }
+}
+
+impl Error {
+    /// Why the scan must wait, when the cause may pass by itself: a Secret
+    /// not created yet, Redis or the store unreachable, slow or throttling.
+    /// `None` for what only the user can fix (the scan fails) and for the
+    /// Kubernetes API itself (nothing could be written: the error policy
+    /// retries).
+    pub fn blocked_reason(&self) -> Option<&'static str> {
+        use bucketscan_core::fleet::recovery::RecoveryError;
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::SecretMissing(_) => Some("SecretNotFound"),
+            Error::SecretIncomplete(_) => Some("SecretIncomplete"),
+            Error::Queue(_) | Error::Plan(PlanError::Queue(_)) | Error::Recovery(RecoveryError::Queue(_)) => {
+                Some("RedisUnavailable")
+            }
+            Error::S3(e)
+            | Error::Plan(PlanError::Source { source: e, .. })
+            | Error::Plan(PlanError::Output { source: e, .. })
+            | Error::Plan(PlanError::Planning(e))
+            | Error::Recovery(RecoveryError::S3(e))
+                if e.is_retryable() =>
+            {
+                Some("StoreUnavailable")
+            }
+            Error::Finalizer(f) => match f.as_ref() {
+                F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.blocked_reason(),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }
@@ -72,6 +112,8 @@ pub struct Context {
     pub namespace: Option<String>,
     /// When each scan's status was last written.
     pub(super) last_status: Mutex<HashMap<String, Instant>>,
+    /// Blocked scans: attempts in a row that met a transient cause.
+    pub(super) blocked: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
@@ -97,6 +139,7 @@ impl Context {
             metrics,
             namespace,
             last_status: Mutex::default(),
+            blocked: Mutex::default(),
         })
     }
 }

@@ -3,6 +3,7 @@
 
 use super::children::ensure_workers;
 use super::context::{Context, Error};
+use super::redis_user::delete_scan_user;
 use super::report::{publish, write_status};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::status::{self, COMPLETE, FAILED};
@@ -45,6 +46,7 @@ pub(super) async fn fail(
 /// A finished scan keeps no workers; it is deleted after its TTL.
 pub(super) async fn finished(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     ensure_workers(scan, ctx, 0).await?;
+    delete_scan_user(scan, ctx).await?;
     let Some(ttl) = scan.spec.ttl_seconds_after_finished else {
         return Ok(Action::await_change());
     };

@@ -2,7 +2,7 @@
 //! `bucketscan-worker merge` joins the parts; its manifest in Redis ends the
 //! scan as Complete, or Failed with the dead shards' first error.
 
-use super::children::apply_params;
+use super::children::{apply_params, ensure_redis_secret};
 use super::context::{Context, Error, ACTIVE_REQUEUE};
 use super::finish::{fail, finished};
 use super::report::{publish, write_status};
@@ -89,8 +89,11 @@ pub(super) async fn merging(
 async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let name = desired::merge_job_name(scan);
+    // The Job's pod reads Redis as the scan's user, which a restarted Redis
+    // forgot: set on every look.
+    let with_ca = ensure_redis_secret(scan, ctx).await?;
     if jobs.get_opt(&name).await?.is_none() {
-        let job = desired::merge_job(scan, &ctx.settings, ctx.redis.ca_pem.is_some());
+        let job = desired::merge_job(scan, &ctx.settings, with_ca);
         jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
         publish(
             ctx,

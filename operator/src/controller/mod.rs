@@ -9,18 +9,21 @@
 //! - `admission`: a new scan may not write where a running one writes;
 //! - `apply`: the pipeline of a live scan; `observe`: what Redis knows;
 //!   `planning` (+ `source`: S3 clients from the scan's Secrets);
-//!   `children`: the worker Deployment; `merge`: the merge Job and the end of
+//!   `children`: the worker Deployment (+ `redis_user`: the scan's own
+//!   Redis user); `merge`: the merge Job and the end of
 //!   the scan; `finish`: Failed / finished / TTL; `cleanup`: the finalizer;
-//!   `report`: status writes and events.
+//!   `report`: status writes and events; `blocked`: transient causes make
+//!   the scan wait (condition `Blocked`, backoff) instead of failing it.
 //!
 //! May import: `crd`, `desired`, `status`, `validate`, `metrics` and
 //! `bucketscan_core`; nothing imports it but the binary. Inside, files form
 //! layers (`scripts/check-layers.py` checks there is no circle): `context`;
-//! `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`; `merge`,
-//! `cleanup`; `apply`; this file.
+//! `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`; `merge`,
+//! `cleanup`; `apply`; `blocked`; this file.
 
 mod admission;
 mod apply;
+mod blocked;
 mod children;
 mod cleanup;
 mod context;
@@ -28,6 +31,7 @@ mod finish;
 mod merge;
 mod observe;
 mod planning;
+mod redis_user;
 mod report;
 mod source;
 
@@ -92,8 +96,14 @@ async fn reconcile(scan: Arc<BucketScan>, ctx: Arc<Context>) -> Result<Action, E
         match event {
             // Boxed: the pipeline's future is deep enough to overflow the
             // compiler's layout recursion limit when inlined here.
-            Finalizer::Apply(scan) => Box::pin(apply::apply(&scan, &ctx)).await,
-            Finalizer::Cleanup(scan) => cleanup::cleanup(&scan, &ctx).await,
+            Finalizer::Apply(scan) => {
+                let applied = Box::pin(apply::apply(&scan, &ctx)).await;
+                blocked::wait_out(&scan, &ctx, applied).await
+            }
+            Finalizer::Cleanup(scan) => {
+                let cleaned = cleanup::cleanup(&scan, &ctx).await;
+                blocked::wait_out(&scan, &ctx, cleaned).await
+            }
         }
     })
     .await

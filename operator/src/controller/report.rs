@@ -22,6 +22,27 @@ pub(super) async fn write_status(
     before: &BucketScanStatus,
     st: &BucketScanStatus,
 ) -> Result<(), Error> {
+    write(ctx, scan, before, st, false).await
+}
+
+/// [`write_status`] without the pacing: for a change the user must see now
+/// (a condition that says why the scan waits).
+pub(super) async fn write_status_now(
+    ctx: &Context,
+    scan: &BucketScan,
+    before: &BucketScanStatus,
+    st: &BucketScanStatus,
+) -> Result<(), Error> {
+    write(ctx, scan, before, st, true).await
+}
+
+async fn write(
+    ctx: &Context,
+    scan: &BucketScan,
+    before: &BucketScanStatus,
+    st: &BucketScanStatus,
+    now_anyway: bool,
+) -> Result<(), Error> {
     // Every write says which spec it describes and whether the scan is Ready.
     let mut st = st.clone();
     st.observed_generation = scan.metadata.generation;
@@ -37,7 +58,7 @@ pub(super) async fn write_status(
     let phase_changed = before.phase != st.phase;
     {
         let last = ctx.last_status.lock().expect("lock");
-        if !phase_changed && last.get(&key).is_some_and(|t| t.elapsed() < STATUS_EVERY) {
+        if !phase_changed && !now_anyway && last.get(&key).is_some_and(|t| t.elapsed() < STATUS_EVERY) {
             return Ok(());
         }
     }

@@ -22,12 +22,12 @@ async fn secret_value(
     let secret = secrets
         .get_opt(name)
         .await?
-        .ok_or_else(|| Error::Config(format!("Secret {name:?} ({field}) does not exist")))?;
+        .ok_or_else(|| Error::SecretMissing(format!("Secret {name:?} ({field}) does not exist")))?;
     secret
         .data
         .and_then(|mut d| d.remove(key))
         .map(|v| v.0)
-        .ok_or_else(|| Error::Config(format!("Secret {name:?} ({field}) has no key {key:?}")))
+        .ok_or_else(|| Error::SecretIncomplete(format!("Secret {name:?} ({field}) has no key {key:?}")))
 }
 
 /// The scan's S3 clients, with the credentials from its Secret.
@@ -39,7 +39,7 @@ pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, 
             let secrets: Api<Secret> =
                 Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
             let secret = secrets.get_opt(&r.name).await?.ok_or_else(|| {
-                Error::Config(format!(
+                Error::SecretMissing(format!(
                     "Secret {:?} (spec.source.credentialsSecret) does not exist",
                     r.name
                 ))
@@ -52,7 +52,7 @@ pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, 
                     .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
             };
             let (Some(id), Some(key)) = (field("AWS_ACCESS_KEY_ID"), field("AWS_SECRET_ACCESS_KEY")) else {
-                return Err(Error::Config(format!(
+                return Err(Error::SecretIncomplete(format!(
                     "Secret {:?} needs the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
                     r.name
                 )));

@@ -358,9 +358,19 @@ impl PrivateRedis {
     /// SIGKILL the server, keep it down for `down`, start it again on the
     /// same port with the same arguments (and whatever it persisted).
     pub fn crash_and_restart(&mut self, down: std::time::Duration) {
+        self.crash();
+        std::thread::sleep(down);
+        self.restart();
+    }
+
+    /// SIGKILL the server (it stays down until [`PrivateRedis::restart`]).
+    pub fn crash(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
-        std::thread::sleep(down);
+    }
+
+    /// Start it again on the same port with the same arguments.
+    pub fn restart(&mut self) {
         self.child = spawn_redis(&self.args, self.port, self.starts).expect("redis-server restarts");
         self.starts += 1;
     }

@@ -23,9 +23,11 @@
 //!
 //! May import: `keyspace` only (and its own `patient` connection).
 
+mod acl;
 mod patient;
 
 use crate::keyspace::shard::Shard;
+pub use acl::{password_of, scan_user, scan_user_rules, url_with_user};
 use patient::PatientConnection;
 use redis::aio::ConnectionManagerConfig;
 use redis::{AsyncCommands, Script};
@@ -41,6 +43,7 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("renew.lua
 static FINISH: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("finish.lua")));
 static GOVERN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("govern.lua")));
 static REAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("reap.lua")));
+static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("restore.lua")));
 
 /// A script that acts on a leased shard, with the lease check prepended.
 fn fenced(body: &str) -> Script {
@@ -114,8 +117,12 @@ impl RedisConfig {
             .set_max_delay(Duration::from_secs(2));
         let mut backoff = patient::Backoff::new(self.patience);
         loop {
-            match redis::aio::ConnectionManager::new_with_config(self.client()?, config.clone()).await {
-                Ok(manager) => return Ok(RedisConnection(PatientConnection::new(manager, self.patience))),
+            let client = self.client()?;
+            match redis::aio::ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+                Ok(manager) => {
+                    let patient = PatientConnection::new(manager, self.patience, client, config);
+                    return Ok(RedisConnection(patient));
+                }
                 Err(e) if patient::not_up_yet(&e) => {
                     if !backoff.retry_after(&e).await {
                         let patience = self.patience;
@@ -326,6 +333,47 @@ pub struct Recorded {
 
 const DIVERGED: &str = "Redis lost recorded progress of this shard (restarted from older data or failed over \
                         to a replica that lagged); it goes back to pending and is scanned again from what Redis holds";
+
+impl RedisConnection {
+    /// Create or update scan `scan`'s own user (see [`acl`]) with `password`.
+    pub async fn set_scan_user(&self, scan: &str, password: &str) -> Result<(), QueueError> {
+        let mut con = self.0.clone();
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(scan_user(scan))
+            .arg(scan_user_rules(&ScanKeys::new(scan).base, password))
+            .query_async::<()>(&mut con)
+            .await?;
+        Ok(())
+    }
+
+    /// Remove scan `scan`'s user (its pods are gone with the scan).
+    pub async fn delete_scan_user(&self, scan: &str) -> Result<(), QueueError> {
+        let mut con = self.0.clone();
+        redis::cmd("ACL")
+            .arg("DELUSER")
+            .arg(scan_user(scan))
+            .query_async::<()>(&mut con)
+            .await?;
+        Ok(())
+    }
+}
+
+/// The progress counters a finished shard's exact result counts stand for
+/// (every object of its parts was listed and HEADed once): what restoring it
+/// adds, so the progress after Redis lost a scan rebuilds from its done
+/// records.
+pub fn progress_of_counts(counts: &std::collections::BTreeMap<String, u64>) -> [(&'static str, u64); 6] {
+    let get = |k: &str| counts.get(k).copied().unwrap_or(0);
+    [
+        ("listed", get("objects")),
+        ("heads", get("objects")),
+        ("with_metadata", get("with_metadata")),
+        ("vanished", get("vanished")),
+        ("errors", get("errors")),
+        ("bytes", get("bytes")),
+    ]
+}
 
 fn json(shard: &Shard) -> String {
     serde_json::to_string(shard).expect("a shard serializes")
@@ -669,39 +717,35 @@ impl Queue {
     }
 
     /// Put back a finished shard from its record in S3 (after Redis lost the
-    /// scan), with its parts and counts, in one transaction.
+    /// scan), with its parts and counts, in one script; its counts also
+    /// rebuild the scan's progress counters (see [`progress_of_counts`]). A
+    /// shard already done is left alone. Returns whether it was restored.
     pub async fn restore_done(
         &self,
         id: &str,
         range: &Shard,
         parts: &[String],
         counts: &std::collections::BTreeMap<String, u64>,
-    ) -> Result<(), QueueError> {
+    ) -> Result<bool, QueueError> {
         let mut con = self.con.clone();
-        let range = serde_json::to_string(range).expect("a shard serializes");
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .del(self.keys.shard(id))
-            .hset_multiple(
-                self.keys.shard(id),
-                &[
-                    ("range", range.as_str()),
-                    ("state", "done"),
-                    ("attempts", "1"),
-                    ("failures", "0"),
-                ],
-            )
-            .del(self.keys.parts(id))
-            .sadd(self.keys.shards(), id)
-            .sadd(self.keys.done(), id);
-        if !parts.is_empty() {
-            pipe.rpush(self.keys.parts(id), parts);
-        }
+        let mut call = RESTORE.prepare_invoke();
+        call.key(self.keys.shard(id))
+            .key(self.keys.parts(id))
+            .key(self.keys.shards())
+            .key(self.keys.done())
+            .key(self.keys.counters())
+            .arg(id)
+            .arg(json(range))
+            .arg(parts.len())
+            .arg(parts)
+            .arg(counts.len());
         for (field, n) in counts {
-            pipe.hset(self.keys.shard(id), format!("n:{field}"), *n);
+            call.arg(field).arg(*n);
         }
-        pipe.query_async::<()>(&mut con).await?;
-        Ok(())
+        for (counter, n) in progress_of_counts(counts) {
+            call.arg(counter).arg(n);
+        }
+        Ok(call.invoke_async::<i64>(&mut con).await? == 1)
     }
 
     /// One shard as the queue knows it.
