@@ -1,6 +1,6 @@
 //! Merge wall time against the number of recorded parts, on a real S3
-//! server and Redis (run it under scripts/with-test-servers.sh: MinIO and
-//! redis-server; or set the variables below by hand).
+//! server and Redis (run it under scripts/with-test-servers.sh: versitygw or
+//! MinIO, and redis-server; or set the variables below by hand).
 //!
 //! For each part count N the parts are made through the real queue steps a
 //! worker takes (the scan's spec stored, one shard enqueued and leased, each
@@ -10,10 +10,11 @@
 //! the case where the merger reads and joins every byte, the slowest per
 //! part. Setup is not timed.
 //!
-//! Environment: BUCKETSCAN_TEST_MINIO_ENDPOINT, ..._ACCESS_KEY, ..._SECRET_KEY,
+//! Environment: MERGE_TIME_SERVER (VGW, the default, or MINIO) picks
+//! BUCKETSCAN_TEST_{SERVER}_ENDPOINT, ..._ACCESS_KEY, ..._SECRET_KEY;
 //! BUCKETSCAN_TEST_REDIS_URL. Arguments: `[jsonl|parquet] [N...]` (default
 //! jsonl 1000 10000 20000). Prints one JSON line per N:
-//! {"format", "parts", "files", "merge_s", "ms_per_part", "setup_s"}.
+//! {"server", "format", "parts", "files", "merge_s", "ms_per_part", "setup_s"}.
 
 use anyhow::{bail, Context};
 use bucketscan_core::fleet::merge::merge;
@@ -69,11 +70,13 @@ async fn main() -> anyhow::Result<()> {
     } else {
         counts
     };
-    std::env::set_var("AWS_ACCESS_KEY_ID", env("BUCKETSCAN_TEST_MINIO_ACCESS_KEY")?);
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", env("BUCKETSCAN_TEST_MINIO_SECRET_KEY")?);
+    let server = std::env::var("MERGE_TIME_SERVER").unwrap_or_else(|_| "VGW".into());
+    let var = |what: &str| env(&format!("BUCKETSCAN_TEST_{server}_{what}"));
+    std::env::set_var("AWS_ACCESS_KEY_ID", var("ACCESS_KEY")?);
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", var("SECRET_KEY")?);
     std::env::set_var("AWS_REGION", "us-east-1");
     let s3 = S3::connect(Endpoint {
-        url: Some(env("BUCKETSCAN_TEST_MINIO_ENDPOINT")?),
+        url: Some(var("ENDPOINT")?),
         region: "us-east-1".into(),
         path_style: true,
         ca_pem: None,
@@ -109,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
             bail!("merged {} records, not {}", manifest.records, n * RECORDS);
         }
         println!(
-            "{{\"format\": \"{}\", \"parts\": {n}, \"files\": {}, \"merge_s\": {secs:.2}, \"ms_per_part\": {:.3}, \"setup_s\": {setup:.1}}}",
+            "{{\"server\": \"{server}\", \"format\": \"{}\", \"parts\": {n}, \"files\": {}, \"merge_s\": {secs:.2}, \"ms_per_part\": {:.3}, \"setup_s\": {setup:.1}}}",
             format.extension(false),
             manifest.files.len(),
             secs * 1e3 / n as f64
