@@ -327,7 +327,7 @@ async fn write_parquet(
             let inputs: Vec<PartIn> = parts.iter().map(|d| d.part.clone()).collect();
             plan_parquet_files(&inputs, spec.file_size)
         }
-        Layout::Single => vec![0..parts.len()],
+        Layout::Single => std::iter::once(0..parts.len()).collect(),
     };
     let mut files = Vec::with_capacity(groups.len());
     for (n, group) in groups.into_iter().enumerate() {

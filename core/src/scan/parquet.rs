@@ -355,9 +355,9 @@ mod tests {
             key: key.into(),
             status: [Status::Ok, Status::Vanished, Status::Error][i % 3],
             size: (i as u64) << 33,
-            etag: (i % 2 == 0).then(|| format!("\"{i:x}\"")),
+            etag: i.is_multiple_of(2).then(|| format!("\"{i:x}\"")),
             last_modified: (i % 4 != 3).then(|| format!("2024-01-02T03:04:{:02}Z", i % 60)),
-            storage_class: (i % 5 == 0).then(|| "GLACIER".into()),
+            storage_class: i.is_multiple_of(5).then(|| "GLACIER".into()),
             content_type: Some("text/plain; charset=utf-8".into()),
             metadata: (0..i % 4)
                 .map(|n| (format!("m{n}"), format!("v,\"{n}\"\r\n\t ü")))
@@ -385,8 +385,7 @@ mod tests {
         file.extend(enc.finish().unwrap());
         let back: Vec<Record> = read_records(Bytes::from(file.clone()))
             .unwrap()
-            .map(|b| b.unwrap())
-            .flatten()
+            .flat_map(|b| b.unwrap())
             .collect();
         assert_eq!(back, records);
         let keys = record_keys(Bytes::from(file)).unwrap();
