@@ -417,9 +417,10 @@ fn noise(seed: u64, n: usize) -> String {
 /// the small parts after them (objects without metadata or with several
 /// entries, odd keys) are read and joined into one file. DuckDB reads the
 /// dataset (`read_parquet` over the files) exactly; pyarrow checks the schema.
+/// On versitygw (no part here needs MinIO's limits).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parquet_dataset_of_copied_and_joined_parts_reads_exactly_in_duckdb() {
-    let s3 = minio();
+    let s3 = versitygw();
     let bucket = s3.bucket("pq").await;
     let out = s3.bucket("pq-out").await;
     let mut seeded: BTreeMap<String, Seeded> = (0..5_600u64)
@@ -534,7 +535,7 @@ async fn a_parquet_dataset_of_copied_and_joined_parts_reads_exactly_in_duckdb() 
 /// merge joins every part into `result.parquet` the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scan_and_single_merge_write_one_parquet_file_that_duckdb_reads_exactly() {
-    let s3 = minio();
+    let s3 = versitygw();
     let bucket = s3.bucket("pq1").await;
     let out = s3.bucket("pq1-out").await;
     let mut seeded: BTreeMap<String, Seeded> = (0..600)
