@@ -151,6 +151,7 @@ fn default_ca_key() -> String {
 /// `dataset`), with `manifest.json` beside it listing every file.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.format) && self.format == 'parquet' && has(self.gzip) && self.gzip)").message("gzip does not apply to parquet: Parquet compresses its columns itself (zstd); set gzip to false"))]
 pub struct Output {
     /// Bucket for the result, on the source's endpoint.
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$')").message("bucket must be a valid S3 bucket name: 3-63 lower-case letters, digits, dots and hyphens"))]
@@ -187,6 +188,9 @@ pub enum Format {
     Jsonl,
     /// RFC 4180 CSV with a header row; user metadata as a JSON column.
     Csv,
+    /// Apache Parquet (zstd); user metadata as a map<string,string> column.
+    /// Not with `gzip`.
+    Parquet,
 }
 
 impl From<Format> for bucketscan_core::scan::format::Format {
@@ -194,6 +198,7 @@ impl From<Format> for bucketscan_core::scan::format::Format {
         match f {
             Format::Jsonl => Self::Jsonl,
             Format::Csv => Self::Csv,
+            Format::Parquet => Self::Parquet,
         }
     }
 }
@@ -202,7 +207,7 @@ impl From<Format> for bucketscan_core::scan::format::Format {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Layout {
-    /// One object, `result.jsonl[.gz]` or `result.csv[.gz]`.
+    /// One object, `result.jsonl[.gz]`, `result.csv[.gz]` or `result.parquet`.
     #[default]
     Single,
     /// Files of bounded size in key order under `data/`.

@@ -155,6 +155,11 @@ async fn the_crd_installs_and_the_api_server_enforces_it() {
             "Unsupported value: \"many\"",
         ),
         (
+            "gzip-parquet",
+            serde_json::json!({"output": {"format": "parquet", "gzip": true}}),
+            "gzip does not apply to parquet",
+        ),
+        (
             "tiny-files",
             serde_json::json!({"output": {"fileSizeBytes": 1000}}),
             "fileSizeBytes must be between 5242880",

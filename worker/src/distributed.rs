@@ -79,7 +79,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         file_size: args.file_size,
     };
     // Before Redis or S3 is asked anything (the estimate comes with planning).
-    check_output(spec.layout, spec.file_size, spec.gzip, 0).map_err(anyhow::Error::msg)?;
+    check_output(spec.format, spec.layout, spec.file_size, spec.gzip, 0).map_err(anyhow::Error::msg)?;
     let s3 = args.source.endpoint.connect(64).await?;
     let opts = PlanOptions {
         delimiter: Some(args.delimiter.clone()).filter(|d| !d.is_empty()),

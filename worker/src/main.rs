@@ -89,7 +89,8 @@ struct ScanArgs {
     /// Compress the output with gzip.
     #[arg(long)]
     gzip: bool,
-    /// Record format: jsonl or csv (RFC 4180, with a header row).
+    /// Record format: jsonl, csv (RFC 4180, with a header row) or parquet
+    /// (zstd; not with --gzip).
     #[arg(long, default_value = "jsonl")]
     format: Format,
     /// Keep only objects that have user metadata (errors are always kept).
@@ -145,7 +146,8 @@ struct PlanArgs {
     output: String,
     #[arg(long)]
     gzip: bool,
-    /// Record format: jsonl or csv (RFC 4180, with a header row).
+    /// Record format: jsonl, csv (RFC 4180, with a header row) or parquet
+    /// (zstd; not with --gzip).
     #[arg(long, default_value = "jsonl")]
     format: Format,
     /// single: one object, PREFIX/result.EXT; dataset: files of at most
@@ -290,6 +292,8 @@ impl EndpointArgs {
 
 async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let started = Instant::now();
+    // Before the bucket is asked anything.
+    args.format.check_gzip(args.gzip).map_err(anyhow::Error::msg)?;
     let src = &args.source;
     let s3 = src.endpoint.connect(args.concurrency as usize).await?;
     s3.check_bucket(&src.bucket)

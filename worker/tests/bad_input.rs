@@ -191,7 +191,7 @@ fn output_settings_that_cannot_work_are_refused_before_any_request() {
     let out = worker(&[&scan[..], &["--format", "xml"]].concat(), &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("unknown format \"xml\": use jsonl or csv"),
+        stderr(&out).contains("unknown format \"xml\": use jsonl, csv or parquet"),
         "{}",
         stderr(&out)
     );
@@ -219,6 +219,16 @@ fn output_settings_that_cannot_work_are_refused_before_any_request() {
         let line = one_error_line(&out);
         assert!(
             line.contains(&format!("file size {size} is out of range")) && line.contains("5 MiB"),
+            "{line}"
+        );
+    }
+    // Parquet compresses itself: --gzip with it is refused by scan and plan
+    // before anything is asked (the endpoint and Redis are closed ports).
+    let gzip = ["--format", "parquet", "--gzip"];
+    for args in [&scan[..], &plan[..]] {
+        let line = one_error_line(&worker(&[args, &gzip[..]].concat(), &[]));
+        assert!(
+            line.contains("gzip does not apply to parquet") && line.contains("drop --gzip"),
             "{line}"
         );
     }

@@ -11,18 +11,24 @@
 //! re-running one that died midway writes the same files again (the plan
 //! depends only on the recorded parts).
 //!
-//! May import: `spec`, `queue`, `merge_plan`, `scan` (the output format) and `s3`.
+//! Parquet parts cannot be joined byte-wise: a big part is copied as a file
+//! of its own, runs of small ones are read and written again (`rewrite`).
+//!
+//! May import: `spec`, `queue`, `merge_plan`, `rewrite`, `scan` (the output format) and `s3`.
 
-use crate::fleet::merge_plan::{plan_files, plan_from_files, plan_single, FilePlan, PartIn, SinglePlan};
+use crate::fleet::merge_plan::{
+    plan_copy, plan_files, plan_from_files, plan_parquet_files, plan_single, FilePlan, PartIn, SinglePlan,
+};
 use crate::fleet::queue::PartStats;
 use crate::fleet::queue::{Queue, QueueError, ShardRecord};
+use crate::fleet::rewrite::rewrite_parquet;
 use crate::fleet::spec::ScanSpec;
 use crate::s3::compose::{compose, Composed, Piece, Target};
 use crate::s3::delete::delete_prefix;
 use crate::s3::error::S3Error;
 use crate::s3::types::ListRequest;
 use crate::s3::S3;
-use crate::scan::format::{record_keys, Layout};
+use crate::scan::format::{record_keys, Format, Layout};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
@@ -281,6 +287,9 @@ async fn write_result(
     spec: &ScanSpec,
     parts: &[Described],
 ) -> Result<Vec<DataFile>, MergeError> {
+    if spec.format == Format::Parquet {
+        return write_parquet(s3, spec, parts).await;
+    }
     let inputs: Vec<PartIn> = parts.iter().map(|d| d.part.clone()).collect();
     let lead = lead(spec);
     match spec.layout {
@@ -304,6 +313,39 @@ async fn write_result(
             }
         },
     }
+}
+
+/// Parquet: each file one part copied, or several rewritten; the single
+/// result is one file of every part.
+async fn write_parquet(
+    s3: &Arc<S3>,
+    spec: &ScanSpec,
+    parts: &[Described],
+) -> Result<Vec<DataFile>, MergeError> {
+    let groups = match spec.layout {
+        Layout::Dataset => {
+            let inputs: Vec<PartIn> = parts.iter().map(|d| d.part.clone()).collect();
+            plan_parquet_files(&inputs, spec.file_size)
+        }
+        Layout::Single => std::iter::once(0..parts.len()).collect(),
+    };
+    let mut files = Vec::with_capacity(groups.len());
+    for (n, group) in groups.into_iter().enumerate() {
+        let key = match spec.layout {
+            Layout::Dataset => spec.data_key(n),
+            Layout::Single => spec.result_key(),
+        };
+        let members = &parts[group];
+        let composed = match members {
+            [one] => put_file(s3, spec, &key, plan_copy(&one.part)).await?,
+            _ => {
+                let keys: Vec<String> = members.iter().map(|d| d.part.key.clone()).collect();
+                rewrite_parquet(s3, spec, &keys, &key).await?
+            }
+        };
+        files.push(describe_file(spec, &key, members, composed));
+    }
+    Ok(files)
 }
 
 async fn write_files(

@@ -6,6 +6,9 @@
 //! levels: data files first, then the result from the files (each file at
 //! most 5 GiB, so one copied part each).
 //!
+//! Parquet cannot be concatenated: a Parquet file is a part copied whole, or
+//! a run of small parts read and written again ([`plan_parquet_files`]).
+//!
 //! May import: `s3::compose` and `s3::upload` (its limits).
 
 use crate::s3::compose::{Piece, Planner, Source};
@@ -91,6 +94,45 @@ pub fn plan_from_files(keys: &[String], sizes: &[u64], lead: &Bytes) -> Option<V
     (planner.parts() <= MAX_PARTS).then(|| planner.finish())
 }
 
+/// A Parquet part at least this big (or half the file size, if less) is a
+/// dataset file of its own, copied on the server: big enough for readers, and
+/// the merger reads no byte of it. It also bounds what the merger holds per
+/// part it reads.
+pub const PARQUET_COPY_ALONE: u64 = 64 << 20;
+
+/// The parts of each Parquet file, in key order: a part of at least
+/// [`PARQUET_COPY_ALONE`] (or `file_size / 2`) alone, runs of smaller parts
+/// joined up to `file_size` bytes of parts. A file of one part is copied;
+/// one of several is rewritten (`fleet::rewrite`). No parts: one empty file.
+pub fn plan_parquet_files(parts: &[PartIn], file_size: u64) -> Vec<Range<usize>> {
+    let alone = (file_size / 2).min(PARQUET_COPY_ALONE);
+    let mut files = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, part) in parts.iter().enumerate() {
+        let big = part.size >= alone;
+        if i > start && (big || bytes + part.size > file_size) {
+            files.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += part.size;
+        if big {
+            files.push(i..i + 1);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    if start < parts.len() || files.is_empty() {
+        files.push(start..parts.len());
+    }
+    files
+}
+
+/// One part copied whole as an object of its own.
+pub fn plan_copy(part: &PartIn) -> Vec<Piece> {
+    let mut planner = Planner::new(Bytes::new());
+    planner.add(whole(part));
+    planner.finish()
+}
+
 fn whole(part: &PartIn) -> Source {
     Source {
         key: part.key.clone(),
@@ -162,6 +204,39 @@ mod tests {
         assert_eq!(pieces.len(), files.len(), "one copied part per file");
         let small = parts(vec![100; 20_000]);
         assert!(matches!(plan_single(&small, &Bytes::new(), 1 << 30), SinglePlan::Direct(p) if p.len() == 1));
+    }
+
+    #[test]
+    fn parquet_files_copy_big_parts_and_join_runs_of_small_ones() {
+        let sizes = [
+            MIB,
+            2 * MIB,
+            70 * MIB,
+            3 * MIB,
+            30 * MIB,
+            40 * MIB,
+            MIB,
+            200 * MIB,
+        ];
+        let input = parts(sizes);
+        let files = plan_parquet_files(&input, 1 << 30);
+        assert_eq!(files, vec![0..2, 2..3, 3..7, 7..8], "64 MiB parts alone");
+        let small = plan_parquet_files(&input, 8 * MIB);
+        let mut next = 0;
+        for f in &small {
+            assert_eq!(f.start, next, "every part once, in order");
+            next = f.end;
+            let bytes: u64 = input[f.clone()].iter().map(|p| p.size).sum();
+            assert!(f.len() == 1 || bytes <= 8 * MIB, "{f:?}: {bytes}");
+        }
+        assert_eq!(next, input.len());
+        assert_eq!(small[..3], [0..2, 2..3, 3..4], "4 MiB parts alone at 8 MiB files");
+        assert_eq!(
+            plan_parquet_files(&[], 1 << 30),
+            vec![0..0],
+            "no parts: one empty file"
+        );
+        assert!(matches!(plan_copy(&input[2])[..], [Piece::Copy(_)]));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! result. The top layer of the crate; the worker and the operator binaries
 //! sit above it.
 //!
-//! Inside, files form layers: `spec`, `governor`; `queue`; `recovery`, `governed`; `plan`, `run`,
+//! Inside, files form layers: `spec`, `governor`; `queue`; `recovery`, `governed`, `rewrite`; `plan`, `run`,
 //! `merge`.
 //!
 //! May import: `s3`, `keyspace` and `scan`.
@@ -17,5 +17,6 @@ pub mod merge_plan;
 pub mod plan;
 pub mod queue;
 pub mod recovery;
+pub mod rewrite;
 pub mod run;
 pub mod spec;

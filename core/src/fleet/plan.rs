@@ -41,8 +41,10 @@ pub async fn plan_scan(
     opts: &PlanOptions,
     queue: &Queue,
 ) -> Result<Planned, PlanError> {
-    let check =
-        |objects| check_output(spec.layout, spec.file_size, spec.gzip, objects).map_err(PlanError::Settings);
+    let check = |objects| {
+        check_output(spec.format, spec.layout, spec.file_size, spec.gzip, objects)
+            .map_err(PlanError::Settings)
+    };
     check(0)?;
     s3.check_bucket(&spec.bucket)
         .await

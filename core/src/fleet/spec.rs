@@ -61,11 +61,13 @@ fn min_record_bytes(gzip: bool) -> u64 {
 /// Why a spec's output settings cannot work: said before any work starts.
 /// `estimated_objects` is the planner's estimate of the keyspace's size.
 pub fn check_output(
+    format: Format,
     layout: Layout,
     file_size: u64,
     gzip: bool,
     estimated_objects: u64,
 ) -> Result<(), String> {
+    format.check_gzip(gzip)?;
     if !(MIN_FILE_SIZE..=MAX_FILE_SIZE).contains(&file_size) {
         return Err(format!(
             "file size {file_size} is out of range: a data file is between {MIN_FILE_SIZE} (5 MiB, S3's smallest part) and {MAX_FILE_SIZE} (5 GiB, S3's largest copied part) bytes"
@@ -221,23 +223,49 @@ mod tests {
 
     #[test]
     fn file_sizes_outside_what_s3_can_compose_are_refused() {
-        assert!(check_output(Layout::Dataset, MIN_FILE_SIZE, false, 0).is_ok());
-        assert!(check_output(Layout::Single, MAX_FILE_SIZE, false, 0).is_ok());
-        assert!(check_output(Layout::Dataset, MIN_FILE_SIZE - 1, false, 0)
-            .unwrap_err()
-            .contains("5 MiB"));
-        assert!(check_output(Layout::Dataset, MAX_FILE_SIZE + 1, false, 0)
-            .unwrap_err()
-            .contains("5 GiB"));
+        assert!(check_output(Format::Jsonl, Layout::Dataset, MIN_FILE_SIZE, false, 0).is_ok());
+        assert!(check_output(Format::Jsonl, Layout::Single, MAX_FILE_SIZE, false, 0).is_ok());
+        assert!(
+            check_output(Format::Jsonl, Layout::Dataset, MIN_FILE_SIZE - 1, false, 0)
+                .unwrap_err()
+                .contains("5 MiB")
+        );
+        assert!(
+            check_output(Format::Jsonl, Layout::Dataset, MAX_FILE_SIZE + 1, false, 0)
+                .unwrap_err()
+                .contains("5 GiB")
+        );
     }
 
     #[test]
     fn a_single_result_that_cannot_fit_10000_files_is_refused() {
         // 2·10^9 records of at least 48 bytes are more than 10,000 x 5 MiB.
-        let err = check_output(Layout::Single, MIN_FILE_SIZE, false, 2_000_000_000).unwrap_err();
+        let err =
+            check_output(Format::Jsonl, Layout::Single, MIN_FILE_SIZE, false, 2_000_000_000).unwrap_err();
         assert!(err.contains("use the dataset layout"), "{err}");
-        assert!(check_output(Layout::Dataset, MIN_FILE_SIZE, false, 2_000_000_000).is_ok());
-        assert!(check_output(Layout::Single, DEFAULT_FILE_SIZE, false, 2_000_000_000).is_ok());
-        assert!(check_output(Layout::Single, MIN_FILE_SIZE, true, 2_000_000_000).is_ok());
+        assert!(check_output(
+            Format::Jsonl,
+            Layout::Dataset,
+            MIN_FILE_SIZE,
+            false,
+            2_000_000_000
+        )
+        .is_ok());
+        assert!(check_output(
+            Format::Jsonl,
+            Layout::Single,
+            DEFAULT_FILE_SIZE,
+            false,
+            2_000_000_000
+        )
+        .is_ok());
+        assert!(check_output(Format::Jsonl, Layout::Single, MIN_FILE_SIZE, true, 2_000_000_000).is_ok());
+    }
+
+    #[test]
+    fn gzip_with_parquet_is_refused() {
+        let err = check_output(Format::Parquet, Layout::Dataset, DEFAULT_FILE_SIZE, true, 0).unwrap_err();
+        assert!(err.contains("drop --gzip"), "{err}");
+        assert!(check_output(Format::Parquet, Layout::Single, DEFAULT_FILE_SIZE, false, 0).is_ok());
     }
 }

@@ -1,11 +1,12 @@
-//! Result formats and layouts: how a record becomes bytes (JSON Lines, CSV)
-//! and the names, content types and limits that follow from the choice.
+//! Result formats and layouts: how a record becomes bytes (JSON Lines, CSV;
+//! Parquet is columnar and written by `parquet`) and the names, content types
+//! and limits that follow from the choice.
 //!
 //! CSV follows RFC 4180: a header row, fields quoted when they hold a comma,
 //! a quote, CR or LF, quotes doubled; user metadata is one JSON column. Rows
 //! end with CRLF as the RFC says; readers (DuckDB, pandas, Excel) accept it.
 //!
-//! May import: `record`.
+//! May import: `record`, `parquet`.
 
 use crate::scan::record::Record;
 use serde::{Deserialize, Serialize};
@@ -20,6 +21,8 @@ pub enum Format {
     Jsonl,
     /// RFC 4180 CSV with a header row; metadata as a JSON column.
     Csv,
+    /// Apache Parquet (zstd), metadata as a map<string,string> column.
+    Parquet,
 }
 
 /// How the result is laid out in the output bucket.
@@ -40,7 +43,8 @@ impl FromStr for Format {
         match s {
             "jsonl" => Ok(Format::Jsonl),
             "csv" => Ok(Format::Csv),
-            _ => Err(format!("unknown format {s:?}: use jsonl or csv")),
+            "parquet" => Ok(Format::Parquet),
+            _ => Err(format!("unknown format {s:?}: use jsonl, csv or parquet")),
         }
     }
 }
@@ -80,11 +84,14 @@ impl Format {
             (Format::Jsonl, true) => "jsonl.gz",
             (Format::Csv, false) => "csv",
             (Format::Csv, true) => "csv.gz",
+            // Parquet compresses its pages; gzip is refused with it.
+            (Format::Parquet, _) => "parquet",
         }
     }
 
     pub fn content_type(self, gzip: bool) -> &'static str {
         match (self, gzip) {
+            (Format::Parquet, _) => "application/vnd.apache.parquet",
             (_, true) => "application/gzip",
             (Format::Jsonl, false) => "application/x-ndjson",
             (Format::Csv, false) => "text/csv",
@@ -94,7 +101,7 @@ impl Format {
     /// The bytes every file of this format starts with (before compression).
     pub fn header(self) -> Vec<u8> {
         match self {
-            Format::Jsonl => Vec::new(),
+            Format::Jsonl | Format::Parquet => Vec::new(),
             Format::Csv => {
                 let mut out = CSV_COLUMNS.join(",").into_bytes();
                 out.extend_from_slice(b"\r\n");
@@ -103,11 +110,26 @@ impl Format {
         }
     }
 
-    /// Append one record of bucket `bucket` to `out`.
+    /// A line-based format, written record by record; Parquet is columnar.
+    pub fn is_text(self) -> bool {
+        self != Format::Parquet
+    }
+
+    /// Why `gzip` cannot go with this format, if it cannot.
+    pub fn check_gzip(self, gzip: bool) -> Result<(), String> {
+        if gzip && self == Format::Parquet {
+            return Err("gzip does not apply to parquet: Parquet compresses its columns itself (zstd); drop --gzip (spec.output.gzip)".into());
+        }
+        Ok(())
+    }
+
+    /// Append one record of bucket `bucket` to `out` (text formats; Parquet
+    /// records go through `parquet::ParquetEncoder`).
     pub fn write_record(self, record: &Record, bucket: &str, out: &mut Vec<u8>) {
         match self {
             Format::Jsonl => record.write_line(out),
             Format::Csv => write_csv_row(record, bucket, out),
+            Format::Parquet => unreachable!("Parquet is not written a line at a time"),
         }
     }
 }
@@ -168,6 +190,9 @@ pub fn record_keys(format: Format, body: &[u8]) -> Result<Vec<String>, String> {
             .into_iter()
             .map(|mut row| row.swap_remove(1))
             .collect()),
+        Format::Parquet => {
+            crate::scan::parquet::record_keys(bytes::Bytes::copy_from_slice(body)).map_err(|e| e.to_string())
+        }
     }
 }
 
@@ -256,7 +281,16 @@ mod tests {
     #[test]
     fn formats_and_layouts_parse_or_say_what_is_allowed() {
         assert_eq!("csv".parse::<Format>().unwrap(), Format::Csv);
-        assert!("xml".parse::<Format>().unwrap_err().contains("jsonl or csv"));
+        assert!("xml"
+            .parse::<Format>()
+            .unwrap_err()
+            .contains("jsonl, csv or parquet"));
+        assert_eq!("parquet".parse::<Format>().unwrap(), Format::Parquet);
+        assert!(Format::Parquet
+            .check_gzip(true)
+            .unwrap_err()
+            .contains("drop --gzip"));
+        assert!(Format::Csv.check_gzip(true).is_ok());
         assert_eq!("dataset".parse::<Layout>().unwrap(), Layout::Dataset);
         assert!("many"
             .parse::<Layout>()

@@ -8,6 +8,7 @@
 pub mod engine;
 pub mod format;
 pub mod output;
+pub mod parquet;
 pub mod record;
 pub mod single;
 

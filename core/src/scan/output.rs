@@ -1,15 +1,17 @@
-//! Streaming result output: JSON Lines or CSV, optionally gzip, to stdout, a
+//! Streaming result output: JSON Lines or CSV, optionally gzip, or Parquet
+//! (its writer only appends, so it streams too), to stdout, a
 //! file or an S3 object. Output to S3 goes up as a multipart upload once it
 //! outgrows one part, so a result of any size never sits whole in memory; its
 //! parts grow as it grows (see [`part_size_for`]) so it never needs more than
 //! S3's 10,000 parts.
 //!
-//! May import: `record`, `format` and `s3` (S3 output is an `Upload`).
+//! May import: `record`, `format`, `parquet` and `s3` (S3 output is an `Upload`).
 
 use crate::s3::error::S3Error;
 use crate::s3::upload::{Upload, MAX_PARTS, MAX_PART_SIZE, MIN_PART_SIZE};
 use crate::s3::S3;
 use crate::scan::format::Format;
+use crate::scan::parquet::ParquetEncoder;
 use crate::scan::record::Record;
 use flate2::write::GzEncoder;
 use std::io::Write;
@@ -118,13 +120,36 @@ pub struct OutputSummary {
 enum Encoder {
     Plain(Vec<u8>),
     Gzip(GzEncoder<Vec<u8>>),
+    Parquet(Box<ParquetEncoder>),
 }
 
 impl Encoder {
+    fn new(opts: &OutputOptions) -> Result<Encoder, S3Error> {
+        opts.format.check_gzip(opts.gzip).map_err(S3Error::Config)?;
+        Ok(match (opts.format, opts.gzip) {
+            (Format::Parquet, _) => Encoder::Parquet(Box::new(
+                ParquetEncoder::new(&opts.bucket).map_err(|e| S3Error::Other(e.to_string()))?,
+            )),
+            (_, true) => Encoder::Gzip(GzEncoder::new(Vec::new(), flate2::Compression::fast())),
+            (_, false) => Encoder::Plain(Vec::new()),
+        })
+    }
+
+    /// Encoded bytes not sent yet.
     fn pending(&mut self) -> &mut Vec<u8> {
         match self {
             Encoder::Plain(v) => v,
             Encoder::Gzip(g) => g.get_mut(),
+            Encoder::Parquet(p) => p.output(),
+        }
+    }
+
+    /// All that is left to send, the end of the stream included.
+    fn finish(self) -> Result<Vec<u8>, S3Error> {
+        match self {
+            Encoder::Plain(v) => Ok(v),
+            Encoder::Gzip(g) => g.finish().map_err(|e| S3Error::Other(format!("gzip: {e}"))),
+            Encoder::Parquet(p) => p.finish().map_err(|e| S3Error::Other(e.to_string())),
         }
     }
 }
@@ -196,11 +221,7 @@ impl RecordWriter {
                 (Sink::S3(upload), part_size)
             }
         };
-        let encoder = if opts.gzip {
-            Encoder::Gzip(GzEncoder::new(Vec::new(), flate2::Compression::fast()))
-        } else {
-            Encoder::Plain(Vec::new())
-        };
+        let encoder = Encoder::new(opts)?;
         let mut writer = RecordWriter {
             encoder,
             sink,
@@ -211,7 +232,7 @@ impl RecordWriter {
             line: Vec::new(),
             summary: OutputSummary::default(),
         };
-        if opts.header {
+        if opts.header && opts.format.is_text() {
             writer.line = opts.format.header();
             writer.encode_line()?;
         }
@@ -219,9 +240,13 @@ impl RecordWriter {
     }
 
     pub async fn write(&mut self, record: &Record) -> Result<(), S3Error> {
-        self.line.clear();
-        self.format.write_record(record, &self.bucket, &mut self.line);
-        self.encode_line()?;
+        if let Encoder::Parquet(p) = &mut self.encoder {
+            p.push(record).map_err(|e| S3Error::Other(e.to_string()))?;
+        } else {
+            self.line.clear();
+            self.format.write_record(record, &self.bucket, &mut self.line);
+            self.encode_line()?;
+        }
         self.summary.records += 1;
         if self.encoder.pending().len() >= self.flush_at {
             let chunk = std::mem::take(self.encoder.pending());
@@ -239,6 +264,7 @@ impl RecordWriter {
             Encoder::Gzip(g) => g
                 .write_all(&self.line)
                 .map_err(|e| S3Error::Other(format!("gzip: {e}")))?,
+            Encoder::Parquet(_) => unreachable!("Parquet has no lines"),
         }
         Ok(())
     }
@@ -246,10 +272,7 @@ impl RecordWriter {
     /// Write what is left and make the output visible (rename the file,
     /// complete the upload). Nothing is visible before this succeeds.
     pub async fn finish(mut self) -> Result<OutputSummary, S3Error> {
-        let rest = match std::mem::replace(&mut self.encoder, Encoder::Plain(Vec::new())) {
-            Encoder::Plain(v) => v,
-            Encoder::Gzip(g) => g.finish().map_err(|e| S3Error::Other(format!("gzip: {e}")))?,
-        };
+        let rest = std::mem::replace(&mut self.encoder, Encoder::Plain(Vec::new())).finish()?;
         self.send(rest, true).await?;
         match self.sink {
             Sink::Stdout(mut out) => out.flush().await.map_err(io_err)?,

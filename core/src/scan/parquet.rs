@@ -1,0 +1,410 @@
+//! Parquet results: records become Arrow columns written by the `parquet`
+//! crate's `ArrowWriter` (zstd), and Parquet bytes become records again (the
+//! merge joins small parts by reading them; tests and lost part stats read
+//! keys back).
+//!
+//! Columns follow Amazon S3 Metadata tables' names and the CSV's order:
+//! `bucket, key, status, size (int64), last_modified_date (timestamp ms UTC),
+//! e_tag, storage_class, content_type, user_metadata (map<string,string>),
+//! error, http_status (int32), version_id` (null: scans read the current
+//! version; the column keeps one schema for a later versioned scan).
+//!
+//! Memory: the writer only appends (the footer comes last and needs no
+//! seek), so a file streams to stdout or S3 like the text formats. What it
+//! holds is the row group being built: encoded, compressed pages until the
+//! group closes at [`ROW_GROUP_ROWS`] rows or [`ROW_GROUP_BYTES`] of encoded
+//! data, whichever comes first, plus [`BATCH_ROWS`] records not yet encoded.
+//!
+//! May import: `record`.
+
+use crate::scan::record::{Record, Status};
+use arrow_array::builder::{
+    Int32Builder, Int64Builder, MapBuilder, MapFieldNames, StringBuilder, TimestampMillisecondBuilder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use aws_smithy_types::date_time::{DateTime, Format as TimeFormat};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+/// A row group closes after this many rows: with ~100-300 bytes a record
+/// that is tens of MiB compressed, the size readers such as DuckDB and Spark
+/// parallelize well over.
+pub const ROW_GROUP_ROWS: usize = 1 << 20;
+/// ...or once its encoded, compressed data reaches this (objects with much
+/// metadata): the bound on the writer's memory.
+pub const ROW_GROUP_BYTES: usize = 128 << 20;
+/// Records gathered before they are encoded as one Arrow batch.
+pub const BATCH_ROWS: usize = 8192;
+
+pub const COLUMNS: [&str; 12] = [
+    "bucket",
+    "key",
+    "status",
+    "size",
+    "last_modified_date",
+    "e_tag",
+    "storage_class",
+    "content_type",
+    "user_metadata",
+    "error",
+    "http_status",
+    "version_id",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ParquetError {
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+    #[error("not a bucketscan Parquet file: {0}")]
+    Schema(String),
+}
+
+fn map_names() -> MapFieldNames {
+    // Parquet's own names for a map's repeated group and its fields.
+    MapFieldNames {
+        entry: "key_value".into(),
+        key: "key".into(),
+        value: "value".into(),
+    }
+}
+
+fn metadata_type() -> DataType {
+    let names = map_names();
+    let entries = Fields::from(vec![
+        Field::new(names.key, DataType::Utf8, false),
+        Field::new(names.value, DataType::Utf8, true),
+    ]);
+    DataType::Map(
+        Arc::new(Field::new(names.entry, DataType::Struct(entries), false)),
+        false,
+    )
+}
+
+/// The result's Arrow schema.
+pub fn schema() -> SchemaRef {
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let text = |name: &str, nullable| Field::new(name, DataType::Utf8, nullable);
+            Arc::new(Schema::new(vec![
+                text("bucket", false),
+                text("key", false),
+                text("status", false),
+                Field::new("size", DataType::Int64, false),
+                Field::new(
+                    "last_modified_date",
+                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                    true,
+                ),
+                text("e_tag", true),
+                text("storage_class", true),
+                text("content_type", true),
+                Field::new("user_metadata", metadata_type(), false),
+                text("error", true),
+                Field::new("http_status", DataType::Int32, true),
+                text("version_id", true),
+            ]))
+        })
+        .clone()
+}
+
+/// Column builders for up to [`BATCH_ROWS`] records.
+struct Columns {
+    bucket: StringBuilder,
+    key: StringBuilder,
+    status: StringBuilder,
+    size: Int64Builder,
+    last_modified: TimestampMillisecondBuilder,
+    etag: StringBuilder,
+    storage_class: StringBuilder,
+    content_type: StringBuilder,
+    metadata: MapBuilder<StringBuilder, StringBuilder>,
+    error: StringBuilder,
+    http_status: Int32Builder,
+    version_id: StringBuilder,
+    rows: usize,
+}
+
+impl Columns {
+    fn new() -> Columns {
+        let metadata = MapBuilder::new(Some(map_names()), StringBuilder::new(), StringBuilder::new())
+            .with_keys_field(Arc::new(Field::new("key", DataType::Utf8, false)))
+            .with_values_field(Arc::new(Field::new("value", DataType::Utf8, true)));
+        Columns {
+            bucket: StringBuilder::new(),
+            key: StringBuilder::new(),
+            status: StringBuilder::new(),
+            size: Int64Builder::new(),
+            last_modified: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+            etag: StringBuilder::new(),
+            storage_class: StringBuilder::new(),
+            content_type: StringBuilder::new(),
+            metadata,
+            error: StringBuilder::new(),
+            http_status: Int32Builder::new(),
+            version_id: StringBuilder::new(),
+            rows: 0,
+        }
+    }
+
+    fn push(&mut self, r: &Record, bucket: &str) -> Result<(), ParquetError> {
+        self.bucket.append_value(bucket);
+        self.key.append_value(&r.key);
+        self.status.append_value(status_name(r.status));
+        self.size.append_value(i64::try_from(r.size).unwrap_or(i64::MAX));
+        self.last_modified
+            .append_option(r.last_modified.as_deref().map(millis).transpose()?);
+        self.etag.append_option(r.etag.as_deref());
+        self.storage_class.append_option(r.storage_class.as_deref());
+        self.content_type.append_option(r.content_type.as_deref());
+        for (name, value) in &r.metadata {
+            self.metadata.keys().append_value(name);
+            self.metadata.values().append_value(value);
+        }
+        self.metadata.append(true)?;
+        self.error.append_option(r.error.as_deref());
+        self.http_status.append_option(r.http_status.map(i32::from));
+        self.version_id.append_null();
+        self.rows += 1;
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<RecordBatch, ParquetError> {
+        self.rows = 0;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.bucket.finish()),
+            Arc::new(self.key.finish()),
+            Arc::new(self.status.finish()),
+            Arc::new(self.size.finish()),
+            Arc::new(self.last_modified.finish()),
+            Arc::new(self.etag.finish()),
+            Arc::new(self.storage_class.finish()),
+            Arc::new(self.content_type.finish()),
+            Arc::new(self.metadata.finish()),
+            Arc::new(self.error.finish()),
+            Arc::new(self.http_status.finish()),
+            Arc::new(self.version_id.finish()),
+        ];
+        Ok(RecordBatch::try_new(schema(), columns)?)
+    }
+}
+
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "ok",
+        Status::Vanished => "vanished",
+        Status::Error => "error",
+    }
+}
+
+/// An RFC 3339 time (as records hold it) in milliseconds since the epoch.
+fn millis(rfc3339: &str) -> Result<i64, ParquetError> {
+    DateTime::from_str(rfc3339, TimeFormat::DateTime)
+        .ok()
+        .and_then(|t| t.to_millis().ok())
+        .ok_or_else(|| ParquetError::Schema(format!("last modified time {rfc3339:?} is not RFC 3339")))
+}
+
+/// Writes records as one Parquet file into memory, from which the caller
+/// takes the bytes as they are produced ([`ParquetEncoder::take`]).
+pub struct ParquetEncoder {
+    writer: ArrowWriter<Vec<u8>>,
+    columns: Columns,
+    bucket: String,
+}
+
+impl ParquetEncoder {
+    pub fn new(bucket: &str) -> Result<ParquetEncoder, ParquetError> {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+            .build();
+        Ok(ParquetEncoder {
+            writer: ArrowWriter::try_new(Vec::new(), schema(), Some(props))?,
+            columns: Columns::new(),
+            bucket: bucket.to_string(),
+        })
+    }
+
+    pub fn push(&mut self, record: &Record) -> Result<(), ParquetError> {
+        self.columns.push(record, &self.bucket)?;
+        if self.columns.rows >= BATCH_ROWS {
+            self.encode_batch()?;
+        }
+        Ok(())
+    }
+
+    fn encode_batch(&mut self) -> Result<(), ParquetError> {
+        if self.columns.rows == 0 {
+            return Ok(());
+        }
+        let batch = self.columns.finish()?;
+        self.writer.write(&batch)?;
+        // Move what the writer produced out of its buffer into ours.
+        self.writer.sync().map_err(parquet::errors::ParquetError::from)?;
+        Ok(())
+    }
+
+    /// The encoded bytes produced and not taken yet: the caller drains it
+    /// (`std::mem::take`) as the text formats' buffers are drained. Safe: the
+    /// writer counts the bytes it wrote, not this buffer's length, and keeps
+    /// nothing in its own buffer after a batch (`sync`).
+    pub fn output(&mut self) -> &mut Vec<u8> {
+        self.writer.inner_mut()
+    }
+
+    /// Encode the rest and the footer; returns the last bytes.
+    pub fn finish(mut self) -> Result<Vec<u8>, ParquetError> {
+        self.encode_batch()?;
+        Ok(self.writer.into_inner()?)
+    }
+}
+
+/// The records of a Parquet file this module wrote, `batch` at a time, in
+/// file order (the merge joins small parts through this).
+pub fn read_records(
+    file: Bytes,
+) -> Result<impl Iterator<Item = Result<Vec<Record>, ParquetError>>, ParquetError> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
+        .with_batch_size(BATCH_ROWS)
+        .build()?;
+    Ok(reader.map(|batch| records_of(&batch?)))
+}
+
+/// The keys of a Parquet file, in order (only the key column is decoded).
+pub fn record_keys(file: Bytes) -> Result<Vec<String>, ParquetError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
+    let mask = ProjectionMask::columns(builder.parquet_schema(), ["key"]);
+    let mut keys = Vec::new();
+    for batch in builder.with_projection(mask).build()? {
+        let batch = batch?;
+        let column = batch
+            .column_by_name("key")
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| ParquetError::Schema("no key column of strings".into()))?;
+        keys.extend(column.iter().map(|k| k.unwrap_or_default().to_string()));
+    }
+    Ok(keys)
+}
+
+fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, ParquetError> {
+    if batch.schema().fields() != schema().fields() {
+        return Err(ParquetError::Schema(format!("columns {:?}", batch.schema())));
+    }
+    let text = |i: usize| batch.column(i).as_string::<i32>();
+    let (key, status, etag, class, ctype, error) = (text(1), text(2), text(5), text(6), text(7), text(9));
+    let size = batch.column(3).as_primitive::<Int64Type>();
+    let modified = batch.column(4).as_primitive::<TimestampMillisecondType>();
+    let metadata = batch.column(8).as_map();
+    let http = batch.column(10).as_primitive::<Int32Type>();
+    let opt = |a: &arrow_array::StringArray, row| a.is_valid(row).then(|| a.value(row).to_string());
+    (0..batch.num_rows())
+        .map(|row| {
+            let entries = metadata.value(row);
+            let (names, values) = (
+                entries.column(0).as_string::<i32>(),
+                entries.column(1).as_string::<i32>(),
+            );
+            let metadata: BTreeMap<String, String> = (0..entries.len())
+                .map(|i| (names.value(i).to_string(), values.value(i).to_string()))
+                .collect();
+            Ok(Record {
+                key: key.value(row).to_string(),
+                status: match status.value(row) {
+                    "ok" => Status::Ok,
+                    "vanished" => Status::Vanished,
+                    "error" => Status::Error,
+                    other => return Err(ParquetError::Schema(format!("status {other:?}"))),
+                },
+                size: size.value(row).max(0) as u64,
+                etag: opt(etag, row),
+                last_modified: modified.is_valid(row).then(|| rfc3339(modified.value(row))),
+                storage_class: opt(class, row),
+                content_type: opt(ctype, row),
+                metadata,
+                error: opt(error, row),
+                http_status: http.is_valid(row).then(|| http.value(row) as u16),
+            })
+        })
+        .collect()
+}
+
+fn rfc3339(millis: i64) -> String {
+    DateTime::from_millis(millis)
+        .fmt(TimeFormat::DateTime)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(i: usize, key: &str) -> Record {
+        Record {
+            key: key.into(),
+            status: [Status::Ok, Status::Vanished, Status::Error][i % 3],
+            size: (i as u64) << 33,
+            etag: i.is_multiple_of(2).then(|| format!("\"{i:x}\"")),
+            last_modified: (i % 4 != 3).then(|| format!("2024-01-02T03:04:{:02}Z", i % 60)),
+            storage_class: i.is_multiple_of(5).then(|| "GLACIER".into()),
+            content_type: Some("text/plain; charset=utf-8".into()),
+            metadata: (0..i % 4)
+                .map(|n| (format!("m{n}"), format!("v,\"{n}\"\r\n\t ü")))
+                .collect(),
+            error: (i % 3 == 2).then(|| "AccessDenied".into()),
+            http_status: (i % 3 == 2).then_some(403),
+        }
+    }
+
+    /// Every field of every record comes back, across several batches, and
+    /// the bytes taken as they are produced make one valid file.
+    #[test]
+    fn records_round_trip_through_a_streamed_file() {
+        let odd = ["a,b", "q\"uote", "line\nbreak", "tab\there", "ünï 💥", ""];
+        let records: Vec<Record> = (0..BATCH_ROWS * 2 + 17)
+            .map(|i| record(i, &format!("{}{i:06}", odd[i % odd.len()])))
+            .collect();
+        let mut enc = ParquetEncoder::new("bkt").unwrap();
+        let mut file = Vec::new();
+        for r in &records {
+            enc.push(r).unwrap();
+            file.append(enc.output());
+        }
+        assert!(!file.is_empty(), "bytes stream out before the end");
+        file.extend(enc.finish().unwrap());
+        let back: Vec<Record> = read_records(Bytes::from(file.clone()))
+            .unwrap()
+            .flat_map(|b| b.unwrap())
+            .collect();
+        assert_eq!(back, records);
+        let keys = record_keys(Bytes::from(file)).unwrap();
+        assert_eq!(keys, records.iter().map(|r| r.key.clone()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_empty_file_is_valid_and_has_the_schema() {
+        let file = ParquetEncoder::new("b").unwrap().finish().unwrap();
+        let builder = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(file)).unwrap();
+        assert_eq!(builder.schema().fields(), schema().fields());
+        let names: Vec<String> = schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, COLUMNS);
+        assert_eq!(builder.metadata().file_metadata().num_rows(), 0);
+    }
+
+    #[test]
+    fn a_file_that_is_not_parquet_is_an_error() {
+        assert!(record_keys(Bytes::from_static(b"{\"key\":\"a\"}\n")).is_err());
+        assert!(millis("yesterday").is_err());
+    }
+}
