@@ -29,6 +29,7 @@ layers:
     python3 scripts/check-layers.py operator/src --layers crd,metrics validate,desired,status controller leader
     python3 scripts/check-layers.py worker/src
     python3 scripts/check-layers.py bench/src
+    python3 scripts/check-layers.py kubectl-plugin/src
 
 # Every test: against real S3 servers, Redis and a kube-apiserver started for
 # the run, then the real-cluster end to end (stopped afterwards).
@@ -64,9 +65,10 @@ crds-check:
         || { echo "$f is stale: run 'just crds'" >&2; exit 1; }; \
     done
 
-# Release build of the binaries.
+# Release build of the binaries (the kubectl plugin's too: copy
+# $CARGO_TARGET_DIR/release/kubectl-bucketscan onto PATH).
 build:
-    cargo build --release -p bucketscan-operator -p bucketscan-worker
+    cargo build --release -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl
 
 # A real scan end to end: a local Kubernetes cluster, the chart, a seeded
 # bucket, `kubectl apply -f e2e/bucketscan.yaml`, its status and result.
