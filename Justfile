@@ -52,15 +52,18 @@ cluster-down *ARGS:
 test-one FILTER: deps
     BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo test --workspace -- {{FILTER}}
 
-# Write crds/ (and the chart's copy) from the Rust types.
+# Write crds/ (and the chart's copy, which templates/crds.yaml reads) from the Rust types.
 crds:
     cargo run -q -p bucketscan-operator --bin crdgen > crds/.new.yaml
     mv crds/.new.yaml crds/bucketscans.bucketscan.dev.yaml
-    cp crds/bucketscans.bucketscan.dev.yaml charts/bucketscan/crds/
+    cp crds/bucketscans.bucketscan.dev.yaml charts/bucketscan/files/crds/
 
-# Fail when crds/ or the chart's copy does not match the Rust types.
+# Fail when crds/ or the chart's copy does not match the Rust types. The chart
+# has no crds/ directory: Helm would install that copy too, beside the
+# template (crds.install), and never upgrade it.
 crds-check:
-    for f in crds charts/bucketscan/crds; do \
+    [ ! -e charts/bucketscan/crds ] || { echo "charts/bucketscan/crds/ must not exist: the chart's CRD is files/crds/ (templates/crds.yaml)" >&2; exit 1; }
+    for f in crds charts/bucketscan/files/crds; do \
       cargo run -q -p bucketscan-operator --bin crdgen | diff -u $f/bucketscans.bucketscan.dev.yaml - \
         || { echo "$f is stale: run 'just crds'" >&2; exit 1; }; \
     done

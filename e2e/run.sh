@@ -100,11 +100,14 @@ AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
   s3_python "$HERE/s3data.py" seed "$S3_HOST_ENDPOINT" "$BUCKET" "$OBJECTS" "$EXPECTED"
 
 step "helm install bucketscan"
-# Helm installs a chart's CRD on first install only: a kept cluster gets the
-# new one the way docs/operations.md tells users to upgrade it (without it the
-# API server prunes or refuses status fields the operator now writes).
+# The chart installs and upgrades the CRD (crds.install). A kept cluster whose
+# CRD came from an older chart (its crds/ directory, which Helm never
+# upgrades) is handed to the release first, the way docs/operations.md tells
+# users to: Helm adopts an object carrying the release's ownership metadata.
 if k get crd bucketscans.bucketscan.dev >/dev/null 2>&1; then
-  k apply --server-side --force-conflicts -f "$REPO/charts/bucketscan/crds/bucketscans.bucketscan.dev.yaml"
+  k label crd bucketscans.bucketscan.dev app.kubernetes.io/managed-by=Helm --overwrite >/dev/null
+  k annotate crd bucketscans.bucketscan.dev meta.helm.sh/release-name=bucketscan \
+    meta.helm.sh/release-namespace="$RELEASE_NS" --overwrite >/dev/null
 fi
 h upgrade --install bucketscan "$REPO/charts/bucketscan" -n "$RELEASE_NS" --create-namespace \
   --set-string image.tag="$TAG" --set-string worker.image.tag="$TAG" \
