@@ -24,6 +24,8 @@ pub enum Error {
         "bucketscan {name:?} has no result yet (phase {phase}): `kubectl bucketscan watch {name}` waits for it"
     )]
     NotComplete { name: String, phase: String },
+    #[error("bucketscan {name:?} did not finish within --timeout {secs}s")]
+    Timeout { name: String, secs: u64 },
     #[error("the Kubernetes API refused the request: {0}")]
     Api(#[from] kube::Error),
 }

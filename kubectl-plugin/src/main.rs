@@ -33,7 +33,13 @@ enum Command {
     Status(Target),
     /// Follow the scan with a live progress bar until it ends: exit 0 when
     /// it completes, 1 (with the reason) when it fails.
-    Watch(Target),
+    Watch {
+        #[command(flatten)]
+        target: Target,
+        /// Give up (exit 1) after this many seconds, like `kubectl wait --timeout`.
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
     /// Where the result and its manifest are, and the totals.
     Result {
         #[command(flatten)]
@@ -78,9 +84,18 @@ async fn run(command: Command) -> Result<(), Error> {
             let scan = fetch::get(&client, &ns, &t.name).await?;
             print!("{}", render::status_report(&scan));
         }
-        Command::Watch(t) => {
+        Command::Watch { target: t, timeout } => {
             let (client, ns) = connect::connect(t.context.as_deref(), t.namespace.as_deref()).await?;
-            let output = watch::watch(&client, &ns, &t.name).await?;
+            let watched = watch::watch(&client, &ns, &t.name);
+            let output = match timeout {
+                Some(secs) => tokio::time::timeout(std::time::Duration::from_secs(secs), watched)
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        name: t.name.clone(),
+                        secs,
+                    })??,
+                None => watched.await?,
+            };
             println!("complete: {output}");
         }
         Command::Result { target: t, json } => {

@@ -315,3 +315,17 @@ async fn kubectl_finds_the_plugin_on_path() {
         text(&listed.stdout)
     );
 }
+
+#[tokio::test]
+async fn watch_gives_up_after_its_timeout() {
+    let api = scan("plugin-watch-timeout", "slow").await;
+    set_status(&api, "slow", scanning(10, 0)).await;
+    let out = run(&["watch", "slow", "-n", "plugin-watch-timeout", "--timeout", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("bucketscan \"slow\" did not finish within --timeout 1s"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout).starts_with("Scanning"), "{}", text(&out.stdout));
+}
