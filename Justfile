@@ -29,6 +29,7 @@ layers:
     python3 scripts/check-layers.py operator/src --layers crd,metrics validate,desired,status controller leader
     python3 scripts/check-layers.py worker/src
     python3 scripts/check-layers.py bench/src
+    python3 scripts/check-layers.py kubectl-plugin/src
 
 # Every test: against real S3 servers, Redis and a kube-apiserver started for
 # the run, then the real-cluster end to end (stopped afterwards).
@@ -51,22 +52,26 @@ cluster-down *ARGS:
 test-one FILTER: deps
     BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo test --workspace -- {{FILTER}}
 
-# Write crds/ (and the chart's copy) from the Rust types.
+# Write crds/ (and the chart's copy, which templates/crds.yaml reads) from the Rust types.
 crds:
     cargo run -q -p bucketscan-operator --bin crdgen > crds/.new.yaml
     mv crds/.new.yaml crds/bucketscans.bucketscan.dev.yaml
-    cp crds/bucketscans.bucketscan.dev.yaml charts/bucketscan/crds/
+    cp crds/bucketscans.bucketscan.dev.yaml charts/bucketscan/files/crds/
 
-# Fail when crds/ or the chart's copy does not match the Rust types.
+# Fail when crds/ or the chart's copy does not match the Rust types. The chart
+# has no crds/ directory: Helm would install that copy too, beside the
+# template (crds.install), and never upgrade it.
 crds-check:
-    for f in crds charts/bucketscan/crds; do \
+    [ ! -e charts/bucketscan/crds ] || { echo "charts/bucketscan/crds/ must not exist: the chart's CRD is files/crds/ (templates/crds.yaml)" >&2; exit 1; }
+    for f in crds charts/bucketscan/files/crds; do \
       cargo run -q -p bucketscan-operator --bin crdgen | diff -u $f/bucketscans.bucketscan.dev.yaml - \
         || { echo "$f is stale: run 'just crds'" >&2; exit 1; }; \
     done
 
-# Release build of the binaries.
+# Release build of the binaries (the kubectl plugin's too: copy
+# $CARGO_TARGET_DIR/release/kubectl-bucketscan onto PATH).
 build:
-    cargo build --release -p bucketscan-operator -p bucketscan-worker
+    cargo build --release -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl
 
 # A real scan end to end: a local Kubernetes cluster, the chart, a seeded
 # bucket, `kubectl apply -f e2e/bucketscan.yaml`, its status and result.

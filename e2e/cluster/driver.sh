@@ -7,6 +7,10 @@ cluster_down() { "$HERE/cluster/down.sh"; }
 
 k() { in_node "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 
+# kplugin COMMAND ARGS...: `kubectl bucketscan COMMAND ARGS` through kubectl's
+# plugin discovery (kubectl-bucketscan on PATH, from $PLUGIN_DIR).
+kplugin() { in_node env KUBECONFIG="$KUBECONFIG_ADMIN" PATH="$PLUGIN_DIR:$PATH" "$BIN/kubectl" bucketscan "$@"; }
+
 h() {
   HELM_CACHE_HOME=$DATA/helm/cache HELM_CONFIG_HOME=$DATA/helm/config HELM_DATA_HOME=$DATA/helm/data \
     in_node "$BIN/helm" --kubeconfig "$KUBECONFIG_ADMIN" "$@"

@@ -20,6 +20,11 @@ cluster_down() { kind delete cluster --name "$KIND_CLUSTER"; }
 
 k() { kubectl --context "kind-$KIND_CLUSTER" "$@"; }
 h() { helm --kube-context "kind-$KIND_CLUSTER" "$@"; }
+kplugin() {
+  local command=$1
+  shift
+  PATH="$PLUGIN_DIR:$PATH" kubectl bucketscan "$command" --context "kind-$KIND_CLUSTER" "$@"
+}
 
 REDIS_IMAGE_REPOSITORY=redis
 REDIS_IMAGE_TAG=7.2-alpine

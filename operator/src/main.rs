@@ -6,6 +6,8 @@
 // compiler's default query depth of 128 allows when laid out for `main`.
 #![recursion_limit = "256"]
 
+mod check;
+
 use bucketscan_core::fleet::queue::RedisConfig;
 use bucketscan_operator::controller::{self, Context};
 use bucketscan_operator::desired::{self, Settings};
@@ -16,7 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(version, about = "bucketscan Kubernetes operator")]
+#[command(
+    version,
+    about = "bucketscan Kubernetes operator",
+    after_help = "`bucketscan-operator check --help`: the install check that `helm test` runs."
+)]
 struct Args {
     /// Redis for every scan: redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or
     /// rediss:// for TLS.
@@ -77,6 +83,10 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
+    // `bucketscan-operator check ...`: the chart's `helm test` (see check.rs).
+    if std::env::args().nth(1).as_deref() == Some("check") {
+        return run_check();
+    }
     let args = Args::parse();
     init_logging(&args.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -87,6 +97,21 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_check() -> std::process::ExitCode {
+    let args = check::Args::parse_from(std::env::args().skip(1));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(check::run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("check failed: {e}");
             std::process::ExitCode::FAILURE
         }
     }

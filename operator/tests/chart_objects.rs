@@ -364,3 +364,110 @@ fn operator_workers_and_merge_default_to_one_image() {
         .unwrap();
     assert_eq!(allowed["value"], "reg.example/bucketscan,mirror.example/team/");
 }
+
+/// The chart's CRD (templates/crds.yaml) is the generated one, with the
+/// chart's labels; `crds.keep` adds the annotation that makes `helm
+/// uninstall` leave it, and `crds.install=false` renders none.
+#[test]
+fn the_crd_is_the_generated_one_and_follows_the_crds_values() {
+    let crds = |objects: Vec<Value>| -> Vec<Value> {
+        objects
+            .into_iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .collect()
+    };
+    let generated: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo().join("crds/bucketscans.bucketscan.dev.yaml")).unwrap(),
+    )
+    .unwrap();
+
+    let kept = crds(render(&[]));
+    assert_eq!(kept.len(), 1, "one CRD by default");
+    let mut crd = kept[0].clone();
+    assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    assert_eq!(crd["metadata"]["labels"]["app.kubernetes.io/name"], "bucketscan");
+    let metadata = crd["metadata"].as_object_mut().unwrap();
+    metadata.remove("labels");
+    metadata.remove("annotations");
+    // YAML through Helm's fromYaml/toYaml writes `minimum: 0.0` as `0`: the
+    // same JSON number, so numbers compare as numbers.
+    assert!(
+        same_numbers(&crd) == same_numbers(&generated),
+        "the rendered CRD differs from crds/ (run `just crds`)"
+    );
+
+    let dropped = crds(render(&["--set=crds.keep=false"]));
+    assert_eq!(dropped.len(), 1);
+    assert!(
+        dropped[0]["metadata"].get("annotations").is_none(),
+        "{}",
+        dropped[0]["metadata"]
+    );
+
+    assert!(crds(render(&["--set=crds.install=false"])).is_empty());
+}
+
+/// The `helm test` pod runs `bucketscan-operator check` against the metrics
+/// Service's /readyz, as a ServiceAccount that may only list BucketScans in
+/// the release namespace, with the restricted security context.
+#[test]
+fn helm_test_checks_readiness_and_the_crd_with_least_rights() {
+    let objects = render(&[]);
+    let hook = |kind: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["annotations"]["helm.sh/hook"] == "test")
+            .unwrap_or_else(|| panic!("a test hook {kind}"))
+    };
+    let pod = hook("Pod");
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        container["command"],
+        serde_json::json!(["bucketscan-operator", "check"])
+    );
+    let service = objects
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "bs-bucketscan-metrics")
+        .expect("the metrics Service");
+    let port = &service["spec"]["ports"][0]["port"];
+    let readyz = format!("--readyz=http://bs-bucketscan-metrics.scans.svc:{port}/readyz");
+    assert_eq!(
+        container["args"],
+        serde_json::json!(["--namespace=scans", readyz]),
+        "the readyz URL is the metrics Service's"
+    );
+    assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        pod["spec"]["serviceAccountName"],
+        hook("ServiceAccount")["metadata"]["name"]
+    );
+    assert_eq!(
+        hook("Role")["rules"],
+        serde_json::json!([{"apiGroups": ["bucketscan.dev"], "resources": ["bucketscans"], "verbs": ["list"]}])
+    );
+    assert_eq!(
+        hook("RoleBinding")["subjects"][0]["name"],
+        pod["spec"]["serviceAccountName"]
+    );
+
+    let without_metrics = render(&["--set=metrics.enabled=false"]);
+    let pod = without_metrics
+        .iter()
+        .find(|o| o["kind"] == "Pod")
+        .expect("the test pod");
+    assert_eq!(
+        pod["spec"]["containers"][0]["args"],
+        serde_json::json!(["--namespace=scans"])
+    );
+}
+
+/// `v` with every number as a float.
+fn same_numbers(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => serde_json::json!(n.as_f64().unwrap()),
+        Value::Array(a) => Value::Array(a.iter().map(same_numbers).collect()),
+        Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), same_numbers(v))).collect()),
+        other => other.clone(),
+    }
+}

@@ -1,0 +1,41 @@
+//! Reading one BucketScan, with a 404 told apart: no such object, or no
+//! such API at all (the CRD is not installed).
+//!
+//! May import: error
+
+use crate::error::Error;
+use bucketscan_operator::crd::BucketScan;
+use kube::{Api, Client};
+
+/// The API of BucketScans in `namespace`.
+pub fn api(client: &Client, namespace: &str) -> Api<BucketScan> {
+    Api::namespaced(client.clone(), namespace)
+}
+
+/// The BucketScan `name`, or a not-found error that says which of the two
+/// things is missing.
+pub async fn get(client: &Client, namespace: &str, name: &str) -> Result<BucketScan, Error> {
+    match api(client, namespace).get(name).await {
+        Ok(scan) => Ok(scan),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Err(missing(client, namespace, name).await),
+        Err(e @ (kube::Error::HyperError(_) | kube::Error::Service(_))) => {
+            Err(Error::Unreachable(e.to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Why a GET answered 404: the resource type is unknown, or the object is.
+pub async fn missing(client: &Client, namespace: &str, name: &str) -> Error {
+    let served = client
+        .list_api_group_resources("bucketscan.dev/v1alpha1")
+        .await
+        .map(|list| list.resources.iter().any(|r| r.name == "bucketscans"));
+    match served {
+        Ok(true) => Error::NotFound {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+        },
+        _ => Error::NoCrd,
+    }
+}

@@ -1,0 +1,290 @@
+//! Pure text from a BucketScan's status: the progress line of `watch`, the
+//! report of `status` and the summary of `result`. No I/O, so every format
+//! is unit-tested here.
+//!
+//! May import: (none of this crate)
+
+use bucketscan_operator::crd::{BucketScan, BucketScanStatus, Phase};
+use bucketscan_operator::status::{human_duration, FAILED};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// The condition a store's throttling (503 SlowDown) would set, shown when
+/// the operator reports it.
+pub const THROTTLED: &str = "Throttled";
+
+/// Cells of the progress bar.
+const BAR_WIDTH: usize = 20;
+
+/// `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Share finished, 0..=1: of the shards (as status.progress counts it, done
+/// or dead), else of the objects against the plan's estimate (a lower bound,
+/// hence the clamp); 1 once complete.
+pub fn fraction(st: &BucketScanStatus) -> Option<f64> {
+    if st.phase == Phase::Complete {
+        return Some(1.0);
+    }
+    if let Some(s) = st.shards.as_ref().filter(|s| s.total > 0) {
+        return Some((s.done + s.dead) as f64 / s.total as f64);
+    }
+    let done = st.numbers.objects_done?;
+    let estimate = st.numbers.objects_estimate.filter(|e| *e > 0)?;
+    Some((done as f64 / estimate as f64).min(1.0))
+}
+
+/// `[#########...........]  45%`.
+pub fn bar(fraction: f64) -> String {
+    let fraction = fraction.clamp(0.0, 1.0);
+    let filled = (fraction * BAR_WIDTH as f64).floor() as usize;
+    let percent = (fraction * 100.0).floor() as u64;
+    format!(
+        "[{}{}] {percent:>3}%",
+        "#".repeat(filled),
+        ".".repeat(BAR_WIDTH - filled)
+    )
+}
+
+fn objects_done(st: &BucketScanStatus) -> Option<u64> {
+    st.numbers
+        .objects_done
+        .or_else(|| st.objects.as_ref().map(|o| o.scanned))
+}
+
+/// `12,000 / ~20,000 objects`: the estimate is the plan's count (a lower
+/// bound where it sampled).
+fn objects_text(st: &BucketScanStatus) -> Option<String> {
+    let done = objects_done(st)?;
+    Some(match st.numbers.objects_estimate {
+        Some(estimate) => format!("{} / ~{} objects", thousands(done), thousands(estimate)),
+        None => format!("{} objects", thousands(done)),
+    })
+}
+
+fn rate_text(st: &BucketScanStatus) -> Option<String> {
+    match st.numbers.rate_per_second {
+        Some(r) => Some(format!("{}/s", thousands(r))),
+        None => st.rate.clone(),
+    }
+}
+
+fn eta_text(st: &BucketScanStatus) -> Option<String> {
+    match st.numbers.eta_seconds {
+        Some(s) => Some(human_duration(Duration::from_secs(s))),
+        None => st.eta.clone(),
+    }
+}
+
+fn shards_text(st: &BucketScanStatus) -> Option<String> {
+    let s = st.shards.as_ref()?;
+    let mut text = format!(
+        "{}/{} shards done ({} pending, {} leased",
+        s.done, s.total, s.pending, s.leased
+    );
+    if s.dead > 0 {
+        let _ = write!(text, ", {} dead", s.dead);
+    }
+    text.push(')');
+    Some(text)
+}
+
+fn condition_true<'a>(
+    st: &'a BucketScanStatus,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Why the scan failed: the Failed condition's reason and message.
+pub fn failure(st: &BucketScanStatus) -> String {
+    match condition_true(st, FAILED) {
+        Some(c) if !c.message.is_empty() => format!("{}: {}", c.reason, c.message),
+        Some(c) => c.reason.clone(),
+        None => "the scan failed (no Failed condition)".into(),
+    }
+}
+
+/// One line of `watch`: phase, bar, objects, rate, ETA, workers, shards,
+/// throttling. Fields the status does not have yet are left out.
+pub fn progress_line(st: &BucketScanStatus) -> String {
+    let mut parts = vec![format!("{:<8}", format!("{:?}", st.phase))];
+    if let Some(f) = fraction(st) {
+        parts.push(bar(f));
+    }
+    parts.extend(objects_text(st));
+    parts.extend(rate_text(st));
+    if st.phase != Phase::Complete {
+        parts.extend(eta_text(st).map(|e| format!("ETA {e}")));
+    }
+    parts.extend(st.workers.map(|w| format!("{w} workers")));
+    parts.extend(shards_text(st));
+    if let Some(c) = condition_true(st, THROTTLED) {
+        parts.push(format!("THROTTLED ({})", c.reason));
+    }
+    parts.join("  ")
+}
+
+/// The report of `kubectl bucketscan status`.
+pub fn status_report(scan: &BucketScan) -> String {
+    let st = scan.status.clone().unwrap_or_default();
+    let mut out = String::new();
+    let ns = scan.metadata.namespace.as_deref().unwrap_or_default();
+    let name = scan.metadata.name.as_deref().unwrap_or_default();
+    let _ = writeln!(out, "BucketScan {ns}/{name}: {:?}", st.phase);
+    let source = &scan.spec.source;
+    let _ = writeln!(out, "  source:     s3://{}/{}", source.bucket, source.prefix);
+    let mut line = |label: &str, value: Option<String>| {
+        if let Some(v) = value {
+            let _ = writeln!(out, "  {label:<11} {v}");
+        }
+    };
+    line("progress:", fraction(&st).map(bar));
+    line("objects:", objects_text(&st));
+    line("rate:", rate_text(&st));
+    line("eta:", eta_text(&st).filter(|_| st.phase != Phase::Complete));
+    line("workers:", st.workers.map(|w| w.to_string()));
+    line("shards:", shards_text(&st));
+    line(
+        "throttled:",
+        condition_true(&st, THROTTLED).map(|c| format!("{}: {}", c.reason, c.message)),
+    );
+    line("result:", st.output.clone());
+    line("manifest:", st.manifest.clone());
+    if st.phase == Phase::Failed {
+        line("failure:", Some(failure(&st)));
+    }
+    if !st.conditions.is_empty() {
+        let _ = writeln!(out, "  conditions:");
+        for c in &st.conditions {
+            let _ = writeln!(
+                out,
+                "    {:<10} {:<6} {:<18} {}",
+                c.type_, c.status, c.reason, c.message
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bucketscan_operator::crd::{ShardCounts, StatusNumbers};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn scanning() -> BucketScanStatus {
+        BucketScanStatus {
+            phase: Phase::Scanning,
+            shards: Some(ShardCounts {
+                total: 64,
+                pending: 20,
+                leased: 4,
+                done: 40,
+                dead: 0,
+            }),
+            workers: Some(4),
+            numbers: StatusNumbers {
+                objects_done: Some(1_234_567),
+                objects_estimate: Some(2_000_000),
+                rate_per_second: Some(12_345),
+                eta_seconds: Some(200),
+            },
+            ..BucketScanStatus::default()
+        }
+    }
+
+    fn condition(type_: &str, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }
+    }
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(u64::MAX), "18,446,744,073,709,551,615");
+    }
+
+    #[test]
+    fn the_bar_fills_with_the_share_and_stays_in_bounds() {
+        assert_eq!(bar(0.0), "[....................]   0%");
+        assert_eq!(bar(0.5), "[##########..........]  50%");
+        assert_eq!(bar(1.0), "[####################] 100%");
+        assert_eq!(
+            bar(1.7),
+            bar(1.0),
+            "an estimate below the truth never overflows the bar"
+        );
+    }
+
+    #[test]
+    fn the_share_follows_shards_then_objects_then_completion() {
+        let mut st = scanning();
+        assert_eq!(fraction(&st), Some(40.0 / 64.0));
+        st.shards = None;
+        assert_eq!(fraction(&st), Some(1_234_567.0 / 2_000_000.0));
+        st.numbers.objects_done = Some(3_000_000);
+        assert_eq!(fraction(&st), Some(1.0), "clamped: the estimate is a lower bound");
+        st.numbers.objects_estimate = None;
+        assert_eq!(fraction(&st), None);
+        st.phase = Phase::Complete;
+        assert_eq!(fraction(&st), Some(1.0));
+    }
+
+    #[test]
+    fn the_progress_line_has_every_figure_of_the_status() {
+        let line = progress_line(&scanning());
+        assert_eq!(
+            line,
+            "Scanning  [############........]  62%  1,234,567 / ~2,000,000 objects  12,345/s  \
+             ETA 3m20s  4 workers  40/64 shards done (20 pending, 4 leased)"
+        );
+        let mut st = scanning();
+        st.conditions
+            .push(condition(THROTTLED, "SlowDown", "503 from the store"));
+        st.shards.as_mut().unwrap().dead = 2;
+        let line = progress_line(&st);
+        assert!(
+            line.ends_with("4 leased, 2 dead)  THROTTLED (SlowDown)"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_fresh_scan_shows_only_its_phase() {
+        assert_eq!(progress_line(&BucketScanStatus::default()).trim(), "Pending");
+    }
+
+    #[test]
+    fn the_failure_is_the_failed_conditions_reason_and_message() {
+        let mut st = BucketScanStatus {
+            phase: Phase::Failed,
+            ..BucketScanStatus::default()
+        };
+        assert_eq!(failure(&st), "the scan failed (no Failed condition)");
+        st.conditions
+            .push(condition(FAILED, "DeadlineExceeded", "ran past 60s"));
+        assert_eq!(failure(&st), "DeadlineExceeded: ran past 60s");
+    }
+}

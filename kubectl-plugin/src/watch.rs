@@ -1,0 +1,110 @@
+//! `kubectl bucketscan watch`: follow one BucketScan through a watch (not
+//! polling) until it completes or fails. On a terminal one line redraws in
+//! place; elsewhere (a pipe, a CI log) each change prints a line of its own,
+//! and a status update that changes nothing shown prints nothing.
+//!
+//! May import: error, fetch, render
+
+use crate::error::Error;
+use crate::fetch;
+use crate::render::{failure, progress_line};
+use bucketscan_operator::crd::{BucketScan, Phase};
+use futures::StreamExt;
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+use std::io::{IsTerminal, Write};
+
+/// Where progress lines go and how.
+struct Screen {
+    tty: bool,
+    last: String,
+}
+
+impl Screen {
+    fn show(&mut self, line: String) {
+        if line == self.last {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        // \r and "erase line": the next state overwrites this one.
+        let _ = if self.tty {
+            write!(out, "\r\x1b[2K{line}")
+        } else {
+            writeln!(out, "{line}")
+        };
+        let _ = out.flush();
+        self.last = line;
+    }
+
+    fn finish(&mut self) {
+        if self.tty && !self.last.is_empty() {
+            println!();
+        }
+    }
+}
+
+/// Follow `name` until Complete (Ok, with the result's location) or Failed
+/// (Err with the Failed condition's reason).
+pub async fn watch(client: &Client, namespace: &str, name: &str) -> Result<String, Error> {
+    // A plain GET first: a missing object or CRD gets its clear message
+    // instead of a watch that waits forever for nothing.
+    let first = fetch::get(client, namespace, name).await?;
+    let mut screen = Screen {
+        tty: std::io::stdout().is_terminal(),
+        last: String::new(),
+    };
+    if let Some(done) = step(&mut screen, &first, name) {
+        return done;
+    }
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher(fetch::api(client, namespace), config)
+        .default_backoff()
+        .boxed();
+    let mut listed = false;
+    while let Some(event) = events.next().await {
+        let scan = match event {
+            Ok(watcher::Event::Apply(scan) | watcher::Event::InitApply(scan)) => {
+                listed = true;
+                scan
+            }
+            Ok(watcher::Event::Init) => {
+                listed = false;
+                continue;
+            }
+            // A relist without it: deleted while the watch was down.
+            Ok(watcher::Event::InitDone) if !listed => return Err(gone(&mut screen, name)),
+            Ok(watcher::Event::InitDone) => continue,
+            Ok(watcher::Event::Delete(_)) => return Err(gone(&mut screen, name)),
+            // The backoff retries: a dropped connection is no reason to stop.
+            Err(e) => {
+                eprintln!("watch interrupted ({e}); retrying");
+                continue;
+            }
+        };
+        if let Some(done) = step(&mut screen, &scan, name) {
+            return done;
+        }
+    }
+    Err(gone(&mut screen, name))
+}
+
+fn gone(screen: &mut Screen, name: &str) -> Error {
+    screen.finish();
+    Error::Deleted { name: name.into() }
+}
+
+/// Show `scan`; the outcome once it is final.
+fn step(screen: &mut Screen, scan: &BucketScan, name: &str) -> Option<Result<String, Error>> {
+    let status = scan.status.clone().unwrap_or_default();
+    screen.show(progress_line(&status));
+    let outcome = match status.phase {
+        Phase::Complete => Ok(status.output.unwrap_or_default()),
+        Phase::Failed => Err(Error::Failed {
+            name: name.into(),
+            reason: failure(&status),
+        }),
+        _ => return None,
+    };
+    screen.finish();
+    Some(outcome)
+}
