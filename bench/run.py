@@ -342,6 +342,8 @@ class Bench:
     def binary(self, name):
         if name == "bucketscan-worker" and self.args.worker:
             return self.args.worker
+        if name == "complete-shards" and self.args.complete_shards:
+            return self.args.complete_shards
         return os.path.join(self.bins, name)
 
     def command(self, client, url, objects, out):
@@ -501,7 +503,7 @@ class Bench:
         store, store_url, s3 = self.start_store()
         rows = []
         try:
-            for n in SIZES[self.args.mode]["scale"]:
+            for n in self.args.scale_sizes or SIZES[self.args.mode]["scale"]:
                 log(f"scale: {n:,} objects, {SCALE_WORKERS} workers")
                 f = self.fleet_once(n, SCALE_WORKERS, f"scale{n}", store_url, s3)
                 rows.append(scale_row(f))
@@ -545,6 +547,7 @@ class Bench:
             merged = time.monotonic()
             after = redis_commands(port)
             memory = redis_memory(port)
+            by_command = redis_commandstats(port)
             stats = ep.stats()
         finally:
             server_cpu = ep.stop()
@@ -570,6 +573,7 @@ class Bench:
             "redis_commands": after - before - 1,
             "redis_per_object": (after - before - 1) / n,
             "redis_peak_bytes": memory.get("used_memory_peak"),
+            "redis_by_command": by_command,
             "worker_rss_kb": max(o[2] for o in procs_out),
             "plan_rss_kb": plan[2],
             "merge_rss_kb": merge[2],
@@ -784,6 +788,7 @@ def scale_row(f):
         "merge_ms_per_100k": f["merge_s"] * 1000 / n * 100_000,
         "plan_s": f["plan_s"],
         "record_bytes": (f["result_bytes"] or 0) / n,
+        "redis_by_command": f.get("redis_by_command") or {},
     }
 
 
@@ -847,6 +852,13 @@ def delete_result(s3, bucket, manifest):
         location = f.get("location", "")
         if location.startswith(f"s3://{bucket}/"):
             s3.delete_object(Bucket=bucket, Key=location[len(f"s3://{bucket}/"):])
+
+
+def redis_commandstats(port):
+    """Calls per command since the server started (INFO commandstats)."""
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"], capture_output=True, text=True,
+                         timeout=10).stdout
+    return {name: int(calls) for name, calls in re.findall(r"^cmdstat_([a-z|_]+):calls=(\d+)", out, re.M)}
 
 
 def redis_memory(port):
@@ -1141,9 +1153,16 @@ def render_scale(scale, chart=None):
     if growth:
         lines += ["", "From the smallest to the largest N (x{:,.0f} objects), per object: ".format(growth["factor"])
                   + "; ".join(f"{name} x{v:.2f}" for name, v in growth["ratios"].items()) + "."]
+    lines += ["", "Redis commands per 1,000 objects, the largest kinds (INFO commandstats, Lua scripts' inner "
+                  "commands included):", ""] + [f"- {r['objects']:,} objects: " + top_commands(r) for r in rows]
     if chart:
         lines += ["", f"![cost per object against N, log-log]({chart})"]
     return lines
+
+
+def top_commands(row, k=6):
+    by = sorted(row.get("redis_by_command", {}).items(), key=lambda kv: -kv[1])[:k]
+    return ", ".join(f"{name} {calls / row['objects'] * 1000:.2f}" for name, calls in by) or "–"
 
 
 def scale_growth(rows):
@@ -1345,7 +1364,7 @@ def scale_section(bench, args):
 def billion_section(bench, args, scale):
     date, load = when()
     rows = scale["rows"] if scale else []
-    record_bytes = rows[-1]["record_bytes"] if rows and rows[-1]["record_bytes"] else 200
+    record_bytes = rows[-1]["record_bytes"] if rows and rows[-1]["record_bytes"] else args.record_bytes
     billion = {"rows": bench.billion(round(record_bytes)), "date": date, "load": load,
                "latency_us": args.latency_us, "record_bytes": record_bytes}
     if os.path.exists(args.operator_figures):
@@ -1405,6 +1424,8 @@ def main(argv=None):
     p.add_argument("--only", help="measure only these sections (comma-separated: scale, billion, operator) and "
                                   "splice them into the existing --markdown, leaving its other sections as they "
                                   "are; operator writes --operator-figures (needs BUCKETSCAN_TEST_KUBECONFIG)")
+    p.add_argument("--scale-sizes", type=lambda v: [int(x) for x in v.split(",")],
+                   help="objects per scale run, comma-separated (default: by mode)")
     p.add_argument("--scale-chart", help="write the scale plot (log-log, cost per object against N) here")
     p.add_argument("--operator-figures", default=os.path.join(CACHE, "bench", "operator-billion.json"),
                    help="the operator's peak RSS while tracking a 10^9-key scan (written by "
@@ -1412,6 +1433,10 @@ def main(argv=None):
     p.add_argument("--bin-dir", help="where synthetic-s3, hyper-head-loop, list-shards and "
                                                     "bucketscan-worker are")
     p.add_argument("--worker", help="the bucketscan-worker binary (default: in --bin-dir)")
+    p.add_argument("--complete-shards", help="the complete-shards binary (default: in --bin-dir)")
+    p.add_argument("--record-bytes", type=float, default=254,
+                   help="mean bytes of a result record for the 10^9 merge plan when no scale run measured it "
+                        "(default: the 10^6 scale run's, 2026-11-23)")
     p.add_argument("--python", default=os.path.join(CACHE, "venv", "bin", "python"),
                    help="python with boto3 for the boto3 peers")
     p.add_argument("--go-pool", default=os.path.join(CACHE, "bench", "go-pool"))
