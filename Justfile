@@ -87,7 +87,16 @@ fmt:
 bench: deps build
     cargo build --release -p bucketscan-bench
     E2E_DOWN=1 e2e/run.sh bench
+    just bench-operator
     just _bench full BENCHMARKS.md docs/benchmarks.png
+
+# The operator's peak RSS while it plans and tracks a 10^9-key scan (issue 13,
+# item 7): needs a kube-apiserver, so it runs under with-test-servers.sh; the
+# 10^9 section of `just bench` reads the figure it writes.
+bench-operator: deps
+    nice cargo build --release --workspace
+    BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh {{cache}}/venv/bin/python bench/run.py --only operator \
+      --bin-dir "$CARGO_TARGET_DIR/release"
 
 # A smoke run of the benchmarks (1 run, small N, a few minutes); writes under
 # $BUCKETSCAN_CACHE/bench/quick/, not the committed BENCHMARKS.md.
@@ -99,5 +108,6 @@ _bench MODE MARKDOWN CHART:
     bench/install-peers.sh
     mkdir -p "$(dirname {{MARKDOWN}})" "$(dirname {{CHART}})" {{cache}}/bench
     {{cache}}/venv/bin/python bench/run.py --mode {{MODE}} --bin-dir "$CARGO_TARGET_DIR/release" \
-      --json {{cache}}/bench/results-{{MODE}}.json --markdown {{MARKDOWN}} --chart {{CHART}}
+      --json {{cache}}/bench/results-{{MODE}}.json --markdown {{MARKDOWN}} --chart {{CHART}} \
+      --scale-chart "$(dirname {{CHART}})/scale.png"
     @echo "wrote {{MARKDOWN}} and {{CHART}}"

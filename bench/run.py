@@ -50,15 +50,25 @@ CONCURRENCY = 256  # in flight for our worker and the hyper loop alike
 SIZES = {
     "quick": {"boto3-naive": 500, "boto3-multiprocessing": 2_000, "go-pool": 10_000,
               "rclone": 500, "ours-sdk": 20_000, "ours-fast": 50_000, "hyper-loop": 50_000,
-              "list": 100_000, "fleet": 20_000},
+              "list": 100_000, "fleet": 20_000, "scale": [10_000, 100_000]},
     "full": {"boto3-naive": 4_000, "boto3-multiprocessing": 15_000, "go-pool": 60_000,
              "rclone": 4_000, "ours-sdk": 150_000, "ours-fast": 300_000, "hyper-loop": 300_000,
-             "list": 1_000_000, "fleet": 200_000},
+             "list": 1_000_000, "fleet": 200_000, "scale": [100_000, 1_000_000, 10_000_000]},
 }
 RUNS = {"quick": 1, "full": 3}
 LIST_SHARDS = [1, 2, 4, 8]
 FLEET_WORKERS = [1, 2, 4]
 FLEET_CONCURRENCY = 32  # per worker: one worker is bound by latency, not CPU
+SCALE_WORKERS = 2  # one per core of this machine (the endpoint shares them)
+# The 10^9 figures (issue 13, item 7): keyspaces, shard target, LIST budget,
+# and the limits each figure is judged against.
+BILLION = 1_000_000_000
+BILLION_LAYOUTS = ["flat", "nested", "skewed"]
+BILLION_SHARDS = 10_000
+BILLION_LIST_BUDGET = 15_000
+BUCKET_CHECKS = 2  # `plan` lists one key of the source and of the output bucket first
+BILLION_LIMITS = {"plan_s": 30.0, "lists": 15_000, "redis_done_bytes": 1 << 30, "operator_rss_kb": 256 * 1024,
+                  "parts_per_upload": 10_000}
 
 CLIENTS = [
     # name, label
@@ -273,9 +283,9 @@ def run_client(cmd, env=None, stdout=None, timeout=1800):
 class Endpoint:
     """One synthetic-s3 process; stop() returns its CPU seconds."""
 
-    def __init__(self, binary, objects, latency_us, forward=None):
+    def __init__(self, binary, objects, latency_us, forward=None, layout="flat"):
         cmd = [binary, "--objects", str(objects), "--bucket", BUCKET, "--latency-us", str(latency_us),
-               "--threads", "1"]
+               "--threads", "1", "--layout", layout]
         if forward:
             cmd += ["--forward", forward]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -333,6 +343,8 @@ class Bench:
     def binary(self, name):
         if name == "bucketscan-worker" and self.args.worker:
             return self.args.worker
+        if name == "complete-shards" and self.args.complete_shards:
+            return self.args.complete_shards
         return os.path.join(self.bins, name)
 
     def command(self, client, url, objects, out):
@@ -449,13 +461,11 @@ class Bench:
         return {"objects": n, **{name: {s: median(v) for s, v in series.items()} for name, series in
                                  (("rates", rates), ("cpu", cpu), ("endpoint_cpu", endpoint_cpu), ("busy", busy))}}
 
-    def fleet(self):
-        """plan + W x run + merge, W in FLEET_WORKERS; Redis commands per object."""
+    def start_store(self):
+        """versitygw (posix backend) for the fleet's output: it verifies every
+        signature, which the forwarded requests keep. Returns (process, url, boto3 client)."""
         import boto3
         from botocore.config import Config
-        n = self.args.objects or SIZES[self.args.mode]["fleet"]
-        # versitygw (posix backend) holds the output: it verifies every
-        # signature, which the forwarded requests keep.
         store_port = free_port()
         data = os.path.join(self.tmp, "versitygw")
         os.makedirs(data, exist_ok=True)
@@ -469,6 +479,12 @@ class Bench:
                           config=Config(s3={"addressing_style": "path"}))
         wait_until(lambda: s3.list_buckets() is not None, "versitygw")
         s3.create_bucket(Bucket="bench-out")
+        return store, store_url, s3
+
+    def fleet(self):
+        """plan + W x run + merge, W in FLEET_WORKERS; Redis commands per object."""
+        n = self.args.objects or SIZES[self.args.mode]["fleet"]
+        store, store_url, s3 = self.start_store()
         results = {w: [] for w in FLEET_WORKERS}
         try:
             for rep in range(self.args.runs):
@@ -481,6 +497,23 @@ class Bench:
             store.kill()
             store.wait()
         return {w: summarize(r) for w, r in results.items()}, n
+
+    def scale(self):
+        """plan + SCALE_WORKERS x run + merge for each N of the mode's scale
+        sizes, one run each (the largest takes minutes): cost per object against N."""
+        store, store_url, s3 = self.start_store()
+        rows = []
+        try:
+            for n in self.args.scale_sizes or SIZES[self.args.mode]["scale"]:
+                log(f"scale: {n:,} objects, {SCALE_WORKERS} workers")
+                f = self.fleet_once(n, SCALE_WORKERS, f"scale{n}", store_url, s3)
+                rows.append(scale_row(f))
+                log(f"    {f['objects_per_s']:.0f} objects/s, {f['cpu_per_100k']:.2f} CPU-s/100k, Redis peak "
+                    f"{f['redis_peak_bytes'] / 2**20:.1f} MiB, merge {f['merge_s']:.1f} s")
+        finally:
+            store.kill()
+            store.wait()
+        return rows
 
     def fleet_once(self, n, workers, scan, store_url, s3):
         port = free_port()
@@ -496,14 +529,14 @@ class Bench:
             wait_until(lambda: redis_commands(port) is not None, "redis-server")
             before = redis_commands(port)
             started = time.monotonic()
-            run_client([worker, "plan", *common, *endpoint, "--bucket", BUCKET,
-                        "--output", f"s3://bench-out/{scan}/"], env=self.env)
+            plan = run_client([worker, "plan", *common, *endpoint, "--bucket", BUCKET,
+                               "--output", f"s3://bench-out/{scan}/"], env=self.env)
             planned = time.monotonic()
             procs, procs_out = [], []
             for i in range(workers):
                 procs.append(threading.Thread(target=lambda i=i: procs_out.append(run_client(
                     [worker, "run", *common, *endpoint, "--concurrency", str(FLEET_CONCURRENCY),
-                     "--name", f"w{i}"], env=self.env))))
+                     "--name", f"w{i}"], env=self.env, timeout=7200))))
             for p in procs:
                 p.start()
             for p in procs:
@@ -511,9 +544,11 @@ class Bench:
             if len(procs_out) != workers:
                 raise RuntimeError("a fleet worker failed (see above)")
             ran = time.monotonic()
-            run_client([worker, "merge", *common, *endpoint], env=self.env)
+            merge = run_client([worker, "merge", *common, *endpoint], env=self.env, timeout=7200)
             merged = time.monotonic()
             after = redis_commands(port)
+            memory = redis_memory(port)
+            by_command = redis_commandstats(port)
             stats = ep.stats()
         finally:
             server_cpu = ep.stop()
@@ -524,6 +559,7 @@ class Bench:
         if counts.get("objects") != n or counts.get("with_metadata") != n or stats["heads"] < n:
             raise RuntimeError(f"fleet of {workers}: the manifest counts {counts} for {n} objects, "
                                f"the endpoint served {stats['heads']} HEADs")
+        delete_result(s3, "bench-out", manifest)
         cpu = sum(o[1] for o in procs_out)
         run_wall = ran - planned
         return {
@@ -537,8 +573,302 @@ class Bench:
             # INFO itself is counted once (the first call).
             "redis_commands": after - before - 1,
             "redis_per_object": (after - before - 1) / n,
+            "redis_peak_bytes": memory.get("used_memory_peak"),
+            "redis_by_command": by_command,
+            "worker_rss_kb": max(o[2] for o in procs_out),
+            "plan_rss_kb": plan[2],
+            "merge_rss_kb": merge[2],
+            "merge_cpu_s": merge[1],
+            "result_bytes": manifest.get("result_bytes"),
             "endpoint_cpu_s": server_cpu,
         }
+
+    def billion(self, record_bytes):
+        """The 10^9-key figures: plan each layout into >= BILLION_SHARDS shards
+        with the real `bucketscan-worker plan`, complete every shard through the
+        queue (complete-shards), plan the merge; Redis memory at each step."""
+        rows = []
+        # The smoke run plans one keyspace; the full run all three.
+        for layout in BILLION_LAYOUTS if self.args.mode == "full" else BILLION_LAYOUTS[:1]:
+            log(f"10^9 keys, {layout}: planning")
+            rows.append(self.billion_once(layout, record_bytes))
+            r = rows[-1]
+            log(f"    {r['shards']:,} shards, {r['lists']:,} LISTs in {r['plan_s']:.1f} s; Redis "
+                f"{r['redis_planned_bytes'] / 2**20:.1f} MiB planned, {r['redis_done_bytes'] / 2**20:.1f} MiB done")
+        return rows
+
+    def billion_once(self, layout, record_bytes):
+        port = free_port()
+        redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                                  "--appendonly", "no", "--dir", self.tmp],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"redis://127.0.0.1:{port}"
+        ep = Endpoint(self.binary("synthetic-s3"), BILLION, self.args.latency_us, layout=layout)
+        scan = f"billion-{layout}"
+        try:
+            wait_until(lambda: redis_commands(port) is not None, "redis-server")
+            baseline = redis_memory(port)
+            # The output bucket is only checked while planning (nothing is
+            # written): the source bucket itself will do.
+            plan = run_client([self.binary("bucketscan-worker"), "plan", "--redis", url, "--scan", scan,
+                               "--endpoint", ep.url, "--path-style", "--bucket", BUCKET,
+                               "--output", f"s3://{BUCKET}/billion/", "--layout", "dataset",
+                               "--target-shards", str(BILLION_SHARDS),
+                               "--plan-list-budget", str(BILLION_LIST_BUDGET)], env=self.env)
+            lists = ep.stats()["lists"]
+            planned = redis_memory(port)
+            out = os.path.join(self.tmp, "complete.json")
+            with open(out, "wb") as stdout:
+                complete = run_client([self.binary("complete-shards"), "--redis", url, "--scan", scan,
+                                       "--objects", str(BILLION), "--layout", layout,
+                                       "--record-bytes", str(record_bytes)], env=self.env, stdout=stdout,
+                                      timeout=3600)
+            done = redis_memory(port)
+            completed = json.loads(open(out).read())
+        finally:
+            ep.stop()
+            redis.kill()
+            redis.wait()
+        return billion_row(layout, plan, lists, baseline, planned, done, complete, completed)
+
+
+def vm_kb(pid, field):
+    """VmHWM / VmRSS of a live process, in KB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} for process {pid}")
+
+
+def operator_figures(hwm_kb, shards, phases, seconds):
+    """The operator's figure for the 10^9 section: peak RSS (VmHWM) while it
+    planned and tracked a scan of `shards` shards through `phases`."""
+    return {"rss_kb": hwm_kb, "shards": shards, "phases": phases,
+            "text": f"the real `bucketscan-operator` (release build) against a kube-apiserver + etcd "
+                    f"(`BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh`, no kubelet: its worker pods never "
+                    f"run), `--plan-list-budget {BILLION_LIST_BUDGET:,}`, planned the flat 10^9-key BucketScan itself "
+                    f"(targetShards {BILLION_SHARDS:,}) into {shards:,} shards; `complete-shards` then completed every "
+                    f"shard in its Redis while it tracked them; phases seen: {' → '.join(phases)}, over {seconds:.0f} s. "
+                    f"Peak RSS (VmHWM): **{hwm_kb / 1024:.0f} MiB**."}
+
+
+class OperatorRun:
+    """The operator tracking a 10^9-key scan (issue 13, item 7 d): needs the
+    kube-apiserver of scripts/with-test-servers.sh (BUCKETSCAN_TEST_KUBE=1)."""
+
+    def __init__(self, bench):
+        self.bench = bench
+        kubeconfig = os.environ.get("BUCKETSCAN_TEST_KUBECONFIG")
+        if not kubeconfig:
+            raise RuntimeError("the operator figure needs a kube-apiserver: run it under "
+                               "BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh (`just bench-operator`)")
+        self.env = dict(bench.env, KUBECONFIG=kubeconfig)
+        self.kubectl = shutil.which("kubectl") or os.path.join(CACHE, "bin", "kubectl")
+        self.ns = f"bench-operator-{os.getpid()}"
+
+    def k(self, *argv, stdin=None):
+        done = subprocess.run([self.kubectl, *argv], input=stdin, capture_output=True, text=True, env=self.env,
+                              timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(argv)}: {done.stderr.strip()}")
+        return done.stdout.strip()
+
+    def setup(self):
+        self.k("apply", "--server-side", "--force-conflicts", "-f",
+               os.path.join(REPO, "crds", "bucketscans.bucketscan.dev.yaml"))
+        self.k("wait", "--for=condition=Established", "crd/bucketscans.bucketscan.dev", "--timeout=60s")
+        self.k("create", "namespace", self.ns)
+        self.k("-n", self.ns, "create", "secret", "generic", "s3",
+               f"--from-literal=AWS_ACCESS_KEY_ID={CREDENTIALS[0]}",
+               f"--from-literal=AWS_SECRET_ACCESS_KEY={CREDENTIALS[1]}")
+
+    def phase(self):
+        return self.k("-n", self.ns, "get", "bucketscan", "billion", "-o", "jsonpath={.status.phase}")
+
+    def measure(self):
+        b = self.bench
+        self.setup()
+        store, store_url, _ = b.start_store()
+        ep = Endpoint(b.binary("synthetic-s3"), BILLION, b.args.latency_us, forward=store_url, layout="flat")
+        port = free_port()
+        redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                                  "--appendonly", "no", "--dir", b.tmp],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"redis://127.0.0.1:{port}"
+        log_path = os.path.join(b.tmp, "operator.log")
+        operator = None
+        try:
+            wait_until(lambda: redis_commands(port) is not None, "redis-server")
+            operator = subprocess.Popen(
+                [b.binary("bucketscan-operator"), "--namespace", self.ns, "--metrics-addr",
+                 f"127.0.0.1:{free_port()}", "--redis", url, "--plan-list-budget", str(BILLION_LIST_BUDGET)],
+                env=self.env, stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"))
+            started = time.monotonic()
+            self.k("-n", self.ns, "apply", "-f", "-", stdin=json.dumps(self.scan(ep.url)))
+            phases = self.follow(operator, lambda p: p == "Scanning", 600)
+            scan = scan_id_in(port)
+            shards = int(subprocess.run(["redis-cli", "-p", str(port), "SCARD", f"bs:{{{scan}}}:shards"],
+                                        capture_output=True, text=True).stdout.strip())
+            log(f"operator planned {shards:,} shards; completing them")
+            run_client([b.binary("complete-shards"), "--redis", url, "--scan", scan, "--objects", str(BILLION),
+                        "--layout", "flat"], env=b.env, timeout=3600)
+            phases += self.follow(operator, lambda p: p not in ("", "Pending", "Planning", "Scanning"), 300)
+            time.sleep(10)  # a few more reconciles of the finished scan
+            hwm = vm_kb(operator.pid, "VmHWM")
+            return operator_figures(hwm, shards, dedupe(phases), time.monotonic() - started)
+        except Exception as e:
+            tail = open(log_path, errors="replace").read()[-3000:] if os.path.exists(log_path) else ""
+            raise RuntimeError(f"{e}\noperator log:\n{tail}") from e
+        finally:
+            if operator:
+                operator.kill()
+                operator.wait()
+            ep.stop()
+            redis.kill()
+            redis.wait()
+            store.kill()
+            store.wait()
+            subprocess.run([self.kubectl, "delete", "namespace", self.ns, "--wait=false"], env=self.env,
+                           capture_output=True)
+
+    def follow(self, operator, until, seconds):
+        """Phases seen until `until(phase)`; fails if the operator exits or time runs out."""
+        seen, deadline = [], time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if operator.poll() is not None:
+                raise RuntimeError(f"the operator exited ({operator.returncode})")
+            phase = self.phase()
+            seen.append(phase or "(none)")
+            if phase == "Failed":
+                raise RuntimeError("the BucketScan failed: " + self.k("-n", self.ns, "get", "bucketscan", "billion",
+                                                                     "-o", "jsonpath={.status.conditions}"))
+            if until(phase):
+                return seen
+            time.sleep(1)
+        raise RuntimeError(f"the scan stayed in phase {seen[-1] if seen else '?'} for {seconds} s")
+
+    def scan(self, endpoint):
+        return {"apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan", "metadata": {"name": "billion"},
+                "spec": {"source": {"endpoint": endpoint, "bucket": BUCKET, "pathStyle": True,
+                                    "credentialsSecret": {"name": "s3"}},
+                         "output": {"bucket": "bench-out", "prefix": "billion/", "layout": "dataset"},
+                         "workers": {"replicas": 1},
+                         "sharding": {"targetShards": BILLION_SHARDS}}}
+
+
+def dedupe(phases):
+    """Consecutive repeats dropped: the phases in the order they came."""
+    return [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
+
+
+def scan_id_in(port):
+    """The one scan id in a private Redis (from its `bs:{ID}:meta` key)."""
+    out = subprocess.run(["redis-cli", "-p", str(port), "--scan", "--pattern", "bs:*:meta"], capture_output=True,
+                         text=True).stdout.split()
+    if len(out) != 1:
+        raise RuntimeError(f"expected one planned scan in Redis, found {out}")
+    return out[0][len("bs:{"):-len("}:meta")]
+
+
+def scale_row(f):
+    """One row of the scale table from a fleet run's figures: the cost per object."""
+    n = f["objects"]
+    return {
+        "objects": n,
+        "workers": f["workers"],
+        "wall_s": f["end_to_end_s"],
+        "objects_per_s": f["objects_per_s"],
+        "end_to_end_per_s": n / f["end_to_end_s"],
+        "cpu_per_100k": f["cpu_per_100k"],
+        "redis_peak_mib": f["redis_peak_bytes"] / 2**20,
+        "redis_peak_bytes_per_object": f["redis_peak_bytes"] / n,
+        "redis_per_object": f["redis_per_object"],
+        "worker_rss_mb": f["worker_rss_kb"] / 1024,
+        "merge_s": f["merge_s"],
+        "merge_ms_per_100k": f["merge_s"] * 1000 / n * 100_000,
+        "plan_s": f["plan_s"],
+        "record_bytes": (f["result_bytes"] or 0) / n,
+        "redis_by_command": f.get("redis_by_command") or {},
+    }
+
+
+def billion_row(layout, plan, lists, baseline, planned, done, complete, completed):
+    """One row of the 10^9 table. plan and complete are run_client's
+    (wall, CPU, maxrss KB, tree RSS KB, stderr); lists: LISTs the endpoint
+    served (the planner's and the two bucket checks); baseline, planned, done:
+    Redis INFO memory before, after planning, after every shard completed;
+    completed: complete-shards' JSON."""
+    merge = completed["merge"]
+    return {
+        "layout": layout,
+        "shards": completed["shards"],
+        # The planner's own: `plan` also checks both buckets with a one-key LIST each.
+        "lists": lists - BUCKET_CHECKS,
+        "lists_served": lists,
+        "plan_s": plan[0],
+        "plan_rss_mb": plan[2] / 1024,
+        "redis_empty_bytes": baseline["used_memory"],
+        "redis_planned_bytes": planned["used_memory"],
+        "redis_done_bytes": done["used_memory"],
+        "redis_peak_bytes": done["used_memory_peak"],
+        "parts": completed["parts"],
+        "objects": completed["objects"],
+        "complete_s": completed["complete_s"],
+        "merge_redis_read_s": merge["redis_read_s"],
+        "merge_plan_s": merge["plan_s"],
+        "dataset_files": merge["dataset_files"],
+        "dataset_max_parts": merge["dataset_max_parts_per_upload"],
+        "file_size": merge["file_size"],
+        "result_bytes": merge["bytes"],
+        "single": merge["single"],
+        "single_parts": merge["single_parts_per_upload"],
+        "complete_rss_mb": complete[2] / 1024,
+    }
+
+
+def billion_claims(rows, operator=None):
+    """Each claim of issue 13, item 7 against its limit: (claim, measured text, met)."""
+    lim = BILLION_LIMITS
+    out = []
+    for r in rows:
+        out.append((f"{r['layout']}: >= {BILLION_SHARDS:,} shards", f"{r['shards']:,}", r["shards"] >= BILLION_SHARDS))
+        out.append((f"{r['layout']}: planning <= {lim['plan_s']:.0f} s", f"{r['plan_s']:.1f} s",
+                    r["plan_s"] <= lim["plan_s"]))
+        out.append((f"{r['layout']}: LISTs <= {lim['lists']:,}", f"{r['lists']:,}", r["lists"] <= lim["lists"]))
+        out.append((f"{r['layout']}: Redis with every shard done <= 1 GiB",
+                    f"{r['redis_done_bytes'] / 2**20:.1f} MiB", r["redis_done_bytes"] <= lim["redis_done_bytes"]))
+        worst = max(r["dataset_max_parts"], r["single_parts"])
+        out.append((f"{r['layout']}: merge plan <= {lim['parts_per_upload']:,} parts per upload",
+                    f"{worst:,}", worst <= lim["parts_per_upload"]))
+    if operator:
+        out.append(("operator peak RSS while it tracks the scan <= 256 MiB",
+                    f"{operator['rss_kb'] / 1024:.0f} MiB", operator["rss_kb"] <= lim["operator_rss_kb"]))
+    else:
+        out.append(("operator peak RSS while it tracks the scan <= 256 MiB", "not measured in this run", None))
+    return out
+
+
+def delete_result(s3, bucket, manifest):
+    """Remove a merged result (10^7 records are gigabytes on the versitygw disk)."""
+    for f in manifest.get("files") or []:
+        location = f.get("location", "")
+        if location.startswith(f"s3://{bucket}/"):
+            s3.delete_object(Bucket=bucket, Key=location[len(f"s3://{bucket}/"):])
+
+
+def redis_commandstats(port):
+    """Calls per command since the server started (INFO commandstats)."""
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"], capture_output=True, text=True,
+                         timeout=10).stdout
+    return {name: int(calls) for name, calls in re.findall(r"^cmdstat_([a-z|_]+):calls=(\d+)", out, re.M)}
+
+
+def redis_memory(port):
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "memory"], capture_output=True, text=True,
+                         timeout=10).stdout
+    return {k: int(v) for k, v in re.findall(r"^(used_memory|used_memory_peak|used_memory_dataset):(\d+)",
+                                             out, re.M)}
 
 
 def redis_commands(port):
@@ -693,6 +1023,10 @@ def render_markdown(res):
                 f"| {w} | {fmt(f['objects_per_s'])} | {fmt(ratio(f['objects_per_s'], base['objects_per_s']), '{:.2f}x')} | "
                 f"{fmt(f['cpu_per_100k'], '{:.2f}')} | {fmt(f['plan_s'], '{:.2f}')} | {fmt(f['merge_s'], '{:.2f}')} | "
                 f"{fmt(f['redis_commands'])} | {fmt(f['redis_per_object'], '{:.4f}')} |")
+    if res.get("scale"):
+        lines += [""] + render_scale(res["scale"], res["scale"].get("chart"))
+    if res.get("billion"):
+        lines += [""] + render_billion(res["billion"])
     lines += ["", "## End to end in the e2e cluster", ""]
     e2e = res.get("e2e")
     if e2e:
@@ -788,6 +1122,160 @@ def render_markdown(res):
     return "\n".join(lines)
 
 
+SCALE_HEADING = "## Scale: cost per object against N (issue 13, item 6)"
+BILLION_HEADING = "## 10^9 keys: planning, every shard completed, the merge plan (issue 13, item 7)"
+
+
+def render_scale(scale, chart=None):
+    """The scale section: one row per N (see scale_row)."""
+    rows = scale["rows"]
+    lines = [
+        SCALE_HEADING,
+        "",
+        f"`bucketscan-worker plan`, then {SCALE_WORKERS} `bucketscan-worker run` processes (one per core of this "
+        f"machine, {FLEET_CONCURRENCY} HEADs in flight each), then `bucketscan-worker merge` (single result), "
+        f"against synthetic-s3 ({scale['latency_us']} µs a request, one thread) with the output on a versitygw "
+        "behind its `--forward`; a fresh redis-server per N (so `used_memory_peak` is that scan's). One run "
+        f"per N, measured {scale['date']} (load average before: {scale['load']}). Worker CPU and peak RSS from "
+        "`os.wait4` of each worker process (CPU summed, RSS the largest); Redis commands from "
+        "`total_commands_processed` over plan + run + merge. The operator is not in these runs (it needs an "
+        "apiserver); its RSS is measured in the 10^9 section below.",
+        "",
+        "| objects | wall s (plan+run+merge) | objects/s (run) | objects/s (end to end) | worker CPU-s per 100k "
+        "| Redis peak MiB | Redis bytes per object | Redis commands per object | worker peak RSS | plan s | merge s "
+        "| merge ms per 100k |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['objects']:,} | {r['wall_s']:.1f} | {fmt(r['objects_per_s'])} | {fmt(r['end_to_end_per_s'])} | "
+            f"{r['cpu_per_100k']:.2f} | {r['redis_peak_mib']:.2f} | {r['redis_peak_bytes_per_object']:.2f} | "
+            f"{r['redis_per_object']:.5f} | {r['worker_rss_mb']:.0f} MB | {r['plan_s']:.2f} | {r['merge_s']:.2f} | "
+            f"{r['merge_ms_per_100k']:.0f} |")
+    growth = scale_growth(rows)
+    if growth:
+        lines += ["", "From the smallest to the largest N (x{:,.0f} objects), per object: ".format(growth["factor"])
+                  + "; ".join(f"{name} x{v:.2f}" for name, v in growth["ratios"].items()) + "."]
+    lines += ["", "Redis commands per 1,000 objects, the largest kinds (INFO commandstats, Lua scripts' inner "
+                  "commands included):", ""] + [f"- {r['objects']:,} objects: " + top_commands(r) for r in rows]
+    if chart:
+        lines += ["", f"![cost per object against N, log-log]({chart})"]
+    return lines
+
+
+def top_commands(row, k=6):
+    by = sorted(row.get("redis_by_command", {}).items(), key=lambda kv: -kv[1])[:k]
+    return ", ".join(f"{name} {calls / row['objects'] * 1000:.2f}" for name, calls in by) or "–"
+
+
+def scale_growth(rows):
+    """Each per-object cost at the largest N divided by the same at the smallest
+    (1: flat; below 1: the fixed costs spread thinner)."""
+    if len(rows) < 2:
+        return None
+    a, b = rows[0], rows[-1]
+    per_object = {
+        "worker CPU": lambda r: r["cpu_per_100k"],
+        "wall time": lambda r: r["wall_s"] / r["objects"],
+        "Redis commands": lambda r: r["redis_per_object"],
+        "Redis peak memory": lambda r: r["redis_peak_bytes_per_object"],
+        "merge time": lambda r: r["merge_s"] / r["objects"],
+    }
+    return {"factor": b["objects"] / a["objects"],
+            "ratios": {name: ratio(f(b), f(a)) for name, f in per_object.items()}}
+
+
+def render_billion(billion):
+    rows, operator = billion["rows"], billion.get("operator")
+    lines = [
+        BILLION_HEADING,
+        "",
+        f"synthetic-s3 serving 10^9 generated keys per layout ({billion['latency_us']} µs a LIST, one thread; "
+        "flat: hex keys over the 64-bit space; nested: `DDDD/DDD/NNNNNNNNNNNN`; skewed: 80 % under `hot/`, the rest "
+        f"over 100 prefixes). Planned by the real `bucketscan-worker plan --target-shards {BILLION_SHARDS:,} "
+        f"--plan-list-budget {BILLION_LIST_BUDGET:,} --layout dataset` into a fresh redis-server; then "
+        "`complete-shards` (bench/src/bin/complete-shards.rs) takes every shard through the queue's real steps, 64 "
+        "at a time: take, one part per 50,000 objects (the worker's default) with its stats and counts recorded "
+        "as the worker records them, finish; each shard's objects come from its exact range, and the run fails "
+        "unless the shards hold all 10^9 keys once. Part sizes are records x "
+        f"{billion['record_bytes']:.0f} bytes (the mean JSON Lines record of the largest scale run). Then the "
+        "merge's reads from Redis and its plan (`merge_plan`, both layouts), without S3. Redis memory is "
+        f"`used_memory`. Measured {billion['date']} (load average before: {billion['load']}).",
+        "",
+        "| layout | shards | LISTs | plan s | planner peak RSS | Redis empty | Redis planned | Redis every shard done "
+        "| parts | complete s | merge reads s | merge plan ms | dataset files (max parts per upload) | single result |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    mib = lambda b: f"{b / 2**20:.1f} MiB"  # noqa: E731
+    for r in rows:
+        lines.append(
+            f"| {r['layout']} | {r['shards']:,} | {r['lists']:,} | {r['plan_s']:.1f} | {r['plan_rss_mb']:.0f} MB | "
+            f"{mib(r['redis_empty_bytes'])} | {mib(r['redis_planned_bytes'])} | {mib(r['redis_done_bytes'])} | "
+            f"{r['parts']:,} | {r['complete_s']:.1f} | {r['merge_redis_read_s']:.2f} | {r['merge_plan_s'] * 1000:.0f} | "
+            f"{r['dataset_files']:,} of {r['file_size'] / 2**30:.0f} GiB ({r['dataset_max_parts']:,}) | "
+            f"{r['single']}, {r['single_parts']:,} parts per upload |")
+    lines += ["", "LISTs are the planner's: the LISTs the endpoint served during `plan` less the two one-key "
+                  "checks of the source and output buckets. 'complete s' and 'merge reads s' were measured with "
+                  "whatever build of complete-shards `--complete-shards` names (a debug build for the figures "
+                  "committed on 2026-11-23), and every time here is from a machine shared with other builds "
+                  "(load average above): time figures are upper bounds.", ""]
+    if operator:
+        lines += [f"Operator: {operator['text']}", ""]
+    lines += ["| claim | measured | met |", "| --- | --- | --- |"]
+    for claim, text, met in billion_claims(rows, operator):
+        lines.append(f"| {claim} | {text} | {dict([(True, '**met**'), (False, '**missed**'), (None, '–')])[met]} |")
+    return lines
+
+
+def splice_sections(text, sections):
+    """Put each rendered section (a list of lines starting with its '## '
+    heading) into `text`: in place of the section with that heading, else
+    before the e2e section (else at the end)."""
+    for lines in sections:
+        heading = lines[0]
+        block = "\n".join(lines).rstrip("\n") + "\n\n"
+        if heading in text:
+            start = text.index(heading)
+            nxt = text.find("\n## ", start + len(heading))
+            end = len(text) if nxt < 0 else nxt + 1
+            text = text[:start] + block + text[end:]
+            continue
+        anchor = text.find("## End to end in the e2e cluster")
+        if anchor < 0:
+            text = text.rstrip("\n") + "\n\n" + block
+        else:
+            text = text[:anchor] + block + text[anchor:]
+    return text
+
+
+def render_scale_chart(scale, path):
+    """Log-log: each per-object cost against N (flat lines: no growth)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = scale["rows"]
+    n = [r["objects"] for r in rows]
+    series = {
+        "worker CPU, µs per object": [r["cpu_per_100k"] * 10 for r in rows],
+        "wall time, µs per object": [r["wall_s"] / r["objects"] * 1e6 for r in rows],
+        "Redis commands per 1,000 objects": [r["redis_per_object"] * 1000 for r in rows],
+        "Redis peak memory, bytes per object": [r["redis_peak_bytes_per_object"] for r in rows],
+        "merge time, µs per object": [r["merge_s"] / r["objects"] * 1e6 for r in rows],
+    }
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, ys in series.items():
+        ax.plot(n, ys, marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("objects in the scan (N)")
+    ax.set_ylabel("cost per object (log)")
+    ax.set_title(f"bucketscan: cost per object against N ({SCALE_WORKERS} workers, synthetic S3, {scale['date']})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def note_key(target):
     for key in ("Go", "multiprocessing", "naive", "hyper loop (HEAD/s", "hyper loop (HEADs", "LIST", "Redis",
                 "end to end"):
@@ -864,6 +1352,70 @@ def write_reports(res, args):
             f.write(render_markdown(res))
 
 
+def when():
+    return (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
+def scale_section(bench, args):
+    date, load = when()
+    scale = {"rows": bench.scale(), "date": date, "load": load, "latency_us": args.latency_us}
+    if args.scale_chart:
+        render_scale_chart(scale, args.scale_chart)
+        base = os.path.dirname(os.path.abspath(args.markdown or args.scale_chart))
+        scale["chart"] = os.path.relpath(args.scale_chart, base)
+    return scale
+
+
+def billion_section(bench, args, scale):
+    date, load = when()
+    rows = scale["rows"] if scale else []
+    record_bytes = rows[-1]["record_bytes"] if rows and rows[-1]["record_bytes"] else args.record_bytes
+    billion = {"rows": bench.billion(round(record_bytes)), "date": date, "load": load,
+               "latency_us": args.latency_us, "record_bytes": record_bytes}
+    if os.path.exists(args.operator_figures):
+        billion["operator"] = json.load(open(args.operator_figures))
+    return billion
+
+
+def measure_sections(args, sections, p):
+    """--only: measure the named sections, splice them into --markdown."""
+    unknown = set(sections) - {"scale", "billion", "operator"}
+    if unknown:
+        p.error(f"--only takes scale, billion and operator, not {', '.join(sorted(unknown))}")
+    args.runs = args.runs or RUNS[args.mode]
+    bench = Bench(args)
+    res = {}
+    try:
+        if "operator" in sections:
+            figures = OperatorRun(bench).measure()
+            os.makedirs(os.path.dirname(args.operator_figures), exist_ok=True)
+            with open(args.operator_figures, "w") as f:
+                json.dump(figures, f, indent=1)
+            log(figures["text"])
+        if "scale" in sections:
+            res["scale"] = scale_section(bench, args)
+        if "billion" in sections:
+            res["billion"] = billion_section(bench, args, res.get("scale"))
+    finally:
+        shutil.rmtree(bench.tmp, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+    rendered = []
+    if "scale" in res:
+        rendered.append(render_scale(res["scale"], res["scale"].get("chart")))
+    if "billion" in res:
+        rendered.append(render_billion(res["billion"]))
+    if args.markdown:
+        text = open(args.markdown).read() if os.path.exists(args.markdown) else "# Benchmarks\n"
+        with open(args.markdown, "w") as f:
+            f.write(splice_sections(text, rendered))
+    for lines in rendered:
+        log("\n".join(lines))
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=["quick", "full"], default="quick")
@@ -873,9 +1425,24 @@ def main(argv=None):
                    help="comma-separated subset of: " + ", ".join(c for c, _ in CLIENTS))
     p.add_argument("--no-list", action="store_true", help="skip the LIST streams figure")
     p.add_argument("--no-fleet", action="store_true", help="skip the fleet figures")
+    p.add_argument("--no-scale", action="store_true", help="skip the scale table (10^5..10^7 objects)")
+    p.add_argument("--no-billion", action="store_true", help="skip the 10^9-key figures")
+    p.add_argument("--only", help="measure only these sections (comma-separated: scale, billion, operator) and "
+                                  "splice them into the existing --markdown, leaving its other sections as they "
+                                  "are; operator writes --operator-figures (needs BUCKETSCAN_TEST_KUBECONFIG)")
+    p.add_argument("--scale-sizes", type=lambda v: [int(x) for x in v.split(",")],
+                   help="objects per scale run, comma-separated (default: by mode)")
+    p.add_argument("--scale-chart", help="write the scale plot (log-log, cost per object against N) here")
+    p.add_argument("--operator-figures", default=os.path.join(CACHE, "bench", "operator-billion.json"),
+                   help="the operator's peak RSS while tracking a 10^9-key scan (written by "
+                        "bench/operator-rss.sh), if present")
     p.add_argument("--bin-dir", help="where synthetic-s3, hyper-head-loop, list-shards and "
                                                     "bucketscan-worker are")
     p.add_argument("--worker", help="the bucketscan-worker binary (default: in --bin-dir)")
+    p.add_argument("--complete-shards", help="the complete-shards binary (default: in --bin-dir)")
+    p.add_argument("--record-bytes", type=float, default=254,
+                   help="mean bytes of a result record for the 10^9 merge plan when no scale run measured it "
+                        "(default: the 10^6 scale run's, 2026-11-23)")
     p.add_argument("--python", default=os.path.join(CACHE, "venv", "bin", "python"),
                    help="python with boto3 for the boto3 peers")
     p.add_argument("--go-pool", default=os.path.join(CACHE, "bench", "go-pool"))
@@ -902,6 +1469,8 @@ def main(argv=None):
         return 0
     if not args.bin_dir:
         p.error("--bin-dir is required (unless --render-from)")
+    if args.only:
+        return measure_sections(args, [x.strip() for x in args.only.split(",") if x.strip()], p)
     args.runs = args.runs or RUNS[args.mode]
     args.clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     unknown = set(args.clients) - {c for c, _ in CLIENTS}
@@ -924,6 +1493,10 @@ def main(argv=None):
             workers, n = bench.fleet()
             res["fleet"] = {"objects": n, "workers": workers}
             redis_per_object = max(w["redis_per_object"] for w in workers.values())
+        if not args.no_scale:
+            res["scale"] = scale_section(bench, args)
+        if not args.no_billion:
+            res["billion"] = billion_section(bench, args, res.get("scale"))
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     read_e2e(res, args.e2e, redis_per_object)

@@ -97,5 +97,96 @@ class Logic(unittest.TestCase):
         self.assertEqual(run.list_efficiency({1: 100, 2: 150, 4: 400}), {1: 1.0, 2: 0.75, 4: 1.0})
 
 
+def fleet_figures(n, wall=10.0, cpu_per_100k=3.0, redis_peak=1_000_000, commands=None, merge_s=1.0):
+    return {"objects": n, "workers": 2, "end_to_end_s": wall, "objects_per_s": n / (wall - 1.5),
+            "cpu_per_100k": cpu_per_100k, "redis_peak_bytes": redis_peak,
+            "redis_per_object": (commands if commands is not None else 1000) / n, "worker_rss_kb": 90 * 1024,
+            "merge_s": merge_s, "plan_s": 0.5, "result_bytes": n * 180}
+
+
+def billion_sample(layout="flat", shards=10_500, lists=11_000, plan_s=12.0, done=200 << 20, parts=21_000,
+                   single_parts=900):
+    plan = (plan_s, 3.0, 60 * 1024, 60 * 1024, "")
+    complete = (40.0, 30.0, 120 * 1024, 120 * 1024, "")
+    completed = {"shards": shards, "parts": parts, "objects": 10**9, "complete_s": 35.0,
+                 "merge": {"redis_read_s": 2.0, "plan_s": 0.02, "dataset_files": 170,
+                           "dataset_max_parts_per_upload": 130, "file_size": 1 << 30, "bytes": 180 * 10**9,
+                           "single": "two-level", "single_parts_per_upload": single_parts}}
+    return run.billion_row(layout, plan, lists, {"used_memory": 1 << 20}, {"used_memory": 5 << 20},
+                           {"used_memory": done, "used_memory_peak": done + 1}, complete, completed)
+
+
+class Scale(unittest.TestCase):
+    def test_a_row_is_the_cost_per_object(self):
+        r = run.scale_row(fleet_figures(1_000_000, wall=50.0, redis_peak=2_000_000, commands=5_000, merge_s=4.0))
+        self.assertEqual(r["end_to_end_per_s"], 20_000)
+        self.assertEqual(r["redis_peak_bytes_per_object"], 2.0)
+        self.assertEqual(r["redis_per_object"], 0.005)
+        self.assertEqual(r["merge_ms_per_100k"], 400)
+        self.assertEqual(r["record_bytes"], 180)
+        self.assertAlmostEqual(r["redis_peak_mib"], 2_000_000 / 2**20)
+
+    def test_growth_compares_the_largest_n_with_the_smallest(self):
+        rows = [run.scale_row(fleet_figures(10**5, wall=10, cpu_per_100k=3.0, redis_peak=10**6, merge_s=1)),
+                run.scale_row(fleet_figures(10**7, wall=1000, cpu_per_100k=3.3, redis_peak=2 * 10**6,
+                                            merge_s=200))]
+        g = run.scale_growth(rows)
+        self.assertEqual(g["factor"], 100)
+        self.assertAlmostEqual(g["ratios"]["worker CPU"], 1.1)
+        self.assertAlmostEqual(g["ratios"]["wall time"], 1.0)
+        self.assertAlmostEqual(g["ratios"]["Redis peak memory"], 0.02)
+        self.assertAlmostEqual(g["ratios"]["merge time"], 2.0)
+        self.assertIsNone(run.scale_growth(rows[:1]))
+
+    def test_the_section_has_a_row_per_n(self):
+        rows = [run.scale_row(fleet_figures(n)) for n in (10**5, 10**6)]
+        lines = run.render_scale({"rows": rows, "date": "d", "load": "1.0", "latency_us": 1000}, "docs/scale.png")
+        self.assertEqual(lines[0], run.SCALE_HEADING)
+        self.assertTrue(any(line.startswith("| 100,000 |") for line in lines))
+        self.assertTrue(any(line.startswith("| 1,000,000 |") for line in lines))
+        self.assertIn("![cost per object against N, log-log](docs/scale.png)", lines)
+
+
+class Billion(unittest.TestCase):
+    def test_the_planner_s_lists_leave_out_the_two_bucket_checks(self):
+        r = billion_sample(lists=15_002)
+        self.assertEqual((r["lists"], r["lists_served"]), (15_000, 15_002))
+
+    def test_claims_are_judged_against_the_issue_limits(self):
+        good = {c: met for c, _, met in run.billion_claims([billion_sample()], {"rss_kb": 100 * 1024})}
+        self.assertTrue(all(good.values()), good)
+        bad = billion_sample(shards=9_999, lists=15_003, plan_s=31, done=(1 << 30) + 1, single_parts=10_001)
+        claims = {c: met for c, _, met in run.billion_claims([bad], {"rss_kb": 257 * 1024})}
+        self.assertFalse(any(claims.values()), claims)
+        unmeasured = run.billion_claims([billion_sample()], None)[-1]
+        self.assertIsNone(unmeasured[2])
+
+    def test_the_section_renders_every_layout(self):
+        rows = [billion_sample(layout) for layout in run.BILLION_LAYOUTS]
+        lines = run.render_billion({"rows": rows, "date": "d", "load": "1", "latency_us": 1000,
+                                    "record_bytes": 180.0})
+        self.assertEqual(lines[0], run.BILLION_HEADING)
+        for layout in run.BILLION_LAYOUTS:
+            self.assertTrue(any(line.startswith(f"| {layout} | 10,500 |") for line in lines), layout)
+        self.assertIn("| 200.0 MiB |", "".join(lines))
+
+    def test_the_operator_figure_is_its_peak_rss_and_the_phases_it_went_through(self):
+        phases = run.dedupe(["(none)", "Planning", "Planning", "Scanning", "Scanning", "Merging"])
+        self.assertEqual(phases, ["(none)", "Planning", "Scanning", "Merging"])
+        f = run.operator_figures(80 * 1024, 10_400, phases, 95.0)
+        self.assertEqual(f["rss_kb"], 80 * 1024)
+        self.assertIn("10,400 shards", f["text"])
+        self.assertIn("**80 MiB**", f["text"])
+        self.assertIn("Planning → Scanning → Merging", f["text"])
+
+    def test_sections_are_spliced_in_place_or_before_the_e2e(self):
+        text = "# B\n\n## A\n\na\n\n## End to end in the e2e cluster\n\ne\n"
+        once = run.splice_sections(text, [["## S", "", "one"]])
+        self.assertEqual(once, "# B\n\n## A\n\na\n\n## S\n\none\n\n## End to end in the e2e cluster\n\ne\n")
+        twice = run.splice_sections(once, [["## S", "", "two"]])
+        self.assertEqual(twice, once.replace("one", "two"))
+        self.assertEqual(run.splice_sections("# B\n", [["## S", "x"]]), "# B\n\n## S\nx\n\n")
+
+
 if __name__ == "__main__":
     unittest.main()

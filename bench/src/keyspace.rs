@@ -133,6 +133,26 @@ impl Keyspace {
         }
     }
 
+    /// The indexes of the keys strictly between `after` and `before` (`None`:
+    /// unbounded), as a shard's exclusive bounds give them: a shard's object
+    /// count without listing it.
+    pub fn between(&self, after: Option<&str>, before: Option<&str>) -> std::ops::Range<u64> {
+        let lo = after.map_or(0, |a| self.first_after(a));
+        let hi = before.map_or(self.objects, |b| self.first_at_or_after(b));
+        lo..hi.max(lo)
+    }
+
+    /// The sum of the sizes of objects `range` (sizes are `i % 4096`), in
+    /// constant time however long the range.
+    pub fn bytes(&self, range: std::ops::Range<u64>) -> u64 {
+        fn below(n: u64) -> u64 {
+            let full = n / 4_096 * (4_095 * 4_096 / 2);
+            let rest = n % 4_096;
+            full + rest * rest.saturating_sub(1) / 2
+        }
+        below(range.end) - below(range.start)
+    }
+
     pub fn head(&self, i: u64) -> Object {
         let mut metadata = vec![("index", i.to_string()), ("team", format!("team-{}", i % 7))];
         if i.is_multiple_of(3) {
@@ -285,6 +305,36 @@ mod tests {
                 got_prefixes, want_prefixes,
                 "{prefix:?} {start_after:?} {delimiter:?}"
             );
+        }
+    }
+
+    #[test]
+    fn between_counts_the_keys_of_exclusive_bounds() {
+        for layout in [Layout::Flat, Layout::Nested, Layout::Skewed] {
+            let ks = Keyspace {
+                objects: 5_000,
+                layout,
+            };
+            let keys = all(&ks);
+            for (a, b) in [
+                (None, None),
+                (Some(10), Some(4_000)),
+                (Some(4_999), None),
+                (None, Some(0)),
+            ] {
+                let after = a.map(|i: usize| keys[i].clone());
+                let before = b.map(|i: usize| keys[i].clone());
+                let want = keys
+                    .iter()
+                    .filter(|k| {
+                        after.as_ref().is_none_or(|x| k > &x) && before.as_ref().is_none_or(|x| k < &x)
+                    })
+                    .count() as u64;
+                let range = ks.between(after.as_deref(), before.as_deref());
+                assert_eq!(range.end - range.start, want, "{layout:?} {a:?} {b:?}");
+                let sizes: u64 = range.clone().map(|i| ks.head(i).size).sum();
+                assert_eq!(ks.bytes(range), sizes);
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 
 use crate::crd::{BucketScan, WorkerPodTemplate, Workers};
 use bucketscan_core::fleet::spec::normalize_output_prefix;
+use bucketscan_core::keyspace::planner::PlanOptions;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -41,6 +42,8 @@ pub struct Settings {
     /// Give each scan's pods a Redis user of its own (see
     /// `controller/redis_user.rs`) instead of the operator's Redis URL.
     pub redis_scan_users: bool,
+    /// LIST requests planning a scan may spend (the planner's budget).
+    pub plan_list_budget: usize,
 }
 
 impl Default for Settings {
@@ -53,7 +56,21 @@ impl Default for Settings {
             allowed_images: Vec::new(),
             worker_resources: default_worker_resources(),
             redis_scan_users: false,
+            plan_list_budget: PlanOptions::default().max_requests,
         }
+    }
+}
+
+/// How the scan's keyspace is cut into shards: its `sharding` settings, the
+/// operator's LIST budget.
+pub fn plan_options(scan: &BucketScan, settings: &Settings) -> PlanOptions {
+    let sharding = &scan.spec.sharding;
+    PlanOptions {
+        delimiter: Some(sharding.delimiter.clone().unwrap_or_else(|| "/".into())).filter(|d| !d.is_empty()),
+        target_shards: sharding.target_shards.unwrap_or(64) as usize,
+        min_shard_objects: sharding.min_shard_objects.unwrap_or(10_000),
+        max_requests: settings.plan_list_budget,
+        ..PlanOptions::default()
     }
 }
 
@@ -484,6 +501,27 @@ mod tests {
         scan.metadata.namespace = Some("team-a".into());
         scan.metadata.uid = Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into());
         scan
+    }
+
+    #[test]
+    fn planning_takes_the_scan_s_sharding_and_the_operator_s_list_budget() {
+        let mut s = scan(Workers::default());
+        let settings = Settings::default();
+        let o = plan_options(&s, &settings);
+        assert_eq!((o.target_shards, o.min_shard_objects), (64, 10_000));
+        assert_eq!(o.max_requests, PlanOptions::default().max_requests);
+        assert_eq!(o.delimiter.as_deref(), Some("/"));
+        s.spec.sharding.target_shards = Some(10_000);
+        s.spec.sharding.delimiter = Some(String::new());
+        let big = Settings {
+            plan_list_budget: 15_000,
+            ..Settings::default()
+        };
+        let o = plan_options(&s, &big);
+        assert_eq!(
+            (o.target_shards, o.max_requests, o.delimiter),
+            (10_000, 15_000, None)
+        );
     }
 
     #[test]

@@ -77,6 +77,13 @@ struct Args {
     /// Seconds a leader's lease lasts without renewal.
     #[arg(long, default_value_t = 15)]
     leader_lease_secs: u64,
+    /// LIST requests planning one scan may spend: about 1.1 x the scan's
+    /// targetShards for flat keys, so raise it for targets above a few
+    /// thousand shards.
+    #[arg(long, env = "BUCKETSCAN_PLAN_LIST_BUDGET",
+          default_value_t = bucketscan_core::keyspace::planner::PlanOptions::default().max_requests as u32,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    plan_list_budget: u32,
     /// Log format: text or json.
     #[arg(long, env = "BUCKETSCAN_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -163,6 +170,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .collect(),
         worker_resources,
         redis_scan_users: args.redis_scan_users,
+        plan_list_budget: args.plan_list_budget as usize,
         ..Settings::default()
     };
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()));

@@ -85,6 +85,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         delimiter: Some(args.delimiter.clone()).filter(|d| !d.is_empty()),
         target_shards: args.target_shards as usize,
         min_shard_objects: args.min_shard_objects,
+        max_requests: args.plan_list_budget as usize,
         ..PlanOptions::default()
     };
     let queue = args.queue.connect("planner", Duration::from_secs(30)).await?;

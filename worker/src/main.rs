@@ -163,6 +163,13 @@ struct PlanArgs {
     /// the rest of a busy worker's shard split off for them).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     target_shards: u32,
+    /// LIST requests planning may spend: a keyspace of flat keys needs about
+    /// 1.1 x --target-shards of them to reach the target (16 LISTs split a
+    /// node into its 16 hex children), so raise this with a target above a
+    /// few thousand shards.
+    #[arg(long, default_value_t = PlanOptions::default().max_requests as u32,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    plan_list_budget: u32,
     /// Fewer, bigger shards rather than shards below this many objects: each
     /// shard costs a few dozen Redis operations.
     #[arg(long, default_value_t = 10_000)]

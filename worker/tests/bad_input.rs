@@ -180,6 +180,33 @@ fn flags_out_of_range_are_refused_before_any_request() {
             "{flag} {value}: {err}"
         );
     }
+    let plan = [
+        "plan",
+        "--scan",
+        "s",
+        "--redis",
+        "redis://127.0.0.1:1",
+        "--bucket",
+        "b",
+        "--endpoint",
+        "http://127.0.0.1:1",
+        "--output",
+        "s3://o/",
+    ];
+    for value in ["0", "1000001"] {
+        let out = worker(&[&plan[..], &["--plan-list-budget", value]].concat(), &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "--plan-list-budget {value}: usage error"
+        );
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '--plan-list-budget"))
+                && err.contains("not in"),
+            "--plan-list-budget {value}: {err}"
+        );
+    }
 }
 
 /// An unknown format or layout is a usage error; a data file size S3 cannot

@@ -817,6 +817,40 @@ mod tests {
         check_partition(&keys, &o).await;
     }
 
+    /// The shard target is reached only as far as the LIST budget allows: a
+    /// big target needs the budget raised with it (`bucketscan-worker plan
+    /// --plan-list-budget`), and the plan stays within whichever budget.
+    #[tokio::test]
+    async fn a_large_shard_target_needs_a_budget_to_match() {
+        let keys = hashed(20_000);
+        let shards_within = |max_requests| async move {
+            let bucket = MemoryBucket::plain(hashed(20_000));
+            let o = PlanOptions {
+                max_requests,
+                page_size: 10,
+                min_shard_objects: 0,
+                ..opts(500)
+            };
+            let shards = plan(&bucket, &o).await.unwrap();
+            assert!(bucket.requests() <= max_requests, "{} LISTs", bucket.requests());
+            shards.len()
+        };
+        let small = shards_within(100).await;
+        assert!(
+            small < 500,
+            "100 LISTs cannot plan 500 shards of hashed keys: {small}"
+        );
+        let large = shards_within(1_000).await;
+        assert!(large >= 500, "1,000 LISTs reach the target of 500: {large}");
+        let o = PlanOptions {
+            max_requests: 1_000,
+            page_size: 10,
+            min_shard_objects: 0,
+            ..opts(500)
+        };
+        check_partition_on(&MemoryBucket::plain(keys), &o).await;
+    }
+
     /// Keys of `keys` in the remaining range below and above the split.
     async fn split_sizes(keys: &BTreeSet<String>, remaining: &Shard) -> Option<(usize, usize)> {
         // The awkward bucket's tiny and empty pages must not change the answer's exactness.

@@ -10,7 +10,6 @@ use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::fleet::recovery;
 use bucketscan_core::fleet::spec::{ScanSpec, DEFAULT_FILE_SIZE};
-use bucketscan_core::keyspace::planner::PlanOptions;
 
 pub(super) fn spec_of(scan: &BucketScan) -> ScanSpec {
     ScanSpec {
@@ -33,13 +32,7 @@ pub(super) async fn plan(
     queue: &Queue,
 ) -> Result<bucketscan_core::fleet::plan::Planned, Error> {
     let s3 = s3_for(scan, ctx).await?;
-    let sharding = &scan.spec.sharding;
-    let opts = PlanOptions {
-        delimiter: Some(sharding.delimiter.clone().unwrap_or_else(|| "/".into())).filter(|d| !d.is_empty()),
-        target_shards: sharding.target_shards.unwrap_or(64) as usize,
-        min_shard_objects: sharding.min_shard_objects.unwrap_or(10_000),
-        ..PlanOptions::default()
-    };
+    let opts = desired::plan_options(scan, &ctx.settings);
     Ok(plan_scan(&s3, &spec_of(scan), &opts, queue).await?)
 }
 
