@@ -577,8 +577,11 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
     let manifest: serde_json::Value =
         serde_json::from_slice(&s3.read(&out, "lost/manifest.json").await).unwrap();
     assert_eq!(manifest["counts"]["objects"], 3000, "{manifest}");
-    let rescanned = manifest["progress"]["heads"].as_u64().unwrap();
-    assert!(rescanned < 3000, "finished shards were scanned again: {manifest}");
+    // The progress counters were rebuilt from the done records (the lost
+    // work of halfway shards is not counted): a finished shard scanned again
+    // would count its objects twice.
+    let heads = manifest["progress"]["heads"].as_u64().unwrap();
+    assert!(heads <= 3000, "finished shards were scanned again: {manifest}");
 }
 
 /// plan, run and merge over prefixes holding `\t`, `\u{1}` and `\u{7f}`
