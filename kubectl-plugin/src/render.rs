@@ -155,7 +155,13 @@ pub fn status_report(scan: &BucketScan) -> String {
     line("objects:", objects_text(&st));
     line("rate:", rate_text(&st));
     line("eta:", eta_text(&st).filter(|_| st.phase != Phase::Complete));
-    line("workers:", st.workers.map(|w| w.to_string()));
+    line(
+        "workers:",
+        st.workers_ready
+            .clone()
+            .map(|r| format!("{r} ready"))
+            .or_else(|| st.workers.map(|w| w.to_string())),
+    );
     line("shards:", shards_text(&st));
     line(
         "throttled:",
@@ -201,6 +207,7 @@ mod tests {
                 objects_estimate: Some(2_000_000),
                 rate_per_second: Some(12_345),
                 eta_seconds: Some(200),
+                ready_workers: None,
             },
             ..BucketScanStatus::default()
         }

@@ -30,7 +30,7 @@ pub const GROUP: &str = "bucketscan.dev";
     printcolumn = r#"{"name":"Objects","type":"integer","jsonPath":".status.objects.scanned"}"#,
     printcolumn = r#"{"name":"Rate","type":"string","jsonPath":".status.rate"}"#,
     printcolumn = r#"{"name":"ETA","type":"string","jsonPath":".status.eta"}"#,
-    printcolumn = r#"{"name":"Workers","type":"integer","jsonPath":".status.workers"}"#,
+    printcolumn = r#"{"name":"Workers","type":"string","jsonPath":".status.workersReady"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#
 )]
@@ -365,7 +365,9 @@ pub struct BucketScanStatus {
     pub phase: Phase,
     /// Standard conditions, one of each type: Ready (True once the result is
     /// complete; False with the phase or the failure as reason, for kstatus,
-    /// Argo CD and Flux health), Planned, Complete, Failed, Suspended.
+    /// Argo CD and Flux health), Planned, Complete, Failed, Suspended,
+    /// Blocked (waiting on a cause that may pass), WorkersReady (why worker
+    /// pods do not run) and Progressing (False: no progress for a while).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -408,6 +410,15 @@ pub struct BucketScanStatus {
     /// Current worker replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<i32>,
+    /// Worker pods ready / wanted, as `kubectl get` shows it (`1/2`); why
+    /// the others are not is in the WorkersReady condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub workers_ready: Option<String>,
+    /// When the count of objects scanned last grew; a scan without progress
+    /// for the operator's --stall-seconds shows Progressing=False.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_progress_time: Option<Time>,
     /// The numbers behind the display strings, for alerts and dashboards.
     #[serde(flatten)]
     pub numbers: StatusNumbers,
@@ -433,6 +444,9 @@ pub struct StatusNumbers {
     /// Estimated seconds left (`eta` as a number).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta_seconds: Option<u64>,
+    /// Worker pods ready (the first number of `workersReady`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_workers: Option<i32>,
 }
 
 // ---- end of numeric status fields ----

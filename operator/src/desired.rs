@@ -39,6 +39,8 @@ pub struct Settings {
     pub allowed_images: Vec<String>,
     /// Worker and merge container resources when the scan sets none.
     pub worker_resources: ResourceRequirements,
+    /// A scan without progress this long shows Progressing=False.
+    pub stall_after: std::time::Duration,
     /// Give each scan's pods a Redis user of its own (see
     /// `controller/redis_user.rs`) instead of the operator's Redis URL.
     pub redis_scan_users: bool,
@@ -56,6 +58,7 @@ impl Default for Settings {
             allowed_images: Vec::new(),
             worker_resources: default_worker_resources(),
             redis_scan_users: false,
+            stall_after: std::time::Duration::from_secs(300),
             plan_list_budget: PlanOptions::default().max_requests,
         }
     }
@@ -163,6 +166,15 @@ pub fn per_worker_rate(scan: &BucketScan) -> Option<f64> {
         .unwrap_or(1)
         .max(1);
     Some(total / divisor as f64)
+}
+
+/// The label selector of the scan's worker pods (`k=v,k=v`).
+pub fn worker_selector(scan: &BucketScan) -> String {
+    labels(scan, "worker")
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn labels(scan: &BucketScan, component: &str) -> BTreeMap<String, String> {

@@ -7,5 +7,6 @@ pub mod crd;
 pub mod desired;
 pub mod leader;
 pub mod metrics;
+pub mod pods;
 pub mod status;
 pub mod validate;

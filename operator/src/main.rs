@@ -38,6 +38,10 @@ struct Args {
     /// SETUSER); false: the pods get the operator's Redis URL.
     #[arg(long, env = "BUCKETSCAN_REDIS_SCAN_USERS", default_value_t = false, action = clap::ArgAction::Set)]
     redis_scan_users: bool,
+    /// A scan that scanned no object for this long shows condition
+    /// Progressing=False (reason NoProgress) with what its pods say.
+    #[arg(long, env = "BUCKETSCAN_STALL_SECONDS", default_value_t = 300)]
+    stall_seconds: u64,
     /// PEM file of the CA that signed Redis's TLS certificate.
     #[arg(long, env = "BUCKETSCAN_REDIS_CA_FILE")]
     redis_ca_file: Option<std::path::PathBuf>,
@@ -170,6 +174,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .collect(),
         worker_resources,
         redis_scan_users: args.redis_scan_users,
+        stall_after: Duration::from_secs(args.stall_seconds),
         plan_list_budget: args.plan_list_budget as usize,
         ..Settings::default()
     };

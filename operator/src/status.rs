@@ -12,6 +12,11 @@ pub const SUSPENDED: &str = "Suspended";
 /// True while the scan waits on something outside it that may come right
 /// by itself (a Secret not created yet, the store or Redis unreachable).
 pub const BLOCKED: &str = "Blocked";
+/// Whether the worker pods run, and why not (`pods::WorkerHealth`).
+pub const WORKERS_READY: &str = "WorkersReady";
+/// False while a scan makes no progress for longer than the operator's
+/// stall threshold.
+pub const PROGRESSING: &str = "Progressing";
 
 /// How long a blocked scan waits before its next attempt: 5 s, doubling
 /// with every attempt in a row, at most 5 minutes.
@@ -75,6 +80,18 @@ pub fn set_ready(st: &mut BucketScanStatus, generation: Option<i64>, now: &Time)
             None => (false, "Failed".into(), "the scan failed".into()),
         },
         _ if is_true(&st.conditions, SUSPENDED) => (false, "Suspended".into(), "spec.suspend is true".into()),
+        _ if st
+            .conditions
+            .iter()
+            .any(|c| c.type_ == PROGRESSING && c.status == "False") =>
+        {
+            let c = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == PROGRESSING)
+                .expect("found");
+            (false, c.reason.clone(), c.message.clone())
+        }
         _ if is_true(&st.conditions, BLOCKED) => {
             let c = said(BLOCKED).expect("true");
             (false, c.reason.clone(), c.message.clone())

@@ -284,7 +284,7 @@ fn the_schema_documents_bounds_and_defaults_every_field() {
             .unwrap_or_else(|| panic!("no column {name}"))
     };
     assert_eq!(column("ETA").json_path, ".status.eta");
-    assert_eq!(column("Workers").json_path, ".status.workers");
+    assert_eq!(column("Workers").json_path, ".status.workersReady");
     let message = column("Message");
     assert_eq!(message.priority, Some(1), "shown with -o wide only");
     assert!(message.json_path.contains("Ready"), "{}", message.json_path);

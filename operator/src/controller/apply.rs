@@ -6,6 +6,7 @@ use super::admission::check_output;
 use super::children::{delete_merge_job, ensure_workers};
 use super::context::{lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
 use super::finish::{fail, finished};
+use super::health::observe_workers;
 use super::merge::merging;
 use super::observe::{observe, Observed};
 use super::planning::{plan, replan};
@@ -112,6 +113,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     report_progress(scan, ctx, &mut st, &seen, replicas, &now);
 
     if work_left > 0 {
+        observe_workers(scan, ctx, &mut st, &before, replicas, &now).await?;
         st.phase = Phase::Scanning;
         let msg = format!(
             "{} of {} shards finished",

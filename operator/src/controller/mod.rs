@@ -12,13 +12,14 @@
 //!   `children`: the worker Deployment (+ `redis_user`: the scan's own
 //!   Redis user); `merge`: the merge Job and the end of
 //!   the scan; `finish`: Failed / finished / TTL; `cleanup`: the finalizer;
+//!   `health`: worker pods that do not run and scans without progress;
 //!   `report`: status writes and events; `blocked`: transient causes make
 //!   the scan wait (condition `Blocked`, backoff) instead of failing it.
 //!
 //! May import: `crd`, `desired`, `status`, `validate`, `metrics` and
 //! `bucketscan_core`; nothing imports it but the binary. Inside, files form
 //! layers (`scripts/check-layers.py` checks there is no circle): `context`;
-//! `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`; `merge`,
+//! `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`, `health`; `merge`,
 //! `cleanup`; `apply`; `blocked`; this file.
 
 mod admission;
@@ -28,6 +29,7 @@ mod children;
 mod cleanup;
 mod context;
 mod finish;
+mod health;
 mod merge;
 mod observe;
 mod planning;
