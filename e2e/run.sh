@@ -105,7 +105,9 @@ step "helm install bucketscan"
 # The chart installs and upgrades the CRD (crds.install). A kept cluster whose
 # CRD came from an older chart (its crds/ directory, which Helm never
 # upgrades) is handed to the release first, the way docs/operations.md tells
-# users to: Helm adopts an object carrying the release's ownership metadata.
+# users to: Helm adopts an object carrying the release's ownership metadata,
+# and --force-conflicts takes over the fields an earlier `kubectl apply
+# --server-side` owns (Helm 4 applies server-side).
 if k get crd bucketscans.bucketscan.dev >/dev/null 2>&1; then
   k label crd bucketscans.bucketscan.dev app.kubernetes.io/managed-by=Helm --overwrite >/dev/null
   k annotate crd bucketscans.bucketscan.dev meta.helm.sh/release-name=bucketscan \
@@ -114,7 +116,7 @@ fi
 h upgrade --install bucketscan "$REPO/charts/bucketscan" -n "$RELEASE_NS" --create-namespace \
   --set-string image.tag="$TAG" --set-string worker.image.tag="$TAG" \
   --set redis.image.repository="$REDIS_IMAGE_REPOSITORY" --set-string redis.image.tag="$REDIS_IMAGE_TAG" \
-  --set operator.logFormat=text --wait --timeout 5m
+  --set operator.logFormat=text --force-conflicts --wait --timeout 5m
 k -n "$RELEASE_NS" get pods
 step "helm test bucketscan"
 # The chart's test pod: the operator ready on /readyz, BucketScans served.
