@@ -10,6 +10,16 @@ use kube::api::Api;
 use kube::ResourceExt;
 use std::sync::Arc;
 
+/// The Secret `name` the scan's `field` names, in the scan's namespace; a
+/// clear error (the scan waits for it) when it is not there.
+async fn named_secret(scan: &BucketScan, ctx: &Context, name: &str, field: &str) -> Result<Secret, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    secrets
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| Error::SecretMissing(format!("Secret {name:?} ({field}) does not exist")))
+}
+
 /// One key of a Secret in the scan's namespace; a clear error when missing.
 async fn secret_value(
     scan: &BucketScan,
@@ -18,12 +28,8 @@ async fn secret_value(
     key: &str,
     field: &str,
 ) -> Result<Vec<u8>, Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    let secret = secrets
-        .get_opt(name)
+    named_secret(scan, ctx, name, field)
         .await?
-        .ok_or_else(|| Error::SecretMissing(format!("Secret {name:?} ({field}) does not exist")))?;
-    secret
         .data
         .and_then(|mut d| d.remove(key))
         .map(|v| v.0)
@@ -36,14 +42,7 @@ pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, 
     let credentials = match &src.credentials_secret {
         None => None,
         Some(r) => {
-            let secrets: Api<Secret> =
-                Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-            let secret = secrets.get_opt(&r.name).await?.ok_or_else(|| {
-                Error::SecretMissing(format!(
-                    "Secret {:?} (spec.source.credentialsSecret) does not exist",
-                    r.name
-                ))
-            })?;
+            let secret = named_secret(scan, ctx, &r.name, "spec.source.credentialsSecret").await?;
             let field = |key: &str| {
                 secret
                     .data
