@@ -177,15 +177,17 @@ pub fn worker_selector(scan: &BucketScan) -> String {
         .join(",")
 }
 
+/// The label on everything the operator makes (the controller watches only
+/// Deployments and Jobs that carry it), and its value.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const OPERATOR: &str = "bucketscan-operator";
+
 fn labels(scan: &BucketScan, component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_string(), "bucketscan".to_string()),
         ("app.kubernetes.io/component".to_string(), component.to_string()),
         ("app.kubernetes.io/instance".to_string(), scan.name_any()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            "bucketscan-operator".to_string(),
-        ),
+        (MANAGED_BY.to_string(), OPERATOR.to_string()),
     ])
 }
 

@@ -78,8 +78,9 @@ struct Args {
     /// replicas: one works). Unset: no election (a single replica).
     #[arg(long, env = "BUCKETSCAN_LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
-    /// Seconds a leader's lease lasts without renewal.
-    #[arg(long, default_value_t = 15)]
+    /// Seconds a leader's lease lasts without renewal; as in client-go, the
+    /// leader renews every 2/15 of it and gives up after 2/3 without one.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
     leader_lease_secs: u64,
     /// LIST requests planning one scan may spend: about 1.1 x the scan's
     /// targetShards for flat keys, so raise it for targets above a few
@@ -217,7 +218,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let controller = controller::run(ctx, args.concurrency, args.namespace.as_deref());
     tokio::select! {
-        _ = controller => Ok(()),
+        // Shut down by a signal: a standby takes over at once.
+        _ = controller => {
+            if let Some(election) = &election {
+                election.release().await;
+            }
+            Ok(())
+        }
         _ = async { election.as_ref().expect("checked").hold().await }, if election.is_some() => {
             anyhow::bail!("lost the leader lease; exiting so that only one replica reconciles")
         }

@@ -9,7 +9,7 @@ use bucketscan_operator::crd::{BucketScan, Phase};
 use cluster::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -225,4 +225,197 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
+}
+
+const CLOCK_NS: &str = "leader-clock";
+
+fn start_in(ns: &str, name: &str, lease_secs: u32) -> Replica {
+    let port = free_port();
+    let log = std::fs::File::create(log_path(name)).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .args(["--namespace", ns, "--leader-election-namespace", ns])
+        .args(["--leader-lease-secs", &lease_secs.to_string()])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", kubeconfig_path())
+        .env("POD_NAME", name)
+        .env(
+            "BUCKETSCAN_REDIS_URL",
+            std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap(),
+        )
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Replica {
+        name: name.into(),
+        port,
+        child,
+    }
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("bucketscan-operator")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+/// Sum of `bucketscan_reconciles_total` over its labels.
+async fn reconciles(port: u16) -> Option<f64> {
+    let metrics = http_get(port, "/metrics").await?.1;
+    Some(
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("bucketscan_reconciles_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
+/// The reconcile count once it stood still for three seconds.
+async fn settled_reconciles(port: u16) -> f64 {
+    let mut last = reconciles(port).await.unwrap();
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = reconciles(port).await.unwrap();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("reconciles never settled: {last}");
+}
+
+/// client-go's rules, on the real apiserver: a standby trusts its own clock,
+/// not the holder's `renewTime`; a leader that is told to stop releases the
+/// lease so a standby takes over at once. And only user changes wake a
+/// reconcile, not status writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_judged_by_the_local_clock_released_on_shutdown_and_status_writes_wake_nothing() {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, CLOCK_NS).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), CLOCK_NS);
+
+    // A holder whose clock is an hour slow keeps renewing a 3 s lease: its
+    // renewTime is always an hour old, yet the lease is held.
+    let behind = Timestamp::now() - SignedDuration::from_hours(1);
+    let spec = |renewed: Timestamp| LeaseSpec {
+        holder_identity: Some("slow-clock".into()),
+        lease_duration_seconds: Some(3),
+        acquire_time: Some(MicroTime(behind)),
+        renew_time: Some(MicroTime(renewed)),
+        ..LeaseSpec::default()
+    };
+    let lease = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("bucketscan-operator".into()),
+            ..Default::default()
+        },
+        spec: Some(spec(behind)),
+    };
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+    let mut a = start_in(CLOCK_NS, "clock-a", 30);
+    for s in 1..=10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut l = leases.get("bucketscan-operator").await.unwrap();
+        assert_eq!(
+            l.spec.as_ref().unwrap().holder_identity.as_deref(),
+            Some("slow-clock"),
+            "the lease was taken from a holder that renews it (after {s} s)"
+        );
+        l.spec = Some(spec(behind + SignedDuration::from_secs(s)));
+        leases
+            .replace("bucketscan-operator", &PostParams::default(), &l)
+            .await
+            .unwrap();
+    }
+    // The holder stops renewing: taken once its record stood still for 3 s.
+    eventually("clock-a to take the lease", 20, async || {
+        (holder(&leases).await? == "clock-a").then_some(())
+    })
+    .await;
+
+    // Only user changes wake a reconcile. A scan that fails at once, then a
+    // status write by someone else: no reconcile; an annotation: one.
+    let port = a.port;
+    eventually("leader metric", 20, async || {
+        leads(&http_get(port, "/metrics").await?.1).then_some(())
+    })
+    .await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), CLOCK_NS);
+    let scan: BucketScan = serde_json::from_value(serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+        "metadata": {"name": "same-bucket"},
+        "spec": {"source": {"bucket": "photos"}, "output": {"bucket": "photos"}}
+    }))
+    .unwrap();
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+    eventually("Failed", 30, async || {
+        let st = scans.get("same-bucket").await.ok()?.status?;
+        (st.phase == Phase::Failed).then_some(())
+    })
+    .await;
+    let before = settled_reconciles(port).await;
+    let status_patch = serde_json::json!({"status": {"eta": "written by someone else"}});
+    scans
+        .patch_status(
+            "same-bucket",
+            &PatchParams::default(),
+            &Patch::Merge(&status_patch),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        settled_reconciles(port).await,
+        before,
+        "a status write woke a reconcile"
+    );
+    let annotate = serde_json::json!({"metadata": {"annotations": {"team": "a"}}});
+    scans
+        .patch("same-bucket", &PatchParams::default(), &Patch::Merge(&annotate))
+        .await
+        .unwrap();
+    eventually("a reconcile after the annotation", 20, async || {
+        (reconciles(port).await? > before).then_some(())
+    })
+    .await;
+
+    // A standby, then the leader is told to stop: it releases the 30 s
+    // lease, and the standby leads long before the lease would run out.
+    let mut b = start_in(CLOCK_NS, "clock-b", 30);
+    let port_b = b.port;
+    eventually("clock-b ready", 30, async || {
+        http_get(port_b, "/readyz").await.filter(|(code, _)| *code == 200)
+    })
+    .await;
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &a.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let exit = a.child.wait().unwrap();
+    assert!(exit.success(), "the leader exits cleanly on SIGTERM: {exit}");
+    let released_at = std::time::Instant::now();
+    eventually("clock-b to lead", 15, async || {
+        (holder(&leases).await? == "clock-b").then_some(())
+    })
+    .await;
+    assert!(
+        released_at.elapsed() < Duration::from_secs(20),
+        "taken over after {:?}",
+        released_at.elapsed()
+    );
+    scans.delete("same-bucket", &Default::default()).await.unwrap();
+    eventually("deletion", 30, async || {
+        scans.get_opt("same-bucket").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
 }

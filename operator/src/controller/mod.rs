@@ -40,6 +40,7 @@ mod source;
 pub use context::{Context, Error};
 
 use crate::crd::BucketScan;
+use crate::desired::{MANAGED_BY, OPERATOR};
 use crate::metrics::{ErrorLabel, ResultLabel};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -48,8 +49,9 @@ use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
-use kube::runtime::watcher;
+use kube::runtime::{reflector, watcher, PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,16 +59,31 @@ pub const FINALIZER: &str = "bucketscan.dev/cleanup";
 
 /// Run the controller until the process is told to stop. `namespace`: watch
 /// only that one (a namespaced install), else all.
+///
+/// What wakes a reconcile: a change of a scan's spec, annotations, labels,
+/// finalizers or deletion, but not its status, which the reconciles write
+/// themselves (a running scan requeues itself, see `apply`); and changes of
+/// the Deployments and Jobs this operator made (label-selected: the
+/// cluster's other Deployments and Jobs are not watched nor cached).
 pub async fn run(ctx: Arc<Context>, concurrency: u16, namespace: Option<&str>) {
-    let scans = watched::<BucketScan>(&ctx.client, namespace);
+    let (reader, writer) = reflector::store();
+    let scans = watcher(
+        watched::<BucketScan>(&ctx.client, namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(user_changes, PredicateConfig::default());
+    let ours = watcher::Config::default().labels(&format!("{MANAGED_BY}={OPERATOR}"));
     let (deployments, jobs) = (
         watched::<Deployment>(&ctx.client, namespace),
         watched::<Job>(&ctx.client, namespace),
     );
     let config = kube::runtime::controller::Config::default().concurrency(concurrency);
-    Controller::new(scans, watcher::Config::default())
-        .owns(deployments, watcher::Config::default())
-        .owns(jobs, watcher::Config::default())
+    Controller::for_stream(scans, reader)
+        .owns(deployments, ours.clone())
+        .owns(jobs, ours)
         .with_config(config)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
@@ -76,6 +93,23 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, namespace: Option<&str>) {
             }
         })
         .await;
+}
+
+/// A hash of what a user (or Kubernetes, deleting) changes in a scan; a
+/// status write leaves it alone. Deletion bumps the generation, and the
+/// finalizer's own add shows in the finalizers.
+fn user_changes(scan: &BucketScan) -> Option<u64> {
+    let meta = scan.meta();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        meta.generation,
+        scan.annotations(),
+        scan.labels(),
+        scan.finalizers(),
+        meta.deletion_timestamp.is_some(),
+    )
+        .hash(&mut h);
+    Some(h.finish())
 }
 
 fn watched<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -140,6 +174,44 @@ fn error_policy(scan: Arc<BucketScan>, error: &Error, ctx: Arc<Context>) -> Acti
 mod tests {
     use super::*;
     use kube::runtime::finalizer::Error as F;
+
+    #[test]
+    fn status_writes_do_not_wake_a_reconcile_but_user_changes_do() {
+        let scan: BucketScan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+            "metadata": {"name": "s", "namespace": "n", "generation": 1},
+            "spec": {"source": {"bucket": "b"}, "output": {"bucket": "o"}}
+        }))
+        .unwrap();
+        let base = user_changes(&scan);
+        let mut status_only = scan.clone();
+        status_only.status = Some(Default::default());
+        status_only.metadata.resource_version = Some("42".into());
+        assert_eq!(user_changes(&status_only), base);
+        let mut changed = Vec::new();
+        let mut spec = scan.clone();
+        spec.metadata.generation = Some(2);
+        changed.push(spec);
+        let mut annotated = scan.clone();
+        annotated
+            .annotations_mut()
+            .insert(cleanup::SKIP_CLEANUP.into(), "true".into());
+        changed.push(annotated);
+        let mut labelled = scan.clone();
+        labelled.labels_mut().insert("team".into(), "a".into());
+        changed.push(labelled);
+        let mut finalized = scan.clone();
+        finalized.finalizers_mut().push(FINALIZER.into());
+        changed.push(finalized);
+        let mut deleted = scan.clone();
+        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        changed.push(deleted);
+        for c in &changed {
+            assert_ne!(user_changes(c), base, "{:?}", c.metadata);
+        }
+    }
 
     #[test]
     fn a_failure_inside_the_finalizer_is_labelled_by_its_own_kind() {
