@@ -104,7 +104,10 @@ pub struct Source {
     pub path_style: bool,
     /// Secret with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and
     /// optionally AWS_SESSION_TOKEN). Unset: the pods' own identity (IRSA,
-    /// instance profile).
+    /// Workload Identity, instance profile, through
+    /// workers.podTemplate.serviceAccountName); planning and the deletion of
+    /// parts then run as Jobs in the workers' pod, never with the
+    /// operator's identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<SecretReference>,
     /// Secret holding a PEM CA bundle (key `ca.crt` unless `key` says

@@ -4,7 +4,7 @@
 //! unit-tested.
 
 use crate::crd::{BucketScan, WorkerPodTemplate, Workers};
-use bucketscan_core::fleet::spec::normalize_output_prefix;
+use bucketscan_core::fleet::spec::{normalize_output_prefix, ScanSpec, DEFAULT_FILE_SIZE};
 use bucketscan_core::keyspace::planner::PlanOptions;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
@@ -243,14 +243,15 @@ const REDIS_CA_DIR: &str = "/etc/bucketscan/redis-ca";
 
 /// Arguments every worker command shares: the scan and how to reach the store.
 fn common_args(scan: &BucketScan, command: &str) -> Vec<String> {
+    let mut args = vec![command.to_string(), "--scan".into(), scan_id(scan)];
+    args.extend(endpoint_args(scan));
+    args
+}
+
+/// How to reach the store.
+fn endpoint_args(scan: &BucketScan) -> Vec<String> {
     let src = &scan.spec.source;
-    let mut args = vec![
-        command.to_string(),
-        "--scan".into(),
-        scan_id(scan),
-        "--region".into(),
-        src.region.clone(),
-    ];
+    let mut args = vec!["--region".to_string(), src.region.clone()];
     if let Some(endpoint) = &src.endpoint {
         args.extend(["--endpoint".into(), endpoint.clone()]);
     }
@@ -468,23 +469,139 @@ pub fn worker_deployment(
     }
 }
 
-/// The merge Job: one pod running `bucketscan-worker merge` (safe to run
-/// again, so the Job may retry).
-pub fn merge_job(scan: &BucketScan, settings: &Settings, redis_ca: bool) -> Job {
-    let mut pod = pod_spec(scan, settings, common_args(scan, "merge"), redis_ca);
+/// A shard fails for good after this many attempts.
+pub const MAX_FAILURES: u32 = 5;
+
+/// The scan's spec as the workers and the merge read it from Redis.
+pub fn spec_of(scan: &BucketScan) -> ScanSpec {
+    ScanSpec {
+        bucket: scan.spec.source.bucket.clone(),
+        prefix: scan.spec.source.prefix.clone(),
+        output_bucket: scan.spec.output.bucket.clone(),
+        output_prefix: output_prefix(scan),
+        gzip: scan.spec.output.gzip,
+        only_with_metadata: scan.spec.filters.only_with_metadata,
+        max_failures: MAX_FAILURES,
+        format: scan.spec.output.format.into(),
+        layout: scan.spec.output.layout.into(),
+        file_size: scan.spec.output.file_size_bytes.unwrap_or(DEFAULT_FILE_SIZE),
+    }
+}
+
+/// Whether the scan reaches its store with the identity its pods get
+/// (no `credentialsSecret`: IRSA, Workload Identity, instance roles). The
+/// operator then never talks to the store itself, which would lend the
+/// scan the operator's own identity: planning and the deletion of parts
+/// run as Jobs in the workers' pod (same ServiceAccount and template).
+pub fn uses_pod_identity(scan: &BucketScan) -> bool {
+    scan.spec.source.credentials_secret.is_none()
+}
+
+pub fn plan_job_name(scan: &BucketScan, replan: bool) -> String {
+    format!("{}-{}", scan.name_any(), if replan { "replan" } else { "plan" })
+}
+
+pub fn cleanup_job_name(scan: &BucketScan) -> String {
+    format!("{}-delete-parts", scan.name_any())
+}
+
+/// `bucketscan-worker plan` with the scan's spec and sharding, as the
+/// operator plans in-process for a scan with a credentials Secret.
+pub fn plan_args(scan: &BucketScan, settings: &Settings, replan: bool) -> Vec<String> {
+    let spec = spec_of(scan);
+    let opts = plan_options(scan, settings);
+    let word = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let mut args = common_args(scan, "plan");
+    args.extend([
+        "--bucket".into(),
+        spec.bucket.clone(),
+        "--prefix".into(),
+        spec.prefix.clone(),
+        "--output".into(),
+        format!("s3://{}/{}", spec.output_bucket, spec.output_prefix),
+        "--format".into(),
+        word(serde_json::to_value(spec.format).unwrap_or_default()),
+        "--layout".into(),
+        word(serde_json::to_value(spec.layout).unwrap_or_default()),
+        "--file-size".into(),
+        spec.file_size.to_string(),
+        "--target-shards".into(),
+        opts.target_shards.to_string(),
+        "--plan-list-budget".into(),
+        opts.max_requests.to_string(),
+        "--min-shard-objects".into(),
+        opts.min_shard_objects.to_string(),
+        format!("--delimiter={}", opts.delimiter.unwrap_or_default()),
+        "--max-failures".into(),
+        spec.max_failures.to_string(),
+    ]);
+    if spec.gzip {
+        args.push("--gzip".into());
+    }
+    if spec.only_with_metadata {
+        args.push("--only-with-metadata".into());
+    }
+    if replan {
+        args.push("--replan".into());
+    }
+    args
+}
+
+/// The planning Job of a scan that uses its pods' identity: one pod of the
+/// workers' template running `bucketscan-worker plan` (safe to run again:
+/// planning into a planned scan adds nothing).
+pub fn plan_job(scan: &BucketScan, settings: &Settings, redis_ca: bool, replan: bool) -> Job {
+    let pod = pod_spec(scan, settings, plan_args(scan, settings, replan), redis_ca);
+    one_pod_job(scan, plan_job_name(scan, replan), "plan", pod)
+}
+
+/// The Job that deletes a deleted scan's parts, under the workers' identity.
+/// It needs no Redis (whose Secret goes with the scan) and is not owned by
+/// the scan, so it outlives it; the TTL controller removes it afterwards.
+pub fn cleanup_job(scan: &BucketScan, settings: &Settings) -> Job {
+    let spec = spec_of(scan);
+    let mut args = vec!["delete-parts".to_string()];
+    args.extend(endpoint_args(scan));
+    args.extend([
+        "--output".into(),
+        format!("s3://{}/{}", spec.output_bucket, spec.output_prefix),
+    ]);
+    let mut pod = pod_spec(scan, settings, args, false);
+    for c in &mut pod.containers {
+        if let Some(env) = c.env.as_mut() {
+            env.retain(|e| e.name != "BUCKETSCAN_REDIS_URL");
+        }
+    }
+    let mut job = one_pod_job(scan, cleanup_job_name(scan), "delete-parts", pod);
+    job.metadata.owner_references = None;
+    if let Some(spec) = job.spec.as_mut() {
+        spec.ttl_seconds_after_finished = Some(300);
+        spec.active_deadline_seconds = Some(600);
+    }
+    job
+}
+
+fn one_pod_job(scan: &BucketScan, name: String, component: &str, mut pod: PodSpec) -> Job {
     pod.restart_policy = Some("Never".into());
     Job {
-        metadata: owned_meta(scan, merge_job_name(scan), "merge"),
+        metadata: owned_meta(scan, name, component),
         spec: Some(JobSpec {
             backoff_limit: Some(3),
             template: PodTemplateSpec {
-                metadata: Some(pod_meta(scan, "merge")),
+                metadata: Some(pod_meta(scan, component)),
                 spec: Some(pod),
             },
             ..JobSpec::default()
         }),
         ..Job::default()
     }
+}
+
+/// The merge Job: one pod running `bucketscan-worker merge` (safe to run
+/// again, so the Job may retry).
+pub fn merge_job(scan: &BucketScan, settings: &Settings, redis_ca: bool) -> Job {
+    let pod = pod_spec(scan, settings, common_args(scan, "merge"), redis_ca);
+    one_pod_job(scan, merge_job_name(scan), "merge", pod)
 }
 
 #[cfg(test)]
@@ -747,6 +864,65 @@ mod tests {
         assert!(
             args.contains(&"--insecure-skip-tls-verify".to_string()),
             "{args:?}"
+        );
+    }
+
+    #[test]
+    fn a_scan_without_credentials_plans_and_cleans_up_in_its_workers_pod() {
+        let mut s = scan(Workers::default());
+        assert!(!uses_pod_identity(&s));
+        s.spec.source.credentials_secret = None;
+        s.spec.workers.pod_template = Some(WorkerPodTemplate {
+            service_account_name: Some("s3-reader".into()),
+            ..WorkerPodTemplate::default()
+        });
+        s.spec.output.prefix = Some("runs/a".into());
+        assert!(uses_pod_identity(&s));
+        let settings = Settings::default();
+        let plan = plan_job(&s, &settings, false, false);
+        let replan = plan_job(&s, &settings, false, true);
+        assert_eq!(plan.metadata.name.as_deref(), Some("photos-plan"));
+        assert_eq!(replan.metadata.name.as_deref(), Some("photos-replan"));
+        let pod = plan.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("s3-reader"));
+        let args = pod.containers[0].args.clone().unwrap();
+        let after = |flag: &str| args[args.iter().position(|a| a == flag).unwrap() + 1].clone();
+        assert_eq!(args[0], "plan");
+        assert_eq!(after("--bucket"), "photos");
+        assert_eq!(after("--output"), "s3://results/runs/a/");
+        assert_eq!(
+            (after("--format"), after("--layout")),
+            ("jsonl".into(), "single".into())
+        );
+        assert_eq!(after("--target-shards"), "64");
+        assert!(args.contains(&"--delimiter=/".to_string()) && !args.contains(&"--replan".to_string()));
+        let replan_args = replan.spec.unwrap().template.spec.unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap();
+        assert!(replan_args.contains(&"--replan".to_string()));
+        let env: Vec<String> = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| e.name.clone())
+            .collect();
+        assert!(!env.iter().any(|e| e.starts_with("AWS_ACCESS")), "{env:?}");
+
+        let cleanup = cleanup_job(&s, &settings);
+        assert!(cleanup.metadata.owner_references.is_none(), "outlives the scan");
+        let spec = cleanup.spec.unwrap();
+        assert_eq!(spec.ttl_seconds_after_finished, Some(300));
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("s3-reader"));
+        let c = &pod.containers[0];
+        let args = c.args.clone().unwrap();
+        assert_eq!(args[0], "delete-parts");
+        assert!(!args.contains(&"--scan".to_string()));
+        assert!(args.ends_with(&["--output".into(), "s3://results/runs/a/".into()]));
+        assert!(
+            !c.env.iter().flatten().any(|e| e.name == "BUCKETSCAN_REDIS_URL"),
+            "the scan's Redis Secret goes with it"
         );
     }
 

@@ -1,7 +1,7 @@
 //! `plan`, `run` and `merge`: one scan shared by many worker processes
 //! through Redis (see docs/queue-protocol.md).
 
-use crate::{MergeArgs, PlanArgs, QueueArgs, RunArgs};
+use crate::{DeletePartsArgs, MergeArgs, PlanArgs, QueueArgs, RunArgs};
 use anyhow::{bail, Context};
 use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::{Queue, RedisConfig};
@@ -89,6 +89,16 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         ..PlanOptions::default()
     };
     let queue = args.queue.connect("planner", Duration::from_secs(30)).await?;
+    if args.replan {
+        let (restored, queued) = bucketscan_core::fleet::recovery::replan(&s3, &spec, &queue)
+            .await
+            .with_context(|| format!("cannot plan scan {:?} again", args.queue.scan))?;
+        eprintln!(
+            "planned scan {:?} again: {restored} finished shards restored from S3, {queued} ranges queued",
+            args.queue.scan
+        );
+        return Ok(());
+    }
     let planned = plan_scan(&s3, &spec, &opts, &queue)
         .await
         .with_context(|| format!("cannot plan scan {:?}", args.queue.scan))?;
@@ -139,6 +149,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             "; no shards left"
         }
     );
+    Ok(())
+}
+
+pub async fn delete_parts(args: DeletePartsArgs) -> anyhow::Result<()> {
+    let Some((bucket, prefix)) = parse_output(&args.output) else {
+        bail!(
+            "--output must be s3://BUCKET/ or s3://BUCKET/PREFIX/, got {:?}",
+            args.output
+        );
+    };
+    let parts = bucketscan_core::fleet::spec::parts_prefix_of(&prefix);
+    let s3 = args.endpoint.connect(16).await?;
+    bucketscan_core::s3::delete::delete_prefix(&s3, &bucket, &parts)
+        .await
+        .with_context(|| format!("cannot delete s3://{bucket}/{parts}"))?;
+    eprintln!("deleted s3://{bucket}/{parts}");
     Ok(())
 }
 

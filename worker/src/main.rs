@@ -38,6 +38,10 @@ enum Command {
     Run(RunArgs),
     /// Join the parts of a finished scan into one result with a manifest.
     Merge(MergeArgs),
+    /// Delete a scan's parts (its result stays): what the operator runs as a
+    /// Job, under the workers' identity, when a scan without a credentials
+    /// Secret is deleted.
+    DeleteParts(DeletePartsArgs),
 }
 
 /// Where the source bucket is. Credentials come from the usual AWS sources
@@ -179,6 +183,19 @@ struct PlanArgs {
     /// Dead-letter a shard after this many failed attempts.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     max_failures: u32,
+    /// Redis lost this planned scan: restore its finished shards from their
+    /// done records in S3 and queue only the rest.
+    #[arg(long)]
+    replan: bool,
+}
+
+#[derive(Args)]
+struct DeletePartsArgs {
+    #[command(flatten)]
+    endpoint: EndpointArgs,
+    /// The scan's output: s3://BUCKET/PREFIX/ (its parts are under PREFIX/parts/).
+    #[arg(long)]
+    output: String,
 }
 
 #[derive(Args)]
@@ -252,6 +269,7 @@ fn main() -> std::process::ExitCode {
             Command::Plan(args) => distributed::plan(args).await.map(|()| Finished::Clean),
             Command::Run(args) => distributed::run(args).await.map(|()| Finished::Clean),
             Command::Merge(args) => distributed::merge(args).await.map(|()| Finished::Clean),
+            Command::DeleteParts(args) => distributed::delete_parts(args).await.map(|()| Finished::Clean),
         }
     });
     match result {

@@ -140,7 +140,7 @@ impl ScanSpec {
     }
 
     pub fn parts_prefix(&self) -> String {
-        format!("{}parts/", self.output_prefix)
+        parts_prefix_of(&self.output_prefix)
     }
 
     /// The merged result.
@@ -151,6 +151,11 @@ impl ScanSpec {
     pub fn manifest_key(&self) -> String {
         format!("{}manifest.json", self.output_prefix)
     }
+}
+
+/// Where the parts of a scan writing under `output_prefix` go.
+pub fn parts_prefix_of(output_prefix: &str) -> String {
+    format!("{output_prefix}parts/")
 }
 
 #[cfg(test)]

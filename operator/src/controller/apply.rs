@@ -9,7 +9,7 @@ use super::finish::{fail, finished};
 use super::health::observe_workers;
 use super::merge::merging;
 use super::observe::{observe, Observed};
-use super::planning::{plan, replan};
+use super::planning::{job_gate, plan, replan, Gate};
 use super::report::{publish, write_status};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
@@ -64,7 +64,46 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         publish(ctx, scan, EventType::Normal, "Resumed", msg).await;
     }
 
-    if !seen.planned {
+    if desired::uses_pod_identity(scan) {
+        let planned = status::is_true(&st.conditions, PLANNED);
+        if !planned && !seen.planned {
+            if let Err(message) = check_output(scan, ctx).await? {
+                return fail(scan, ctx, st, "OutputConflict", &message, &now).await;
+            }
+        }
+        match job_gate(scan, ctx, seen.planned, planned).await? {
+            Gate::Proceed(None) => {}
+            Gate::Proceed(Some(how)) => {
+                let msg = format!("{} shards, {how}", seen.shards.total);
+                status::set_condition(
+                    &mut st.conditions,
+                    PLANNED,
+                    true,
+                    "Planned",
+                    &msg,
+                    generation,
+                    &now,
+                );
+                publish(ctx, scan, EventType::Normal, "Planned", &msg).await;
+            }
+            Gate::Wait(msg) => {
+                st.phase = Phase::Planning;
+                st.start_time.get_or_insert(now.clone());
+                status::set_condition(
+                    &mut st.conditions,
+                    COMPLETE,
+                    false,
+                    "Planning",
+                    &msg,
+                    generation,
+                    &now,
+                );
+                write_status(ctx, scan, &before, &st).await?;
+                return Ok(Action::requeue(ACTIVE_REQUEUE));
+            }
+            Gate::Failed(msg) => return fail(scan, ctx, st, "PlanFailed", &msg, &now).await,
+        }
+    } else if !seen.planned {
         // Planned before, yet Redis has nothing: it lost the scan (restarted
         // without persistence). Finished shards come back from S3.
         let replanning = status::is_true(&st.conditions, PLANNED);

@@ -1,11 +1,12 @@
 //! Deletion (the finalizer): the scan's Redis keys and its parts in S3 go;
-//! the merged result stays. An unreachable store does not block deletion
+//! the merged result stays. A scan without a credentials Secret has its
+//! parts deleted by a Job under its workers' identity, never the operator's. An unreachable store does not block deletion
 //! (its parts are left, with a warning, after at most [`S3_CLEANUP`]);
 //! Redis must be reached to delete its keys, unless the scan carries the
 //! escape annotation [`SKIP_CLEANUP`] (for a Redis gone for good).
 
+use super::children::apply_params;
 use super::context::{key_of, lease, scan_labels, Context, Error, MANAGER};
-use super::planning::spec_of;
 use super::redis_user::delete_scan_user;
 use super::report::publish;
 use super::source::s3_for;
@@ -13,6 +14,8 @@ use crate::crd::BucketScan;
 use crate::desired;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::s3::delete::delete_prefix;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
@@ -27,12 +30,16 @@ pub(super) async fn cleanup(scan: &BucketScan, ctx: &Context) -> Result<Action, 
         return forget(scan, ctx);
     }
     let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
-    // A missing Secret or bucket, lost access or a store that does not answer
-    // must not block deletion forever.
-    match tokio::time::timeout(S3_CLEANUP, delete_parts(scan, ctx)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(scan = %scan.name_any(), error = %e, "could not delete the parts"),
-        Err(_) => tracing::warn!(scan = %scan.name_any(), "the store did not answer: the parts are left"),
+    if desired::uses_pod_identity(scan) {
+        delete_parts_by_job(scan, ctx).await?;
+    } else {
+        // A missing Secret or bucket, lost access or a store that does not
+        // answer must not block deletion forever.
+        match tokio::time::timeout(S3_CLEANUP, delete_parts(scan, ctx)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(scan = %scan.name_any(), error = %e, "could not delete the parts"),
+            Err(_) => tracing::warn!(scan = %scan.name_any(), "the store did not answer: the parts are left"),
+        }
     }
     queue.delete_scan().await?;
     delete_scan_user(scan, ctx).await?;
@@ -52,8 +59,20 @@ pub(super) fn skips_cleanup(scan: &BucketScan) -> bool {
 
 async fn delete_parts(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
     let s3 = s3_for(scan, ctx).await?;
-    let spec = spec_of(scan);
+    let spec = desired::spec_of(scan);
     delete_prefix(&s3, &spec.output_bucket, &spec.parts_prefix()).await?;
+    Ok(())
+}
+
+/// A scan using its pods' identity: its parts are deleted by a Job in the
+/// workers' pod, which outlives the scan (it is not owned by it) and is
+/// removed by the TTL controller once finished. Deletion does not wait.
+async fn delete_parts_by_job(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let job = desired::cleanup_job(scan, &ctx.settings);
+    let name = desired::cleanup_job_name(scan);
+    jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
+    tracing::info!(scan = %scan.name_any(), job = %name, "the parts are deleted by a Job under the workers' identity");
     Ok(())
 }
 

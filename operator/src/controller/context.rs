@@ -156,7 +156,7 @@ pub(crate) fn lease(ctx: &Context) -> Duration {
 }
 
 pub(crate) fn max_failures() -> u32 {
-    5
+    crate::desired::MAX_FAILURES
 }
 
 pub(crate) fn key_of(scan: &BucketScan) -> String {

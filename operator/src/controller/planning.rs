@@ -1,30 +1,22 @@
 //! Planning: cut the scan's keyspace into shards in Redis (LIST only, with
 //! the scan's own credentials), or plan again from the done records in S3
-//! when Redis lost a planned scan.
+//! when Redis lost a planned scan. A scan without a credentials Secret is
+//! planned by a Job in its workers' pod instead ([`job_gate`]): the
+//! operator's own identity never reaches a tenant's store.
 
-use super::context::{max_failures, Context, Error};
+use super::children::{apply_params, ensure_redis_secret};
+use super::context::{Context, Error};
+use super::report::publish;
 use super::source::s3_for;
 use crate::crd::BucketScan;
 use crate::desired;
 use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::fleet::recovery;
-use bucketscan_core::fleet::spec::{ScanSpec, DEFAULT_FILE_SIZE};
-
-pub(super) fn spec_of(scan: &BucketScan) -> ScanSpec {
-    ScanSpec {
-        bucket: scan.spec.source.bucket.clone(),
-        prefix: scan.spec.source.prefix.clone(),
-        output_bucket: scan.spec.output.bucket.clone(),
-        output_prefix: desired::output_prefix(scan),
-        gzip: scan.spec.output.gzip,
-        only_with_metadata: scan.spec.filters.only_with_metadata,
-        max_failures: max_failures(),
-        format: scan.spec.output.format.into(),
-        layout: scan.spec.output.layout.into(),
-        file_size: scan.spec.output.file_size_bytes.unwrap_or(DEFAULT_FILE_SIZE),
-    }
-}
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, DeleteParams, Patch};
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
 
 pub(super) async fn plan(
     scan: &BucketScan,
@@ -33,15 +25,94 @@ pub(super) async fn plan(
 ) -> Result<bucketscan_core::fleet::plan::Planned, Error> {
     let s3 = s3_for(scan, ctx).await?;
     let opts = desired::plan_options(scan, &ctx.settings);
-    Ok(plan_scan(&s3, &spec_of(scan), &opts, queue).await?)
+    Ok(plan_scan(&s3, &desired::spec_of(scan), &opts, queue).await?)
 }
 
 /// Plan again after Redis lost the scan: finished shards are restored from
 /// their records in S3, only the rest is queued.
 pub(super) async fn replan(scan: &BucketScan, ctx: &Context, queue: &Queue) -> Result<String, Error> {
     let s3 = s3_for(scan, ctx).await?;
-    let (restored, queued) = recovery::replan(&s3, &spec_of(scan), queue).await?;
+    let (restored, queued) = recovery::replan(&s3, &desired::spec_of(scan), queue).await?;
     Ok(format!(
         "Redis had lost the scan: {restored} finished shards restored from S3, {queued} ranges queued again"
     ))
+}
+
+/// Where planning by Job stands (scans that use their pods' identity).
+pub(super) enum Gate {
+    /// Redis holds the plan; `Some(message)` the first time it is seen.
+    Proceed(Option<String>),
+    /// The Job runs (or was just started): look again soon.
+    Wait(String),
+    /// The Job gave up: the scan fails with this message.
+    Failed(String),
+}
+
+/// Plan (or, when Redis lost a planned scan, plan again) with a Job in the
+/// workers' pod, so the store is reached with the scan's identity and never
+/// the operator's. `planned`: the scan's Planned condition. The scan moves
+/// on only once the Job succeeded: Redis shows the spec before the shards.
+pub(super) async fn job_gate(
+    scan: &BucketScan,
+    ctx: &Context,
+    in_redis: bool,
+    planned: bool,
+) -> Result<Gate, Error> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let name = desired::plan_job_name(scan, planned);
+    let Some(job) = jobs.get_opt(&name).await? else {
+        if in_redis && planned {
+            return Ok(Gate::Proceed(None));
+        }
+        let with_ca = ensure_redis_secret(scan, ctx).await?;
+        let job = desired::plan_job(scan, &ctx.settings, with_ca, planned);
+        jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
+        let message = format!(
+            "planning Job {name} started under ServiceAccount {:?} (the scan has no credentialsSecret: \
+             the store is reached with the workers' identity, never the operator's)",
+            job_service_account(&job)
+        );
+        publish(ctx, scan, EventType::Normal, "Planning", &message).await;
+        return Ok(Gate::Wait(message));
+    };
+    match job_outcome(&job) {
+        None => Ok(Gate::Wait(format!("planning Job {name} is running"))),
+        Some(Err(reason)) => Ok(Gate::Failed(format!(
+            "planning Job {name} failed ({reason}); its pod's log says why: kubectl logs job/{name}"
+        ))),
+        Some(Ok(())) if in_redis => Ok(Gate::Proceed(
+            (!planned).then(|| format!("planned by Job {name}")),
+        )),
+        Some(Ok(())) => {
+            // Redis lost the plan after the Job made it: a new Job.
+            jobs.delete(&name, &DeleteParams::background()).await?;
+            Ok(Gate::Wait(format!(
+                "Redis lost the plan Job {name} made; planning again"
+            )))
+        }
+    }
+}
+
+/// `Some(Ok)` once the Job succeeded, `Some(Err(reason))` once it gave up.
+pub(super) fn job_outcome(job: &Job) -> Option<Result<(), String>> {
+    let conditions = job.status.as_ref()?.conditions.as_ref()?;
+    let holds = |t: &str| conditions.iter().find(|c| c.type_ == t && c.status == "True");
+    if holds("Complete").is_some() {
+        return Some(Ok(()));
+    }
+    holds("Failed").map(|c| {
+        Err(format!(
+            "{}: {}",
+            c.reason.as_deref().unwrap_or("Failed"),
+            c.message.as_deref().unwrap_or_default()
+        ))
+    })
+}
+
+fn job_service_account(job: &Job) -> String {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.service_account_name.clone())
+        .unwrap_or_else(|| "default".into())
 }

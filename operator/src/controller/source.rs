@@ -40,7 +40,15 @@ async fn secret_value(
 pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, Error> {
     let src = &scan.spec.source;
     let credentials = match &src.credentials_secret {
-        None => None,
+        // The operator's own identity (its pod's role, the instance's) is
+        // never lent to a scan: such scans reach the store only from their
+        // own pods (`desired::uses_pod_identity`).
+        None => {
+            return Err(Error::Config(format!(
+                "the scan names no credentialsSecret: the operator does not reach {:?} with its own identity",
+                src.bucket
+            )))
+        }
         Some(r) => {
             let secret = named_secret(scan, ctx, &r.name, "spec.source.credentialsSecret").await?;
             let field = |key: &str| {
@@ -56,13 +64,13 @@ pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, 
                     r.name
                 )));
             };
-            Some(aws_credential_types::Credentials::new(
+            aws_credential_types::Credentials::new(
                 id,
                 key,
                 field("AWS_SESSION_TOKEN"),
                 None,
                 "bucketscan-secret",
-            ))
+            )
         }
     };
     let ca_pem = match &src.ca_secret {
@@ -77,5 +85,5 @@ pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, 
         insecure: src.insecure_skip_tls_verify,
         pool_size: 16,
     };
-    Ok(S3::connect_with(endpoint, credentials).await?)
+    Ok(S3::connect_with(endpoint, Some(credentials)).await?)
 }

@@ -19,6 +19,19 @@ pub async fn run_like_pod(
     pod: &str,
     extra: &[&str],
 ) -> Child {
+    run_like_pod_as(client, ns, container, pod, extra, &[]).await
+}
+
+/// `run_like_pod` with what the pod's identity adds to its environment
+/// (IRSA or Workload Identity inject their credentials this way).
+pub async fn run_like_pod_as(
+    client: &Client,
+    ns: &str,
+    container: &Container,
+    pod: &str,
+    extra: &[&str],
+    identity: &[(&str, &str)],
+) -> Child {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let mut cmd = Command::new(worker_bin());
     cmd.args(container.args.clone().unwrap()).args(extra).env_clear();
@@ -44,6 +57,9 @@ pub async fn run_like_pod(
         if let Some(v) = value {
             cmd.env(&env.name, v);
         }
+    }
+    for (name, value) in identity {
+        cmd.env(name, value);
     }
     let log = std::fs::File::create(temp_path(&format!("{pod}.log"))).unwrap();
     cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap()
