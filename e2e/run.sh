@@ -113,8 +113,12 @@ if k get crd bucketscans.bucketscan.dev >/dev/null 2>&1; then
   k annotate crd bucketscans.bucketscan.dev meta.helm.sh/release-name=bucketscan \
     meta.helm.sh/release-namespace="$RELEASE_NS" --overwrite >/dev/null
 fi
+# The namespaces that run scans exist before the release: the chart binds the
+# operator's Secret access in each (operator.scanNamespaces).
+k create namespace "$SCAN_NS" --dry-run=client -o yaml | k apply -f - >/dev/null
 h upgrade --install bucketscan "$REPO/charts/bucketscan" -n "$RELEASE_NS" --create-namespace \
   --set-string image.tag="$TAG" --set-string worker.image.tag="$TAG" \
+  --set "operator.scanNamespaces={default,$SCAN_NS}" \
   --set redis.image.repository="$REDIS_IMAGE_REPOSITORY" --set-string redis.image.tag="$REDIS_IMAGE_TAG" \
   --set operator.logFormat=text --force-conflicts --wait --timeout 5m
 k -n "$RELEASE_NS" get pods

@@ -46,6 +46,9 @@ pub struct Settings {
     pub redis_scan_users: bool,
     /// LIST requests planning a scan may spend (the planner's budget).
     pub plan_list_budget: usize,
+    /// Namespaces whose scans this operator runs (and whose Secrets its RBAC
+    /// lets it read); empty: any.
+    pub scan_namespaces: Vec<String>,
 }
 
 impl Default for Settings {
@@ -60,6 +63,7 @@ impl Default for Settings {
             redis_scan_users: false,
             stall_after: std::time::Duration::from_secs(300),
             plan_list_budget: PlanOptions::default().max_requests,
+            scan_namespaces: Vec::new(),
         }
     }
 }

@@ -54,6 +54,11 @@ struct Args {
     /// Unset: any image.
     #[arg(long, env = "BUCKETSCAN_ALLOWED_WORKER_IMAGES", value_delimiter = ',')]
     allowed_worker_images: Vec<String>,
+    /// Namespaces whose BucketScans this operator runs (comma-separated; the
+    /// chart's RBAC lets it read Secrets in these only). Unset or `*`: any;
+    /// a scan elsewhere fails with reason NamespaceNotAllowed.
+    #[arg(long, env = "BUCKETSCAN_SCAN_NAMESPACES", value_delimiter = ',')]
+    scan_namespaces: Vec<String>,
     /// Worker and merge container resources (JSON ResourceRequirements) for
     /// scans that set none. Unset: requests cpu 250m, memory 128Mi; limit
     /// memory 512Mi.
@@ -174,6 +179,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .filter(|i| !i.is_empty())
             .collect(),
         worker_resources,
+        scan_namespaces: args.scan_namespaces.into_iter().filter(|n| !n.is_empty()).collect(),
         redis_scan_users: args.redis_scan_users,
         stall_after: Duration::from_secs(args.stall_seconds),
         plan_list_budget: args.plan_list_budget as usize,

@@ -50,6 +50,21 @@ pub fn worker_image(scan: &BucketScan, allowed: &[String]) -> Result<(), String>
     ))
 }
 
+/// A scan may run only in a namespace the operator was given (chart value
+/// `scanNamespaces`: the operator's RBAC reads Secrets there and nowhere
+/// else). An empty list, or `*` in it, allows every namespace.
+pub fn scan_namespace(scan: &BucketScan, allowed: &[String]) -> Result<(), String> {
+    let ns = scan.namespace().unwrap_or_default();
+    if allowed.is_empty() || allowed.iter().any(|a| a == "*" || *a == ns) {
+        return Ok(());
+    }
+    Err(format!(
+        "namespace {ns:?} may not run BucketScans: this operator runs them only in {} (chart value \
+         scanNamespaces; each listed namespace gets a RoleBinding to read its Secrets)",
+        allowed.join(", ")
+    ))
+}
+
 fn image_matches(image: &str, entry: &str) -> bool {
     if entry.ends_with('/') {
         return image.starts_with(entry);
@@ -153,6 +168,21 @@ mod tests {
             k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
         ));
         s
+    }
+
+    #[test]
+    fn scans_run_only_in_the_namespaces_the_operator_was_given() {
+        let s = scan("", "results", None); // namespace "ns"
+        let list = |v: &[&str]| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert!(scan_namespace(&s, &[]).is_ok());
+        assert!(scan_namespace(&s, &list(&["*"])).is_ok());
+        assert!(scan_namespace(&s, &list(&["a", "ns"])).is_ok());
+        let refused = scan_namespace(&s, &list(&["a", "b"])).unwrap_err();
+        assert!(
+            refused.contains("\"ns\"") && refused.contains("a, b") && refused.contains("scanNamespaces"),
+            "{refused}"
+        );
+        assert!(scan_namespace(&s, &list(&["n"])).is_err(), "names match whole");
     }
 
     #[test]

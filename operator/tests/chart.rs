@@ -158,3 +158,60 @@ fn check_manifests(name: &str, manifests: &str, location: &str) {
         &["apply", "--dry-run=server", "-n", "chart-test", "-f", file],
     );
 }
+
+/// The chart's RBAC as the API server enforces it, asked with `kubectl auth
+/// can-i` as the operator's ServiceAccount: BucketScans, Deployments and
+/// Jobs in every namespace, but Secrets only in `operator.scanNamespaces`,
+/// and no list of Secrets anywhere.
+#[tokio::test]
+async fn the_operator_reaches_secrets_only_in_the_namespaces_that_run_scans() {
+    let client = client().await;
+    install_crd(&client).await;
+    for ns in ["rbac-release", "rbac-team", "rbac-other"] {
+        namespace(&client, ns).await;
+    }
+    let rendered = run(
+        "helm",
+        &[
+            "template",
+            "rbacx",
+            "charts/bucketscan",
+            "--namespace",
+            "rbac-release",
+            "--set",
+            "operator.scanNamespaces={rbac-team}",
+        ],
+    );
+    let rbac: Vec<&str> = rendered
+        .split("\n---")
+        .filter(|doc| {
+            ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+                .iter()
+                .any(|k| doc.contains(&format!("\nkind: {k}\n")))
+        })
+        .collect();
+    let file = scratch("rbac.yaml");
+    std::fs::write(&file, rbac.join("\n---")).unwrap();
+    run("kubectl", &["apply", "-f", file.to_str().unwrap()]);
+    let can = |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .args(["auth", "can-i", "--as=system:serviceaccount:rbac-release:rbacx-bucketscan"])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig_path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    for verb in ["get", "create", "patch"] {
+        assert!(can(&[verb, "secrets", "-n", "rbac-team"]), "{verb} secrets in rbac-team");
+    }
+    for ns in ["rbac-other", "default", "kube-system"] {
+        assert!(!can(&["get", "secrets", "-n", ns]), "get secrets in {ns}");
+    }
+    assert!(!can(&["get", "secrets", "--all-namespaces"]));
+    assert!(!can(&["list", "secrets", "-n", "rbac-team"]), "the operator never lists Secrets");
+    assert!(!can(&["watch", "secrets", "-n", "rbac-team"]));
+    assert!(can(&["list", "bucketscans.bucketscan.dev", "--all-namespaces"]));
+    assert!(can(&["create", "deployments.apps", "-n", "rbac-other"]));
+    assert!(can(&["create", "jobs.batch", "-n", "rbac-other"]));
+}

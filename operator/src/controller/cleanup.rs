@@ -30,7 +30,9 @@ pub(super) async fn cleanup(scan: &BucketScan, ctx: &Context) -> Result<Action, 
         return forget(scan, ctx);
     }
     let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
-    if desired::uses_pod_identity(scan) {
+    if crate::validate::scan_namespace(scan, &ctx.settings.scan_namespaces).is_err() {
+        // Never started (and its Secrets are out of the operator's reach).
+    } else if desired::uses_pod_identity(scan) {
         delete_parts_by_job(scan, ctx).await?;
     } else {
         // A missing Secret or bucket, lost access or a store that does not

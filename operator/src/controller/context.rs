@@ -39,6 +39,10 @@ pub enum Error {
     /// The Secret is there but lacks a key the scan needs.
     #[error("{0}")]
     SecretIncomplete(String),
+    /// The operator's RBAC does not reach Secrets in the scan's namespace
+    /// (an admin may still grant it).
+    #[error("{0}")]
+    SecretForbidden(String),
     #[error(transparent)]
     Recovery(#[from] bucketscan_core::fleet::recovery::RecoveryError),
     #[error("finalizer: {0}")]
@@ -55,7 +59,9 @@ impl Error {
             Error::Queue(_) => "redis",
             Error::Plan(_) => "plan",
             Error::S3(_) => "s3",
-            Error::Config(_) | Error::SecretMissing(_) | Error::SecretIncomplete(_) => "config",
+            Error::Config(_) | Error::SecretMissing(_) | Error::SecretIncomplete(_) | Error::SecretForbidden(_) => {
+                "config"
+            }
             Error::Recovery(_) => "recovery",
             Error::Finalizer(e) => match e.as_ref() {
                 F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.kind(),
@@ -77,6 +83,7 @@ impl Error {
         match self {
             Error::SecretMissing(_) => Some("SecretNotFound"),
             Error::SecretIncomplete(_) => Some("SecretIncomplete"),
+            Error::SecretForbidden(_) => Some("SecretForbidden"),
             Error::Queue(_) | Error::Plan(PlanError::Queue(_)) | Error::Recovery(RecoveryError::Queue(_)) => {
                 Some("RedisUnavailable")
             }

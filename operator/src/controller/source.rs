@@ -14,10 +14,16 @@ use std::sync::Arc;
 /// clear error (the scan waits for it) when it is not there.
 async fn named_secret(scan: &BucketScan, ctx: &Context, name: &str, field: &str) -> Result<Secret, Error> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    secrets
-        .get_opt(name)
-        .await?
-        .ok_or_else(|| Error::SecretMissing(format!("Secret {name:?} ({field}) does not exist")))
+    let ns = scan.namespace().unwrap_or_default();
+    match secrets.get_opt(name).await {
+        Ok(Some(secret)) => Ok(secret),
+        Ok(None) => Err(Error::SecretMissing(format!("Secret {name:?} ({field}) does not exist"))),
+        Err(kube::Error::Api(e)) if e.code == 403 => Err(Error::SecretForbidden(format!(
+            "the operator may not read Secret {name:?} ({field}) in namespace {ns:?}: add the namespace \
+             to the chart value scanNamespaces (a RoleBinding to the ClusterRole RELEASE-secrets)"
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// One key of a Secret in the scan's namespace; a clear error when missing.
