@@ -431,7 +431,10 @@ fn a_plan_output_that_is_not_an_s3_url_is_refused() {
 
 #[test]
 fn an_unknown_metadata_source_is_a_usage_error() {
-    for command in [&["scan", "--bucket", "b"][..], &["run", "--redis", "redis://127.0.0.1:1", "--scan", "s"]] {
+    for command in [
+        &["scan", "--bucket", "b"][..],
+        &["run", "--redis", "redis://127.0.0.1:1", "--scan", "s"],
+    ] {
         let mut args = command.to_vec();
         args.extend(["--metadata-source", "heads"]);
         let out = worker(&args, &[]);
