@@ -461,8 +461,8 @@ pub struct BucketScanStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusNumbers {
-    /// Objects HEADed so far (live: objects scanned again after a worker
-    /// crash count twice).
+    /// Objects HEADed or read from the listing so far (live: objects
+    /// scanned again after a worker crash count twice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objects_done: Option<u64>,
     /// Objects the plan counted when it listed the bucket: exact for small
@@ -502,7 +502,7 @@ pub struct ShardCounts {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectCounts {
-    /// Objects HEADed.
+    /// Objects HEADed, or read from the listing's metadata (`metadataSource`).
     pub scanned: u64,
     /// Objects that had user metadata.
     pub with_metadata: u64,
