@@ -6,7 +6,6 @@
 //! `auto`'s sample; the fleet (`plan`/`run`/`merge`) honours the flag.
 
 mod common;
-#[allow(dead_code)]
 #[path = "common/fault_proxy.rs"]
 mod fault_proxy;
 
