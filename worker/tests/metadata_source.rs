@@ -198,6 +198,49 @@ async fn stores_without_listed_metadata_are_headed_as_before() {
     }
 }
 
+/// A store that refuses the unknown parameter (here a proxy in front of
+/// versitygw answers 400 InvalidArgument to it): one refused LIST, then the
+/// scan lists without it and HEADs every object, as `head` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_refusing_the_parameter_costs_one_list_not_the_scan() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("refusemeta").await;
+    let seeded: BTreeMap<String, Seeded> = odd_bucket()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("bulk/1/"))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let proxy = fault_proxy::start(
+        s3.endpoint.clone(),
+        |req| {
+            let asks = req.uri.query().is_some_and(|q| q.contains("metadata=true"));
+            asks.then(|| {
+                fault_proxy::error_document(400, "InvalidArgument", "Unknown parameter metadata", &[])
+            })
+        },
+        |_, _| {},
+    )
+    .await;
+    let through = Server {
+        endpoint: proxy.url.clone(),
+        ..s3.clone()
+    };
+    let head = through.worker(&scan_args(&bucket, "head"));
+    assert_success(&head);
+    for source in ["auto", "list"] {
+        let before = proxy.requests().len();
+        let out = through.worker(&scan_args(&bucket, source));
+        assert_success(&out);
+        assert_same_output(source, &out, &head);
+        assert_eq!(requests(&out), (seeded.len() as u64, 0), "{source}");
+        let asked = proxy.requests()[before..]
+            .iter()
+            .filter(|r| r.target.contains("metadata=true"))
+            .count();
+        assert_eq!(asked, 1, "{source}: asked once, then never again");
+    }
+}
+
 /// Temporary credentials from MinIO's STS AssumeRole, restricted by an
 /// inline session policy: list `bucket`, read only `readable/*`.
 fn restricted_credentials(s3: &Server, bucket: &str) -> [(String, String); 3] {

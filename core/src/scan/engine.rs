@@ -12,7 +12,9 @@ use crate::s3::error::S3Error;
 use crate::s3::HeadClient;
 use crate::s3::HeadResult;
 use crate::s3::{BucketLister, ListRequest, ListedObject, Pages, S3};
-use crate::scan::listed::{disagreement, record_from_listing, sample_indices, MetadataSource};
+use crate::scan::listed::{
+    disagreement, record_from_listing, sample_indices, MetadataLister, MetadataSource,
+};
 use crate::scan::record::{Record, Status};
 use futures::future::Either;
 use futures::StreamExt;
@@ -119,6 +121,8 @@ pub struct Engine {
     /// Start time of the next HEAD under `rate`.
     next_slot: std::sync::Mutex<tokio::time::Instant>,
     pub counters: Counters,
+    /// The store refused `metadata=true` once: list without it from then on.
+    listing_metadata_refused: std::sync::atomic::AtomicBool,
 }
 
 /// Where a shard's scan must stop, shared with a worker that splits the
@@ -165,6 +169,7 @@ impl Engine {
             head,
             opts,
             counters: Counters::default(),
+            listing_metadata_refused: Default::default(),
         })
     }
 
@@ -272,9 +277,12 @@ impl Engine {
             with_metadata: source.asks_listing(),
             ..ListRequest::default()
         };
-        let lister = BucketLister {
-            s3: &self.s3,
-            bucket: &self.opts.bucket,
+        let lister = MetadataLister {
+            inner: BucketLister {
+                s3: &self.s3,
+                bucket: &self.opts.bucket,
+            },
+            refused: &self.listing_metadata_refused,
         };
         let mut pages = Pages::new(&lister, req);
         // `auto` stops trusting the listing for the rest of the shard at the

@@ -6,9 +6,11 @@
 //! May import: `record` and `s3` (types, codec).
 
 use crate::s3::codec::format_time;
-use crate::s3::ListedObject;
+use crate::s3::error::S3Error;
+use crate::s3::{ListPage, ListRequest, ListedObject, Lister};
 use crate::scan::record::{Record, Status};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// `--metadata-source`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -127,6 +129,48 @@ pub fn disagreement(from_listing: &Record, from_head: &Record) -> Vec<&'static s
     );
     differs("metadata", from_listing.metadata == from_head.metadata);
     fields
+}
+
+/// A lister that asks for metadata until the store refuses the parameter,
+/// then lists without it for the rest of the process. No store known to us
+/// refuses it (AWS, Ceph, versitygw and moto ignore it), but a gateway that
+/// validates query parameters could, and `auto` is the operator's default:
+/// such a store must cost one refused LIST, not a failed scan.
+pub struct MetadataLister<'a, L> {
+    pub inner: L,
+    /// Shared by every shard of the process: once refused, never asked again.
+    pub refused: &'a AtomicBool,
+}
+
+impl<L: Lister> Lister for MetadataLister<'_, L> {
+    fn list(&self, req: &ListRequest) -> impl std::future::Future<Output = Result<ListPage, S3Error>> + Send {
+        let req = req.clone();
+        async move {
+            if req.with_metadata && !self.refused.load(Relaxed) {
+                match self.inner.list(&req).await {
+                    Err(e) if refuses_parameter(&e) => {
+                        if !self.refused.swap(true, Relaxed) {
+                            tracing::warn!(error = %e, "the store refused a LIST with metadata=true: listing without it, a HEAD per object");
+                        }
+                    }
+                    answer => return answer,
+                }
+            }
+            let plain = ListRequest {
+                with_metadata: false,
+                ..req
+            };
+            self.inner.list(&plain).await
+        }
+    }
+}
+
+/// An answer that may be about the unknown parameter: a request refused
+/// as such (4xx other than the ones about credentials, the bucket or load,
+/// which `S3Error` names apart), or 501 Not Implemented. Asking again
+/// without it tells: a refusal about something else comes back.
+fn refuses_parameter(e: &S3Error) -> bool {
+    matches!(e, S3Error::Client { .. } | S3Error::Server { status: 501, .. })
 }
 
 #[cfg(test)]
