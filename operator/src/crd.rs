@@ -50,6 +50,13 @@ pub struct BucketScanSpec {
     /// Which objects go into the result.
     #[serde(default)]
     pub filters: Filters,
+    /// Where each object's user metadata is read from. `auto`: from the
+    /// listing when the store puts it there (MinIO), checked against HEADs
+    /// of a sample of every page; elsewhere a HEAD per object. `head`: a
+    /// HEAD per object. `list`: the listing's metadata, trusted unchecked.
+    /// See docs/metadata-source.md.
+    #[serde(default)]
+    pub metadata_source: MetadataSource,
     /// Ceiling on HEAD requests per second for the whole scan, shared by the
     /// workers (protects a store that also serves other traffic). Unset: no
     /// ceiling.
@@ -202,6 +209,30 @@ impl From<Format> for bucketscan_core::scan::format::Format {
             Format::Jsonl => Self::Jsonl,
             Format::Csv => Self::Csv,
             Format::Parquet => Self::Parquet,
+        }
+    }
+}
+
+/// Where user metadata comes from (`bucketscan-worker run --metadata-source`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MetadataSource {
+    /// The listing's metadata where a HEAD of a sample of every page agrees
+    /// with it; a HEAD per object where the store lists none.
+    #[default]
+    Auto,
+    /// A HEAD per object.
+    Head,
+    /// The listing's metadata, unchecked; a HEAD for entries without any.
+    List,
+}
+
+impl From<MetadataSource> for bucketscan_core::scan::listed::MetadataSource {
+    fn from(m: MetadataSource) -> Self {
+        match m {
+            MetadataSource::Auto => Self::Auto,
+            MetadataSource::Head => Self::Head,
+            MetadataSource::List => Self::List,
         }
     }
 }
@@ -433,8 +464,8 @@ pub struct BucketScanStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusNumbers {
-    /// Objects HEADed so far (live: objects scanned again after a worker
-    /// crash count twice).
+    /// Objects HEADed or read from the listing so far (live: objects
+    /// scanned again after a worker crash count twice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objects_done: Option<u64>,
     /// Objects the plan counted when it listed the bucket: exact for small
@@ -474,7 +505,7 @@ pub struct ShardCounts {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectCounts {
-    /// Objects HEADed.
+    /// Objects HEADed, or read from the listing's metadata (`metadataSource`).
     pub scanned: u64,
     /// Objects that had user metadata.
     pub with_metadata: u64,

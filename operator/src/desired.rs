@@ -450,6 +450,10 @@ pub fn worker_deployment(
         settings.lease_secs.to_string(),
         // The operator runs the reaper.
         "--no-reap".into(),
+        "--metadata-source".into(),
+        bucketscan_core::scan::listed::MetadataSource::from(scan.spec.metadata_source)
+            .as_str()
+            .into(),
     ]);
     if let Some(rate) = per_worker_rate(scan) {
         args.extend(["--max-rate".into(), format!("{rate}")]);
@@ -740,7 +744,9 @@ mod tests {
             "{args}"
         );
         assert!(
-            args.contains("--concurrency 128") && args.contains("--no-reap"),
+            args.contains("--concurrency 128")
+                && args.contains("--no-reap")
+                && args.contains("--metadata-source auto"),
             "{args}"
         );
         let env = c.env.as_ref().unwrap();

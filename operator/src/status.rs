@@ -139,7 +139,9 @@ pub fn rate(per_second: f64) -> String {
 pub fn object_counts(counters: &BTreeMap<String, u64>) -> ObjectCounts {
     let get = |k: &str| counters.get(k).copied().unwrap_or(0);
     ObjectCounts {
-        scanned: get("heads"),
+        // A HEAD per object, or a record from the listing's metadata
+        // (`metadataSource`): either way one object scanned.
+        scanned: get("heads") + get("from_listing"),
         with_metadata: get("with_metadata"),
         vanished: get("vanished"),
         errors: get("errors"),
@@ -440,5 +442,11 @@ mod tests {
         let counters = BTreeMap::from([("heads".to_string(), 10), ("errors".to_string(), 2)]);
         let o = object_counts(&counters);
         assert_eq!((o.scanned, o.errors, o.with_metadata), (10, 2, 0));
+        let counters = BTreeMap::from([("heads".to_string(), 10), ("from_listing".to_string(), 990)]);
+        assert_eq!(
+            object_counts(&counters).scanned,
+            1000,
+            "records from the listing are scanned too"
+        );
     }
 }

@@ -155,6 +155,11 @@ async fn the_crd_installs_and_the_api_server_enforces_it() {
             "Unsupported value: \"many\"",
         ),
         (
+            "bad-metadata-source",
+            serde_json::json!({"metadataSource": "heads"}),
+            "Unsupported value: \"heads\"",
+        ),
+        (
             "gzip-parquet",
             serde_json::json!({"output": {"format": "parquet", "gzip": true}}),
             "gzip does not apply to parquet",

@@ -10,6 +10,7 @@ use bucketscan_core::fleet::spec::{check_output, normalize_output_prefix, ScanSp
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::HeadClient;
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
+use bucketscan_core::scan::listed::MetadataSource;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -45,6 +46,7 @@ fn engine_for(
     spec: &ScanSpec,
     concurrency: u32,
     max_rate: Option<f64>,
+    metadata_source: MetadataSource,
 ) -> std::sync::Arc<Engine> {
     Engine::new(
         s3,
@@ -55,6 +57,7 @@ fn engine_for(
             only_with_metadata: spec.only_with_metadata,
             page_size: 1000,
             max_rate,
+            metadata_source,
         },
     )
 }
@@ -118,7 +121,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let spec = spec_of(&queue, &args.queue.scan).await?;
     let s3 = args.endpoint.connect(args.concurrency as usize).await?;
     let head = HeadClient::new(args.head_client, &s3)?;
-    let engine = engine_for(s3, head, &spec, args.concurrency, args.max_rate);
+    let engine = engine_for(
+        s3,
+        head,
+        &spec,
+        args.concurrency,
+        args.max_rate,
+        args.metadata_source,
+    );
     let stop = CancellationToken::new();
     spawn_signal_handler(stop.clone());
     let runner = Runner {
@@ -139,10 +149,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let summary = runner.run().await?;
     let c = engine.counters.snapshot();
     eprintln!(
-        "worker {owner}: {} shards done, {} failed, {} objects{}",
+        "worker {owner}: {} shards done, {} failed, {} objects ({} HEADs, {} from the listing){}",
         summary.shards_done,
         summary.shards_failed,
+        c.listed,
         c.heads,
+        c.from_listing,
         if summary.stopped {
             "; stopped, shard released"
         } else {

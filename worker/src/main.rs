@@ -10,6 +10,7 @@ use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
 use bucketscan_core::s3::{resolve_region, Endpoint, S3};
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
 use bucketscan_core::scan::format::{Format, Layout};
+use bucketscan_core::scan::listed::MetadataSource;
 use bucketscan_core::scan::output::{Destination, OutputOptions};
 use bucketscan_core::scan::single::{plan_bucket, scan_shards, ScanOptions};
 use clap::{Args, Parser, Subcommand};
@@ -103,6 +104,12 @@ struct ScanArgs {
     /// HEAD implementation: fast (signed hyper requests) or sdk (aws-sdk-s3).
     #[arg(long, default_value = "fast")]
     head_client: HeadClientKind,
+    /// Where metadata comes from: head (a HEAD per object), list (the
+    /// listing's, where the store lists it: MinIO; HEAD for entries without)
+    /// or auto (the listing's, checked against HEADs of a sample of every
+    /// page; any disagreement and the shard is HEADed). docs/metadata-source.md.
+    #[arg(long, default_value = "head")]
+    metadata_source: MetadataSource,
     /// Shards to plan (more shards, more LIST streams in parallel).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     target_shards: u32,
@@ -208,6 +215,12 @@ struct RunArgs {
     concurrency: u32,
     #[arg(long, default_value = "fast")]
     head_client: HeadClientKind,
+    /// Where metadata comes from: head (a HEAD per object), list (the
+    /// listing's, where the store lists it: MinIO; HEAD for entries without)
+    /// or auto (the listing's, checked against HEADs of a sample of every
+    /// page; any disagreement and the shard is HEADed). docs/metadata-source.md.
+    #[arg(long, default_value = "head")]
+    metadata_source: MetadataSource,
     /// Ceiling on HEAD requests per second from this worker.
     #[arg(long)]
     max_rate: Option<f64>,
@@ -334,6 +347,7 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
             only_with_metadata: args.only_with_metadata,
             page_size: 1000,
             max_rate: None,
+            metadata_source: args.metadata_source,
         },
     );
     let plan_opts = PlanOptions {
@@ -364,11 +378,13 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let c = engine.counters.snapshot();
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "scanned {} objects in {} shards in {:.1}s ({:.0} HEAD/s): {} with metadata, {} vanished, {} errors, {} retries; wrote {} records ({} bytes) to {}",
+        "scanned {} objects in {} shards in {:.1}s ({} HEADs, {:.0} HEAD/s; {} from the listing): {} with metadata, {} vanished, {} errors, {} retries; wrote {} records ({} bytes) to {}",
         c.listed,
         summary.shards,
         secs,
+        c.heads,
         c.heads as f64 / secs.max(1e-9),
+        c.from_listing,
         c.with_metadata,
         c.vanished,
         c.errors,

@@ -31,18 +31,21 @@ impl Progress {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                     let c = engine.counters.snapshot();
                     let secs = started.elapsed().as_secs_f64().max(1e-3);
-                    let rate = c.heads as f64 / secs;
+                    // Objects done: HEADed, or read from the listing's
+                    // metadata (--metadata-source).
+                    let done = c.heads + c.from_listing;
+                    let rate = done as f64 / secs;
                     let total = if exact { estimate } else { estimate.max(c.listed) };
                     bar.set_length(total);
-                    bar.set_position(c.heads);
+                    bar.set_position(done);
                     let eta = if rate > 0.0 {
-                        (total.saturating_sub(c.heads)) as f64 / rate
+                        (total.saturating_sub(done)) as f64 / rate
                     } else {
                         0.0
                     };
                     let approx = if exact { "" } else { "≥" };
                     bar.set_message(format!(
-                        " objects ({approx}{total} planned)  {rate:.0} HEAD/s  {} errors  ETA {eta:.0}s",
+                        " objects ({approx}{total} planned)  {rate:.0} objects/s  {} errors  ETA {eta:.0}s",
                         c.errors
                     ));
                 }

@@ -430,6 +430,24 @@ fn a_plan_output_that_is_not_an_s3_url_is_refused() {
 }
 
 #[test]
+fn an_unknown_metadata_source_is_a_usage_error() {
+    for command in [
+        &["scan", "--bucket", "b"][..],
+        &["run", "--redis", "redis://127.0.0.1:1", "--scan", "s"],
+    ] {
+        let mut args = command.to_vec();
+        args.extend(["--metadata-source", "heads"]);
+        let out = worker(&args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&out).contains("invalid value 'heads' for '--metadata-source <METADATA_SOURCE>': unknown metadata source \"heads\": use auto, head or list (see docs/metadata-source.md)"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
 fn an_unknown_head_client_is_a_usage_error() {
     let out = worker(&["scan", "--bucket", "b", "--head-client", "turbo"], &[]);
     assert_eq!(out.status.code(), Some(2));

@@ -27,6 +27,7 @@ fn engine(s3: &Arc<S3>, bucket: &str, kind: HeadClientKind) -> Arc<Engine> {
             only_with_metadata: false,
             page_size: 1000,
             max_rate: None,
+            metadata_source: Default::default(),
         },
     )
 }
@@ -336,6 +337,7 @@ async fn empty_truncated_pages_do_not_end_a_listing() {
             only_with_metadata: false,
             page_size: 25,
             max_rate: None,
+            metadata_source: Default::default(),
         },
     );
     let out = temp_path("empty-pages.jsonl");

@@ -721,6 +721,7 @@ async fn the_heartbeat_ends_when_a_shard_ends_in_an_error() {
             only_with_metadata: false,
             page_size: 1000,
             max_rate: None,
+            metadata_source: Default::default(),
         },
     );
     let runner = Runner {

@@ -416,7 +416,7 @@ impl Progress {
     /// Counter deltas since the last report and the HEAD rate over the same
     /// interval: both measured between the two snapshots, so a report that
     /// took long (Redis restarting) cannot inflate the next rate.
-    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 6], f64) {
+    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 7], f64) {
         let d = |f: fn(&CountersSnapshot) -> u64| f(now).saturating_sub(f(&self.last));
         let deltas = [
             ("listed", d(|c| c.listed)),
@@ -425,6 +425,9 @@ impl Progress {
             ("vanished", d(|c| c.vanished)),
             ("errors", d(|c| c.errors)),
             ("bytes", d(|c| c.bytes)),
+            // Records made from the listing's metadata, without a HEAD
+            // (docs/metadata-source.md): objects scanned all the same.
+            ("from_listing", d(|c| c.from_listing)),
         ];
         let secs = taken.duration_since(self.at).as_secs_f64().max(1e-3);
         (deltas, (deltas[1].1 as f64 / secs).round())

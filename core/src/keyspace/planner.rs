@@ -622,6 +622,7 @@ mod tests {
                     etag: None,
                     last_modified: None,
                     storage_class: None,
+                    listed_metadata: None,
                 });
                 last_seen = Some(key.clone());
             }

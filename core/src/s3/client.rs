@@ -169,6 +169,8 @@ impl S3 {
                 etag: o.e_tag().map(strip_quotes),
                 last_modified: o.last_modified().map(format_time),
                 storage_class: o.storage_class().map(|s| s.as_str().to_string()),
+                // The SDK's lister is for planning and tests: never asked.
+                listed_metadata: None,
             });
         }
         let common_prefixes = out

@@ -8,10 +8,10 @@
 //!
 //! May import: `signed` and the bottom of `s3` (types, codec, error).
 
-use super::codec::{format_time, retry_after, strip_quotes, url_decode};
+use super::codec::{decode_metadata_value, format_time, retry_after, strip_quotes, url_decode};
 use super::error::{error_chain, S3Error};
 use super::signed::SignedClient;
-use super::types::{ListPage, ListRequest, ListedObject};
+use super::types::{ListPage, ListRequest, ListedMetadata, ListedObject};
 use http::StatusCode;
 use http_body_util::BodyExt;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -42,6 +42,9 @@ pub fn list_query(req: &ListRequest, start_after: Option<&str>) -> String {
     }
     if let Some(a) = start_after {
         params.push(("start-after", a));
+    }
+    if req.with_metadata {
+        params.push(("metadata", "true"));
     }
     params.sort_unstable_by_key(|(name, _)| *name);
     let mut query = String::with_capacity(128);
@@ -158,8 +161,12 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
     };
     let mut objects = Vec::with_capacity(1000);
     // Entries of a page often share their time: parse each distinct one once.
-    let mut last_time: Option<(&str, Option<String>)> = None;
+    let mut last_time: Option<(String, Option<String>)> = None;
     for block in blocks(xml, "Contents") {
+        // The metadata's element names are the object's, not the listing's:
+        // the entry's own elements are read from what lies around it.
+        let (block, listed_metadata) = split_user_metadata(block);
+        let block = &*block;
         let key = element(block, "Key").ok_or_else(|| S3Error::Other("LIST entry without a Key".into()))?;
         let key = decode(key)?;
         objects.push(ListedObject {
@@ -175,11 +182,12 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
                     )
                     .ok()
                     .map(|t| format_time(&t));
-                    last_time = Some((raw, formatted.clone()));
+                    last_time = Some((raw.to_string(), formatted.clone()));
                     formatted
                 }
             }),
             storage_class: element(block, "StorageClass").map(unescape),
+            listed_metadata,
         });
     }
     let common_prefixes = blocks(xml, "CommonPrefixes")
@@ -197,6 +205,59 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
         objects,
         common_prefixes,
         next: if truncated { next } else { None },
+    })
+}
+
+/// An entry without its `<UserMetadata>` element, and what that element
+/// held: `x-amz-meta-*` names lower-cased without the prefix and values
+/// decoded as a HEAD answer's are (`decode_metadata_value`, surrounding
+/// blanks dropped as HTTP drops them from header values), the content type,
+/// and nothing else (MinIO adds content-type and SSE headers beside them).
+fn split_user_metadata(block: &str) -> (std::borrow::Cow<'_, str>, Option<ListedMetadata>) {
+    const OPEN: &str = "<UserMetadata>";
+    const CLOSE: &str = "</UserMetadata>";
+    let Some(start) = block.find(OPEN) else {
+        return (block.into(), None);
+    };
+    let Some(len) = block[start + OPEN.len()..].find(CLOSE) else {
+        return (block.into(), None);
+    };
+    let inner = &block[start + OPEN.len()..start + OPEN.len() + len];
+    let rest = format!(
+        "{}{}",
+        &block[..start],
+        &block[start + OPEN.len() + len + CLOSE.len()..]
+    );
+    let mut listed = ListedMetadata::default();
+    for (name, text) in children(inner) {
+        let lower = name.to_ascii_lowercase();
+        let value = || decode_metadata_value(unescape(text).trim_matches([' ', '\t']).as_bytes());
+        if let Some(meta) = lower.strip_prefix("x-amz-meta-") {
+            listed.metadata.insert(meta.to_string(), value());
+        } else if lower == "content-type" {
+            listed.content_type = Some(value());
+        }
+    }
+    (rest.into(), Some(listed))
+}
+
+/// The child elements of `xml` as (name, raw text): `<a>x</a><b/>` gives
+/// `("a", "x")`, `("b", "")`. Children are flat (no element inside them).
+fn children(xml: &str) -> impl Iterator<Item = (&str, &str)> {
+    let mut rest = xml;
+    std::iter::from_fn(move || {
+        let open = rest.find('<')?;
+        let tag_len = rest[open..].find('>')?;
+        let tag = &rest[open + 1..open + tag_len];
+        rest = &rest[open + tag_len + 1..];
+        if let Some(name) = tag.strip_suffix('/') {
+            return Some((name.trim_end(), ""));
+        }
+        let close = format!("</{tag}>");
+        let len = rest.find(&close)?;
+        let text = &rest[..len];
+        rest = &rest[len + close.len()..];
+        Some((tag, text))
     })
 }
 
@@ -306,6 +367,7 @@ mod tests {
                     etag: Some("0a1b".into()),
                     last_modified: Some("2026-11-02T10:00:00Z".into()),
                     storage_class: Some("STANDARD".into()),
+                    listed_metadata: None,
                 },
                 ListedObject {
                     key: "a/ü\u{1}".into(),
@@ -313,6 +375,7 @@ mod tests {
                     etag: Some("e".into()),
                     last_modified: Some("2026-11-02T10:00:01Z".into()),
                     storage_class: None,
+                    listed_metadata: None,
                 },
             ]
         );
@@ -391,6 +454,51 @@ mod tests {
             list_query(&req, Some("a~z")),
             "continuation-token=x%2By%3D&delimiter=%2F&encoding-type=url&list-type=2&max-keys=1000\
              &prefix=a%20b%2F%C3%BC&start-after=a~z"
+        );
+    }
+
+    /// As MinIO answers `metadata=true` (cmd/api-response.go): names as
+    /// stored, values XML-escaped, content-type and SSE headers beside the
+    /// user's, an element named like an entry's own (`Size`) inside.
+    #[test]
+    fn user_metadata_in_a_listing_reads_like_a_head_answer() {
+        let xml = "<ListBucketResult><IsTruncated>false</IsTruncated><EncodingType>url</EncodingType>\
+            <Contents><Key>a%2Fm</Key><LastModified>2026-11-23T20:51:42.815Z</LastModified>\
+            <ETag>&#34;3e44&#34;</ETag><Size>2</Size><StorageClass>STANDARD</StorageClass>\
+            <UserMetadata><X-Amz-Meta-Sp>a b=c&amp;d</X-Amz-Meta-Sp><X-Amz-Meta-Empty></X-Amz-Meta-Empty>\
+            <content-type>binary/octet-stream</content-type><X-Amz-Meta-U>=?UTF-8?B?R3LDvMOfZQ==?=</X-Amz-Meta-U>\
+            <X-Amz-Server-Side-Encryption>AES256</X-Amz-Server-Side-Encryption><X-Amz-Meta-Size>9</X-Amz-Meta-Size>\
+            <X-Amz-Meta-Nul/><Size>7</Size></UserMetadata><Internal><K>1</K><M>0</M></Internal></Contents>\
+            <Contents><Key>b</Key><Size>1</Size></Contents></ListBucketResult>";
+        let page = parse_list(xml).unwrap();
+        let listed = page.objects[0].listed_metadata.clone().unwrap();
+        assert_eq!(page.objects[0].size, 2);
+        assert_eq!(page.objects[0].etag.as_deref(), Some("3e44"));
+        assert_eq!(listed.content_type.as_deref(), Some("binary/octet-stream"));
+        let expected: std::collections::BTreeMap<String, String> = [
+            ("sp", "a b=c&d"),
+            ("empty", ""),
+            ("u", "Grüße"),
+            ("size", "9"),
+            ("nul", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(listed.metadata, expected);
+        assert_eq!(page.objects[1].listed_metadata, None, "no element is no answer");
+    }
+
+    #[test]
+    fn metadata_is_asked_for_only_when_wanted() {
+        let req = ListRequest {
+            max_keys: 10,
+            with_metadata: true,
+            ..ListRequest::default()
+        };
+        assert_eq!(
+            list_query(&req, None),
+            "encoding-type=url&list-type=2&max-keys=10&metadata=true&prefix="
         );
     }
 

@@ -32,4 +32,4 @@ pub use client::{resolve_region, S3};
 pub use error::S3Error;
 pub use head::{HeadClient, HeadClientKind};
 pub use pages::{BucketLister, Lister, Pages};
-pub use types::{Endpoint, HeadInfo, HeadResult, ListPage, ListRequest, ListedObject};
+pub use types::{Endpoint, HeadInfo, HeadResult, ListPage, ListRequest, ListedMetadata, ListedObject};

@@ -307,6 +307,7 @@ mod tests {
                     delimiter: Some("/".into()),
                     continuation: Some("tok/en+=".into()),
                     max_keys: 1000,
+                    with_metadata: true,
                 };
                 let query = crate::s3::list::list_query(&req, req.start_after.as_deref());
                 let ours = state.authorization("GET", "127.0.0.1:9000", "/bucket", &query, &amz_date(now));

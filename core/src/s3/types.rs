@@ -41,6 +41,9 @@ pub struct ListRequest {
     pub delimiter: Option<String>,
     pub continuation: Option<String>,
     pub max_keys: i32,
+    /// Ask for each object's user metadata in the listing (MinIO's
+    /// `metadata=true`; other stores ignore it). See docs/metadata-source.md.
+    pub with_metadata: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +53,20 @@ pub struct ListedObject {
     pub etag: Option<String>,
     pub last_modified: Option<String>,
     pub storage_class: Option<String>,
+    /// What the listing said of the object's metadata, when it said anything
+    /// (`None` does not mean "no metadata": see [`ListedMetadata`]).
+    pub listed_metadata: Option<ListedMetadata>,
+}
+
+/// An entry's `<UserMetadata>` (MinIO with `metadata=true`), read like a
+/// HEAD answer's headers. MinIO leaves the element out when the credentials
+/// may not GetObject the key, and when the object has nothing to show, so
+/// only its presence means anything.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ListedMetadata {
+    /// `x-amz-meta-*` names, lower case, without the prefix (as from HEAD).
+    pub metadata: std::collections::BTreeMap<String, String>,
+    pub content_type: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -1,16 +1,22 @@
 //! The scan engine: LIST one shard page by page and HEAD every key, with a
 //! bounded number of HEADs in flight. A lister task runs ahead of the HEADs
 //! (the next page is fetched while this page's HEADs run); records leave in
-//! key order, so "the last key written" is a valid checkpoint.
+//! key order, so "the last key written" is a valid checkpoint. Where the
+//! store lists metadata (`listed`), the listing's entries become records
+//! without a HEAD.
 //!
-//! May import: `record`, `keyspace` and `s3`.
+//! May import: `record`, `listed`, `keyspace` and `s3`.
 
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::s3::HeadClient;
 use crate::s3::HeadResult;
 use crate::s3::{BucketLister, ListRequest, ListedObject, Pages, S3};
+use crate::scan::listed::{
+    disagreement, record_from_listing, sample_indices, MetadataLister, MetadataSource,
+};
 use crate::scan::record::{Record, Status};
+use futures::future::Either;
 use futures::StreamExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -27,6 +33,26 @@ pub struct EngineOptions {
     pub page_size: i32,
     /// Ceiling on HEAD requests per second from this process (`None`: none).
     pub max_rate: Option<f64>,
+    /// HEAD every object, or take metadata from the listing where the store
+    /// gives it (docs/metadata-source.md).
+    pub metadata_source: MetadataSource,
+}
+
+/// What the consumer does with one listed entry.
+enum Task {
+    /// HEAD it.
+    Head(ListedObject),
+    /// Its record is made already: from the listing, or by `auto`'s check.
+    Made(Record),
+}
+
+impl Task {
+    fn key(&self) -> &str {
+        match self {
+            Task::Head(obj) => &obj.key,
+            Task::Made(record) => &record.key,
+        }
+    }
 }
 
 /// Live counters, shared with progress reporting.
@@ -44,6 +70,11 @@ pub struct Counters {
     /// Sum of HEAD times, retries and their waits included (µs): the rate
     /// governor watches its mean for a store that starts queueing.
     pub head_micros: AtomicU64,
+    /// Records made from the listing's metadata, without a HEAD.
+    pub from_listing: AtomicU64,
+    /// Shards (or what was left of them) that `auto` HEADed in full because
+    /// the listing's metadata disagreed with a HEAD.
+    pub listing_distrusted: AtomicU64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -57,6 +88,8 @@ pub struct CountersSnapshot {
     pub pages: u64,
     pub throttles: u64,
     pub head_micros: u64,
+    pub from_listing: u64,
+    pub listing_distrusted: u64,
 }
 
 impl Counters {
@@ -71,6 +104,8 @@ impl Counters {
             pages: self.pages.load(Relaxed),
             throttles: self.throttles.load(Relaxed),
             head_micros: self.head_micros.load(Relaxed),
+            from_listing: self.from_listing.load(Relaxed),
+            listing_distrusted: self.listing_distrusted.load(Relaxed),
         }
     }
 }
@@ -86,6 +121,8 @@ pub struct Engine {
     /// Start time of the next HEAD under `rate`.
     next_slot: std::sync::Mutex<tokio::time::Instant>,
     pub counters: Counters,
+    /// The store refused `metadata=true` once: list without it from then on.
+    listing_metadata_refused: std::sync::atomic::AtomicBool,
 }
 
 /// Where a shard's scan must stop, shared with a worker that splits the
@@ -132,6 +169,7 @@ impl Engine {
             head,
             opts,
             counters: Counters::default(),
+            listing_metadata_refused: Default::default(),
         })
     }
 
@@ -156,14 +194,17 @@ impl Engine {
     ) -> Result<ShardOutcome, S3Error> {
         let window = self.opts.concurrency.max(1);
         let page = self.opts.page_size.clamp(1, 1000) as usize;
-        let (keys_tx, keys_rx) = mpsc::channel::<ListedObject>(2 * page);
+        let (keys_tx, keys_rx) = mpsc::channel::<Task>(2 * page);
         let lister = tokio::spawn(self.clone().list_shard(shard.clone(), frontier.clone(), keys_tx));
 
         let mut records = tokio_stream_from(keys_rx)
-            .filter(move |obj| std::future::ready(!frontier.is_past_end(&obj.key)))
-            .map(|obj| {
-                let engine = self.clone();
-                tokio::spawn(async move { engine.head_listed(obj).await })
+            .filter(move |task| std::future::ready(!frontier.is_past_end(task.key())))
+            .map(|task| match task {
+                Task::Head(obj) => {
+                    let engine = self.clone();
+                    Either::Left(tokio::spawn(async move { engine.head_listed(obj).await }))
+                }
+                Task::Made(record) => Either::Right(std::future::ready(Ok(Ok(record)))),
             })
             .buffered(window);
         let mut outcome = ShardOutcome::default();
@@ -226,32 +267,132 @@ impl Engine {
         self: Arc<Self>,
         shard: Shard,
         frontier: Arc<Frontier>,
-        keys: mpsc::Sender<ListedObject>,
+        keys: mpsc::Sender<Task>,
     ) -> Result<(), S3Error> {
+        let source = self.opts.metadata_source;
         let req = ListRequest {
             prefix: shard.prefix.clone(),
             start_after: shard.start_after.clone(),
             max_keys: self.opts.page_size,
+            with_metadata: source.asks_listing(),
             ..ListRequest::default()
         };
-        let lister = BucketLister {
-            s3: &self.s3,
-            bucket: &self.opts.bucket,
+        let lister = MetadataLister {
+            inner: BucketLister {
+                s3: &self.s3,
+                bucket: &self.opts.bucket,
+            },
+            refused: &self.listing_metadata_refused,
         };
         let mut pages = Pages::new(&lister, req);
+        // `auto` stops trusting the listing for the rest of the shard at the
+        // first disagreement.
+        let mut trusted = source.asks_listing();
         while let Some(page) = pages.next().await? {
             self.counters.pages.fetch_add(1, Relaxed);
-            for obj in page.objects {
-                if shard.is_past_end(&obj.key) || frontier.is_past_end(&obj.key) {
-                    return Ok(());
-                }
+            let mut objects = page.objects;
+            let end = objects
+                .iter()
+                .position(|o| shard.is_past_end(&o.key) || frontier.is_past_end(&o.key));
+            if let Some(end) = end {
+                objects.truncate(end);
+            }
+            let tasks = if !trusted {
+                objects.into_iter().map(Task::Head).collect()
+            } else if source == MetadataSource::Auto {
+                let (tasks, agreed) = self.checked_tasks(objects).await?;
+                trusted = agreed;
+                tasks
+            } else {
+                objects
+                    .into_iter()
+                    .map(|o| self.listed_task(o))
+                    .collect::<Vec<_>>()
+            };
+            for task in tasks {
                 self.counters.listed.fetch_add(1, Relaxed);
-                if keys.send(obj).await.is_err() {
+                if keys.send(task).await.is_err() {
                     return Ok(()); // the consumer stopped (it has an error to report)
                 }
             }
+            if end.is_some() {
+                return Ok(());
+            }
         }
         Ok(())
+    }
+
+    /// The entry's record from the listing when it carries metadata, else a
+    /// HEAD (no `<UserMetadata>` may mean the credentials may not read it).
+    fn listed_task(&self, obj: ListedObject) -> Task {
+        match record_from_listing(&obj) {
+            Some(record) => {
+                self.count_listed_record(&record);
+                Task::Made(record)
+            }
+            None => Task::Head(obj),
+        }
+    }
+
+    fn count_listed_record(&self, record: &Record) {
+        self.counters.from_listing.fetch_add(1, Relaxed);
+        self.counters.bytes.fetch_add(record.size, Relaxed);
+        if !record.metadata.is_empty() {
+            self.counters.with_metadata.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// `auto` on one page: HEAD a sample of the entries that carry metadata
+    /// and compare. When all agree, the page's records come from the listing
+    /// (the sample's from its HEADs); at the first disagreement every entry
+    /// of the page is HEADed, and `false` says to trust no more pages.
+    async fn checked_tasks(&self, objects: Vec<ListedObject>) -> Result<(Vec<Task>, bool), S3Error> {
+        let with_listing: Vec<usize> = (0..objects.len())
+            .filter(|i| objects[*i].listed_metadata.is_some())
+            .collect();
+        let sample: Vec<usize> = sample_indices(with_listing.len())
+            .into_iter()
+            .map(|i| with_listing[i])
+            .collect();
+        let heads = futures::future::join_all(sample.iter().map(|i| self.head_listed(objects[*i].clone())))
+            .await
+            .into_iter()
+            .collect::<Result<Vec<Record>, S3Error>>()?;
+        let mismatch = sample.iter().zip(&heads).find_map(|(i, head)| {
+            let listed = record_from_listing(&objects[*i])?;
+            let fields = disagreement(&listed, head);
+            (!fields.is_empty()).then(|| (objects[*i].key.clone(), fields))
+        });
+        if let Some((key, fields)) = mismatch {
+            self.counters.listing_distrusted.fetch_add(1, Relaxed);
+            tracing::warn!(
+                bucket = %self.opts.bucket, key = %key, fields = ?fields,
+                "the listing's metadata disagrees with HEAD: this shard is HEADed object by object from here"
+            );
+            let mut heads = sample
+                .into_iter()
+                .zip(heads)
+                .collect::<std::collections::BTreeMap<_, _>>();
+            let tasks = objects
+                .into_iter()
+                .enumerate()
+                .map(|(i, o)| heads.remove(&i).map_or(Task::Head(o), Task::Made))
+                .collect();
+            return Ok((tasks, false));
+        }
+        let mut heads = sample
+            .into_iter()
+            .zip(heads)
+            .collect::<std::collections::BTreeMap<_, _>>();
+        let tasks = objects
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| match heads.remove(&i) {
+                Some(record) => Task::Made(record),
+                None => self.listed_task(o),
+            })
+            .collect();
+        Ok((tasks, true))
     }
 
     /// HEAD one listed object into a record. Only errors that are about the

@@ -7,6 +7,7 @@
 
 pub mod engine;
 pub mod format;
+pub mod listed;
 pub mod output;
 pub mod parquet;
 pub mod record;
