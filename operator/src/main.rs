@@ -179,7 +179,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .filter(|i| !i.is_empty())
             .collect(),
         worker_resources,
-        scan_namespaces: args.scan_namespaces.into_iter().filter(|n| !n.is_empty()).collect(),
+        scan_namespaces: args
+            .scan_namespaces
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect(),
         redis_scan_users: args.redis_scan_users,
         stall_after: Duration::from_secs(args.stall_seconds),
         plan_list_budget: args.plan_list_budget as usize,

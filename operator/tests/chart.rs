@@ -185,9 +185,15 @@ async fn the_operator_reaches_secrets_only_in_the_namespaces_that_run_scans() {
     let rbac: Vec<&str> = rendered
         .split("\n---")
         .filter(|doc| {
-            ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
-                .iter()
-                .any(|k| doc.contains(&format!("\nkind: {k}\n")))
+            [
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+            ]
+            .iter()
+            .any(|k| doc.contains(&format!("\nkind: {k}\n")))
         })
         .collect();
     let file = scratch("rbac.yaml");
@@ -195,7 +201,11 @@ async fn the_operator_reaches_secrets_only_in_the_namespaces_that_run_scans() {
     run("kubectl", &["apply", "-f", file.to_str().unwrap()]);
     let can = |args: &[&str]| {
         let out = Command::new("kubectl")
-            .args(["auth", "can-i", "--as=system:serviceaccount:rbac-release:rbacx-bucketscan"])
+            .args([
+                "auth",
+                "can-i",
+                "--as=system:serviceaccount:rbac-release:rbacx-bucketscan",
+            ])
             .args(args)
             .env("KUBECONFIG", kubeconfig_path())
             .output()
@@ -203,13 +213,19 @@ async fn the_operator_reaches_secrets_only_in_the_namespaces_that_run_scans() {
         String::from_utf8_lossy(&out.stdout).trim() == "yes"
     };
     for verb in ["get", "create", "patch"] {
-        assert!(can(&[verb, "secrets", "-n", "rbac-team"]), "{verb} secrets in rbac-team");
+        assert!(
+            can(&[verb, "secrets", "-n", "rbac-team"]),
+            "{verb} secrets in rbac-team"
+        );
     }
     for ns in ["rbac-other", "default", "kube-system"] {
         assert!(!can(&["get", "secrets", "-n", ns]), "get secrets in {ns}");
     }
     assert!(!can(&["get", "secrets", "--all-namespaces"]));
-    assert!(!can(&["list", "secrets", "-n", "rbac-team"]), "the operator never lists Secrets");
+    assert!(
+        !can(&["list", "secrets", "-n", "rbac-team"]),
+        "the operator never lists Secrets"
+    );
     assert!(!can(&["watch", "secrets", "-n", "rbac-team"]));
     assert!(can(&["list", "bucketscans.bucketscan.dev", "--all-namespaces"]));
     assert!(can(&["create", "deployments.apps", "-n", "rbac-other"]));

@@ -59,9 +59,10 @@ impl Error {
             Error::Queue(_) => "redis",
             Error::Plan(_) => "plan",
             Error::S3(_) => "s3",
-            Error::Config(_) | Error::SecretMissing(_) | Error::SecretIncomplete(_) | Error::SecretForbidden(_) => {
-                "config"
-            }
+            Error::Config(_)
+            | Error::SecretMissing(_)
+            | Error::SecretIncomplete(_)
+            | Error::SecretForbidden(_) => "config",
             Error::Recovery(_) => "recovery",
             Error::Finalizer(e) => match e.as_ref() {
                 F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.kind(),

@@ -17,7 +17,9 @@ async fn named_secret(scan: &BucketScan, ctx: &Context, name: &str, field: &str)
     let ns = scan.namespace().unwrap_or_default();
     match secrets.get_opt(name).await {
         Ok(Some(secret)) => Ok(secret),
-        Ok(None) => Err(Error::SecretMissing(format!("Secret {name:?} ({field}) does not exist"))),
+        Ok(None) => Err(Error::SecretMissing(format!(
+            "Secret {name:?} ({field}) does not exist"
+        ))),
         Err(kube::Error::Api(e)) if e.code == 403 => Err(Error::SecretForbidden(format!(
             "the operator may not read Secret {name:?} ({field}) in namespace {ns:?}: add the namespace \
              to the chart value scanNamespaces (a RoleBinding to the ClusterRole RELEASE-secrets)"
