@@ -133,7 +133,7 @@ fn check_manifests(name: &str, manifests: &str, location: &str) {
         .collect::<Vec<_>>()
         .join("\n---");
     let file = scratch(&format!("{name}.yaml"));
-    std::fs::write(&file, checked).unwrap();
+    std::fs::write(&file, &checked).unwrap();
     let file = file.to_str().unwrap();
     run(
         "kubeconform",
@@ -153,10 +153,47 @@ fn check_manifests(name: &str, manifests: &str, location: &str) {
             &["apply", "-n", "chart-test", "-f", accounts_file.to_str().unwrap()],
         );
     }
+    // Objects the chart puts in other namespaces (the Secret RoleBindings of
+    // operator.scanNamespaces) are dry-run there.
+    let (foreign, home): (Vec<&str>, Vec<&str>) = checked
+        .split("\n---")
+        .partition(|doc| metadata_namespace(doc).is_some_and(|ns| ns != "chart-test"));
+    let home_file = scratch(&format!("{name}-home.yaml"));
+    std::fs::write(&home_file, home.join("\n---")).unwrap();
     run(
         "kubectl",
-        &["apply", "--dry-run=server", "-n", "chart-test", "-f", file],
+        &[
+            "apply",
+            "--dry-run=server",
+            "-n",
+            "chart-test",
+            "-f",
+            home_file.to_str().unwrap(),
+        ],
     );
+    for (i, doc) in foreign.iter().enumerate() {
+        let ns = metadata_namespace(doc).unwrap();
+        let doc_file = scratch(&format!("{name}-foreign-{i}.yaml"));
+        std::fs::write(&doc_file, doc).unwrap();
+        run(
+            "kubectl",
+            &[
+                "apply",
+                "--dry-run=server",
+                "-n",
+                ns,
+                "-f",
+                doc_file.to_str().unwrap(),
+            ],
+        );
+    }
+}
+
+/// The `metadata.namespace` a rendered manifest names, if any.
+fn metadata_namespace(doc: &str) -> Option<&str> {
+    doc.lines()
+        .find_map(|l| l.strip_prefix("  namespace: "))
+        .map(|ns| ns.trim().trim_matches('"'))
 }
 
 /// The chart's RBAC as the API server enforces it, asked with `kubectl auth
