@@ -26,23 +26,17 @@ fn log_path(name: &str) -> std::path::PathBuf {
 }
 
 fn start(name: &str, log_format: &str) -> Replica {
+    spawn_replica(NS, name, 3, log_format)
+}
+
+fn spawn_replica(ns: &str, name: &str, lease_secs: u32, log_format: &str) -> Replica {
     let port = free_port();
     let log = std::fs::File::create(log_path(name)).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .args([
-            "--namespace",
-            NS,
-            "--leader-election-namespace",
-            NS,
-            "--leader-lease-secs",
-            "3",
-        ])
-        .args([
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-            "--log-format",
-            log_format,
-        ])
+        .args(["--namespace", ns, "--leader-election-namespace", ns])
+        .args(["--leader-lease-secs", &lease_secs.to_string()])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .args(["--log-format", log_format])
         .env("KUBECONFIG", kubeconfig_path())
         .env("POD_NAME", name)
         .env(
@@ -230,27 +224,7 @@ fn strip_ansi(text: &str) -> String {
 const CLOCK_NS: &str = "leader-clock";
 
 fn start_in(ns: &str, name: &str, lease_secs: u32) -> Replica {
-    let port = free_port();
-    let log = std::fs::File::create(log_path(name)).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .args(["--namespace", ns, "--leader-election-namespace", ns])
-        .args(["--leader-lease-secs", &lease_secs.to_string()])
-        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env("POD_NAME", name)
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap(),
-        )
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    Replica {
-        name: name.into(),
-        port,
-        child,
-    }
+    spawn_replica(ns, name, lease_secs, "text")
 }
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
