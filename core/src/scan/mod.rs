@@ -9,6 +9,7 @@ pub mod engine;
 pub mod format;
 pub mod output;
 pub mod parquet;
+pub mod partition;
 pub mod record;
 pub mod single;
 
