@@ -208,6 +208,7 @@ mod tests {
                 rate_per_second: Some(12_345),
                 eta_seconds: Some(200),
                 ready_workers: None,
+                ..StatusNumbers::default()
             },
             ..BucketScanStatus::default()
         }

@@ -32,6 +32,7 @@ pub const GROUP: &str = "bucketscan.dev";
     printcolumn = r#"{"name":"ETA","type":"string","jsonPath":".status.eta"}"#,
     printcolumn = r#"{"name":"Workers","type":"string","jsonPath":".status.workersReady"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Governed","type":"string","priority":1,"jsonPath":".status.governedRate"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -422,6 +423,13 @@ pub struct BucketScanStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub rate: Option<String>,
+    /// The rate governor's limits, when the store pushed back: each governed
+    /// key partition (first-level prefix, `*` for the rest) with the
+    /// requests per second the whole fleet may send to it, lowest first,
+    /// such as `hot/ 4200/s`. Absent while nothing is limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub governed_rate: Option<String>,
     /// Estimated time left, such as `3m20s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
@@ -456,6 +464,32 @@ pub struct BucketScanStatus {
     /// The numbers behind the display strings, for alerts and dashboards.
     #[serde(flatten)]
     pub numbers: StatusNumbers,
+    /// The autoscaler's memory between reconciles (with minReplicas /
+    /// maxReplicas), so a restarted operator goes on where it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<AutoscaleState>,
+}
+
+/// What the throughput-seeking autoscaler keeps from its last step.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoscaleState {
+    /// Unix seconds of the last step.
+    pub step_time: i64,
+    /// Workers asked for since the last step.
+    pub workers: i32,
+    /// Workers before the last step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers_before: Option<i32>,
+    /// The scan's requests per second when the last step was taken (with
+    /// `workersBefore` workers).
+    pub rate_before: f64,
+    /// Throttling answers seen up to the last step.
+    pub throttles_at_step: u64,
+    /// The worker count where the rate stopped growing or throttling
+    /// began: held there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knee: Option<i32>,
 }
 
 // ---- Numeric status fields (beside progress/rate/eta strings) ----
@@ -481,6 +515,15 @@ pub struct StatusNumbers {
     /// Worker pods ready (the first number of `workersReady`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_workers: Option<i32>,
+    /// Requests per second the rate governor allows the fleet, summed over
+    /// the governed partitions (`governedRate` as a number); absent while
+    /// nothing is limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governed_rate_per_second: Option<u64>,
+    /// Throttling answers (503 SlowDown, 429) the workers got from the
+    /// store so far, retries included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_throttles: Option<u64>,
 }
 
 // ---- end of numeric status fields ----

@@ -2,6 +2,7 @@
 //! controller that plans a scan into Redis, runs worker pods, merges the
 //! result and reports progress in the resource's status.
 
+pub mod autoscale;
 pub mod controller;
 pub mod crd;
 pub mod desired;

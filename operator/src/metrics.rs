@@ -86,6 +86,11 @@ pub struct Metrics {
     pub scan_phase: ScanPhaseGauge,
     /// Worker replicas the operator asks for.
     pub scan_workers: ScanGauge,
+    /// Throttling answers the scan's workers got from the store.
+    pub store_throttles: ScanCounter,
+    /// Requests per second the rate governor allows the scan (only while
+    /// the store pushed back).
+    pub scan_governed_rate: ScanGauge,
     pub leader: Gauge,
     /// 1 while Redis answers the operator's PING.
     pub redis_up: Gauge,
@@ -126,12 +131,22 @@ impl Default for Metrics {
             "Objects that could not be read (error records)",
         );
         let scan_bytes = counter("scan_bytes", "Bytes of the objects HEADed");
+        let store_throttles = counter(
+            "store_throttles",
+            "Throttling answers (503 SlowDown, 429) the scan's workers got from the store",
+        );
         let scan_shards = ScanStateGauge::default();
         registry.register("scan_shards", "Shards of the scan by state", scan_shards.clone());
         let scan_phase = ScanPhaseGauge::default();
         registry.register("scan_phase", "1 for the scan's current phase", scan_phase.clone());
         let scan_workers = ScanGauge::default();
         registry.register("scan_workers", "Worker replicas asked for", scan_workers.clone());
+        let scan_governed_rate = ScanGauge::default();
+        registry.register(
+            "scan_governed_requests_per_second",
+            "Requests per second the rate governor allows the scan, while the store pushes back",
+            scan_governed_rate.clone(),
+        );
         registry.register("leader", "1 when this replica leads", leader.clone());
         registry.register("redis_up", "1 while Redis answers the operator", redis_up.clone());
         // Known label values start at 0 (Prometheus' advice), so rate() and
@@ -157,6 +172,8 @@ impl Default for Metrics {
             scan_shards,
             scan_phase,
             scan_workers,
+            store_throttles,
+            scan_governed_rate,
             leader,
             redis_up,
             ready: AtomicBool::new(false),
@@ -194,6 +211,24 @@ impl Metrics {
         }
     }
 
+    /// The governor's throttles seen (the counter moves up to it) and its
+    /// rate (`None`: not limited, no series).
+    pub fn observe_governor(&self, labels: &ScanLabels, throttles: u64, rate: Option<u64>) {
+        let counter = self.store_throttles.get_or_create(labels);
+        let now = counter.get();
+        if throttles > now {
+            counter.inc_by(throttles - now);
+        }
+        match rate {
+            Some(r) => {
+                self.scan_governed_rate.get_or_create(labels).set(r);
+            }
+            None => {
+                self.scan_governed_rate.remove(labels);
+            }
+        }
+    }
+
     /// Shards per state, as `(state, count)`.
     pub fn observe_shards(&self, labels: &ScanLabels, by_state: [(&str, u64); 4]) {
         for (state, n) in by_state {
@@ -218,10 +253,12 @@ impl Metrics {
             &self.scan_objects_vanished,
             &self.scan_object_errors,
             &self.scan_bytes,
+            &self.store_throttles,
         ] {
             family.remove(labels);
         }
         self.scan_workers.remove(labels);
+        self.scan_governed_rate.remove(labels);
         for state in SHARD_STATES {
             self.scan_shards.remove(&state_labels(labels, state));
         }

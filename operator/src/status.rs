@@ -17,6 +17,9 @@ pub const WORKERS_READY: &str = "WorkersReady";
 /// False while a scan makes no progress for longer than the operator's
 /// stall threshold.
 pub const PROGRESSING: &str = "Progressing";
+/// True when more workers would not make the scan faster (autoscaling:
+/// the rate stopped growing with the workers, or the store throttles).
+pub const STORE_SATURATED: &str = "StoreSaturated";
 
 /// How long a blocked scan waits before its next attempt: 5 s, doubling
 /// with every attempt in a row, at most 5 minutes.
@@ -39,6 +42,38 @@ pub fn progress(shards: &ShardCounts) -> String {
     }
     let finished = shards.done + shards.dead;
     format!("{}%", finished * 100 / shards.total)
+}
+
+/// The governors' summary as the status shows it: `governedRate` (at most
+/// three partitions, then how many more), its number (the limits summed)
+/// and the throttles seen.
+pub fn governed(summary: &bucketscan_core::fleet::governor::Summary) -> (Option<String>, Option<u64>, u64) {
+    if summary.limited.is_empty() {
+        return (None, None, summary.throttles);
+    }
+    let mut parts: Vec<String> = summary
+        .limited
+        .iter()
+        .take(3)
+        .map(|(p, r)| format!("{} {}/s", shorten(p, 40), r.round() as u64))
+        .collect();
+    if summary.limited.len() > 3 {
+        parts.push(format!("+{} more", summary.limited.len() - 3));
+    }
+    let total: f64 = summary.limited.iter().map(|(_, r)| r).sum();
+    (
+        Some(parts.join(", ")),
+        Some(total.round() as u64),
+        summary.throttles,
+    )
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(max - 1).collect();
+    format!("{head}…")
 }
 
 /// Time left at the pace so far, from the share of shards finished: a rough
@@ -211,6 +246,34 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_governed_rate_shows_the_lowest_partitions_and_sums_them() {
+        use bucketscan_core::fleet::governor::Summary;
+        assert_eq!(
+            governed(&Summary {
+                throttles: 3,
+                limited: vec![]
+            }),
+            (None, None, 3)
+        );
+        let one = Summary {
+            throttles: 40,
+            limited: vec![("hot/".into(), 4_199.6)],
+        };
+        assert_eq!(governed(&one), (Some("hot/ 4200/s".into()), Some(4200), 40));
+        let many = Summary {
+            throttles: 1,
+            limited: (0..5)
+                .map(|i| (format!("{}/", "p".repeat(60 + i)), 100.0))
+                .collect(),
+        };
+        let (text, total, _) = governed(&many);
+        let text = text.unwrap();
+        assert!(text.ends_with(", +2 more"), "{text}");
+        assert!(text.len() <= 256, "within the CRD's maxLength: {}", text.len());
+        assert_eq!(total, Some(500));
+    }
+
     use super::*;
 
     #[test]

@@ -5,14 +5,18 @@
 //! `governor`) and writes them back. A few commands per second per worker,
 //! none per request; a scan that is never throttled stays unlimited.
 //!
-//! Partitions: one, `*`, for now (the governor and the Redis state are per
-//! partition already; keying HEADs by key range is the next step).
+//! Partitions: a HEAD counts in its key's first-level prefix once that
+//! partition is tracked (`scan::partition`: after a throttling answer for
+//! it, or when the fleet limits it), else in `*`. Each tracked partition is
+//! reported apart and paced at its own share, so a throttled prefix slows
+//! only itself.
 //!
 //! May import: `governor`, `queue` and `scan`.
 
-use crate::fleet::governor::{share, step_all, Governor, GovernorConfig, Governors, Window};
+use crate::fleet::governor::{step_all, Governor, GovernorConfig, Governors, Window};
 use crate::fleet::queue::{Governed, Queue, QueueError};
 use crate::scan::engine::{CountersSnapshot, Engine};
+use crate::scan::partition::{PartitionCounts, ALL};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,28 +24,86 @@ use std::time::Duration;
 /// A calm worker reports one window in this many.
 const CALM_EVERY: u32 = 10;
 
-/// The partition every HEAD falls in for now.
-pub const ALL: &str = "*";
+/// A worker's counts at one moment: all HEADs, and those of each tracked
+/// partition (included in `total`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sample {
+    pub total: CountersSnapshot,
+    pub partitions: BTreeMap<String, PartitionCounts>,
+}
 
-/// Report, step when it is this worker's turn, and apply the share, every
+impl Sample {
+    /// The totals first: the engine counts a HEAD in its partition before
+    /// the totals, so no partition's count is ahead of the totals read.
+    pub fn of(engine: &Engine) -> Sample {
+        Sample {
+            total: engine.counters.snapshot(),
+            partitions: engine
+                .partitions
+                .all()
+                .iter()
+                .map(|p| (p.name.to_string(), p.counts()))
+                .collect(),
+        }
+    }
+
+    /// This worker's window from `last` to `self`: (partition, requests,
+    /// throttles, latency µs), `*` holding what no tracked partition does.
+    pub fn window_since(&self, last: &Sample) -> Vec<(String, u64, u64, u64)> {
+        let mut rest = (
+            self.total.heads.saturating_sub(last.total.heads),
+            self.total.throttles.saturating_sub(last.total.throttles),
+            self.total.head_micros.saturating_sub(last.total.head_micros),
+        );
+        let mut counts = vec![];
+        for (name, now) in &self.partitions {
+            let before = last.partitions.get(name).copied().unwrap_or_default();
+            let d = (
+                now.heads.saturating_sub(before.heads),
+                now.throttles.saturating_sub(before.throttles),
+                now.head_micros.saturating_sub(before.head_micros),
+            );
+            rest = (
+                rest.0.saturating_sub(d.0),
+                rest.1.saturating_sub(d.1),
+                rest.2.saturating_sub(d.2),
+            );
+            counts.push((name.clone(), d.0, d.1, d.2));
+        }
+        counts.insert(0, (ALL.to_string(), rest.0, rest.1, rest.2));
+        counts
+    }
+}
+
+/// What the governors give one worker: its rate for `*` and for each
+/// partition the fleet governs (`None`: unlimited).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rates {
+    pub all: Option<f64>,
+    pub partitions: Vec<(String, Option<f64>)>,
+}
+
+/// Report, step when it is this worker's turn, and apply the shares, every
 /// `window`, until the task is dropped.
 pub async fn govern(queue: Queue, engine: Arc<Engine>, window: Duration, cfg: GovernorConfig) {
-    let mut last = engine.counters.snapshot();
+    let mut last = Sample::of(&engine);
     let mut calm_windows = 0;
     loop {
         tokio::time::sleep(window).await;
-        let now = engine.counters.snapshot();
+        let now = Sample::of(&engine);
         // While nothing is limited and this worker sees no throttling, a
         // report every CALM_EVERY windows is enough to learn that the fleet
         // got limited (Redis commands stay per second of a few, not more).
-        let calm = now.throttles == last.throttles && engine.rate() == engine.opts.max_rate;
+        let calm = now.total.throttles == last.total.throttles
+            && engine.rate() == engine.opts.max_rate
+            && !engine.partitions.any_limited();
         calm_windows = if calm { calm_windows + 1 } else { 0 };
         if calm && calm_windows % CALM_EVERY != 0 {
             continue;
         }
         match report(&queue, &last, &now, window, &cfg).await {
-            Ok(rate) => {
-                engine.set_rate(rate);
+            Ok(rates) => {
+                apply(&engine, &rates);
                 last = now;
             }
             // Redis away: keep the rate and the counts for the next window.
@@ -50,21 +112,32 @@ pub async fn govern(queue: Queue, engine: Arc<Engine>, window: Duration, cfg: Go
     }
 }
 
-/// One window (counters `last` to `now`): report, maybe step, and answer
-/// this worker's rate.
+/// Set the engine's rates, each within its per-process ceiling.
+pub fn apply(engine: &Engine, rates: &Rates) {
+    engine.set_rate(rates.all);
+    let ceiling = engine.opts.max_rate.filter(|m| *m > 0.0);
+    let capped: Vec<(String, Option<f64>)> = rates
+        .partitions
+        .iter()
+        .map(|(p, r)| (p.clone(), r.map(|r| ceiling.map_or(r, |c| r.min(c)))))
+        .collect();
+    engine.partitions.set_rates(&capped);
+}
+
+/// One window (samples `last` to `now`): report, maybe step, and answer
+/// this worker's rates.
 pub async fn report(
     queue: &Queue,
-    last: &CountersSnapshot,
-    now: &CountersSnapshot,
+    last: &Sample,
+    now: &Sample,
     window: Duration,
     cfg: &GovernorConfig,
-) -> Result<Option<f64>, QueueError> {
-    let counts = [(
-        ALL,
-        now.heads.saturating_sub(last.heads),
-        now.throttles.saturating_sub(last.throttles),
-        now.head_micros.saturating_sub(last.head_micros),
-    )];
+) -> Result<Rates, QueueError> {
+    let owned = now.window_since(last);
+    let counts: Vec<(&str, u64, u64, u64)> = owned
+        .iter()
+        .map(|(p, r, t, l)| (p.as_str(), *r, *t, *l))
+        .collect();
     let governed = queue.govern(window, &counts).await?;
     let mut states = parse_states(&governed);
     if let Some((elapsed, fields)) = &governed.window {
@@ -78,8 +151,20 @@ pub async fn report(
         queue.set_governors(&json).await?;
         states = next;
     }
-    let limit = states.get(ALL).and_then(|g| g.limit(cfg));
-    Ok(share(limit, governed.sending))
+    Ok(rates(&states, cfg, governed.sending))
+}
+
+/// Each worker's rates from the governors' states.
+pub fn rates(states: &Governors, cfg: &GovernorConfig, sending: u64) -> Rates {
+    let all = states.get(ALL).map_or(cfg.ceiling, |g| g.limit(cfg));
+    Rates {
+        all: crate::fleet::governor::share(all, sending),
+        partitions: states
+            .iter()
+            .filter(|(p, _)| p.as_str() != ALL)
+            .map(|(p, g)| (p.clone(), g.share(cfg, sending)))
+            .collect(),
+    }
 }
 
 fn parse_states(governed: &Governed) -> Governors {
@@ -90,7 +175,7 @@ fn parse_states(governed: &Governed) -> Governors {
         .collect()
 }
 
-/// The fleet's window from its `PARTITION|r`, `|t`, `|l` fields.
+/// The fleet's window from its `PARTITION|r`, `|t`, `|l`, `|w` fields.
 pub fn parse_window(fields: &[(String, String)], elapsed: Duration) -> BTreeMap<String, Window> {
     let mut windows: BTreeMap<String, Window> = BTreeMap::new();
     for (field, value) in fields {
@@ -105,6 +190,7 @@ pub fn parse_window(fields: &[(String, String)], elapsed: Duration) -> BTreeMap<
             "r" => w.requests = n,
             "t" => w.throttles = n,
             "l" => w.latency_us = n,
+            "w" => w.senders = n,
             _ => {}
         }
     }
@@ -128,9 +214,71 @@ mod tests {
                 secs: 1.5,
                 requests: 900,
                 throttles: 12,
-                latency_us: 9000
+                latency_us: 9000,
+                senders: 0
             }
         );
         assert_eq!(w["a|b"].requests, 5, "a partition may hold the separator");
+    }
+
+    #[test]
+    fn a_window_reports_each_tracked_partition_and_the_rest_in_the_catch_all() {
+        let counts = |heads, throttles, head_micros| PartitionCounts {
+            heads,
+            throttles,
+            head_micros,
+        };
+        let total = |heads, throttles, head_micros| CountersSnapshot {
+            heads,
+            throttles,
+            head_micros,
+            ..CountersSnapshot::default()
+        };
+        let last = Sample {
+            total: total(100, 0, 1_000),
+            partitions: BTreeMap::new(),
+        };
+        let now = Sample {
+            total: total(400, 9, 5_000),
+            // hot/ was tracked during the window: all its counts are new.
+            partitions: BTreeMap::from([("hot/".to_string(), counts(50, 9, 3_000))]),
+        };
+        assert_eq!(
+            now.window_since(&last),
+            vec![
+                ("*".to_string(), 250, 0, 1_000),
+                ("hot/".to_string(), 50, 9, 3_000)
+            ]
+        );
+    }
+
+    #[test]
+    fn each_partition_gets_its_own_share_and_the_catch_all_the_ceiling() {
+        let cfg = GovernorConfig {
+            ceiling: Some(1_000.0),
+            ..GovernorConfig::default()
+        };
+        let hot = Governor {
+            rate: Some(300.0),
+            senders: 1,
+            ..Governor::default()
+        };
+        let states = Governors::from([
+            ("hot/".to_string(), hot),
+            ("cold/".to_string(), Governor::default()),
+        ]);
+        let r = rates(&states, &cfg, 4);
+        assert_eq!(r.all, Some(250.0), "no * governor: the ceiling, split by 4");
+        assert_eq!(
+            r.partitions,
+            vec![
+                ("cold/".to_string(), Some(250.0)),
+                ("hot/".to_string(), Some(300.0))
+            ]
+        );
+        assert_eq!(
+            rates(&states, &GovernorConfig::default(), 4).partitions[0].1,
+            None
+        );
     }
 }

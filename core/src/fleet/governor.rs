@@ -56,6 +56,9 @@ pub struct Window {
     pub throttles: u64,
     /// Sum of the requests' latencies, in microseconds.
     pub latency_us: u64,
+    /// Workers that sent requests to the partition in the window (0: not
+    /// counted).
+    pub senders: u64,
 }
 
 impl Window {
@@ -80,6 +83,10 @@ pub struct Governor {
     pub baseline_us: Option<f64>,
     /// Throttling answers seen, in all.
     pub throttles: u64,
+    /// Workers that sent to this partition in the last window with requests
+    /// (they share its rate; 0: not known, all workers share it).
+    #[serde(default)]
+    pub senders: u64,
 }
 
 impl Governor {
@@ -95,6 +102,9 @@ impl Governor {
     pub fn step(&self, w: &Window, cfg: &GovernorConfig) -> Governor {
         let mut next = self.clone();
         next.throttles += w.throttles;
+        if w.senders > 0 {
+            next.senders = w.senders;
+        }
         let measured = w.rate();
         let mean = w.mean_latency_us().filter(|_| w.requests >= cfg.min_requests);
         let risen = match (mean, self.baseline_us) {
@@ -155,6 +165,48 @@ pub fn share(limit: Option<f64>, workers: u64) -> Option<f64> {
     limit.map(|l| l / workers.max(1) as f64)
 }
 
+impl Governor {
+    /// One worker's share of this partition's limit: split among the workers
+    /// that sent to it in the last window, or all `sending` when not known
+    /// (a hot prefix scanned by one worker of ten gets the whole rate).
+    pub fn share(&self, cfg: &GovernorConfig, sending: u64) -> Option<f64> {
+        let workers = if self.senders > 0 {
+            self.senders.min(sending.max(1))
+        } else {
+            sending
+        };
+        share(self.limit(cfg), workers)
+    }
+}
+
+/// What the status shows of a scan's governors.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Throttling answers the fleet saw, all partitions.
+    pub throttles: u64,
+    /// The governed partitions and their rates (requests/s), lowest first.
+    pub limited: Vec<(String, f64)>,
+}
+
+/// Sum up the governors (states as Redis holds them: JSON by partition;
+/// unreadable ones are skipped).
+pub fn summarise<'a>(states: impl IntoIterator<Item = (&'a String, &'a String)>) -> Summary {
+    let mut summary = Summary::default();
+    for (partition, json) in states {
+        let Ok(g) = serde_json::from_str::<Governor>(json) else {
+            continue;
+        };
+        summary.throttles += g.throttles;
+        if let Some(rate) = g.rate {
+            summary.limited.push((partition.clone(), rate));
+        }
+    }
+    summary
+        .limited
+        .sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    summary
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +218,7 @@ mod tests {
             requests,
             throttles: 0,
             latency_us: latency_us * requests,
+            senders: 0,
         }
     }
 
@@ -226,6 +279,7 @@ mod tests {
             requests: 5,
             throttles: 0,
             latency_us: 5 * 10_000,
+            senders: 0,
         };
         assert!(g.step(&few, &cfg).rate.unwrap() >= g.rate.unwrap().min(10.0));
     }
@@ -286,5 +340,65 @@ mod tests {
         assert_eq!(step_all(&govs, &only_cold, &cfg)["hot/"], govs["hot/"]);
         assert_eq!(share(govs["hot/"].limit(&cfg), 4), Some(5_500.0 * 0.7 / 4.0));
         assert_eq!(share(None, 4), None);
+    }
+
+    #[test]
+    fn the_summary_adds_up_throttles_and_lists_governed_partitions_lowest_first() {
+        let json = |g: Governor| serde_json::to_string(&g).unwrap();
+        let states = BTreeMap::from([
+            (
+                "*".to_string(),
+                json(Governor {
+                    throttles: 2,
+                    ..Governor::default()
+                }),
+            ),
+            (
+                "a/".to_string(),
+                json(Governor {
+                    rate: Some(900.0),
+                    throttles: 5,
+                    ..Governor::default()
+                }),
+            ),
+            (
+                "b/".to_string(),
+                json(Governor {
+                    rate: Some(300.0),
+                    throttles: 40,
+                    ..Governor::default()
+                }),
+            ),
+            ("bad/".to_string(), "not json".to_string()),
+        ]);
+        let s = summarise(&states);
+        assert_eq!(s.throttles, 47);
+        assert_eq!(
+            s.limited,
+            vec![("b/".to_string(), 300.0), ("a/".to_string(), 900.0)]
+        );
+        assert_eq!(summarise(&BTreeMap::new()), Summary::default());
+    }
+
+    #[test]
+    fn a_partition_is_shared_by_the_workers_that_send_to_it() {
+        let cfg = GovernorConfig::default();
+        let w = Window {
+            senders: 2,
+            ..throttled(1_000.0, 10)
+        };
+        let g = Governor::default().step(&w, &cfg);
+        assert_eq!(g.senders, 2);
+        assert_eq!(
+            g.share(&cfg, 8),
+            Some(700.0 / 2.0),
+            "2 of the 8 workers send to it"
+        );
+        // A window without the count keeps the last one known.
+        assert_eq!(g.step(&calm(700.0, 1_000), &cfg).senders, 2);
+        // Never more senders than workers sending at all.
+        assert_eq!(g.share(&cfg, 1), Some(700.0));
+        // Unknown: all workers share it.
+        assert_eq!(Governor { senders: 0, ..g }.share(&cfg, 4), Some(700.0 / 4.0));
     }
 }

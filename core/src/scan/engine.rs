@@ -5,7 +5,7 @@
 //! store lists metadata (`listed`), the listing's entries become records
 //! without a HEAD.
 //!
-//! May import: `record`, `listed`, `keyspace` and `s3`.
+//! May import: `record`, `listed`, `partition`, `keyspace` and `s3`.
 
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
@@ -15,6 +15,7 @@ use crate::s3::{BucketLister, ListRequest, ListedObject, Pages, S3};
 use crate::scan::listed::{
     disagreement, record_from_listing, sample_indices, MetadataLister, MetadataSource,
 };
+use crate::scan::partition::{Partition, Partitions};
 use crate::scan::record::{Record, Status};
 use futures::future::Either;
 use futures::StreamExt;
@@ -123,6 +124,9 @@ pub struct Engine {
     pub counters: Counters,
     /// The store refused `metadata=true` once: list without it from then on.
     listing_metadata_refused: std::sync::atomic::AtomicBool,
+    /// Key partitions the rate governor paces apart (see `partition`): the
+    /// keys of a tracked partition skip `rate` and wait for its own.
+    pub partitions: Partitions,
 }
 
 /// Where a shard's scan must stop, shared with a worker that splits the
@@ -170,6 +174,7 @@ impl Engine {
             opts,
             counters: Counters::default(),
             listing_metadata_refused: Default::default(),
+            partitions: Partitions::default(),
         })
     }
 
@@ -401,22 +406,39 @@ impl Engine {
     /// unreadable, retries used up) becomes an `error` record and the scan
     /// goes on; a shard dies only when its listing fails for good.
     pub async fn head_listed(&self, obj: ListedObject) -> Result<Record, S3Error> {
+        let partition = self.partitions.find(&obj.key);
         let result: HeadResult = {
             let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
-            self.pace().await;
+            match &partition {
+                Some(p) => p.pace().await,
+                None => self.pace().await,
+            }
             let started = std::time::Instant::now();
+            let throttles = AtomicU64::new(0);
             let result = self
                 .s3
                 .retry
                 .run(&self.s3.retries, || async {
                     let r = self.head.head(&self.opts.bucket, &obj.key).await;
                     if matches!(r, Err(S3Error::Throttled { .. })) {
-                        self.counters.throttles.fetch_add(1, Relaxed);
+                        throttles.fetch_add(1, Relaxed);
                     }
                     r
                 })
                 .await;
             let micros = started.elapsed().as_micros() as u64;
+            let throttles = throttles.into_inner();
+            // A throttled key's partition is tracked from now on (slow path:
+            // throttling answers are rare next to HEADs). The partition
+            // counts before the totals: the governor reads the totals first,
+            // so the catch-all (totals less partitions) never gets a
+            // partition's throttles.
+            let partition =
+                partition.or_else(|| (throttles > 0).then(|| self.partitions.track(&obj.key)).flatten());
+            if let Some(p) = partition {
+                count_in(&p, throttles, micros);
+            }
+            self.counters.throttles.fetch_add(throttles, Relaxed);
             self.counters.head_micros.fetch_add(micros, Relaxed);
             result
         };
@@ -459,6 +481,13 @@ impl Engine {
         };
         Ok(record)
     }
+}
+
+/// Count one HEAD in its tracked partition.
+fn count_in(p: &Partition, throttles: u64, micros: u64) {
+    p.heads.fetch_add(1, Relaxed);
+    p.throttles.fetch_add(throttles, Relaxed);
+    p.head_micros.fetch_add(micros, Relaxed);
 }
 
 /// A record from what the listing said, for objects the HEAD could not read.

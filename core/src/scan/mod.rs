@@ -10,6 +10,7 @@ pub mod format;
 pub mod listed;
 pub mod output;
 pub mod parquet;
+pub mod partition;
 pub mod record;
 pub mod single;
 

@@ -12,8 +12,8 @@ use super::observe::{observe, Observed};
 use super::planning::{job_gate, plan, replan, Gate};
 use super::report::{publish, write_status};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
-use crate::desired;
-use crate::status::{self, COMPLETE, PLANNED, SUSPENDED};
+use crate::status::{self, COMPLETE, PLANNED, STORE_SATURATED, SUSPENDED};
+use crate::{autoscale, desired};
 use bucketscan_core::fleet::plan::PlanError;
 use bucketscan_core::fleet::queue::Queue;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -151,6 +151,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     queue.reap(max_failures()).await?;
     let work_left = seen.shards.pending + seen.shards.leased;
     let replicas = desired::desired_replicas(&scan.spec.workers, Some(work_left));
+    let replicas = autoscaled(scan, &mut st, &seen, replicas, &now);
     ensure_workers(scan, ctx, replicas).await?;
     report_progress(scan, ctx, &mut st, &seen, replicas, &now);
 
@@ -224,6 +225,60 @@ async fn suspended(
 /// How often a suspended scan is looked at.
 const SUSPENDED_REQUEUE: Duration = Duration::from_secs(10);
 
+/// With minReplicas/maxReplicas: the throughput-seeking autoscaler's
+/// answer within `bound` (desired_replicas': the work left), its state kept
+/// in status and the StoreSaturated condition set. Fixed replicas: `bound`.
+fn autoscaled(scan: &BucketScan, st: &mut BucketScanStatus, seen: &Observed, bound: i32, now: &Time) -> i32 {
+    let w = &scan.spec.workers;
+    if w.replicas.is_some() || (w.min_replicas.is_none() && w.max_replicas.is_none()) {
+        return bound;
+    }
+    let obs = autoscale::Observation {
+        now_secs: now.0.as_second(),
+        rate: seen.rate,
+        throttles: seen.governor.throttles,
+    };
+    let min = w.min_replicas.unwrap_or(1);
+    let d = autoscale::decide(
+        st.autoscale.as_ref(),
+        &obs,
+        min,
+        bound,
+        &autoscale::AutoscaleConfig::default(),
+    );
+    let generation = scan.metadata.generation;
+    let conditions = &mut st.conditions;
+    match &d.saturated {
+        Some(s) => {
+            status::set_condition(
+                conditions,
+                STORE_SATURATED,
+                true,
+                s.reason,
+                &s.message,
+                generation,
+                now,
+            );
+        }
+        // Held at a knee between steps: the condition stays as it was set.
+        None if d.state.knee.is_some() => {}
+        None => {
+            let msg = format!("{} workers: each step so far raised the rate", d.workers);
+            status::set_condition(
+                conditions,
+                STORE_SATURATED,
+                false,
+                "RateGrowing",
+                &msg,
+                generation,
+                now,
+            );
+        }
+    }
+    st.autoscale = Some(d.state);
+    d.workers
+}
+
 /// Shard and object counts, rate, workers and ETA into the status and metrics.
 fn report_progress(
     scan: &BucketScan,
@@ -263,4 +318,9 @@ fn report_progress(
     st.numbers.objects_done = st.objects.as_ref().map(|o| o.scanned);
     st.numbers.rate_per_second = Some(seen.rate.round() as u64);
     st.numbers.eta_seconds = status::time_left(elapsed, &seen.shards).map(|d| d.as_secs());
+    let (governed, governed_rate, throttles) = status::governed(&seen.governor);
+    m.observe_governor(&labels, throttles, governed_rate);
+    st.governed_rate = governed;
+    st.numbers.governed_rate_per_second = governed_rate;
+    st.numbers.store_throttles = Some(throttles);
 }

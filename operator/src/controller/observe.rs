@@ -14,6 +14,8 @@ pub(super) struct Observed {
     pub shards: ShardCounts,
     pub counters: std::collections::BTreeMap<String, u64>,
     pub rate: f64,
+    /// The rate governors' summary (throttles seen, governed partitions).
+    pub governor: bucketscan_core::fleet::governor::Summary,
     pub manifest: Option<Manifest>,
 }
 
@@ -46,6 +48,7 @@ pub(super) async fn observe(queue: &Queue) -> Result<Observed, Error> {
         },
         counters: queue.counters().await?,
         rate,
+        governor: bucketscan_core::fleet::governor::summarise(&queue.governors().await?),
         manifest,
     })
 }

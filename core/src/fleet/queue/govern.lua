@@ -5,18 +5,30 @@
 -- (fleet::governor) and writes them back with `set_governors`.
 -- KEYS: governor hash (partition -> state JSON, "_at" -> ms of the last
 --       step), window hash, sending workers zset, step lock
--- ARGV[1]: worker, ARGV[2]: window ms, then partition, requests, throttles,
---          latency µs, repeated.
+-- ARGV[1]: worker, ARGV[2]: window ms, ARGV[3]: most partitions kept, then
+--          partition, requests, throttles, latency µs, repeated. A worker
+--          that sent requests to a partition adds 1 to its `|w` (senders).
+--          A partition new to the governors while they hold the most is
+--          counted in `*` (the Redis state stays bounded).
 -- Returns {workers sending, elapsed ms of the window or -1, governor pairs,
 --          window pairs (when this caller steps)}.
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZADD', KEYS[3], now_ms, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms - 5 * tonumber(ARGV[2]))
-for i = 3, #ARGV, 4 do
-  redis.call('HINCRBY', KEYS[2], ARGV[i] .. '|r', ARGV[i + 1])
-  redis.call('HINCRBY', KEYS[2], ARGV[i] .. '|t', ARGV[i + 2])
-  redis.call('HINCRBY', KEYS[2], ARGV[i] .. '|l', ARGV[i + 3])
+local most = tonumber(ARGV[3])
+for i = 4, #ARGV, 4 do
+  local p = ARGV[i]
+  if p ~= '*' and redis.call('HEXISTS', KEYS[1], p) == 0
+     and redis.call('HLEN', KEYS[1]) > most then
+    p = '*'
+  end
+  redis.call('HINCRBY', KEYS[2], p .. '|r', ARGV[i + 1])
+  redis.call('HINCRBY', KEYS[2], p .. '|t', ARGV[i + 2])
+  redis.call('HINCRBY', KEYS[2], p .. '|l', ARGV[i + 3])
+  if tonumber(ARGV[i + 1]) > 0 then
+    redis.call('HINCRBY', KEYS[2], p .. '|w', 1)
+  end
 end
 local sending = redis.call('ZCARD', KEYS[3])
 local elapsed = -1

@@ -394,6 +394,10 @@ pub struct ShardRecord {
     pub counts: std::collections::BTreeMap<String, u64>,
 }
 
+/// Most partitions the governors hold (past it, new ones count in `*`);
+/// the `_at` field makes one more.
+const MAX_GOVERNED_PARTITIONS: usize = 65;
+
 /// What the governor's shared state says after a worker's report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Governed {
@@ -402,7 +406,7 @@ pub struct Governed {
     /// Governor state (JSON) by partition.
     pub states: Vec<(String, String)>,
     /// For the one worker that steps this window: its length and the fleet's
-    /// counts (`PARTITION|r`, `|t`, `|l` fields).
+    /// counts (`PARTITION|r`, `|t`, `|l`, `|w` fields).
     pub window: Option<(Duration, Vec<(String, String)>)>,
 }
 
@@ -876,7 +880,8 @@ impl Queue {
             .key(self.keys.governor_sending())
             .key(self.keys.governor_lock())
             .arg(&self.owner)
-            .arg(window.as_millis().max(1) as u64);
+            .arg(window.as_millis().max(1) as u64)
+            .arg(MAX_GOVERNED_PARTITIONS);
         for (partition, requests, throttles, latency_us) in counts {
             script
                 .arg(*partition)
