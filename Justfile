@@ -71,7 +71,7 @@ crds-check:
 # Release build of the binaries (the kubectl plugin's too: copy
 # $CARGO_TARGET_DIR/release/kubectl-bucketscan onto PATH).
 build:
-    cargo build --release -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl
+    cargo build --release -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl -p bucketscan-bench
 
 # A real scan end to end: a local Kubernetes cluster, the chart, a seeded
 # bucket, `kubectl apply -f e2e/bucketscan.yaml`, its status and result.

@@ -6,7 +6,9 @@
 #   the seeded set exactly.
 # Then the chaos scan: worker pods deleted every few seconds, the operator pod
 # deleted, the workers scaled up and down by editing the BucketScan, Redis
-# restarted (its data lost), and again the exact seeded set.
+# restarted (its data lost), and again the exact seeded set. The chaos scan
+# reaches versitygw through a store model (synthetic-s3 --passthrough) that
+# resets connections, answers 500s and 503s beyond its capacity.
 #
 # Usage: e2e/run.sh [test|demo|bench]
 #   test  (default, `just e2e`) the clean scan and the chaos scan
@@ -146,7 +148,7 @@ rm -f "$credentials"
 
 # apply_scan FILE: kubectl apply -f, with the endpoint the pods reach.
 apply_scan() {
-  sed "s|http://10.200.0.1:9000|$S3_POD_ENDPOINT|" "$1" | k -n "$SCAN_NS" apply -f -
+  sed "s|http://10.200.0.1:|http://$POD_SIDE_HOST:|" "$1" | k -n "$SCAN_NS" apply -f -
 }
 
 phase_of() { k -n "$SCAN_NS" get bucketscan "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
@@ -200,12 +202,19 @@ manifest_fields() { # NAME FIELD[.FIELD...]...: the values, one line, from one r
 print(*(functools.reduce(lambda v, f: v[f], path.split('.'), m) for path in sys.argv[1:]))" "$@"
 }
 
+# release_bin NAME: the path of a release binary of the workspace.
+release_bin() {
+  local bin=${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release/$1
+  [ -x "$bin" ] || die "$bin missing: just build"
+  echo "$bin"
+}
+
 # The end-to-end benchmark (mode bench): synthetic-s3 serves the bucket and
 # passes the results bucket on to versitygw, so the scan can be large.
 bench_in_cluster() {
-  local objects=${E2E_BENCH_OBJECTS:-1000000} target=${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release
-  local synthetic=$target/synthetic-s3 raw_rate
-  [ -x "$synthetic" ] || die "$synthetic missing: cargo build --release -p bucketscan-bench"
+  local objects=${E2E_BENCH_OBJECTS:-1000000}
+  local synthetic raw_rate
+  synthetic=$(release_bin synthetic-s3)
   step "synthetic-s3 with $objects objects, 1 ms per request"
   restart_server synthetic-s3 9100 _stats "$synthetic" --listen "$LISTEN_HOST:9100" \
     --objects "$objects" --layout nested --latency-us 1000 --threads 2 --forward "$S3_HOST_ENDPOINT"
@@ -285,7 +294,14 @@ step "end to end against the raw HEAD rate"
 raw_rate=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET raw_scan_rate 192)
 figure e2e "$OBJECTS" "$raw_rate" "versitygw"
 
-step "chaos scan: pods killed, workers scaled, operator and Redis restarted"
+step "chaos scan: pods killed, workers scaled, operator and Redis restarted, a faulty store"
+# The store model in front of versitygw: 1 % of connections reset, 3 % 500
+# InternalError, and 503 SlowDown beyond 200 requests per second (the scan
+# asks for 250), so the rate governor has a knee to find.
+store_model=$(release_bin synthetic-s3)
+restart_server store-model 9100 _stats "$store_model" --listen "$LISTEN_HOST:9100" \
+  --bucket "$BUCKET" --passthrough --forward "$S3_HOST_ENDPOINT" --threads 1 \
+  --latency-us 1000 --capacity 200 --queue-limit-ms 50 --reset-share 0.01 --error-share 0.03
 apply_scan "$HERE/bucketscan-chaos.yaml"
 workers="app.kubernetes.io/instance=e2e-chaos,app.kubernetes.io/component=worker"
 chaos_log=$STATE/chaos.log
@@ -326,4 +342,13 @@ verify e2e-chaos
 read -r shards retried attempts splits < <(manifest_fields e2e-chaos shards shards_retried attempts splits)
 log "chaos: $killed worker pods deleted, operator and Redis restarted, workers scaled 2 -> 4 -> 2;" \
   "shards: $shards, retried or resumed: $retried, leases taken: $attempts, split while running: $splits"
+# The store's faults really happened (and were all retried away: verify
+# found every object exactly once, none as an error record).
+faults=$(s3_run curl -sf "http://$HOST_SIDE_HOST:9100/_stats")
+log "chaos store model: $faults"
+read -r resets errors throttled < <(echo "$faults" | python3 -c '
+import json, sys; s = json.load(sys.stdin); print(s["resets"], s["internal_errors"], s["throttled"])')
+[ "$resets" -gt 0 ] && [ "$errors" -gt 0 ] && [ "$throttled" -gt 0 ] ||
+  die "the store model injected no resets, 500s or 503s: $faults"
+stop_server store-model
 log "e2e passed in $((SECONDS - started))s"

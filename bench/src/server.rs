@@ -30,6 +30,10 @@ pub struct Config {
     pub slowdown: f64,
     /// `http://HOST:PORT` of a real S3 server for every other bucket.
     pub forward: Option<String>,
+    /// No generated bucket: the requests for `bucket`, once the store model
+    /// lets them through, go to `forward` too. The model's latency, limits
+    /// and faults stand in front of a real S3 server and its real objects.
+    pub passthrough: bool,
 }
 
 /// Requests served, by kind (for the benchmark's own bookkeeping).
@@ -183,7 +187,11 @@ async fn respond(
             .body(Full::new(Bytes::from(stats.json())))
             .expect("valid");
     }
-    if let Some(base) = config.forward.as_deref().filter(|_| bucket != config.bucket) {
+    if let Some(base) = config
+        .forward
+        .as_deref()
+        .filter(|_| config.passthrough || bucket != config.bucket)
+    {
         stats.forwarded.fetch_add(1, Ordering::Relaxed);
         return forward(req, base, upstream).await;
     }

@@ -54,6 +54,7 @@ async fn store() -> (String, Keyspace, Arc<Stats>) {
         model,
         slowdown: 0.0,
         forward: None,
+        passthrough: false,
     };
     tokio::spawn(serve(listener, config, stats.clone()));
     (url, keyspace, stats)

@@ -34,6 +34,7 @@ async fn endpoint(model: StoreModel, layout: Layout) -> (String, Keyspace, Arc<S
         model,
         slowdown: 0.0,
         forward: None,
+        passthrough: false,
     };
     tokio::spawn(serve(listener, config, stats.clone()));
     (url, keyspace, stats)

@@ -31,6 +31,7 @@ async fn endpoint_with(
         keyspace,
         model: StoreModel::fixed(Duration::from_micros(200)),
         slowdown,
+        passthrough: false,
         forward,
     };
     tokio::spawn(serve(listener, config, stats.clone()));
@@ -127,6 +128,72 @@ async fn the_bare_hyper_loop_heads_every_object() {
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["objects"], 3_000);
     assert_eq!(stats.heads.load(std::sync::atomic::Ordering::Relaxed), 3_000);
+}
+
+/// With `passthrough` the store model stands in front of another server (the
+/// e2e's chaos scan puts it in front of versitygw): a scan through its
+/// resets, 500s and 503s beyond capacity still returns every object of the
+/// server behind it, and only requests the model let through reach that
+/// server, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passthrough_model_puts_its_faults_in_front_of_another_server() {
+    let objects = 3_000;
+    let (upstream, upstream_stats) = endpoint(
+        Keyspace {
+            objects,
+            layout: Layout::Nested,
+        },
+        0.0,
+    )
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front = format!("http://{}", listener.local_addr().unwrap());
+    let front_stats = Arc::new(Stats::default());
+    let model = StoreModel {
+        capacity: Some(2_000.0),
+        queue_limit: Duration::from_millis(5),
+        errors: 0.03,
+        resets: 0.01,
+        ..StoreModel::fixed(Duration::from_micros(200))
+    };
+    let config = Config {
+        bucket: "synthetic".into(),
+        // Nothing is generated here: the objects are the upstream's.
+        keyspace: Keyspace {
+            objects: 0,
+            layout: Layout::Flat,
+        },
+        model,
+        slowdown: 0.0,
+        forward: Some(upstream),
+        passthrough: true,
+    };
+    tokio::spawn(serve(listener, config, front_stats.clone()));
+
+    let records = tokio::task::spawn_blocking(move || scan(&front)).await.unwrap();
+    assert_eq!(records.len() as u64, objects);
+    assert!(
+        records.values().all(|r| r["status"] == "ok"),
+        "every fault was retried away"
+    );
+    let key = Keyspace {
+        objects,
+        layout: Layout::Nested,
+    }
+    .key(1_234);
+    assert_eq!(records[&key]["metadata"]["index"], "1234");
+
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    for (fault, n) in [
+        ("resets", load(&front_stats.resets)),
+        ("500s", load(&front_stats.internal_errors)),
+        ("503s beyond capacity", load(&front_stats.throttled)),
+    ] {
+        assert!(n > 0, "the model injected no {fault}");
+    }
+    let upstream_served = load(&upstream_stats.lists) + load(&upstream_stats.heads);
+    assert_eq!(load(&front_stats.forwarded), upstream_served);
+    assert!(load(&upstream_stats.heads) >= objects);
 }
 
 /// Other buckets go to the `--forward` server as they came (signed requests

@@ -5,13 +5,9 @@
 //! May import: (none of this crate)
 
 use bucketscan_operator::crd::{BucketScan, BucketScanStatus, Phase};
-use bucketscan_operator::status::{human_duration, FAILED};
+use bucketscan_operator::status::{human_duration, FAILED, STORE_SATURATED};
 use std::fmt::Write as _;
 use std::time::Duration;
-
-/// The condition a store's throttling (503 SlowDown) would set, shown when
-/// the operator reports it.
-pub const THROTTLED: &str = "Throttled";
 
 /// Cells of the progress bar.
 const BAR_WIDTH: usize = 20;
@@ -108,6 +104,19 @@ fn condition_true<'a>(
         .find(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// The store's pushback: throttling answers so far and the rate governor's
+/// limits, as `1,234 answers, governed hot/ 4200/s`. `None` while the
+/// store never throttled.
+fn throttling_text(st: &BucketScanStatus) -> Option<String> {
+    let throttles = st.numbers.store_throttles.filter(|&n| n > 0);
+    if throttles.is_none() && st.governed_rate.is_none() {
+        return None;
+    }
+    let mut parts = vec![format!("{} answers", thousands(throttles.unwrap_or(0)))];
+    parts.extend(st.governed_rate.as_ref().map(|g| format!("governed {g}")));
+    Some(parts.join(", "))
+}
+
 /// Why the scan failed: the Failed condition's reason and message.
 pub fn failure(st: &BucketScanStatus) -> String {
     match condition_true(st, FAILED) {
@@ -131,8 +140,9 @@ pub fn progress_line(st: &BucketScanStatus) -> String {
     }
     parts.extend(st.workers.map(|w| format!("{w} workers")));
     parts.extend(shards_text(st));
-    if let Some(c) = condition_true(st, THROTTLED) {
-        parts.push(format!("THROTTLED ({})", c.reason));
+    parts.extend(throttling_text(st).map(|t| format!("THROTTLED ({t})")));
+    if let Some(c) = condition_true(st, STORE_SATURATED) {
+        parts.push(format!("SATURATED ({})", c.reason));
     }
     parts.join("  ")
 }
@@ -163,9 +173,10 @@ pub fn status_report(scan: &BucketScan) -> String {
             .or_else(|| st.workers.map(|w| w.to_string())),
     );
     line("shards:", shards_text(&st));
+    line("throttled:", throttling_text(&st));
     line(
-        "throttled:",
-        condition_true(&st, THROTTLED).map(|c| format!("{}: {}", c.reason, c.message)),
+        "saturated:",
+        condition_true(&st, STORE_SATURATED).map(|c| format!("{}: {}", c.reason, c.message)),
     );
     line("result:", st.output.clone());
     line("manifest:", st.manifest.clone());
@@ -269,14 +280,27 @@ mod tests {
              ETA 3m20s  4 workers  40/64 shards done (20 pending, 4 leased)"
         );
         let mut st = scanning();
-        st.conditions
-            .push(condition(THROTTLED, "SlowDown", "503 from the store"));
         st.shards.as_mut().unwrap().dead = 2;
+        st.numbers.store_throttles = Some(0);
+        let line = progress_line(&st);
+        assert!(line.ends_with("4 leased, 2 dead)"), "no throttling yet: {line}");
+        st.numbers.store_throttles = Some(1_234);
+        st.governed_rate = Some("hot/ 4200/s".into());
+        st.conditions.push(condition(
+            STORE_SATURATED,
+            "Throttling",
+            "the store throttles at 4 workers",
+        ));
         let line = progress_line(&st);
         assert!(
-            line.ends_with("4 leased, 2 dead)  THROTTLED (SlowDown)"),
+            line.ends_with(
+                "4 leased, 2 dead)  THROTTLED (1,234 answers, governed hot/ 4200/s)  SATURATED (Throttling)"
+            ),
             "{line}"
         );
+        let mut st = scanning();
+        st.numbers.store_throttles = Some(7);
+        assert!(progress_line(&st).ends_with("THROTTLED (7 answers)"));
     }
 
     #[test]

@@ -99,7 +99,15 @@ fn text(out: &[u8]) -> String {
 async fn status_shows_the_numbers_of_the_status() {
     let api = scan("plugin-status", "running").await;
     let mut status = scanning(12345, 4);
-    status["conditions"] = serde_json::json!([condition("Planned", "Planned", "8 shards")]);
+    status["conditions"] = serde_json::json!([
+        condition("Planned", "Planned", "8 shards"),
+        condition("StoreSaturated", "Throttling", "the store throttles at 3 workers")
+    ]);
+    // What the operator writes while the store pushes back (through the
+    // CRD's schema: unknown fields would be pruned and not shown).
+    status["storeThrottles"] = serde_json::json!(4321);
+    status["governedRate"] = serde_json::json!("hot/ 4200/s");
+    status["governedRatePerSecond"] = serde_json::json!(4200);
     set_status(&api, "running", status).await;
 
     let out = run(&["status", "running", "-n", "plugin-status"]);
@@ -115,6 +123,8 @@ async fn status_shows_the_numbers_of_the_status() {
         "workers:    3",
         "4/8 shards done (3 pending, 1 leased)",
         "Planned    True   Planned            8 shards",
+        "throttled:  4,321 answers, governed hot/ 4200/s",
+        "saturated:  Throttling: the store throttles at 3 workers",
     ] {
         assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
     }

@@ -2,7 +2,9 @@
 //! `--objects` generated objects on `--listen`, each answer after
 //! `--latency-us` (default 1,000: an all-flash store's HEAD time), or as a
 //! store model says: `--profile flashblade|aws|minio` and the flags that
-//! override its values (docs/store-model.md). Request counts: `GET /_stats`.
+//! override its values (docs/store-model.md). With `--passthrough` the model
+//! stands in front of a real S3 server instead (the e2e's chaos scan).
+//! Request counts: `GET /_stats`.
 
 use bucketscan_bench::keyspace::BucketArgs;
 use bucketscan_bench::server::{serve, Config, Stats};
@@ -31,6 +33,11 @@ struct Args {
     /// other bucket (a fleet scan's output).
     #[arg(long)]
     forward: Option<String>,
+    /// Generate no objects: requests for --bucket, once the store model lets
+    /// them through, go to --forward as well (the model's latency, limits
+    /// and faults in front of a real S3 server).
+    #[arg(long, requires = "forward")]
+    passthrough: bool,
     /// Worker threads (the benchmark pins the endpoint to its own cores).
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -52,6 +59,7 @@ fn main() -> anyhow::Result<()> {
             model: args.model.build(Duration::from_micros(args.latency_us))?,
             slowdown: args.slowdown,
             forward: args.forward.map(|f| f.trim_end_matches('/').to_string()),
+            passthrough: args.passthrough,
         };
         serve(listener, config, Arc::new(Stats::default())).await?;
         Ok(())
