@@ -12,6 +12,13 @@
 //! counts the work left, as the maximum). A step waits `dwell` after the
 //! last one, so the rate measured is the new fleet's, and it does not flap.
 //!
+//! A step's rate is judged only once its workers have all been ready for
+//! `settle` (pods wait for image pulls or new nodes for minutes: their
+//! absence must not look like a knee), or after `patience` with the pods
+//! that came. A scan at its own `maxRequestsPerSecond` is not the store's
+//! knee: it holds without `StoreSaturated`. A knee is probed again with one
+//! more worker every `reprobe` (the store's other tenants come and go).
+//!
 //! May import: `crd`.
 
 use crate::crd::AutoscaleState;
@@ -27,6 +34,16 @@ pub struct AutoscaleConfig {
     /// throttling (also needs at least `min_throttles_per_sec`).
     pub throttle_share: f64,
     pub min_throttles_per_sec: f64,
+    /// Seconds a step's workers must all have been ready before its rate
+    /// is judged.
+    pub settle_secs: i64,
+    /// Seconds after a step when it is judged even though some of its
+    /// workers never became ready.
+    pub patience_secs: i64,
+    /// Seconds at a knee before one more worker is tried again.
+    pub reprobe_secs: i64,
+    /// A rate at this share of `maxRequestsPerSecond` is the scan's ceiling.
+    pub ceiling_share: f64,
 }
 
 impl Default for AutoscaleConfig {
@@ -36,6 +53,10 @@ impl Default for AutoscaleConfig {
             min_gain: 0.5,
             throttle_share: 0.01,
             min_throttles_per_sec: 1.0,
+            settle_secs: 20,
+            patience_secs: 300,
+            reprobe_secs: 600,
+            ceiling_share: 0.9,
         }
     }
 }
@@ -48,6 +69,10 @@ pub struct Observation {
     pub rate: f64,
     /// Throttling answers seen so far (cumulative).
     pub throttles: u64,
+    /// Worker pods ready.
+    pub ready: i32,
+    /// The scan's `maxRequestsPerSecond`.
+    pub ceiling: Option<f64>,
 }
 
 /// Why more workers would not help.
@@ -63,6 +88,8 @@ pub struct Decision {
     pub workers: i32,
     pub state: AutoscaleState,
     pub saturated: Option<Saturated>,
+    /// Held because the scan runs at its own request ceiling (the message).
+    pub at_ceiling: Option<String>,
 }
 
 /// The next step. `state`: what the last decision kept (`None`: first
@@ -80,6 +107,7 @@ pub fn decide(
         return step_to(min.max(1).min(max), None, obs, None);
     };
     let current = st.workers.clamp(min, max);
+    let st = &ready_since(st, current, obs);
     let elapsed = obs.now_secs - st.step_time;
     if elapsed < cfg.dwell_secs {
         return hold(st, current, obs);
@@ -94,8 +122,26 @@ pub fn decide(
         return step_to(fewer, Some(current), obs, Some(saturated("Throttling", message)))
             .with_knee(Some(fewer));
     }
+    if !judgeable(st, elapsed, obs, cfg) {
+        return hold(st, current, obs);
+    }
+    if let Some(ceiling) = obs.ceiling.filter(|c| obs.rate >= cfg.ceiling_share * c) {
+        let message = format!(
+            "{:.0} requests/s with {current} workers: the scan runs at its maxRequestsPerSecond ({ceiling:.0}); more workers would not raise it",
+            obs.rate
+        );
+        return hold(st, current, obs).with_at_ceiling(message);
+    }
     if let Some(knee) = st.knee {
         let at = knee.clamp(min, max);
+        if elapsed >= cfg.reprobe_secs && at < max {
+            let message = format!(
+                "{:.0} requests/s with {at} workers: trying {} again",
+                obs.rate,
+                at + 1
+            );
+            return step_to(at + 1, Some(at), obs, Some(saturated("RateFlat", message)));
+        }
         let message = format!(
             "{:.0} requests/s: the rate stopped growing with the workers at {at}",
             obs.rate
@@ -127,6 +173,28 @@ pub fn decide(
     hold(st, current, obs)
 }
 
+/// The state with the time the step's workers were first all seen ready
+/// (cleared while some are not).
+fn ready_since(st: &AutoscaleState, current: i32, obs: &Observation) -> AutoscaleState {
+    let ready_time = match (obs.ready >= current, st.ready_time) {
+        (false, _) => None,
+        (true, Some(t)) => Some(t),
+        (true, None) => Some(obs.now_secs),
+    };
+    AutoscaleState {
+        ready_time,
+        ..st.clone()
+    }
+}
+
+/// Whether the rate now says what the last step did: its workers have been
+/// ready long enough to take shards and reach their pace, or the patience
+/// ran out.
+fn judgeable(st: &AutoscaleState, elapsed: i64, obs: &Observation, cfg: &AutoscaleConfig) -> bool {
+    let settled = st.ready_time.is_some_and(|t| obs.now_secs - t >= cfg.settle_secs);
+    settled || elapsed >= cfg.patience_secs
+}
+
 fn saturated(reason: &'static str, message: String) -> Saturated {
     Saturated { reason, message }
 }
@@ -142,8 +210,10 @@ fn step_to(workers: i32, before: Option<i32>, obs: &Observation, saturated: Opti
             rate_before: obs.rate,
             throttles_at_step: obs.throttles,
             knee: None,
+            ready_time: None,
         },
         saturated,
+        at_ceiling: None,
     }
 }
 
@@ -156,10 +226,16 @@ fn hold(st: &AutoscaleState, workers: i32, _obs: &Observation) -> Decision {
             ..st.clone()
         },
         saturated: None,
+        at_ceiling: None,
     }
 }
 
 impl Decision {
+    fn with_at_ceiling(mut self, message: String) -> Decision {
+        self.at_ceiling = Some(message);
+        self
+    }
+
     fn with_knee(mut self, knee: Option<i32>) -> Decision {
         self.state.knee = knee;
         self
@@ -180,11 +256,61 @@ mod tests {
             now_secs,
             rate,
             throttles,
+            ready: i32::MAX,
+            ceiling: None,
         }
     }
 
+    /// What a simulated store and cluster show at one reconcile.
+    struct Seen {
+        rate: f64,
+        throttles_per_sec: u64,
+        ready: i32,
+    }
+
+    /// Run `decide` every 10 s; `world(now, workers, secs since the
+    /// workers changed)` says what the operator sees. The worker counts
+    /// taken and the last condition.
+    fn simulate(
+        min: i32,
+        max: i32,
+        steps: usize,
+        ceiling: Option<f64>,
+        mut world: impl FnMut(i64, i32, i64) -> Seen,
+    ) -> (Vec<i32>, Option<Saturated>, Option<String>) {
+        let cfg = AutoscaleConfig::default();
+        let mut d = decide(None, &obs(0, 0.0, 0), min, max, &cfg);
+        let (mut seen, mut throttles, mut changed_at) = (vec![d.workers], 0, 0);
+        let (mut saturated, mut at_ceiling) = (None, None);
+        for i in 1..=steps {
+            let now = 10 * i as i64;
+            let w = world(now, d.workers, now - changed_at);
+            throttles += 10 * w.throttles_per_sec;
+            let o = Observation {
+                now_secs: now,
+                rate: w.rate,
+                throttles,
+                ready: w.ready,
+                ceiling,
+            };
+            d = decide(Some(&d.state), &o, min, max, &cfg);
+            if seen.last() != Some(&d.workers) {
+                seen.push(d.workers);
+                changed_at = now;
+            }
+            // As apply.rs: the condition changes with a judgement, not
+            // while a step waits.
+            if d.saturated.is_some() || d.state.step_time == now {
+                saturated = d.saturated.clone();
+            }
+            at_ceiling = d.at_ceiling.clone();
+        }
+        (seen, saturated, at_ceiling)
+    }
+
     /// Run `decide` every 10 s against a store whose rate is `store(workers)`
-    /// and whose throttles per second are `throttling(workers)`.
+    /// and whose throttles per second are `throttling(workers)`, every
+    /// worker ready at once.
     fn run(
         min: i32,
         max: i32,
@@ -192,28 +318,11 @@ mod tests {
         store: impl Fn(i32) -> f64,
         throttling: impl Fn(i32) -> u64,
     ) -> (Vec<i32>, Option<Saturated>) {
-        let cfg = AutoscaleConfig::default();
-        let mut d = decide(None, &obs(0, 0.0, 0), min, max, &cfg);
-        let mut seen = vec![d.workers];
-        let mut throttles = 0;
-        // The last condition set (between steps a knee keeps it as it was).
-        let mut saturated = None;
-        for i in 1..=steps {
-            throttles += 10 * throttling(d.workers);
-            d = decide(
-                Some(&d.state),
-                &obs(10 * i as i64, store(d.workers), throttles),
-                min,
-                max,
-                &cfg,
-            );
-            if seen.last() != Some(&d.workers) {
-                seen.push(d.workers);
-            }
-            if d.saturated.is_some() || d.state.knee.is_none() {
-                saturated = d.saturated.clone();
-            }
-        }
+        let (seen, saturated, _) = simulate(min, max, steps, None, |_, workers, _| Seen {
+            rate: store(workers),
+            throttles_per_sec: throttling(workers),
+            ready: workers,
+        });
         (seen, saturated)
     }
 
@@ -227,13 +336,18 @@ mod tests {
 
     #[test]
     fn holds_at_the_knee_with_store_saturated_rate_flat() {
-        // Capacity 4,500/s: 5 workers do what 4 do, and no throttling.
-        let (seen, d) = run(1, 20, 100, |w| (1_000.0 * w as f64).min(4_500.0), |_| 0);
-        assert_eq!(*seen.last().unwrap(), 4, "back to the knee: {seen:?}");
-        assert!(seen.len() <= 7, "settles within a few adjustments: {seen:?}");
+        // Capacity 4,200/s: 5 workers do hardly more than 4, and no
+        // throttling.
+        let (seen, d) = run(1, 20, 100, |w| (1_000.0 * w as f64).min(4_200.0), |_| 0);
+        // (Later, a probe of 5 comes back to 4.)
+        assert!(
+            seen.starts_with(&[1, 2, 3, 4, 6, 4]),
+            "back to the knee: {seen:?}"
+        );
+        assert!((4..=5).contains(seen.last().unwrap()), "{seen:?}");
         let s = d.expect("saturated at the knee");
         assert_eq!(s.reason, "RateFlat");
-        assert!(s.message.contains("4000 requests/s"), "{}", s.message);
+        assert!(s.message.contains("4000"), "{}", s.message);
     }
 
     #[test]
@@ -262,10 +376,14 @@ mod tests {
         let d = decide(None, &obs(0, 0.0, 0), 1, 10, &cfg);
         assert_eq!(d.workers, 1);
         let d2 = decide(Some(&d.state), &obs(30, 900.0, 0), 1, 10, &cfg);
+        let unchanged = AutoscaleState {
+            ready_time: Some(30),
+            ..d.state.clone()
+        };
         assert_eq!(
             (d2.workers, &d2.state),
-            (1, &d.state),
-            "too early: nothing changes"
+            (1, &unchanged),
+            "too early: nothing changes but the time the workers were seen ready"
         );
         let d3 = decide(Some(&d2.state), &obs(60, 1_000.0, 0), 1, 10, &cfg);
         assert_eq!(d3.workers, 2);
@@ -283,6 +401,7 @@ mod tests {
             rate_before: 6_000.0,
             throttles_at_step: 0,
             knee: None,
+            ready_time: None,
         };
         // Work left allows only 3 now: at once, even within the dwell time.
         assert_eq!(decide(Some(&st), &obs(5, 9_000.0, 0), 1, 3, &cfg).workers, 3);
@@ -291,5 +410,81 @@ mod tests {
         // No work left: none.
         assert_eq!(decide(Some(&st), &obs(500, 9_000.0, 0), 1, 0, &cfg).workers, 0);
         assert_eq!(decide(None, &obs(0, 0.0, 0), 1, 0, &cfg).workers, 0);
+    }
+
+    #[test]
+    fn workers_still_starting_are_not_a_knee() {
+        // Pods take 150 s to become ready (image pulls, new nodes); the
+        // rate counts only ready workers, 1,000/s each.
+        let (seen, d, _) = simulate(1, 8, 200, None, |_, workers, since| {
+            let ready = if since >= 150 { workers } else { workers.min(1) };
+            Seen {
+                rate: 1_000.0 * ready as f64,
+                throttles_per_sec: 0,
+                ready,
+            }
+        });
+        assert_eq!(*seen.last().unwrap(), 8, "grows to the maximum: {seen:?}");
+        assert_eq!(d, None, "no knee while pods start");
+    }
+
+    #[test]
+    fn workers_that_never_start_are_judged_after_the_patience() {
+        // A quota admits 3 worker pods: the 4th never runs.
+        let (seen, d, _) = simulate(1, 8, 200, None, |_, workers, _| {
+            let ready = workers.min(3);
+            Seen {
+                rate: 1_000.0 * ready as f64,
+                throttles_per_sec: 0,
+                ready,
+            }
+        });
+        // Judged after the patience: 4 did no better than 3. Probes of 4
+        // come back to 3 every time.
+        assert!(seen.starts_with(&[1, 2, 3, 4, 3]), "{seen:?}");
+        assert!(seen[4..].iter().all(|w| (3..=4).contains(w)), "{seen:?}");
+        assert_eq!(d.expect("a knee").reason, "RateFlat");
+    }
+
+    #[test]
+    fn the_scans_own_request_ceiling_is_no_store_saturation() {
+        // maxRequestsPerSecond 2,500: the governor holds the fleet there.
+        let (seen, d, at_ceiling) = simulate(1, 8, 100, Some(2_500.0), |_, workers, _| Seen {
+            rate: (1_000.0 * workers as f64).min(2_500.0),
+            throttles_per_sec: 0,
+            ready: workers,
+        });
+        assert_eq!(*seen.last().unwrap(), 3, "{seen:?}");
+        assert_eq!(d, None, "the store is not saturated");
+        let message = at_ceiling.expect("held at the ceiling");
+        assert!(message.contains("maxRequestsPerSecond (2500)"), "{message}");
+    }
+
+    #[test]
+    fn a_knee_is_probed_again_and_followed_when_the_store_frees_up() {
+        // Capacity 4,200/s until t = 1,500 s, then 7,200/s (another tenant
+        // left).
+        let mut most_at_the_knee = 0;
+        let (seen, d, _) = simulate(1, 10, 400, None, |now, workers, _| {
+            let capacity = if now < 1_500 { 4_200.0 } else { 7_200.0 };
+            if (1_000..1_500).contains(&now) {
+                most_at_the_knee = most_at_the_knee.max(workers);
+            }
+            Seen {
+                rate: (1_000.0 * workers as f64).min(capacity),
+                throttles_per_sec: 0,
+                ready: workers,
+            }
+        });
+        assert!(
+            most_at_the_knee <= 5 && seen.windows(3).any(|w| w == [4, 5, 4]),
+            "at the first knee only one more worker is tried: {seen:?}"
+        );
+        let last = *seen.last().unwrap();
+        assert!(
+            (7..=8).contains(&last),
+            "the fleet follows the store to its new capacity: {seen:?}"
+        );
+        assert_eq!(d.expect("saturated again").reason, "RateFlat");
     }
 }

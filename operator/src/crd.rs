@@ -490,6 +490,10 @@ pub struct AutoscaleState {
     /// began: held there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub knee: Option<i32>,
+    /// Unix seconds since when every worker of the last step has been
+    /// ready (absent while some are not): its rate is judged after that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_time: Option<i64>,
 }
 
 // ---- Numeric status fields (beside progress/rate/eta strings) ----

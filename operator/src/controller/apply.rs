@@ -237,6 +237,9 @@ fn autoscaled(scan: &BucketScan, st: &mut BucketScanStatus, seen: &Observed, bou
         now_secs: now.0.as_second(),
         rate: seen.rate,
         throttles: seen.governor.throttles,
+        // As the last reconcile saw them (observe_workers runs after).
+        ready: st.numbers.ready_workers.unwrap_or(0),
+        ceiling: scan.spec.max_requests_per_second.map(f64::from),
     };
     let min = w.min_replicas.unwrap_or(1);
     let d = autoscale::decide(
@@ -248,8 +251,19 @@ fn autoscaled(scan: &BucketScan, st: &mut BucketScanStatus, seen: &Observed, bou
     );
     let generation = scan.metadata.generation;
     let conditions = &mut st.conditions;
-    match &d.saturated {
-        Some(s) => {
+    match (&d.saturated, &d.at_ceiling) {
+        (_, Some(message)) => {
+            status::set_condition(
+                conditions,
+                STORE_SATURATED,
+                false,
+                "AtRequestCeiling",
+                message,
+                generation,
+                now,
+            );
+        }
+        (Some(s), None) => {
             status::set_condition(
                 conditions,
                 STORE_SATURATED,
@@ -260,9 +274,10 @@ fn autoscaled(scan: &BucketScan, st: &mut BucketScanStatus, seen: &Observed, bou
                 now,
             );
         }
-        // Held at a knee between steps: the condition stays as it was set.
-        None if d.state.knee.is_some() => {}
-        None => {
+        // Held between steps (at a knee, waiting for a step's workers): the
+        // condition stays as the last judgement set it.
+        (None, None) if d.state.step_time != obs.now_secs => {}
+        (None, None) => {
             let msg = format!("{} workers: each step so far raised the rate", d.workers);
             status::set_condition(
                 conditions,
