@@ -459,6 +459,7 @@ fn tile(root: &str, nodes: Vec<Node>, opts: &PlanOptions) -> Vec<PlannedShard> {
             _ => runs.push((node.low().to_string(), node.count, node.exact, node.is_big())),
         }
     }
+    coalesce(&mut runs, opts.target_shards.max(1), target);
     match runs.first_mut() {
         Some(first) => first.0 = root.to_string(),
         None => runs.push((root.to_string(), 0, true, false)),
@@ -477,6 +478,58 @@ fn tile(root: &str, nodes: Vec<Node>, opts: &PlanOptions) -> Vec<PlannedShard> {
             exact,
         })
         .collect()
+}
+
+/// Merge neighbouring runs, big nodes too, while there are more than
+/// `target` and a pair has seen no more than `max_objects` together.
+/// Breadth first expansion overshoots: a level of 16 big nodes short of a
+/// target of 64 becomes 256 (one per hex character), each seen only as "a
+/// page or more", so the rule above never merges them and a bucket of
+/// 400,000 keys got 256 shards of 1,600 with a few dozen Redis steps each.
+/// The pairs with the fewest objects seen go together first, so the shards
+/// stay as even as the plan can tell; live splitting evens out the rest.
+fn coalesce(runs: &mut Vec<(String, u64, bool, bool)>, target: usize, max_objects: u64) {
+    while runs.len() > target {
+        let excess = runs.len() - target;
+        // Pairs (i, i + 1) by objects seen together, fewest first; each run
+        // joins at most one pair per pass.
+        let mut pairs: Vec<(u64, usize)> = (0..runs.len() - 1)
+            .map(|i| (runs[i].1 + runs[i + 1].1, i))
+            .filter(|(together, _)| *together <= max_objects)
+            .collect();
+        if pairs.is_empty() {
+            return;
+        }
+        pairs.sort_unstable();
+        let mut taken = vec![false; runs.len()];
+        // joins_next[i]: run i + 1 goes into run i.
+        let mut joins_next = vec![false; runs.len()];
+        let mut merges = 0;
+        for (_, i) in pairs {
+            if merges == excess {
+                break;
+            }
+            if !taken[i] && !taken[i + 1] {
+                taken[i] = true;
+                taken[i + 1] = true;
+                joins_next[i] = true;
+                merges += 1;
+            }
+        }
+        let mut merged: Vec<(String, u64, bool, bool)> = Vec::with_capacity(runs.len() - merges);
+        let mut next = std::mem::take(runs).into_iter().zip(joins_next).peekable();
+        while let Some(((low, mut count, mut exact, mut big), joins)) = next.next() {
+            if joins {
+                if let Some(((_, c, e, b), _)) = next.next() {
+                    count += c;
+                    exact &= e;
+                    big |= b;
+                }
+            }
+            merged.push((low, count, exact, big));
+        }
+        *runs = merged;
+    }
 }
 
 /// The shard of the keys under `root` from `low` (inclusive) up to `high`
@@ -688,6 +741,23 @@ mod tests {
         assert!(sizes.len() >= 16, "{sizes:?}");
         let max = *sizes.iter().max().unwrap();
         assert!(max <= 20_000 / 16 * 2, "largest shard {max} of {sizes:?}");
+    }
+
+    /// 16 first-level nodes are short of a target of 32, so each is expanded
+    /// into 16 more: 256 nodes each seen only as "a page or more". They are
+    /// merged back to the target (it was 256 shards of 156 objects, each
+    /// with its own Redis steps), evenly.
+    #[tokio::test]
+    async fn an_overshooting_level_is_merged_back_to_the_target() {
+        let keys = hashed(40_000);
+        let sizes = check_partition(&keys, &opts(32)).await;
+        assert!(
+            (16..=32).contains(&sizes.len()),
+            "{} shards: {sizes:?}",
+            sizes.len()
+        );
+        let max = *sizes.iter().max().unwrap();
+        assert!(max <= 40_000 / 32 * 2, "largest shard {max} of {sizes:?}");
     }
 
     #[tokio::test]
