@@ -36,6 +36,33 @@ pub struct Config {
     pub passthrough: bool,
 }
 
+impl Config {
+    /// The generated bucket `synthetic` of `keyspace` behind `model`, with
+    /// nothing injected or forwarded.
+    pub fn synthetic(keyspace: Keyspace, model: StoreModel) -> Config {
+        Config {
+            bucket: "synthetic".into(),
+            keyspace,
+            model,
+            slowdown: 0.0,
+            forward: None,
+            passthrough: false,
+        }
+    }
+}
+
+/// Serve `config` on a free loopback port until the runtime ends: its URL
+/// and counters (tests and in-process benchmarks).
+pub async fn spawn_local(config: Config) -> (String, Arc<Stats>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("bound"));
+    let stats = Arc::new(Stats::default());
+    tokio::spawn(serve(listener, config, stats.clone()));
+    (url, stats)
+}
+
 /// Requests served, by kind (for the benchmark's own bookkeeping).
 #[derive(Debug, Default)]
 pub struct Stats {

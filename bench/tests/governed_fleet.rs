@@ -6,7 +6,7 @@
 //! unlimited, and every object is in the output exactly once.
 
 use bucketscan_bench::keyspace::{Keyspace, Layout};
-use bucketscan_bench::server::{serve, Config, Stats};
+use bucketscan_bench::server::{spawn_local, Config, Stats};
 use bucketscan_bench::store::StoreModel;
 use bucketscan_core::fleet::governed;
 use bucketscan_core::fleet::governor::{Governor, GovernorConfig};
@@ -32,8 +32,6 @@ fn redis_url() -> String {
 }
 
 async fn store() -> (String, Keyspace, Arc<Stats>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let keyspace = Keyspace {
         objects: OBJECTS,
         layout: Layout::Skewed,
@@ -47,16 +45,7 @@ async fn store() -> (String, Keyspace, Arc<Stats>) {
     // (both workers on hot/) 120 ms: only hot/ is turned away. (The limit
     // is low so that a debug build's clients on a busy machine exceed it.)
     model.queue_limit = Duration::from_millis(80);
-    let stats = Arc::new(Stats::default());
-    let config = Config {
-        bucket: "synthetic".into(),
-        keyspace,
-        model,
-        slowdown: 0.0,
-        forward: None,
-        passthrough: false,
-    };
-    tokio::spawn(serve(listener, config, stats.clone()));
+    let (url, stats) = spawn_local(Config::synthetic(keyspace, model)).await;
     (url, keyspace, stats)
 }
 

@@ -4,7 +4,7 @@
 //! and resets and 500s come at their configured shares.
 
 use bucketscan_bench::keyspace::{Keyspace, Layout};
-use bucketscan_bench::server::{serve, Config, Stats};
+use bucketscan_bench::server::{spawn_local, Config, Stats};
 use bucketscan_bench::store::{Latency, StoreModel};
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -21,22 +21,11 @@ const OBJECTS: u64 = 10_000;
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn endpoint(model: StoreModel, layout: Layout) -> (String, Keyspace, Arc<Stats>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let keyspace = Keyspace {
         objects: OBJECTS,
         layout,
     };
-    let stats = Arc::new(Stats::default());
-    let config = Config {
-        bucket: "synthetic".into(),
-        keyspace,
-        model,
-        slowdown: 0.0,
-        forward: None,
-        passthrough: false,
-    };
-    tokio::spawn(serve(listener, config, stats.clone()));
+    let (url, stats) = spawn_local(Config::synthetic(keyspace, model)).await;
     (url, keyspace, stats)
 }
 

@@ -7,7 +7,7 @@ mod bin;
 
 use bin::worker_bin;
 use bucketscan_bench::keyspace::{Keyspace, Layout};
-use bucketscan_bench::server::{serve, Config, Stats};
+use bucketscan_bench::server::{spawn_local, Config, Stats};
 use bucketscan_bench::store::StoreModel;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,19 +23,13 @@ async fn endpoint_with(
     slowdown: f64,
     forward: Option<String>,
 ) -> (String, Arc<Stats>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let stats = Arc::new(Stats::default());
     let config = Config {
         bucket: bucket.into(),
-        keyspace,
-        model: StoreModel::fixed(Duration::from_micros(200)),
         slowdown,
-        passthrough: false,
         forward,
+        ..Config::synthetic(keyspace, StoreModel::fixed(Duration::from_micros(200)))
     };
-    tokio::spawn(serve(listener, config, stats.clone()));
-    (url, stats)
+    spawn_local(config).await
 }
 
 fn scan(url: &str) -> BTreeMap<String, serde_json::Value> {
@@ -146,9 +140,6 @@ async fn a_passthrough_model_puts_its_faults_in_front_of_another_server() {
         0.0,
     )
     .await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let front = format!("http://{}", listener.local_addr().unwrap());
-    let front_stats = Arc::new(Stats::default());
     let model = StoreModel {
         capacity: Some(2_000.0),
         queue_limit: Duration::from_millis(5),
@@ -156,19 +147,17 @@ async fn a_passthrough_model_puts_its_faults_in_front_of_another_server() {
         resets: 0.01,
         ..StoreModel::fixed(Duration::from_micros(200))
     };
+    // Nothing is generated here: the objects are the upstream's.
+    let nothing = Keyspace {
+        objects: 0,
+        layout: Layout::Flat,
+    };
     let config = Config {
-        bucket: "synthetic".into(),
-        // Nothing is generated here: the objects are the upstream's.
-        keyspace: Keyspace {
-            objects: 0,
-            layout: Layout::Flat,
-        },
-        model,
-        slowdown: 0.0,
         forward: Some(upstream),
         passthrough: true,
+        ..Config::synthetic(nothing, model)
     };
-    tokio::spawn(serve(listener, config, front_stats.clone()));
+    let (front, front_stats) = spawn_local(config).await;
 
     let records = tokio::task::spawn_blocking(move || scan(&front)).await.unwrap();
     assert_eq!(records.len() as u64, objects);
