@@ -1215,10 +1215,9 @@ def render_billion(billion):
             f"{r['dataset_files']:,} of {r['file_size'] / 2**30:.0f} GiB ({r['dataset_max_parts']:,}) | "
             f"{r['single']}, {r['single_parts']:,} parts per upload |")
     lines += ["", "LISTs are the planner's: the LISTs the endpoint served during `plan` less the two one-key "
-                  "checks of the source and output buckets. 'complete s' and 'merge reads s' were measured with "
-                  "whatever build of complete-shards `--complete-shards` names (a debug build for the figures "
-                  "committed on 2026-11-23), and every time here is from a machine shared with other builds "
-                  "(load average above): time figures are upper bounds.", ""]
+                  "checks of the source and output buckets. 'complete s' and 'merge reads s' depend on the build of "
+                  "complete-shards that ran (`--complete-shards`, by default the one in `--bin-dir`), and every "
+                  "time here depends on the machine's load (above): read time figures as upper bounds.", ""]
     if operator:
         lines += [f"Operator: {operator['text']}", ""]
     lines += ["| claim | measured | met |", "| --- | --- | --- |"]
