@@ -17,6 +17,10 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Instant;
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "bucketscan-worker",

@@ -38,9 +38,10 @@ pub fn retry_after<'a>(header: impl Fn(&str) -> Option<&'a str>) -> Option<std::
     Some(at.duration_since(SystemTime::now()).unwrap_or_default())
 }
 
-/// A key as it goes in a URL path (and in `x-amz-copy-source`).
-pub fn encode_key(key: &str) -> String {
-    utf8_percent_encode(key, KEY_ENCODE).to_string()
+/// A key as it goes in a URL path (and in `x-amz-copy-source`); borrowed
+/// when nothing in it needs encoding, as most keys (once per HEAD).
+pub fn encode_key(key: &str) -> std::borrow::Cow<'_, str> {
+    utf8_percent_encode(key, KEY_ENCODE).into()
 }
 
 /// Characters servers refuse in a `StartAfter`, even URL-encoded: they echo it
@@ -111,6 +112,59 @@ pub fn strip_quotes(etag: &str) -> String {
     etag.trim_matches('"').to_string()
 }
 
+/// A HEAD's `Last-Modified` as a record's time: RFC 3339 UTC, the text
+/// [`format_time`] makes of the parsed date. The usual form (IMF-fixdate,
+/// `Sun, 06 Nov 1994 08:49:37 GMT`) is rearranged without parsing it into a
+/// date and formatting it again, once per HEAD; anything else goes the long way.
+pub fn http_date_to_rfc3339(value: &str) -> Option<String> {
+    imf_fixdate_to_rfc3339(value).or_else(|| {
+        aws_smithy_types::DateTime::from_str(value, aws_smithy_types::date_time::Format::HttpDate)
+            .ok()
+            .map(|t| format_time(&t))
+    })
+}
+
+fn imf_fixdate_to_rfc3339(value: &str) -> Option<String> {
+    const MONTHS: [&[u8]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec",
+    ];
+    const WEEKDAYS: [&[u8]; 7] = [b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun"];
+    let b = value.as_bytes();
+    // "Www, DD Mon YYYY HH:MM:SS GMT"
+    if b.len() != 29 || &b[3..5] != b", " || b[7] != b' ' || b[11] != b' ' || b[16] != b' ' {
+        return None;
+    }
+    if b[19] != b':' || b[22] != b':' || &b[25..] != b" GMT" {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<u32> {
+        b[range].iter().try_fold(0u32, |n, d| {
+            d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
+        })
+    };
+    let month = MONTHS.iter().position(|m| *m == &b[8..11])? + 1;
+    let (year, day) = (number(12..16)?, number(5..7)?);
+    let (hour, minute, second) = (number(17..19)?, number(20..22)?, number(23..25)?);
+    let date =
+        time::Date::from_calendar_date(year as i32, time::Month::try_from(month as u8).ok()?, day as u8)
+            .ok()?;
+    // A weekday that does not match the date, or a leap second: the long way decides.
+    let weekday = WEEKDAYS[date.weekday().number_days_from_monday() as usize];
+    if weekday != &b[0..3] || year < 1970 || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let mut out = String::with_capacity(20);
+    for part in [&value[12..16], "-"] {
+        out.push_str(part);
+    }
+    out.push(char::from(b'0' + month as u8 / 10));
+    out.push(char::from(b'0' + month as u8 % 10));
+    for part in ["-", &value[5..7], "T", &value[17..25], "Z"] {
+        out.push_str(part);
+    }
+    Some(out)
+}
+
 /// Times in records are RFC 3339 UTC, whichever call produced them.
 pub fn format_time(t: &aws_smithy_types::DateTime) -> String {
     t.fmt(aws_smithy_types::date_time::Format::DateTime)
@@ -163,6 +217,44 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn http_dates_become_the_same_rfc3339_text_the_long_way_makes() {
+        use aws_smithy_types::date_time::{DateTime, Format};
+        let long_way = |v: &str| {
+            DateTime::from_str(v, Format::HttpDate)
+                .ok()
+                .map(|t| format_time(&t))
+        };
+        // Every day of four years around a leap year and the turn of a
+        // century, at changing times of day.
+        let start = 946_684_800 - 3 * 365 * 86_400; // 1997
+        for day in 0..(5 * 366) {
+            let secs = start + day * 86_400 + (day * 7_919) % 86_400;
+            let value = DateTime::from_secs(secs).fmt(Format::HttpDate).unwrap();
+            assert_eq!(imf_fixdate_to_rfc3339(&value), long_way(&value), "{value}");
+            assert!(imf_fixdate_to_rfc3339(&value).is_some(), "{value}: the fast way");
+        }
+        assert_eq!(
+            http_date_to_rfc3339("Wed, 25 Nov 2026 01:02:03 GMT").as_deref(),
+            Some("2026-11-25T01:02:03Z")
+        );
+        // Not IMF-fixdate, or not a real date: the long way decides.
+        for odd in [
+            "Thu, 25 Nov 2026 01:02:03 GMT", // the wrong weekday
+            "Wed, 31 Feb 2026 01:02:03 GMT",
+            "Wed, 25 Nov 2026 24:02:03 GMT",
+            "Wednesday, 25-Nov-26 01:02:03 GMT",
+            "Wed Nov 25 01:02:03 2026",
+            "Wed, 25 Xyz 2026 01:02:03 GMT",
+            "Wed, 2a Nov 2026 01:02:03 GMT",
+            "",
+            "garbage",
+        ] {
+            assert_eq!(imf_fixdate_to_rfc3339(odd), None, "{odd}");
+            assert_eq!(http_date_to_rfc3339(odd), long_way(odd), "{odd}");
+        }
+    }
+
     use super::*;
 
     #[test]

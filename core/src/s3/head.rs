@@ -5,11 +5,14 @@
 //! May import: everything below it in `s3` (the client included).
 
 use super::client::{sdk_error, S3};
-use super::codec::{decode_metadata_value, encode_key, format_time, retry_after, strip_quotes};
+use super::codec::{
+    decode_metadata_value, encode_key, format_time, http_date_to_rfc3339, retry_after, strip_quotes,
+};
 use super::error::S3Error;
 use super::signed::SignedClient;
 use super::types::{HeadInfo, HeadResult};
 use http::{HeaderMap, StatusCode};
+use std::borrow::Cow;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -64,11 +67,8 @@ pub fn head_error(status: u16, bucket: &str) -> S3Error {
 /// Read the object's attributes from HEAD response headers. An answer
 /// without a valid Content-Length is an error, never a size of 0.
 pub fn head_info(headers: &HeaderMap) -> Result<HeadInfo, S3Error> {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    };
+    // Borrowed: each value is copied at most once, into the record.
+    let text = |name: &str| headers.get(name).map(|v| String::from_utf8_lossy(v.as_bytes()));
     let metadata = headers
         .iter()
         .filter_map(|(name, value)| {
@@ -79,13 +79,9 @@ pub fn head_info(headers: &HeaderMap) -> Result<HeadInfo, S3Error> {
     Ok(HeadInfo {
         size: content_length(text("content-length").as_deref())?,
         etag: text("etag").map(|e| strip_quotes(&e)),
-        last_modified: text("last-modified").and_then(|v| {
-            aws_smithy_types::DateTime::from_str(&v, aws_smithy_types::date_time::Format::HttpDate)
-                .ok()
-                .map(|t| format_time(&t))
-        }),
-        storage_class: text("x-amz-storage-class"),
-        content_type: text("content-type"),
+        last_modified: text("last-modified").and_then(|v| http_date_to_rfc3339(&v)),
+        storage_class: text("x-amz-storage-class").map(Cow::into_owned),
+        content_type: text("content-type").map(Cow::into_owned),
         metadata,
     })
 }

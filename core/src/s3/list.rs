@@ -216,10 +216,10 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
 fn split_user_metadata(block: &str) -> (std::borrow::Cow<'_, str>, Option<ListedMetadata>) {
     const OPEN: &str = "<UserMetadata>";
     const CLOSE: &str = "</UserMetadata>";
-    let Some(start) = block.find(OPEN) else {
+    let Some(start) = find_tag(block, OPEN) else {
         return (block.into(), None);
     };
-    let Some(len) = block[start + OPEN.len()..].find(CLOSE) else {
+    let Some(len) = find_tag(&block[start + OPEN.len()..], CLOSE) else {
         return (block.into(), None);
     };
     let inner = &block[start + OPEN.len()..start + OPEN.len() + len];
@@ -266,8 +266,8 @@ fn blocks<'a>(xml: &'a str, name: &str) -> impl Iterator<Item = &'a str> {
     let (open, close) = (format!("<{name}>"), format!("</{name}>"));
     let mut rest = xml;
     std::iter::from_fn(move || {
-        let start = rest.find(&open)? + open.len();
-        let len = rest[start..].find(&close)?;
+        let start = find_tag(rest, &open)? + open.len();
+        let len = find_tag(&rest[start..], &close)?;
         let body = &rest[start..start + len];
         rest = &rest[start + len + close.len()..];
         Some(body)
@@ -280,19 +280,40 @@ pub(crate) fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
     open.push('<');
     open.push_str(name);
     open.push('>');
-    match xml.find(&open) {
+    match find_tag(xml, &open) {
         Some(at) => {
             let start = at + open.len();
             let text = &xml[start..];
             // Element text holds no raw `<`: the first one closes it.
-            let len = text.find("</")?;
-            text[len + 2..].starts_with(name).then_some(&text[..len])
+            let len = text.find('<')?;
+            text[len + 1..]
+                .strip_prefix('/')?
+                .starts_with(name)
+                .then_some(&text[..len])
         }
         None => {
             open.insert(open.len() - 1, '/');
-            xml.contains(&open).then_some("")
+            find_tag(xml, &open).map(|_| "")
         }
     }
+}
+
+/// Where `tag` (which starts with `<`) first occurs in `xml`. Every `<`
+/// starts a tag, so jumping from one to the next (a memchr) and comparing
+/// there beats a general substring search, whose set-up alone cost more than
+/// the search on blocks this short: with several elements read from every
+/// one of a page's 1,000 entries it was 4 % of a scan's CPU (perf).
+fn find_tag(xml: &str, tag: &str) -> Option<usize> {
+    debug_assert!(tag.starts_with('<'));
+    let mut from = 0;
+    while let Some(i) = xml[from..].find('<') {
+        let at = from + i;
+        if xml[at..].starts_with(tag) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 /// Replace XML's character references (`&amp;`, `&#x1;`...) in element text.
@@ -381,6 +402,25 @@ mod tests {
         );
         assert_eq!(page.common_prefixes, vec!["a/dir/".to_string()]);
         assert_eq!(page.next.as_deref(), Some("t&1/+="));
+    }
+
+    #[test]
+    fn elements_are_found_by_their_whole_tag() {
+        let xml = "<E><KeyCount>2</KeyCount><Key>k</Key><Empty/><Ke>x</Ke><Owner><ID>i</ID></Owner></E>";
+        assert_eq!(element(xml, "Key"), Some("k"));
+        assert_eq!(element(xml, "KeyCount"), Some("2"));
+        assert_eq!(element(xml, "Ke"), Some("x"));
+        assert_eq!(element(xml, "Empty"), Some(""));
+        assert_eq!(element(xml, "ID"), Some("i"));
+        assert_eq!(element(xml, "Missing"), None);
+        // Not text but elements inside: not an element's text.
+        assert_eq!(element(xml, "Owner"), None);
+        assert_eq!(find_tag("a<b<Key>", "<Key>"), Some(4));
+        assert_eq!(find_tag("<Ke", "<Key>"), None);
+        assert_eq!(
+            blocks("<C>1</C>x<C>2</C><C>3", "C").collect::<Vec<_>>(),
+            ["1", "2"]
+        );
     }
 
     #[test]

@@ -1,8 +1,11 @@
-//! SigV4 for the fast paths, built on `aws-sigv4`'s primitives with two
-//! savings it does not make itself: the derived signing key is cached per
-//! day, region and service, and the canonical request of a bodiless request
-//! (four headers, the query already canonical) is built directly. A unit test
-//! checks every signature against `aws-sigv4`'s own request signer.
+//! SigV4 for the fast paths, built on `aws-sigv4`'s key derivation with
+//! savings it does not make itself, since every HEAD is signed: the derived
+//! signing key is cached per day, region and service, with its HMAC pads
+//! already hashed (two SHA-256 blocks less per request); the canonical
+//! request of a bodiless request (four headers, the query already canonical)
+//! and the string to sign are hashed as they are written, never built as
+//! strings. A unit test checks every signature against `aws-sigv4`'s own
+//! request signer.
 //!
 //! May import: `error` only (credentials come from the provider it is given).
 
@@ -19,15 +22,74 @@ pub(crate) const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e46
 /// `x-amz-date`, e.g. `20261122T195400Z`.
 pub(crate) fn amz_date(t: SystemTime) -> String {
     let dt = time::OffsetDateTime::from(t);
-    format!(
-        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
-        dt.year(),
-        dt.month() as u8,
-        dt.day(),
-        dt.hour(),
-        dt.minute(),
-        dt.second()
-    )
+    fn digits(out: &mut String, n: u32, width: u32) {
+        for place in (0..width).rev() {
+            out.push(char::from(b'0' + (n / 10u32.pow(place) % 10) as u8));
+        }
+    }
+    let mut out = String::with_capacity(16);
+    digits(&mut out, dt.year().clamp(0, 9999) as u32, 4);
+    digits(&mut out, dt.month() as u32, 2);
+    digits(&mut out, dt.day().into(), 2);
+    out.push('T');
+    digits(&mut out, dt.hour().into(), 2);
+    digits(&mut out, dt.minute().into(), 2);
+    digits(&mut out, dt.second().into(), 2);
+    out.push('Z');
+    out
+}
+
+/// HMAC-SHA256 under one key, its two padded key blocks hashed once
+/// (RFC 2104): each signature then costs the message's blocks and one more.
+#[derive(Clone)]
+struct HmacKey {
+    inner: Sha256,
+    outer: Sha256,
+}
+
+impl HmacKey {
+    fn new(key: &[u8]) -> HmacKey {
+        let mut block = [0u8; 64];
+        if key.len() > block.len() {
+            block[..32].copy_from_slice(&Sha256::digest(key));
+        } else {
+            block[..key.len()].copy_from_slice(key);
+        }
+        let pad = |byte: u8| {
+            let padded: Vec<u8> = block.iter().map(|b| b ^ byte).collect();
+            let mut h = Sha256::new();
+            h.update(&padded);
+            h
+        };
+        HmacKey {
+            inner: pad(0x36),
+            outer: pad(0x5c),
+        }
+    }
+
+    /// The MAC of the message `write` feeds to the hasher it is given.
+    fn mac(&self, write: impl FnOnce(&mut Sha256)) -> [u8; 32] {
+        let mut inner = self.inner.clone();
+        write(&mut inner);
+        let mut outer = self.outer.clone();
+        outer.update(inner.finalize());
+        outer.finalize().into()
+    }
+}
+
+#[cfg(test)]
+impl SigningState {
+    /// What tells two signing keys apart in tests: a MAC under the key.
+    fn key_id(&self) -> [u8; 32] {
+        self.hmac.mac(|h| h.update(b"which key"))
+    }
+}
+
+/// Lower-case hex of 32 bytes, on the stack.
+fn hex32(bytes: &[u8; 32]) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    hex::encode_to_slice(bytes, &mut out).expect("64 bytes hold 32 in hex");
+    out
 }
 
 /// Credentials and the signing key derived from them for one day and region.
@@ -36,7 +98,7 @@ pub(crate) struct SigningState {
     /// `YYYYMMDD` the key was derived for.
     day: String,
     region: String,
-    signing_key: Vec<u8>,
+    hmac: HmacKey,
     /// `AKID/YYYYMMDD/region/s3/aws4_request`
     credential_scope: String,
     /// `YYYYMMDD/region/s3/aws4_request`
@@ -60,37 +122,43 @@ impl SigningState {
         } else {
             "host;x-amz-content-sha256;x-amz-date"
         };
-        let mut canonical = String::with_capacity(256 + path.len() + query.len());
-        canonical.push_str(method);
-        canonical.push('\n');
-        canonical.push_str(path);
-        canonical.push('\n');
-        canonical.push_str(query);
-        canonical.push_str("\nhost:");
-        canonical.push_str(host);
-        canonical.push_str("\nx-amz-content-sha256:");
-        canonical.push_str(EMPTY_SHA256);
-        canonical.push_str("\nx-amz-date:");
-        canonical.push_str(amz_date);
-        if let Some(t) = token {
-            canonical.push_str("\nx-amz-security-token:");
-            canonical.push_str(t.trim());
+        // The canonical request, hashed as it is written.
+        let mut canonical = Sha256::new();
+        for part in [method, "\n", path, "\n", query, "\nhost:", host] {
+            canonical.update(part);
         }
-        canonical.push_str("\n\n");
-        canonical.push_str(signed_headers);
-        canonical.push('\n');
-        canonical.push_str(EMPTY_SHA256);
-        let string_to_sign = format!(
-            "AWS4-HMAC-SHA256\n{amz_date}\n{}\n{}",
-            self.scope,
-            hex::encode(Sha256::digest(canonical.as_bytes()))
+        for part in ["\nx-amz-content-sha256:", EMPTY_SHA256, "\nx-amz-date:", amz_date] {
+            canonical.update(part);
+        }
+        if let Some(t) = token {
+            canonical.update("\nx-amz-security-token:");
+            canonical.update(t.trim());
+        }
+        for part in ["\n\n", signed_headers, "\n", EMPTY_SHA256] {
+            canonical.update(part);
+        }
+        let canonical_hash = hex32(&canonical.finalize().into());
+        let signature = hex32(&self.hmac.mac(|to_sign| {
+            for part in ["AWS4-HMAC-SHA256\n", amz_date, "\n", &self.scope, "\n"] {
+                to_sign.update(part);
+            }
+            to_sign.update(canonical_hash);
+        }));
+        const CREDENTIAL: &str = "AWS4-HMAC-SHA256 Credential=";
+        let mut out = String::with_capacity(
+            CREDENTIAL.len() + self.credential_scope.len() + signed_headers.len() + 40 + 64,
         );
-        let signature =
-            aws_sigv4::sign::v4::calculate_signature(&self.signing_key, string_to_sign.as_bytes());
-        format!(
-            "AWS4-HMAC-SHA256 Credential={}, SignedHeaders={signed_headers}, Signature={signature}",
-            self.credential_scope
-        )
+        for part in [
+            CREDENTIAL,
+            &self.credential_scope,
+            ", SignedHeaders=",
+            signed_headers,
+            ", Signature=",
+        ] {
+            out.push_str(part);
+        }
+        out.push_str(std::str::from_utf8(&signature).expect("hex is ASCII"));
+        out
     }
 }
 
@@ -215,16 +283,14 @@ impl Signer {
 fn derive_state(credentials: Credentials, now: SystemTime, region: &str) -> SigningState {
     let day = amz_date(now)[..8].to_string();
     let signing_key =
-        aws_sigv4::sign::v4::generate_signing_key(credentials.secret_access_key(), now, region, "s3")
-            .as_ref()
-            .to_vec();
+        aws_sigv4::sign::v4::generate_signing_key(credentials.secret_access_key(), now, region, "s3");
     let scope = format!("{day}/{region}/s3/aws4_request");
     SigningState {
         credential_scope: format!("{}/{scope}", credentials.access_key_id()),
         credentials,
         day,
         region: region.to_string(),
-        signing_key,
+        hmac: HmacKey::new(signing_key.as_ref()),
         scope,
     }
 }
@@ -438,7 +504,7 @@ mod tests {
         let day0 = amz_date(t0)[..8].to_string();
         let a = signer.state(t0, &day0, "us-east-1").await.unwrap();
         let b = signer.state(t0, &day0, "eu-west-1").await.unwrap();
-        assert_ne!(a.signing_key, b.signing_key);
+        assert_ne!(a.key_id(), b.key_id());
         assert!(b.scope.contains("/eu-west-1/"), "{}", b.scope);
         let t1 = t0 + Duration::from_secs(86_400);
         let c = signer.state(t1, &amz_date(t1)[..8], "eu-west-1").await.unwrap();
@@ -447,12 +513,37 @@ mod tests {
     }
 
     #[test]
+    fn amz_date_is_the_utc_second() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        assert_eq!(amz_date(t), "20261118T110640Z");
+        assert_eq!(amz_date(SystemTime::UNIX_EPOCH), "19700101T000000Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(951_782_399_999);
+        assert_eq!(amz_date(t), "20000228T235959Z");
+    }
+
+    #[test]
+    fn the_precomputed_hmac_is_hmac_sha256() {
+        use hmac::Mac;
+        for key in [&b""[..], b"k", &[7u8; 32], &[9u8; 64], &[1u8; 65]] {
+            let ours = HmacKey::new(key).mac(|h| h.update(b"what is signed"));
+            let mut reference = hmac::Hmac::<Sha256>::new_from_slice(key).unwrap();
+            reference.update(b"what is signed");
+            assert_eq!(
+                ours[..],
+                reference.finalize().into_bytes()[..],
+                "key of {} bytes",
+                key.len()
+            );
+        }
+    }
+
+    #[test]
     fn signing_state_is_reused_within_a_day() {
         let day1 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
         let creds = Credentials::new("AKID", "SECRET", None, None, "test");
         let a = derive_state(creds.clone(), day1, "r");
         let b = derive_state(creds, day1 + Duration::from_secs(86_400), "r");
-        assert_ne!(a.signing_key, b.signing_key);
+        assert_ne!(a.key_id(), b.key_id());
         assert_ne!(a.day, b.day);
     }
 }

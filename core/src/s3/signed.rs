@@ -18,6 +18,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -134,19 +135,37 @@ impl SignedClient {
         let state = self.signer.state(now, &amz_date[..8], &region).await?;
         let authorization = state.authorization(method, &host, &path, query, &amz_date);
         let sep = if query.is_empty() { "" } else { "?" };
-        let mut req = Request::builder()
-            .method(method)
-            .uri(format!("{}://{host}{path}{sep}{query}", self.scheme))
-            .header("host", &host)
-            .header("x-amz-date", &amz_date)
-            .header("x-amz-content-sha256", EMPTY_SHA256)
-            .header("authorization", authorization);
-        if let Some(token) = state.credentials.session_token() {
-            req = req.header("x-amz-security-token", token);
+        let mut uri = String::with_capacity(self.scheme.len() + 4 + host.len() + path.len() + query.len());
+        for part in [&self.scheme, "://", &host, &path, sep, query] {
+            uri.push_str(part);
         }
-        let req = req
-            .body(Empty::new())
-            .map_err(|e| S3Error::Other(format!("cannot build {method} request: {e}")))?;
+        // Built in place rather than through `Request::builder`, which
+        // moves its parts on every call; header values from owned bytes are
+        // not copied again.
+        let bad = |e: &dyn std::fmt::Display| S3Error::Other(format!("cannot build {method} request: {e}"));
+        let value =
+            |text: String| http::HeaderValue::from_maybe_shared(Bytes::from(text)).map_err(|e| bad(&e));
+        let mut req = Request::new(Empty::new());
+        *req.method_mut() = http::Method::from_bytes(method.as_bytes()).map_err(|e| bad(&e))?;
+        *req.uri_mut() = http::Uri::try_from(uri).map_err(|e| bad(&e))?;
+        let headers = req.headers_mut();
+        headers.reserve(5);
+        headers.insert(
+            http::header::HOST,
+            http::HeaderValue::from_str(&host).map_err(|e| bad(&e))?,
+        );
+        headers.insert("x-amz-date", value(amz_date)?);
+        headers.insert(
+            "x-amz-content-sha256",
+            http::HeaderValue::from_static(EMPTY_SHA256),
+        );
+        headers.insert(http::header::AUTHORIZATION, value(authorization)?);
+        if let Some(token) = state.credentials.session_token() {
+            headers.insert(
+                "x-amz-security-token",
+                http::HeaderValue::from_str(token).map_err(|e| bad(&e))?,
+            );
+        }
         let resp = tokio::time::timeout(self.timeout, self.client.request(req))
             .await
             .map_err(|_| S3Error::Timeout(self.timeout))?
@@ -172,19 +191,20 @@ impl SignedClient {
     /// certificate's `*.` wildcard, so such buckets go path style, as the AWS
     /// SDKs address them.
     /// On AWS (no endpoint URL) the host names the bucket's region.
-    fn address(&self, bucket: &str, encoded_key: &str, region: &str) -> (String, String) {
-        let regional;
-        let authority = if self.aws_regional {
-            regional = format!("s3.{region}.amazonaws.com");
-            &regional
+    fn address(&self, bucket: &str, encoded_key: &str, region: &str) -> (Cow<'_, str>, String) {
+        let authority: Cow<'_, str> = if self.aws_regional {
+            Cow::Owned(format!("s3.{region}.amazonaws.com"))
         } else {
-            &self.authority
+            Cow::Borrowed(&self.authority)
         };
         let dotted_over_tls = bucket.contains('.') && self.scheme == "https";
         match (self.path_style || dotted_over_tls, encoded_key.is_empty()) {
-            (true, true) => (authority.clone(), format!("/{bucket}")),
-            (true, false) => (authority.clone(), format!("/{bucket}/{encoded_key}")),
-            (false, _) => (format!("{bucket}.{authority}"), format!("/{encoded_key}")),
+            (true, true) => (authority, format!("/{bucket}")),
+            (true, false) => (authority, format!("/{bucket}/{encoded_key}")),
+            (false, _) => (
+                Cow::Owned(format!("{bucket}.{authority}")),
+                format!("/{encoded_key}"),
+            ),
         }
     }
 
