@@ -109,5 +109,5 @@ _bench MODE MARKDOWN CHART:
     mkdir -p "$(dirname {{MARKDOWN}})" "$(dirname {{CHART}})" {{cache}}/bench
     {{cache}}/venv/bin/python bench/run.py --mode {{MODE}} --bin-dir "$CARGO_TARGET_DIR/release" \
       --json {{cache}}/bench/results-{{MODE}}.json --markdown {{MARKDOWN}} --chart {{CHART}} \
-      --scale-chart "$(dirname {{CHART}})/scale.png"
+      --scale-chart "$(dirname {{CHART}})/scale.png" --saturation-chart "$(dirname {{CHART}})/saturation.png"
     @echo "wrote {{MARKDOWN}} and {{CHART}}"

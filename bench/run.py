@@ -50,16 +50,28 @@ CONCURRENCY = 256  # in flight for our worker and the hyper loop alike
 SIZES = {
     "quick": {"boto3-naive": 500, "boto3-multiprocessing": 2_000, "go-pool": 10_000,
               "rclone": 500, "ours-sdk": 20_000, "ours-fast": 50_000, "hyper-loop": 50_000,
-              "list": 100_000, "fleet": 20_000, "scale": [10_000, 100_000]},
+              "list": 100_000, "fleet": 20_000, "scale": [10_000, 100_000],
+              "saturation": 60_000},
     "full": {"boto3-naive": 4_000, "boto3-multiprocessing": 15_000, "go-pool": 60_000,
              "rclone": 4_000, "ours-sdk": 150_000, "ours-fast": 300_000, "hyper-loop": 300_000,
-             "list": 1_000_000, "fleet": 200_000, "scale": [100_000, 1_000_000, 10_000_000]},
+             "list": 1_000_000, "fleet": 200_000, "scale": [100_000, 1_000_000, 10_000_000],
+             "saturation": 450_000},
 }
 RUNS = {"quick": 1, "full": 3}
 LIST_SHARDS = [1, 2, 4, 8]
 FLEET_WORKERS = [1, 2, 4]
 FLEET_CONCURRENCY = 32  # per worker: one worker is bound by latency, not CPU
 SCALE_WORKERS = 2  # one per core of this machine (the endpoint shares them)
+# The saturation figures (issue 14, item 7): a store of capacity C, scaled to
+# what this machine serves beside the workers (docs/store-model.md), and
+# workers kept small (a few HEADs in flight each) so that the store, not the
+# machine's 2 cores, is what saturates: each worker brings about C / 6.
+SATURATION_MODEL = {"capacity": 5_000, "head_median_ms": 2.0, "head_p99_ms": 8.0, "list_median_ms": 5.0,
+                    "list_p99_ms": 20.0, "queue_limit_ms": 2.0}
+SATURATION_CONCURRENCY = 2
+SATURATION_FLEETS = [("too few", 2), ("too many", 16), ("autoscaled", None)]
+SATURATION_MAX = 16
+SATURATION_LIMITS = {"share_of_capacity": 0.9, "slowdown_share": 0.01, "retry_share": 0.02}
 # The 10^9 figures (issue 13, item 7): keyspaces, shard target, LIST budget,
 # and the limits each figure is judged against.
 BILLION = 1_000_000_000
@@ -283,9 +295,9 @@ def run_client(cmd, env=None, stdout=None, timeout=1800):
 class Endpoint:
     """One synthetic-s3 process; stop() returns its CPU seconds."""
 
-    def __init__(self, binary, objects, latency_us, forward=None, layout="flat"):
+    def __init__(self, binary, objects, latency_us, forward=None, layout="flat", model=()):
         cmd = [binary, "--objects", str(objects), "--bucket", BUCKET, "--latency-us", str(latency_us),
-               "--threads", "1", "--layout", layout]
+               "--threads", "1", "--layout", layout, *model]
         if forward:
             cmd += ["--forward", forward]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -515,13 +527,16 @@ class Bench:
             store.wait()
         return rows
 
-    def fleet_once(self, n, workers, scan, store_url, s3):
+    def fleet_once(self, n, workers, scan, store_url, s3, model=(), run_fleet=None):
+        """plan, `workers` x `bucketscan-worker run` (or `run_fleet(common
+        args, env) -> (CPU s, peak RSS KB, what else it measured)`), merge,
+        and the manifest checked against the N objects."""
         port = free_port()
         redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
                                   "--appendonly", "no", "--dir", self.tmp],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"redis://127.0.0.1:{port}"
-        ep = Endpoint(self.binary("synthetic-s3"), n, self.args.latency_us, forward=store_url)
+        ep = Endpoint(self.binary("synthetic-s3"), n, self.args.latency_us, forward=store_url, model=model)
         worker = self.binary("bucketscan-worker")
         common = ["--redis", url, "--scan", scan]
         endpoint = ["--endpoint", ep.url, "--path-style"]
@@ -532,17 +547,11 @@ class Bench:
             plan = run_client([worker, "plan", *common, *endpoint, "--bucket", BUCKET,
                                "--output", f"s3://bench-out/{scan}/"], env=self.env)
             planned = time.monotonic()
-            procs, procs_out = [], []
-            for i in range(workers):
-                procs.append(threading.Thread(target=lambda i=i: procs_out.append(run_client(
-                    [worker, "run", *common, *endpoint, "--concurrency", str(FLEET_CONCURRENCY),
-                     "--name", f"w{i}"], env=self.env, timeout=7200))))
-            for p in procs:
-                p.start()
-            for p in procs:
-                p.join()
-            if len(procs_out) != workers:
-                raise RuntimeError("a fleet worker failed (see above)")
+            extra = None
+            if run_fleet:
+                cpu, rss, extra = run_fleet([worker, "run", *common, *endpoint], url, scan)
+            else:
+                cpu, rss = self.run_workers(workers, [worker, "run", *common, *endpoint])
             ran = time.monotonic()
             merge = run_client([worker, "merge", *common, *endpoint], env=self.env, timeout=7200)
             merged = time.monotonic()
@@ -560,7 +569,6 @@ class Bench:
             raise RuntimeError(f"fleet of {workers}: the manifest counts {counts} for {n} objects, "
                                f"the endpoint served {stats['heads']} HEADs")
         delete_result(s3, "bench-out", manifest)
-        cpu = sum(o[1] for o in procs_out)
         run_wall = ran - planned
         return {
             "objects": n,
@@ -575,13 +583,70 @@ class Bench:
             "redis_per_object": (after - before - 1) / n,
             "redis_peak_bytes": memory.get("used_memory_peak"),
             "redis_by_command": by_command,
-            "worker_rss_kb": max(o[2] for o in procs_out),
+            "worker_rss_kb": rss,
             "plan_rss_kb": plan[2],
             "merge_rss_kb": merge[2],
             "merge_cpu_s": merge[1],
             "result_bytes": manifest.get("result_bytes"),
             "endpoint_cpu_s": server_cpu,
+            "endpoint": stats,
+            "run_s": run_wall,
+            "fleet": extra,
         }
+
+    def run_workers(self, workers, command):
+        """`workers` processes of `command` side by side; (CPU s summed, largest peak RSS KB)."""
+        procs, procs_out = [], []
+        for i in range(workers):
+            procs.append(threading.Thread(target=lambda i=i: procs_out.append(run_client(
+                [*command, "--concurrency", str(FLEET_CONCURRENCY), "--name", f"w{i}"], env=self.env,
+                timeout=7200))))
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        if len(procs_out) != workers:
+            raise RuntimeError("a fleet worker failed (see above)")
+        return sum(o[1] for o in procs_out), max(o[2] for o in procs_out)
+
+    def saturation(self):
+        """One scan per fleet of SATURATION_FLEETS on the store model of
+        capacity C: fixed too few, fixed too many, and the operator's
+        autoscaler (autoscaled-fleet) between 1 and SATURATION_MAX."""
+        n = self.args.objects or SIZES[self.args.mode]["saturation"]
+        m = SATURATION_MODEL
+        model = ["--capacity", str(m["capacity"]), "--head-median-ms", str(m["head_median_ms"]),
+                 "--head-p99-ms", str(m["head_p99_ms"]), "--list-median-ms", str(m["list_median_ms"]),
+                 "--list-p99-ms", str(m["list_p99_ms"]), "--queue-limit-ms", str(m["queue_limit_ms"])]
+        store, store_url, s3 = self.start_store()
+        rows = []
+        try:
+            for label, fixed in SATURATION_FLEETS:
+                log(f"saturation: {label} ({fixed or f'1..{SATURATION_MAX}'} workers), {n:,} objects, "
+                    f"C = {m['capacity']:,}/s")
+
+                def run_fleet(command, redis_url, scan, fixed=fixed):
+                    out = os.path.join(self.tmp, "fleet.json")
+                    driver = [self.binary("autoscaled-fleet"), "--redis", redis_url, "--scan", scan,
+                              "--max", str(SATURATION_MAX)]
+                    if fixed:
+                        driver += ["--fixed", str(fixed)]
+                    worker = [*command, "--concurrency", str(SATURATION_CONCURRENCY), "--govern-ms", "1000"]
+                    with open(out, "wb") as f:
+                        _, cpu, rss, _, _ = run_client([*driver, "--", *worker], env=self.env, stdout=f,
+                                                       timeout=3600)
+                    return cpu, rss, json.load(open(out))
+
+                f = self.fleet_once(n, 0, f"sat{len(rows)}", store_url, s3, model=model, run_fleet=run_fleet)
+                rows.append(saturation_row(label, fixed, f, m["capacity"]))
+                r = rows[-1]
+                log(f"    {r['objects_per_s']:.0f} objects/s overall, {r['steady_rate']:.0f}/s steady "
+                    f"({r['share_of_capacity']:.2f} C), {r['final_workers']} workers, 503s "
+                    f"{r['slowdown_share'] * 100:.2f} %, retries {r['retry_share'] * 100:.2f} %")
+        finally:
+            store.kill()
+            store.wait()
+        return {"objects": n, "model": m, "concurrency": SATURATION_CONCURRENCY, "rows": rows}
 
     def billion(self, record_bytes):
         """The 10^9-key figures: plan each layout into >= BILLION_SHARDS shards
@@ -1025,6 +1090,8 @@ def render_markdown(res):
                 f"{fmt(f['redis_commands'])} | {fmt(f['redis_per_object'], '{:.4f}')} |")
     if res.get("scale"):
         lines += [""] + render_scale(res["scale"], res["scale"].get("chart"))
+    if res.get("saturation"):
+        lines += [""] + render_saturation(res["saturation"], res["saturation"].get("chart"))
     if res.get("billion"):
         lines += [""] + render_billion(res["billion"])
     lines += ["", "## End to end in the e2e cluster", ""]
@@ -1183,6 +1250,140 @@ def scale_growth(rows):
     }
     return {"factor": b["objects"] / a["objects"],
             "ratios": {name: ratio(f(b), f(a)) for name, f in per_object.items()}}
+
+
+SATURATION_HEADING = "## Saturation: a store of capacity C, fixed fleets against the autoscaler (issue 14, item 7)"
+STEADY_AFTER_S = 5  # a fleet's rate is judged this long after its last change
+
+
+def saturation_row(label, fixed, f, capacity):
+    """One fleet's figures from fleet_once: the steady rate (mean of the
+    workers' reported rates after the fleet's last change, while shards were
+    still pending, so every worker had work), 503s and retries from the
+    endpoint's counts."""
+    ticks = (f.get("fleet") or {}).get("ticks", [])
+    busy = [t for t in ticks if t["pending"] > 0]
+    last_change = 0.0
+    for a, b in zip(busy, busy[1:]):
+        if b["workers"] != a["workers"]:
+            last_change = b["secs"]
+    window = [t for t in busy if t["secs"] >= last_change + STEADY_AFTER_S]
+    if len(window) < 4:  # the last change came late: the last third of the busy time
+        window = busy[-max(1, len(busy) // 3):]
+    steady = sum(t["rate"] for t in window) / len(window) if window else 0.0
+    ep = f["endpoint"]
+    failed = ep["slowdowns"] + ep["internal_errors"] + ep["resets"]
+    return {
+        "label": label,
+        "fixed": fixed,
+        "objects": f["objects"],
+        "objects_per_s": f["objects_per_s"],
+        "run_s": f["run_s"],
+        "steady_rate": steady,
+        "share_of_capacity": steady / capacity,
+        "final_workers": window[-1]["workers"] if window else 0,
+        "steps": (f.get("fleet") or {}).get("steps"),
+        "started": (f.get("fleet") or {}).get("started"),
+        "requests": ep["requests"],
+        "slowdowns": ep["slowdowns"],
+        "slowdown_share": ep["slowdowns"] / max(1, ep["requests"]),
+        "retry_share": failed / max(1, ep["requests"] - failed),
+        "cpu_per_100k": f["cpu_per_100k"],
+        "saturated": next((t["saturated"] for t in reversed(ticks) if t.get("saturated")), None),
+        "series": [(t["secs"], t["workers"], t["rate"]) for t in ticks],
+    }
+
+
+def saturation_claims(sat):
+    """(claim, measured text, met) for the autoscaled fleet, and the
+    too-many fleet against it."""
+    lim, cap = SATURATION_LIMITS, sat["model"]["capacity"]
+    rows = {r["label"]: r for r in sat["rows"]}
+    auto, many = rows.get("autoscaled"), rows.get("too many")
+    claims = []
+    if auto:
+        claims += [
+            (f"autoscaled: steady rate >= {lim['share_of_capacity']} C", f"{auto['share_of_capacity']:.2f} C "
+             f"({auto['steady_rate']:,.0f}/s of {cap:,}/s, {auto['final_workers']} workers)",
+             auto["share_of_capacity"] >= lim["share_of_capacity"]),
+            (f"autoscaled: 503s <= {lim['slowdown_share'] * 100:.0f} % of requests",
+             f"{auto['slowdown_share'] * 100:.2f} %", auto["slowdown_share"] <= lim["slowdown_share"]),
+            (f"autoscaled: retries <= {lim['retry_share'] * 100:.0f} %", f"{auto['retry_share'] * 100:.2f} %",
+             auto["retry_share"] <= lim["retry_share"]),
+            ("autoscaled: settles within a few adjustments", f"{auto['steps']} steps", auto["steps"] <= 8),
+        ]
+    if auto and many:
+        claims.append(("too many: no more objects/s than autoscaled",
+                       f"{many['steady_rate'] / max(1.0, auto['steady_rate']):.2f}x autoscaled's steady rate, "
+                       f"503s {many['slowdown_share'] * 100:.2f} %",
+                       many["steady_rate"] <= 1.05 * auto["steady_rate"]))
+    return claims
+
+
+def render_saturation(sat, chart=None):
+    m = sat["model"]
+    lines = [
+        SATURATION_HEADING,
+        "",
+        f"synthetic-s3's store model with a capacity of C = {m['capacity']:,} requests/s (HEAD {m['head_median_ms']} "
+        f"ms median, {m['head_p99_ms']} ms p99; LIST pages {m['list_median_ms']} / {m['list_p99_ms']} ms; beyond C "
+        f"requests queue, and one that would wait over {m['queue_limit_ms']} ms is answered 503 SlowDown), "
+        f"{sat['objects']:,} objects per scan. Real `bucketscan-worker run` processes with {sat['concurrency']} "
+        "HEADs in flight each (so each brings about C / 6 and the store saturates before this 2-core machine "
+        "does) and the scan-wide governor on (`--govern-ms 1000`). The autoscaled fleet is sized by the "
+        "operator's own autoscaler (`autoscale::decide`, unchanged) driven by `autoscaled-fleet` "
+        "(bench/src/bin/autoscaled-fleet.rs) from the scan's live rate and throttles in Redis, as the operator "
+        "reads them, with its dwell and settle times shortened to 6 s and 4 s (the operator's: 60 s and 20 s) "
+        "and a process standing in for a pod. Steady rate: the mean of the workers' reported rates from "
+        f"{STEADY_AFTER_S} s after the fleet's last change while shards were still pending. 503s and retries "
+        "from the endpoint's counts (retries: failed answers, each sent again, per answered request). Every "
+        f"scan's manifest counts all objects once. Measured {sat['date']} (load average before: {sat['load']}).",
+        "",
+        "| fleet | workers | objects/s (whole run) | steady objects/s | of C | 503s | retries | adjustments "
+        "| CPU-s per 100k | StoreSaturated |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in sat["rows"]:
+        workers = str(r["fixed"]) if r["fixed"] else f"1..{SATURATION_MAX} (settled at {r['final_workers']})"
+        lines.append(
+            f"| {r['label']} | {workers} | {fmt(r['objects_per_s'])} | {fmt(r['steady_rate'])} | "
+            f"{r['share_of_capacity']:.2f} | {r['slowdown_share'] * 100:.2f} % | {r['retry_share'] * 100:.2f} % | "
+            f"{r['steps'] if not r['fixed'] else '–'} | {r['cpu_per_100k']:.2f} | {r['saturated'] or '–'} |")
+    lines += ["", "| claim | measured | met |", "| --- | --- | --- |"]
+    for claim, text, met in saturation_claims(sat):
+        lines.append(f"| {claim} | {text} | {'**met**' if met else '**missed**'} |")
+    if chart:
+        lines += ["", f"![objects/s and workers over time, by fleet]({chart})"]
+    return lines
+
+
+def render_saturation_chart(sat, path):
+    """Rate over time for each fleet (C dashed); the autoscaled fleet's workers on a second axis."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    cap = sat["model"]["capacity"]
+    for r in sat["rows"]:
+        t = [p[0] for p in r["series"]]
+        ax.plot(t, [p[2] for p in r["series"]], label=f"{r['label']} ({r['fixed'] or 'autoscaled'})")
+    ax.axhline(cap, linestyle="--", color="grey", label=f"C = {cap:,}/s")
+    ax.axhline(SATURATION_LIMITS["share_of_capacity"] * cap, linestyle=":", color="grey", label="0.9 C")
+    ax.set_xlabel("seconds into the run")
+    ax.set_ylabel("objects/s (workers' reports)")
+    auto = next((r for r in sat["rows"] if not r["fixed"]), None)
+    if auto:
+        ax2 = ax.twinx()
+        ax2.step([p[0] for p in auto["series"]], [p[1] for p in auto["series"]], where="post", color="black",
+                 alpha=0.4, label="autoscaled: workers")
+        ax2.set_ylabel("workers (autoscaled)")
+        ax2.set_ylim(0, SATURATION_MAX + 1)
+        ax2.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(f"bucketscan: saturating a store of capacity C ({sat['date']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def render_billion(billion):
@@ -1366,6 +1567,16 @@ def scale_section(bench, args):
     return scale
 
 
+def saturation_section(bench, args):
+    date, load = when()
+    sat = dict(bench.saturation(), date=date, load=load)
+    if args.saturation_chart:
+        render_saturation_chart(sat, args.saturation_chart)
+        base = os.path.dirname(os.path.abspath(args.markdown or args.saturation_chart))
+        sat["chart"] = os.path.relpath(args.saturation_chart, base)
+    return sat
+
+
 def billion_section(bench, args, scale):
     date, load = when()
     rows = scale["rows"] if scale else []
@@ -1379,9 +1590,9 @@ def billion_section(bench, args, scale):
 
 def measure_sections(args, sections, p):
     """--only: measure the named sections, splice them into --markdown."""
-    unknown = set(sections) - {"scale", "billion", "operator"}
+    unknown = set(sections) - {"scale", "billion", "operator", "saturation"}
     if unknown:
-        p.error(f"--only takes scale, billion and operator, not {', '.join(sorted(unknown))}")
+        p.error(f"--only takes scale, billion, operator and saturation, not {', '.join(sorted(unknown))}")
     args.runs = args.runs or RUNS[args.mode]
     bench = Bench(args)
     res = {}
@@ -1396,6 +1607,8 @@ def measure_sections(args, sections, p):
             res["scale"] = scale_section(bench, args)
         if "billion" in sections:
             res["billion"] = billion_section(bench, args, res.get("scale"))
+        if "saturation" in sections:
+            res["saturation"] = saturation_section(bench, args)
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     if args.json:
@@ -1406,6 +1619,8 @@ def measure_sections(args, sections, p):
         rendered.append(render_scale(res["scale"], res["scale"].get("chart")))
     if "billion" in res:
         rendered.append(render_billion(res["billion"]))
+    if "saturation" in res:
+        rendered.append(render_saturation(res["saturation"], res["saturation"].get("chart")))
     if args.markdown:
         text = open(args.markdown).read() if os.path.exists(args.markdown) else "# Benchmarks\n"
         with open(args.markdown, "w") as f:
@@ -1426,7 +1641,10 @@ def main(argv=None):
     p.add_argument("--no-fleet", action="store_true", help="skip the fleet figures")
     p.add_argument("--no-scale", action="store_true", help="skip the scale table (10^5..10^7 objects)")
     p.add_argument("--no-billion", action="store_true", help="skip the 10^9-key figures")
-    p.add_argument("--only", help="measure only these sections (comma-separated: scale, billion, operator) and "
+    p.add_argument("--no-saturation", action="store_true", help="skip the saturation figures")
+    p.add_argument("--saturation-chart", help="write the saturation plot (rate and workers over time) here")
+    p.add_argument("--only", help="measure only these sections (comma-separated: scale, billion, operator, "
+                                  "saturation) and "
                                   "splice them into the existing --markdown, leaving its other sections as they "
                                   "are; operator writes --operator-figures (needs BUCKETSCAN_TEST_KUBECONFIG)")
     p.add_argument("--scale-sizes", type=lambda v: [int(x) for x in v.split(",")],
@@ -1496,6 +1714,8 @@ def main(argv=None):
             res["scale"] = scale_section(bench, args)
         if not args.no_billion:
             res["billion"] = billion_section(bench, args, res.get("scale"))
+        if not args.no_saturation:
+            res["saturation"] = saturation_section(bench, args)
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     read_e2e(res, args.e2e, redis_per_object)

@@ -188,5 +188,56 @@ class Billion(unittest.TestCase):
         self.assertEqual(run.splice_sections("# B\n", [["## S", "x"]]), "# B\n\n## S\nx\n\n")
 
 
+def saturation_fleet(workers_at, rates, pending_until, endpoint):
+    """A fleet run's figures: a tick every second with the workers and rate
+    given per tick, shards pending until `pending_until` s."""
+    ticks = [{"secs": float(i), "workers": w, "rate": r, "throttles": 0, "pending": 5 if i < pending_until else 0,
+              "saturated": "RateFlat" if i > 20 and len(set(workers_at)) > 1 else None}
+             for i, (w, r) in enumerate(zip(workers_at, rates))]
+    return {"objects": 100_000, "objects_per_s": 4_000.0, "run_s": 25.0, "cpu_per_100k": 8.0,
+            "endpoint": dict({"requests": 100_500, "slowdowns": 0, "internal_errors": 0, "resets": 0}, **endpoint),
+            "fleet": {"ticks": ticks, "steps": 4, "started": 6}}
+
+
+class Saturation(unittest.TestCase):
+    def test_the_steady_rate_is_after_the_last_change_while_work_was_pending(self):
+        # 1, 2, 4 workers, then 6 from t=10; the rate ramps, then holds at
+        # 4,800; the tail (t >= 30) has no pending work and a falling rate.
+        workers = [1] * 4 + [2] * 3 + [4] * 3 + [6] * 25
+        rates = [800] * 4 + [1_600] * 3 + [3_200] * 3 + [4_800] * 20 + [1_000] * 5
+        row = run.saturation_row("autoscaled", None, saturation_fleet(workers, rates, 30,
+                                                                     {"slowdowns": 100, "resets": 400}), 5_000)
+        self.assertAlmostEqual(row["steady_rate"], 4_800)
+        self.assertAlmostEqual(row["share_of_capacity"], 0.96)
+        self.assertEqual(row["final_workers"], 6)
+        self.assertAlmostEqual(row["slowdown_share"], 100 / 100_500)
+        self.assertAlmostEqual(row["retry_share"], 500 / 100_000)
+        self.assertEqual(row["saturated"], "RateFlat")
+
+    def test_a_late_last_change_falls_back_to_the_last_third_of_the_busy_time(self):
+        workers = [2] * 28 + [3] * 2
+        row = run.saturation_row("x", None, saturation_fleet(workers, [1_000] * 20 + [3_000] * 10, 30, {}), 5_000)
+        self.assertAlmostEqual(row["steady_rate"], 3_000)
+
+    def test_claims_and_the_section(self):
+        steady = lambda rate, slow=0: run.saturation_row(  # noqa: E731
+            "x", None, saturation_fleet([3] * 30, [rate] * 30, 30, {"slowdowns": slow}), 5_000)
+        rows = [dict(steady(2_000), label="too few", fixed=2), dict(steady(4_900, 3_000), label="too many", fixed=16),
+                dict(steady(4_700), label="autoscaled")]
+        sat = {"objects": 100_000, "model": run.SATURATION_MODEL, "concurrency": 2, "rows": rows, "date": "d",
+               "load": "1"}
+        claims = {c: met for c, _, met in run.saturation_claims(sat)}
+        self.assertTrue(all(claims.values()), claims)
+        rows[2] = dict(steady(4_000, 1_500), label="autoscaled")
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        self.assertEqual(claims, {"steady r": False, "503s <= ": False, "retries ": True, "settles ": True,
+                                  "no more ": False})
+        lines = run.render_saturation(sat, "docs/saturation.png")
+        self.assertEqual(lines[0], run.SATURATION_HEADING)
+        self.assertTrue(any(line.startswith("| too many | 16 |") for line in lines))
+        self.assertTrue(any(line.startswith("| autoscaled | 1..16 (settled at 3) |") for line in lines))
+        self.assertIn("![objects/s and workers over time, by fleet](docs/saturation.png)", lines)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,7 +1,9 @@
 //! The benchmark harness (bench/run.py): its pure logic's unit tests, and a
 //! quick run on tiny N against the real synthetic-s3 with our worker and the
-//! hyper loop, which must produce a table with every object counted. Skips
-//! (saying why) when the benchmark's Python venv is missing.
+//! hyper loop, which must produce a table with every object counted, and
+//! the saturation section's three fleets (the autoscaled one driven by
+//! `autoscaled-fleet`). Fails, saying why, when the benchmark's Python venv
+//! is missing: a skipped harness test would pass without testing anything.
 
 #[path = "../../worker/tests/common/bin.rs"]
 mod bin;
@@ -9,12 +11,17 @@ mod bin;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn venv_python() -> Option<PathBuf> {
+fn venv_python() -> PathBuf {
     let cache = std::env::var_os("BUCKETSCAN_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/bucketscan"));
     let python = cache.join("venv/bin/python");
-    python.exists().then_some(python)
+    assert!(
+        python.exists(),
+        "no Python venv at {}: run scripts/install-deps.sh",
+        python.display()
+    );
+    python
 }
 
 fn bench_dir() -> &'static Path {
@@ -23,11 +30,7 @@ fn bench_dir() -> &'static Path {
 
 #[test]
 fn harness_logic_unit_tests_pass() {
-    let Some(python) = venv_python() else {
-        eprintln!("skipped: no Python venv (run scripts/install-deps.sh)");
-        return;
-    };
-    let out = Command::new(python)
+    let out = Command::new(venv_python())
         .arg(bench_dir().join("test_run.py"))
         .output()
         .unwrap();
@@ -36,10 +39,7 @@ fn harness_logic_unit_tests_pass() {
 
 #[test]
 fn a_quick_run_counts_every_object() {
-    let Some(python) = venv_python() else {
-        eprintln!("skipped: no Python venv (run scripts/install-deps.sh)");
-        return;
-    };
+    let python = venv_python();
     let dir = std::env::temp_dir().join(format!("bucketscan-harness-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_synthetic-s3")).parent().unwrap();
@@ -69,6 +69,17 @@ fn a_quick_run_counts_every_object() {
         assert!(c["head_per_s"].as_f64().unwrap() > 0.0, "{client}: {c}");
     }
     assert_eq!(results["list"]["objects"], 1500);
+    // Each fleet scanned every object (fleet_once checks the manifest).
+    let fleets = results["saturation"]["rows"]
+        .as_array()
+        .expect("the saturation section");
+    let labels: Vec<_> = fleets.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["too few", "too many", "autoscaled"]);
+    for r in fleets {
+        assert_eq!(r["objects"], 1500, "{r}");
+        assert!(r["requests"].as_u64().unwrap() >= 1500, "{r}");
+    }
+    assert!(fleets[2]["started"].as_u64().unwrap() >= 1, "{}", fleets[2]);
     let md = std::fs::read_to_string(dir.join("BENCHMARKS.md")).unwrap();
     assert!(md.contains("| bucketscan, --head-client fast | 1,500 |"), "{md}");
     assert!(

@@ -23,16 +23,9 @@ pub(super) async fn observe(queue: &Queue) -> Result<Observed, Error> {
     let planned = queue.spec::<ScanSpec>().await?.is_some();
     let counts = queue.counts().await?;
     let total = queue.shard_count().await?;
-    let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    // Workers that reported in the last few seconds make up the live rate.
     let rate = queue
-        .workers()
-        .await?
-        .values()
-        .filter_map(|json| serde_json::from_str::<serde_json::Value>(json).ok())
-        .filter(|v| v["updated"].as_i64().is_some_and(|t| now - t <= 10))
-        .filter_map(|v| v["rate"].as_f64())
-        .sum();
+        .live_rate(time::OffsetDateTime::now_utc().unix_timestamp())
+        .await?;
     let manifest = queue
         .meta_field("manifest")
         .await?

@@ -929,6 +929,21 @@ impl Queue {
         Ok(con.hgetall(self.keys.workers()).await?)
     }
 
+    /// The scan's HEADs per second now: the sum of the rates its workers
+    /// reported in the last `LIVE_SECS` (a worker that stopped reporting
+    /// has stopped or is stuck: its last rate is not the scan's).
+    pub async fn live_rate(&self, now_unix: i64) -> Result<f64, QueueError> {
+        const LIVE_SECS: i64 = 10;
+        Ok(self
+            .workers()
+            .await?
+            .values()
+            .filter_map(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+            .filter(|v| v["updated"].as_i64().is_some_and(|t| now_unix - t <= LIVE_SECS))
+            .filter_map(|v| v["rate"].as_f64())
+            .sum())
+    }
+
     /// The scan's progress totals.
     pub async fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>, QueueError> {
         let mut con = self.con.clone();

@@ -1,0 +1,209 @@
+//! A fleet of real `bucketscan-worker run` processes on a planned scan,
+//! sized the way the operator sizes it: every tick, the scan's live rate and
+//! throttles are read from Redis as the operator reads them and handed to
+//! the operator's own autoscaler (`bucketscan_operator::autoscale::decide`),
+//! and worker processes are started or stopped (SIGTERM: a stopping worker
+//! hands its shard back) to match. With `--fixed N` the fleet is N workers
+//! throughout. For the saturation figures of `just bench` (BENCHMARKS.md).
+//!
+//! Kubernetes is not here: a process stands in for a pod (started at once,
+//! ready when started), and the autoscaler's times are shortened (`--dwell-secs`,
+//! `--settle-secs`) so that a run takes a minute or two instead of an hour.
+//! The decisions are the operator's code, unchanged.
+//!
+//! Prints one JSON object: the time series (workers, rate, throttles) and
+//! each decision's StoreSaturated reason.
+
+use anyhow::Context;
+use bucketscan_core::fleet::governor::summarise;
+use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+use bucketscan_operator::autoscale::{decide, AutoscaleConfig, Observation};
+use bucketscan_operator::crd::{AutoscaleState, Workers};
+use bucketscan_operator::desired::desired_replicas;
+use clap::Parser;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long)]
+    redis: String,
+    #[arg(long)]
+    scan: String,
+    /// N workers throughout instead of the autoscaler.
+    #[arg(long)]
+    fixed: Option<i32>,
+    #[arg(long, default_value_t = 1)]
+    min: i32,
+    #[arg(long, default_value_t = 16)]
+    max: i32,
+    /// The autoscaler's dwell after a step (the operator's: 60 s).
+    #[arg(long, default_value_t = 6)]
+    dwell_secs: i64,
+    /// How long a step's workers run before its rate is judged (operator: 20 s).
+    #[arg(long, default_value_t = 4)]
+    settle_secs: i64,
+    #[arg(long, default_value_t = 500)]
+    tick_ms: u64,
+    /// The worker command (`bucketscan-worker run ...`); each process gets
+    /// `--name wN` appended.
+    #[arg(last = true, required = true)]
+    worker: Vec<String>,
+}
+
+#[derive(serde::Serialize)]
+struct Tick {
+    secs: f64,
+    workers: usize,
+    /// Shards not yet taken (while some are, every worker has work).
+    pending: u64,
+    rate: f64,
+    throttles: u64,
+    saturated: Option<&'static str>,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let con = RedisConfig::new(&args.redis).connect().await?;
+    let queue = Queue::on(&con, &args.scan, "autoscaled-fleet", Duration::from_secs(30));
+    let cfg = AutoscaleConfig {
+        dwell_secs: args.dwell_secs,
+        settle_secs: args.settle_secs,
+        ..AutoscaleConfig::default()
+    };
+    let bounds = Workers {
+        replicas: args.fixed,
+        min_replicas: Some(args.min),
+        max_replicas: Some(args.max),
+        ..Workers::default()
+    };
+    let started = Instant::now();
+    // The autoscaler works in whole seconds; scaled time would change its
+    // arithmetic, so ticks are real time and the judged windows short.
+    let now_secs = || started.elapsed().as_secs() as i64 + 1_000_000;
+    let mut fleet = Fleet::new(args.worker.clone());
+    let mut state: Option<AutoscaleState> = None;
+    let mut ticks = Vec::new();
+    let mut steps = 0u32;
+    loop {
+        let counts = queue.counts().await?;
+        let left = counts.pending + counts.leased;
+        fleet.reap()?;
+        if left == 0 && fleet.running() == 0 {
+            break;
+        }
+        let rate = queue
+            .live_rate(time::OffsetDateTime::now_utc().unix_timestamp())
+            .await?;
+        let throttles = summarise(&queue.governors().await?).throttles;
+        let bound = desired_replicas(&bounds, Some(left));
+        let (want, saturated) = match args.fixed {
+            Some(_) => (bound, None),
+            None => {
+                let obs = Observation {
+                    now_secs: now_secs(),
+                    rate,
+                    throttles,
+                    ready: fleet.running() as i32,
+                    ceiling: None,
+                };
+                let d = decide(state.as_ref(), &obs, args.min, bound, &cfg);
+                if state.as_ref().is_none_or(|s| s.step_time != d.state.step_time) {
+                    steps += 1;
+                }
+                state = Some(d.state);
+                (d.workers, d.saturated.map(|s| s.reason))
+            }
+        };
+        // Workers exit by themselves when the queue drains; none is started
+        // for work that is gone.
+        if left > 0 {
+            fleet.scale_to(want.max(0) as usize)?;
+        }
+        ticks.push(Tick {
+            secs: started.elapsed().as_secs_f64(),
+            workers: fleet.running(),
+            pending: counts.pending,
+            rate,
+            throttles,
+            saturated,
+        });
+        tokio::time::sleep(Duration::from_millis(args.tick_ms)).await;
+    }
+    let out = serde_json::json!({
+        "seconds": started.elapsed().as_secs_f64(),
+        "steps": steps,
+        "started": fleet.started,
+        "failed": fleet.failed,
+        "ticks": ticks,
+    });
+    println!("{out}");
+    anyhow::ensure!(fleet.failed == 0, "{} worker(s) failed", fleet.failed);
+    Ok(())
+}
+
+/// The worker processes: started newest last, stopped newest first.
+struct Fleet {
+    command: Vec<String>,
+    running: Vec<Child>,
+    stopping: Vec<Child>,
+    started: u32,
+    failed: u32,
+}
+
+impl Fleet {
+    fn new(command: Vec<String>) -> Fleet {
+        Fleet {
+            command,
+            running: Vec::new(),
+            stopping: Vec::new(),
+            started: 0,
+            failed: 0,
+        }
+    }
+
+    fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    fn scale_to(&mut self, n: usize) -> anyhow::Result<()> {
+        while self.running.len() < n {
+            let child = Command::new(&self.command[0])
+                .args(&self.command[1..])
+                .args(["--name", &format!("w{}", self.started)])
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("starting {}", self.command[0]))?;
+            self.started += 1;
+            self.running.push(child);
+        }
+        while self.running.len() > n {
+            let child = self.running.pop().expect("more than n");
+            if let Some(pid) = child.id() {
+                // SIGTERM: the worker hands its shards back and exits.
+                std::process::Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status()?;
+            }
+            self.stopping.push(child);
+        }
+        Ok(())
+    }
+
+    /// Forget the workers that exited; count the ones that failed.
+    fn reap(&mut self) -> anyhow::Result<()> {
+        for list in [&mut self.running, &mut self.stopping] {
+            let mut kept = Vec::new();
+            for mut child in list.drain(..) {
+                match child.try_wait()? {
+                    Some(status) if !status.success() => self.failed += 1,
+                    Some(_) => {}
+                    None => kept.push(child),
+                }
+            }
+            *list = kept;
+        }
+        Ok(())
+    }
+}
