@@ -415,7 +415,7 @@ mod tests {
         assert_eq!(element(xml, "Missing"), None);
         // Not text but elements inside: not an element's text.
         assert_eq!(element(xml, "Owner"), None);
-        assert_eq!(find_tag("a<b<Key>", "<Key>"), Some(4));
+        assert_eq!(find_tag("a<b<Key>", "<Key>"), Some(3));
         assert_eq!(find_tag("<Ke", "<Key>"), None);
         assert_eq!(
             blocks("<C>1</C>x<C>2</C><C>3", "C").collect::<Vec<_>>(),
