@@ -71,6 +71,10 @@ SATURATION_MODEL = {"capacity": 5_000, "head_median_ms": 2.0, "head_p99_ms": 8.0
 SATURATION_CONCURRENCY = 2
 SATURATION_FLEETS = [("too few", 2), ("too many", 16), ("autoscaled", None)]
 SATURATION_MAX = 16
+# Shards enough that every one of SATURATION_MAX workers has work until near
+# the end (the default plan, 64 shards of >= 10,000 objects, would leave
+# most of a large fleet idle: no saturation, whatever the fleet).
+SATURATION_PLAN = ["--target-shards", "256", "--min-shard-objects", "1000"]
 SATURATION_LIMITS = {"share_of_capacity": 0.9, "slowdown_share": 0.01, "retry_share": 0.02}
 # The 10^9 figures (issue 13, item 7): keyspaces, shard target, LIST budget,
 # and the limits each figure is judged against.
@@ -479,8 +483,9 @@ class Bench:
         import boto3
         from botocore.config import Config
         store_port = free_port()
-        data = os.path.join(self.tmp, "versitygw")
-        os.makedirs(data, exist_ok=True)
+        # A fresh directory per store: sections start their own store, and a
+        # bucket left by the previous one would refuse CreateBucket.
+        data = tempfile.mkdtemp(prefix="versitygw-", dir=self.tmp)
         store = subprocess.Popen([self.args.versitygw, "--port", f"127.0.0.1:{store_port}", "--health", "/_health",
                                   "posix", data], env=dict(self.env, ROOT_ACCESS_KEY=CREDENTIALS[0],
                                                            ROOT_SECRET_KEY=CREDENTIALS[1]),
@@ -527,7 +532,7 @@ class Bench:
             store.wait()
         return rows
 
-    def fleet_once(self, n, workers, scan, store_url, s3, model=(), run_fleet=None):
+    def fleet_once(self, n, workers, scan, store_url, s3, model=(), run_fleet=None, plan_args=()):
         """plan, `workers` x `bucketscan-worker run` (or `run_fleet(common
         args, env) -> (CPU s, peak RSS KB, what else it measured)`), merge,
         and the manifest checked against the N objects."""
@@ -545,7 +550,7 @@ class Bench:
             before = redis_commands(port)
             started = time.monotonic()
             plan = run_client([worker, "plan", *common, *endpoint, "--bucket", BUCKET,
-                               "--output", f"s3://bench-out/{scan}/"], env=self.env)
+                               "--output", f"s3://bench-out/{scan}/", *plan_args], env=self.env)
             planned = time.monotonic()
             extra = None
             if run_fleet:
@@ -637,7 +642,8 @@ class Bench:
                                                        timeout=3600)
                     return cpu, rss, json.load(open(out))
 
-                f = self.fleet_once(n, 0, f"sat{len(rows)}", store_url, s3, model=model, run_fleet=run_fleet)
+                f = self.fleet_once(n, 0, f"sat{len(rows)}", store_url, s3, model=model, run_fleet=run_fleet,
+                                    plan_args=SATURATION_PLAN)
                 rows.append(saturation_row(label, fixed, f, m["capacity"]))
                 r = rows[-1]
                 log(f"    {r['objects_per_s']:.0f} objects/s overall, {r['steady_rate']:.0f}/s steady "
