@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Unit tests of the harness's pure logic: medians, ratios, target
-evaluation, the e2e file. Run: python3 bench/test_run.py (the Rust test
+evaluation, the e2e file, the sections of BENCHMARKS.md a run writes. Run: python3 bench/test_run.py (the Rust test
 bench/tests/harness.rs runs it too)."""
+import argparse
 import os
+import re
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -186,6 +189,84 @@ class Billion(unittest.TestCase):
         twice = run.splice_sections(once, [["## S", "", "two"]])
         self.assertEqual(twice, once.replace("one", "two"))
         self.assertEqual(run.splice_sections("# B\n", [["## S", "x"]]), "# B\n\n## S\nx\n\n")
+
+    def test_a_new_section_follows_the_one_spliced_before_it(self):
+        text = "# B\n\n## A\n\na\n\n## Z\n\nz\n\n## End to end in the e2e cluster\n\ne\n"
+        out = run.splice_sections(text, [["## A", "", "a2"], ["## S", "", "s"]])
+        self.assertEqual(out, text.replace("a\n\n## Z", "a2\n\n## S\n\ns\n\n## Z"))
+
+
+def report_res(date="2026-12-01 00:00 UTC"):
+    """The least a full run's results hold for render_markdown."""
+    clients = {"ours-fast": client(40_000, 2.0), "hyper-loop": client(45_000, 1.5)}
+    for c in clients.values():
+        c["endpoint_share"] = 0.2
+    return {"mode": "full", "runs": 3, "date": date, "latency_us": 1000, "skipped": {},
+            "machine": {"nproc": 2, "cpu": "cpu", "kernel": "k", "python": "3", "load_before": (1, 1, 1),
+                        "load_after": (1, 1, 1)},
+            "clients": clients, "ratios": run.ratios_to_ours(clients), "e2e_missing": "no file",
+            "targets": run.evaluate_targets(clients, None, None, None)}
+
+
+# A BENCHMARKS.md as a full run leaves it, then edited by hand: a section
+# of its own between two the run produces, and one at the end. Only the
+# harness's long-standing API is used, so that these fail on a harness
+# that drops such sections rather than on a missing name.
+E2E = "## End to end in the e2e cluster"
+MARKER = "_Carried over from an earlier BENCHMARKS.md: not measured in the run of {}._"
+HAND = "## Merge: by hand\n\nMeasured 2026-11-23 with merge-time.\n\n| parts | s |\n| 1,000 | 6.1 |\n"
+LAST = "## Metadata from MinIO\n\nMeasured by hand.\n"
+
+
+def old_report():
+    text = run.render_markdown(report_res("2026-11-01 00:00 UTC"))
+    text = text.replace(E2E, HAND + "\n" + E2E)
+    return text.rstrip("\n") + "\n\n" + LAST
+
+
+def full_run(old, date="2026-12-01 00:00 UTC"):
+    """What a full run of `date` writes over `old`, through write_reports."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "BENCHMARKS.md")
+        with open(path, "w") as f:
+            f.write(old)
+        run.write_reports(report_res(date), argparse.Namespace(chart=None, markdown=path))
+        with open(path) as f:
+            return f.read()
+
+
+class Report(unittest.TestCase):
+    def test_a_section_the_run_does_not_produce_is_kept_where_it_was_and_marked(self):
+        out = full_run(old_report())
+        headings = re.findall(r"(?m)^## .*", out)
+        self.assertEqual(headings[-1], "## Metadata from MinIO")
+        self.assertEqual(headings[headings.index("## Merge: by hand") + 1], E2E)
+        marker = MARKER.format("2026-12-01 00:00 UTC")
+        self.assertIn(HAND.replace("\n\n", f"\n\n{marker}\n\n", 1), out)
+        self.assertIn(LAST.replace("\n\n", f"\n\n{marker}\n\n", 1), out)
+        self.assertEqual(out.count(marker), 2, "only the kept sections are marked")
+
+    def test_a_produced_section_replaces_its_old_copy(self):
+        out = full_run(old_report().replace("None missed in this run.", "old reasons"))
+        self.assertNotIn("old reasons", out)
+        self.assertEqual(out.count("## Why targets are missed"), 1)
+        self.assertEqual(out.count("# Benchmarks\n"), 1)
+        self.assertIn("on 2026-12-01 00:00 UTC.", out.split("\n## ")[0])
+
+    def test_the_header_names_the_carried_sections(self):
+        out = full_run(old_report())
+        header = out.split("\n## ")[0]
+        self.assertNotIn("Every figure below was measured in this one run", header)
+        self.assertIn('except in the 2 section(s) carried over from earlier measurements, each marked so under its '
+                      'heading: "Merge: by hand", "Metadata from MinIO".', header)
+        fresh = full_run("").split("\n## ")[0]
+        self.assertIn("Every figure below was measured in this one run", fresh)
+
+    def test_a_section_carried_again_has_one_line_with_the_latest_date(self):
+        twice = full_run(full_run(old_report(), "2026-11-30 00:00 UTC"))
+        self.assertEqual(twice, full_run(old_report()))
+        self.assertEqual(twice.count("_Carried over"), 2)
+        self.assertNotIn("2026-11-30", twice)
 
 
 def saturation_fleet(workers_at, rates, pending_until, endpoint):
