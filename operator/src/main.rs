@@ -203,6 +203,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     metrics.redis_up.set(1);
     metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     tokio::spawn(watch_redis(redis.clone(), metrics.clone()));
+    tokio::spawn(watch_kube_api(
+        client.clone(),
+        args.namespace.clone(),
+        metrics.clone(),
+    ));
 
     let election = args.leader_election_namespace.as_deref().map(|ns| {
         LeaderElection::new(
@@ -267,6 +272,31 @@ async fn connect_redis(
 /// a PING now, on a connection of its own: the reconciles' connection waits
 /// patiently through a Redis restart, which is right for them and wrong for
 /// a health check.
+/// Whether the Kubernetes API answers what the controller's watch needs (a
+/// list of BucketScans, where it watches), every 5 s: readiness and
+/// `bucketscan_kube_api_up` follow. A watch that fails while this answers
+/// is retried by the watcher with backoff.
+async fn watch_kube_api(client: kube::Client, namespace: Option<String>, metrics: Arc<Metrics>) {
+    const EVERY: Duration = Duration::from_secs(5);
+    let scans: kube::Api<bucketscan_operator::crd::BucketScan> = match &namespace {
+        Some(ns) => kube::Api::namespaced(client, ns),
+        None => kube::Api::all(client),
+    };
+    let probe = kube::api::ListParams::default().limit(1);
+    loop {
+        let answered = matches!(
+            tokio::time::timeout(EVERY, scans.list_metadata(&probe)).await,
+            Ok(Ok(_))
+        );
+        let was = metrics.kube_api_up.get() == 1;
+        if was != answered {
+            tracing::warn!(kube_api_up = answered, "Kubernetes API health changed");
+        }
+        metrics.kube_api_up.set(i64::from(answered));
+        tokio::time::sleep(EVERY).await;
+    }
+}
+
 async fn watch_redis(redis: RedisConfig, metrics: Arc<Metrics>) {
     const EVERY: Duration = Duration::from_secs(5);
     let mut connection = None;

@@ -94,6 +94,12 @@ pub struct Metrics {
     pub leader: Gauge,
     /// 1 while Redis answers the operator's PING.
     pub redis_up: Gauge,
+    /// 1 while the Kubernetes API answers the operator's list of
+    /// BucketScans (what its watch needs: reachable and allowed).
+    pub kube_api_up: Gauge,
+    /// The BucketScan watch listed every scan once (the leader's cache is
+    /// complete).
+    pub watch_synced: AtomicBool,
     /// The Kubernetes API answered at start.
     pub ready: AtomicBool,
 }
@@ -106,6 +112,7 @@ impl Default for Metrics {
         let reconcile_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 14));
         let leader = Gauge::default();
         let redis_up = Gauge::default();
+        let kube_api_up = Gauge::default();
         registry.register("reconciles", "Reconciles by result", reconciles.clone());
         registry.register(
             "reconcile_failures",
@@ -149,6 +156,11 @@ impl Default for Metrics {
         );
         registry.register("leader", "1 when this replica leads", leader.clone());
         registry.register("redis_up", "1 while Redis answers the operator", redis_up.clone());
+        registry.register(
+            "kube_api_up",
+            "1 while the Kubernetes API answers the operator's list of BucketScans",
+            kube_api_up.clone(),
+        );
         // Known label values start at 0 (Prometheus' advice), so rate() and
         // alerts see a series before the first event of its kind.
         for result in ["ok", "error"] {
@@ -176,6 +188,8 @@ impl Default for Metrics {
             scan_governed_rate,
             leader,
             redis_up,
+            kube_api_up,
+            watch_synced: AtomicBool::new(false),
             ready: AtomicBool::new(false),
         }
     }
@@ -188,9 +202,28 @@ impl Metrics {
         out
     }
 
-    /// Ready: the API answered at start and Redis answers now.
+    /// Ready: started, Redis and the Kubernetes API answer now, and, on the
+    /// leader, the BucketScan watch has listed every scan. A standby (no
+    /// watch until it leads) is ready on the first two, so a rolling update
+    /// of several replicas is not held up by it.
+    pub fn readiness(&self) -> Result<(), &'static str> {
+        if !self.ready.load(Ordering::Relaxed) {
+            return Err("starting");
+        }
+        if self.redis_up.get() != 1 {
+            return Err("Redis does not answer");
+        }
+        if self.kube_api_up.get() != 1 {
+            return Err("the Kubernetes API does not answer the operator's list of BucketScans");
+        }
+        if self.leader.get() == 1 && !self.watch_synced.load(Ordering::Relaxed) {
+            return Err("the BucketScan watch has not listed every scan yet");
+        }
+        Ok(())
+    }
+
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed) && self.redis_up.get() == 1
+        self.readiness().is_ok()
     }
 
     /// A scan's counts as read from Redis: each counter moves up to it,
@@ -308,12 +341,10 @@ fn route(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<Fu
     let (status, body) = match req.uri().path() {
         "/metrics" => (StatusCode::OK, metrics.encode()),
         "/healthz" => (StatusCode::OK, "ok\n".to_string()),
-        "/readyz" if metrics.is_ready() => (StatusCode::OK, "ok\n".to_string()),
-        "/readyz" if metrics.ready.load(Ordering::Relaxed) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Redis does not answer\n".to_string(),
-        ),
-        "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "starting\n".to_string()),
+        "/readyz" => match metrics.readiness() {
+            Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        },
         _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
     };
     Response::builder()
@@ -373,14 +404,26 @@ mod tests {
     }
 
     #[test]
-    fn ready_needs_redis_answering_now() {
+    fn ready_needs_redis_and_the_api_answering_now_and_the_leader_s_watch_synced() {
         let m = Metrics::default();
-        assert!(!m.is_ready());
+        assert_eq!(m.readiness(), Err("starting"));
         m.ready.store(true, Ordering::Relaxed);
         assert!(!m.is_ready(), "Redis not yet seen");
         m.redis_up.set(1);
+        assert!(!m.is_ready(), "the API not yet seen");
+        m.kube_api_up.set(1);
+        assert!(m.is_ready(), "a standby needs no watch");
+        m.leader.set(1);
+        assert_eq!(
+            m.readiness(),
+            Err("the BucketScan watch has not listed every scan yet")
+        );
+        m.watch_synced.store(true, Ordering::Relaxed);
         assert!(m.is_ready());
-        m.redis_up.set(0);
+        m.kube_api_up.set(0);
         assert!(!m.is_ready());
+        m.kube_api_up.set(1);
+        m.redis_up.set(0);
+        assert_eq!(m.readiness(), Err("Redis does not answer"));
     }
 }

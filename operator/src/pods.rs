@@ -1,12 +1,14 @@
 //! Pure: why a scan's worker pods do not run, from what the API server shows
 //! of them (container waiting reasons, scheduling) and of their Deployment (a
-//! ReplicaSet that may not create pods, such as a quota refusal), and when a
-//! scan that makes no progress counts as stalled. The operator turns these
-//! into the conditions `WorkersReady` and `Progressing`.
+//! ReplicaSet that may not create pods, such as a quota refusal), why the pod
+//! of a plan or merge Job does not run, and when a scan that makes no
+//! progress counts as stalled. The operator turns these into the conditions
+//! `WorkersReady`, `Complete` (while planning or merging) and `Progressing`.
 //!
 //! May import: nothing of the crate.
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use std::time::Duration;
 
@@ -64,6 +66,40 @@ pub fn worker_health(pods: &[Pod], deployment: Option<&Deployment>, desired: i32
         desired,
         problem: problem.filter(|_| ready < desired),
     }
+}
+
+/// Why the pod of a Job (plan, merge) does not run: a container stuck or a
+/// pod that cannot be scheduled, or, once the Job is `age` old past
+/// `patience`, no pod at all: the Job controller could not create it (a
+/// quota, a missing ServiceAccount, an admission policy), which only the
+/// Job's events tell.
+pub fn job_problem(job: &Job, pods: &[Pod], age: Duration, patience: Duration) -> Option<(String, String)> {
+    let live: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let name = job.metadata.name.as_deref().unwrap_or("?");
+    if let Some(problem) = live
+        .iter()
+        .find_map(|p| stuck_container(p))
+        .or_else(|| live.iter().find_map(|p| unschedulable(p)))
+    {
+        return Some(problem);
+    }
+    let ever_ran = job
+        .status
+        .as_ref()
+        .is_some_and(|s| s.active.unwrap_or(0) + s.succeeded.unwrap_or(0) + s.failed.unwrap_or(0) > 0);
+    (pods.is_empty() && !ever_ran && age >= patience).then(|| {
+        (
+            "NoJobPod".to_string(),
+            format!(
+                "Job {name} has created no pod in {} s; `kubectl describe job/{name}` shows why \
+                 (a quota, a missing ServiceAccount, an admission policy)",
+                age.as_secs()
+            ),
+        )
+    })
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -176,6 +212,50 @@ mod tests {
                 "name": "worker", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
                 "state": {"waiting": {"reason": reason, "message": message}}}]}),
         )
+    }
+
+    fn job(name: &str, status: serde_json::Value) -> Job {
+        let mut j: Job = serde_json::from_value(serde_json::json!({"status": status})).unwrap();
+        j.metadata.name = Some(name.into());
+        j
+    }
+
+    #[test]
+    fn a_job_pod_that_cannot_run_or_a_job_without_pods_says_so() {
+        let minute = Duration::from_secs(60);
+        let plan = job("s-plan", serde_json::json!({"active": 1}));
+        let pull = [waiting(
+            "s-plan-x",
+            "ImagePullBackOff",
+            "Back-off pulling image \"nope:1\"",
+        )];
+        assert_eq!(
+            job_problem(&plan, &pull, Duration::ZERO, minute),
+            Some((
+                "ImagePullBackOff".into(),
+                "pod s-plan-x: ImagePullBackOff: Back-off pulling image \"nope:1\"".into()
+            ))
+        );
+        let running = [ready("s-plan-x")];
+        assert_eq!(job_problem(&plan, &running, 10 * minute, minute), None);
+        let fresh = job("s-merge", serde_json::json!({}));
+        assert_eq!(
+            job_problem(&fresh, &[], Duration::from_secs(5), minute),
+            None,
+            "not yet"
+        );
+        let (reason, message) = job_problem(&fresh, &[], 2 * minute, minute).unwrap();
+        assert_eq!(reason, "NoJobPod");
+        assert!(
+            message.starts_with("Job s-merge has created no pod in 120 s"),
+            "{message}"
+        );
+        let done = job("s-merge", serde_json::json!({"succeeded": 1}));
+        assert_eq!(
+            job_problem(&done, &[], 10 * minute, minute),
+            None,
+            "its pod is gone, it ran"
+        );
     }
 
     #[test]

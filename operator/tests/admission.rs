@@ -14,26 +14,13 @@ use common::*;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 const NS: &str = "admission";
 
 fn start_operator() -> Child {
-    let log = std::fs::File::create(temp_path("operator-admission.log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .args([
-            "--namespace",
-            NS,
-            "--metrics-addr",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap(),
-        )
-        .stdout(Stdio::null())
-        .stderr(log)
+    operator_command(NS, &temp_path("operator-admission.log"))
+        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .spawn()
         .unwrap()
 }

@@ -196,6 +196,38 @@ fn metadata_namespace(doc: &str) -> Option<&str> {
         .map(|ns| ns.trim().trim_matches('"'))
 }
 
+/// Applies the ServiceAccounts, roles and bindings of a rendered chart.
+fn apply_rbac(rendered: &str, file_name: &str) {
+    let rbac: Vec<&str> = rendered
+        .split("\n---")
+        .filter(|doc| {
+            [
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+            ]
+            .iter()
+            .any(|k| doc.contains(&format!("\nkind: {k}\n")))
+        })
+        .collect();
+    let file = scratch(file_name);
+    std::fs::write(&file, rbac.join("\n---")).unwrap();
+    run("kubectl", &["apply", "-f", file.to_str().unwrap()]);
+}
+
+/// `kubectl auth can-i ARGS` as `user`, answered by the API server.
+fn can_i(user: &str, args: &[&str]) -> bool {
+    let out = Command::new("kubectl")
+        .args(["auth", "can-i", &format!("--as={user}")])
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "yes"
+}
+
 /// The chart's RBAC as the API server enforces it, asked with `kubectl auth
 /// can-i` as the operator's ServiceAccount: BucketScans, Deployments and
 /// Jobs in every namespace, but Secrets only in `operator.scanNamespaces`,
@@ -219,36 +251,8 @@ async fn the_operator_reaches_secrets_only_in_the_namespaces_that_run_scans() {
             "operator.scanNamespaces={rbac-team}",
         ],
     );
-    let rbac: Vec<&str> = rendered
-        .split("\n---")
-        .filter(|doc| {
-            [
-                "ServiceAccount",
-                "ClusterRole",
-                "ClusterRoleBinding",
-                "Role",
-                "RoleBinding",
-            ]
-            .iter()
-            .any(|k| doc.contains(&format!("\nkind: {k}\n")))
-        })
-        .collect();
-    let file = scratch("rbac.yaml");
-    std::fs::write(&file, rbac.join("\n---")).unwrap();
-    run("kubectl", &["apply", "-f", file.to_str().unwrap()]);
-    let can = |args: &[&str]| {
-        let out = Command::new("kubectl")
-            .args([
-                "auth",
-                "can-i",
-                "--as=system:serviceaccount:rbac-release:rbacx-bucketscan",
-            ])
-            .args(args)
-            .env("KUBECONFIG", kubeconfig_path())
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim() == "yes"
-    };
+    apply_rbac(&rendered, "rbac.yaml");
+    let can = |args: &[&str]| can_i("system:serviceaccount:rbac-release:rbacx-bucketscan", args);
     for verb in ["get", "create", "patch"] {
         assert!(
             can(&[verb, "secrets", "-n", "rbac-team"]),
@@ -267,4 +271,67 @@ async fn the_operator_reaches_secrets_only_in_the_namespaces_that_run_scans() {
     assert!(can(&["list", "bucketscans.bucketscan.dev", "--all-namespaces"]));
     assert!(can(&["create", "deployments.apps", "-n", "rbac-other"]));
     assert!(can(&["create", "jobs.batch", "-n", "rbac-other"]));
+    // Only the verbs the code uses on BucketScans.
+    let scans = "bucketscans.bucketscan.dev";
+    assert!(can(&["patch", scans, "-n", "rbac-team"]));
+    assert!(can(&["patch", scans, "-n", "rbac-team", "--subresource=status"]));
+    assert!(!can(&["update", scans, "-n", "rbac-team"]), "never replaced");
+    assert!(!can(&[
+        "update",
+        scans,
+        "-n",
+        "rbac-team",
+        "--subresource=status"
+    ]));
+    assert!(
+        can(&["update", scans, "-n", "rbac-team", "--subresource=finalizers"]),
+        "blockOwnerDeletion under OwnerReferencesPermissionEnforcement"
+    );
+}
+
+/// A namespaced install (`operator.watchOwnNamespace`) reaches its own
+/// namespace only: Secrets, BucketScans, Deployments and Jobs there, none of
+/// them anywhere else.
+#[tokio::test]
+async fn a_namespaced_install_reaches_its_own_namespace_only() {
+    let client = client().await;
+    install_crd(&client).await;
+    for ns in ["rbac-own", "rbac-elsewhere"] {
+        namespace(&client, ns).await;
+    }
+    let rendered = run(
+        "helm",
+        &[
+            "template",
+            "rbacown",
+            "charts/bucketscan",
+            "--namespace",
+            "rbac-own",
+            "--set",
+            "operator.watchOwnNamespace=true",
+        ],
+    );
+    apply_rbac(&rendered, "rbac-own.yaml");
+    let can = |args: &[&str]| can_i("system:serviceaccount:rbac-own:rbacown-bucketscan", args);
+    for (verb, what) in [
+        ("get", "secrets"),
+        ("create", "secrets"),
+        ("list", "bucketscans.bucketscan.dev"),
+        ("create", "deployments.apps"),
+        ("create", "jobs.batch"),
+    ] {
+        assert!(
+            can(&[verb, what, "-n", "rbac-own"]),
+            "{verb} {what} in its namespace"
+        );
+        assert!(
+            !can(&[verb, what, "-n", "rbac-elsewhere"]),
+            "{verb} {what} elsewhere"
+        );
+    }
+    assert!(
+        !can(&["list", "secrets", "-n", "rbac-own"]),
+        "the operator never lists Secrets"
+    );
+    assert!(!can(&["list", "bucketscans.bucketscan.dev", "--all-namespaces"]));
 }

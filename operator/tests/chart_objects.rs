@@ -94,16 +94,23 @@ fn a_scan() -> BucketScan {
     scan
 }
 
-/// Labels of the pods of the worker Deployment and of the merge Job.
+/// Labels of the pods that reach Redis: the worker Deployment's, the plan
+/// Job's (a scan on its pods' identity plans in its own pod) and the merge
+/// Job's.
 fn scan_pod_labels() -> Vec<BTreeMap<String, String>> {
     let scan = a_scan();
     let settings = Settings::default();
     let d = desired::worker_deployment(&scan, &settings, 1, false);
-    let j = desired::merge_job(&scan, &settings, false);
-    vec![
-        d.spec.unwrap().template.metadata.unwrap().labels.unwrap(),
-        j.spec.unwrap().template.metadata.unwrap().labels.unwrap(),
-    ]
+    let jobs = [
+        desired::plan_job(&scan, &settings, false, false),
+        desired::plan_job(&scan, &settings, false, true),
+        desired::merge_job(&scan, &settings, false),
+    ];
+    let mut labels = vec![d.spec.unwrap().template.metadata.unwrap().labels.unwrap()];
+    for j in jobs {
+        labels.push(j.spec.unwrap().template.metadata.unwrap().labels.unwrap());
+    }
+    labels
 }
 
 fn pod_labels(o: &Value) -> BTreeMap<String, String> {
@@ -142,10 +149,49 @@ fn only_the_operator_and_scan_pods_may_reach_redis() {
         stranger.insert("app.kubernetes.io/component".into(), "redis-credentials".into());
         assert!(
             !admitted(&stranger, true),
-            "a pod that is neither worker nor merge"
+            "a pod that is neither worker, plan nor merge"
         );
+        let cleanup = desired::cleanup_job(&a_scan(), &Settings::default());
+        let cleanup = cleanup.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+        assert!(!admitted(&cleanup, true), "delete-parts needs no Redis");
         assert!(!admitted(&BTreeMap::from([("app".into(), "x".into())]), true));
     }
+}
+
+/// The scan pods' peer of the Redis NetworkPolicy, and whether its
+/// namespaceSelector selects the namespace `ns`.
+fn redis_admits_scan_pods_in(objects: &[Value], ns: &str) -> bool {
+    let policy = find(objects, "NetworkPolicy", "redis").expect("a NetworkPolicy for Redis");
+    let peers = policy["spec"]["ingress"][0]["from"].as_array().unwrap();
+    let namespace = BTreeMap::from([("kubernetes.io/metadata.name".to_string(), ns.to_string())]);
+    let worker = &scan_pod_labels()[0];
+    peers
+        .iter()
+        .filter(|p| selects(&p["podSelector"], worker))
+        .any(|p| selects(&p["namespaceSelector"], &namespace))
+}
+
+#[test]
+fn scan_pods_reach_redis_from_the_namespaces_that_may_run_scans() {
+    let default = render(&[]);
+    assert!(redis_admits_scan_pods_in(&default, "default"));
+    assert!(
+        !redis_admits_scan_pods_in(&default, "team-b"),
+        "not a scan namespace"
+    );
+    let teams = render(&["--set=operator.scanNamespaces={team-a,team-b}"]);
+    assert!(redis_admits_scan_pods_in(&teams, "team-b"));
+    assert!(!redis_admits_scan_pods_in(&teams, "default"));
+    let everywhere = render(&["--set=operator.scanNamespaces={*}"]);
+    assert!(redis_admits_scan_pods_in(&everywhere, "anything"));
+    let chosen = render(&[
+        "--set=operator.scanNamespaces={*}",
+        "--set=redis.networkPolicy.scanNamespaceSelector.matchLabels.scans=allowed",
+    ]);
+    assert!(
+        !redis_admits_scan_pods_in(&chosen, "anything"),
+        "the explicit selector wins"
+    );
 }
 
 #[test]
@@ -469,5 +515,72 @@ fn same_numbers(v: &Value) -> Value {
         Value::Array(a) => Value::Array(a.iter().map(same_numbers).collect()),
         Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), same_numbers(v))).collect()),
         other => other.clone(),
+    }
+}
+
+/// Dotted paths of the leaves of a values tree (a map is a branch; a list,
+/// scalar or empty map is a leaf).
+fn leaf_paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    match v.as_object() {
+        Some(map) if !map.is_empty() => {
+            for (k, child) in map {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaf_paths(child, &path, out);
+            }
+        }
+        _ => out.push(prefix.to_string()),
+    }
+}
+
+/// Whether the first cell of a row of the README's values table documents
+/// `path`: it names the path, or a branch of it (whole or as `branch.*`),
+/// either whole or after a sibling that names the parent whole
+/// (`operator.concurrency`, `logFormat`; `metrics.enabled`, `serviceMonitor.*`).
+fn row_documents(cell: &str, path: &str) -> bool {
+    let segments: Vec<&str> = path.split('.').collect();
+    (0..segments.len()).any(|i| {
+        let head = segments[..i].join(".");
+        (i == 0 || cell.contains(&format!("`{head}.")))
+            && (i + 1..=segments.len()).any(|j| {
+                let named = segments[i..j].join(".");
+                cell.contains(&format!("`{named}`")) || cell.contains(&format!("`{named}.*`"))
+            })
+    })
+}
+
+#[test]
+fn every_chart_value_is_in_the_readme() {
+    let values: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo().join("charts/bucketscan/values.yaml")).unwrap(),
+    )
+    .unwrap();
+    let readme = std::fs::read_to_string(repo().join("charts/bucketscan/README.md")).unwrap();
+    let rows: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| l.split('|').nth(1))
+        .collect();
+    let mut paths = Vec::new();
+    leaf_paths(&values, "", &mut paths);
+    assert!(paths.len() > 40, "{paths:?}");
+    let missing: Vec<_> = paths
+        .iter()
+        .filter(|p| !rows.iter().any(|r| row_documents(r, p)))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "values missing from charts/bucketscan/README.md: {missing:?}"
+    );
+    // The check itself: a value no row names is found.
+    for absent in [
+        "operator.noSuchValue",
+        "redis.auth.noSuchValue",
+        "image.noSuchValue",
+    ] {
+        assert!(!rows.iter().any(|r| row_documents(r, absent)), "{absent}");
     }
 }

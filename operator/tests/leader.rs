@@ -10,7 +10,7 @@ use cluster::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 const NS: &str = "leader";
@@ -31,20 +31,12 @@ fn start(name: &str, log_format: &str) -> Replica {
 
 fn spawn_replica(ns: &str, name: &str, lease_secs: u32, log_format: &str) -> Replica {
     let port = free_port();
-    let log = std::fs::File::create(log_path(name)).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .args(["--namespace", ns, "--leader-election-namespace", ns])
+    let child = operator_command(ns, &log_path(name))
+        .args(["--leader-election-namespace", ns])
         .args(["--leader-lease-secs", &lease_secs.to_string()])
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .args(["--log-format", log_format])
-        .env("KUBECONFIG", kubeconfig_path())
         .env("POD_NAME", name)
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap(),
-        )
-        .stdout(Stdio::null())
-        .stderr(log)
         .spawn()
         .unwrap();
     Replica {

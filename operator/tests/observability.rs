@@ -1,8 +1,10 @@
 //! The observability kit against a real operator (the test ground's
 //! kube-apiserver and a redis-server of the test's own): every metric the
 //! chart's Grafana dashboard and alert rules use is in a real scrape of
-//! /metrics, the rules pass `promtool check rules`, and readiness and
-//! `bucketscan_redis_up` follow Redis going down and coming back.
+//! /metrics, the rules pass `promtool check rules`, readiness and
+//! `bucketscan_redis_up` follow Redis going down and coming back, and
+//! readiness and `bucketscan_kube_api_up` follow the Kubernetes API (cut off
+//! by a TCP gate in front of the real kube-apiserver) going away and back.
 
 mod cluster;
 #[path = "../../worker/tests/common/mod.rs"]
@@ -83,7 +85,7 @@ fn dashboard_exprs(dashboard: &serde_json::Value) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis() {
+async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_and_the_api() {
     let client = client().await;
     install_crd(&client).await;
     namespace(&client, NS).await;
@@ -183,8 +185,68 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis()
     eventually("not ready while Redis is down", 20, async || ready(503).await).await;
     let scrape = http_get(port, "/metrics").await.unwrap().1;
     assert!(scrape.lines().any(|l| l == "bucketscan_redis_up 0"), "{scrape}");
-    let _redis = down.await.unwrap();
+    let redis = down.await.unwrap();
     eventually("ready again once Redis answers", 30, async || ready(200).await).await;
+
+    // The kube-apiserver behind a closed gate: not ready, `kube_api_up 0`;
+    // the gate opens: ready again.
+    let scrape = http_get(port, "/metrics").await.unwrap().1;
+    assert!(
+        scrape.lines().any(|l| l == "bucketscan_kube_api_up 1"),
+        "{scrape}"
+    );
+    let api_port = port_of_apiserver();
+    let gate = Gate::start(api_port).await;
+    let gated_config = common::temp_path("kubeconfig-gated");
+    std::fs::write(
+        &gated_config,
+        std::fs::read_to_string(kubeconfig_path()).unwrap().replace(
+            &format!("127.0.0.1:{api_port}"),
+            &format!("127.0.0.1:{}", gate.port),
+        ),
+    )
+    .unwrap();
+    let gated_port = free_port();
+    let log = std::fs::File::create(common::temp_path("operator-observability-gated.log")).unwrap();
+    // A second operator through the gate, with no namespace of its own
+    // scans to act on (the first one holds this namespace's): it only
+    // watches.
+    let mut gated = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .args(["--namespace", "observability-gated"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{gated_port}")])
+        .env("KUBECONFIG", &gated_config)
+        .env("BUCKETSCAN_REDIS_URL", redis.url())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let gated_ready = async |want: u16, why: &str| {
+        http_get(gated_port, "/readyz")
+            .await
+            .filter(|(code, body)| *code == want && body.contains(why))
+            .map(|_| ())
+    };
+    eventually("the gated operator is ready", 60, async || {
+        gated_ready(200, "ok").await
+    })
+    .await;
+    gate.close();
+    eventually("not ready while the API is cut off", 30, async || {
+        gated_ready(503, "the Kubernetes API does not answer").await
+    })
+    .await;
+    let scrape = http_get(gated_port, "/metrics").await.unwrap().1;
+    assert!(
+        scrape.lines().any(|l| l == "bucketscan_kube_api_up 0"),
+        "{scrape}"
+    );
+    gate.open();
+    eventually("ready again once the API answers", 60, async || {
+        gated_ready(200, "ok").await
+    })
+    .await;
+    gated.kill().unwrap();
+    gated.wait().unwrap();
 
     // A deleted scan's series go with it.
     scans.delete("observed", &Default::default()).await.unwrap();
@@ -195,4 +257,57 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis()
     .await;
     operator.kill().unwrap();
     operator.wait().unwrap();
+}
+
+/// The port of the test ground's kube-apiserver, from its kubeconfig.
+fn port_of_apiserver() -> u16 {
+    let config = std::fs::read_to_string(kubeconfig_path()).unwrap();
+    let server = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://127.0.0.1:"))
+        .expect("a loopback server in the test kubeconfig");
+    server.trim().parse().unwrap()
+}
+
+/// A TCP forwarder to a local port that can be closed (every open
+/// connection cut, new ones refused at once) and opened again: the
+/// apiserver going away and coming back, TLS and all passing through.
+struct Gate {
+    port: u16,
+    open: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Gate {
+    async fn start(target: u16) -> Gate {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = std::sync::Arc::new(tokio::sync::watch::channel(true).0);
+        let state = open.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !*state.borrow() {
+                    continue; // dropped: refused at once
+                }
+                let mut closed = state.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = closed.wait_for(|open| !*open) => {}
+                    }
+                });
+            }
+        });
+        Gate { port, open }
+    }
+
+    fn close(&self) {
+        self.open.send_replace(false);
+    }
+
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
 }

@@ -163,6 +163,35 @@ async fn images_are_allowlisted_and_the_pod_template_reaches_the_workers() {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     assert!(deployments.get_opt("evil-workers").await.unwrap().is_none());
 
+    // Refused on its pods' identity (no credentialsSecret) and deleted: its
+    // parts are deleted by a Job, which never runs the refused image.
+    let mut evil_pods = scan_body(
+        "evil-pods",
+        &s3,
+        &bucket,
+        &out,
+        serde_json::json!({"workers": {"replicas": 1, "image": "reg.example/bucketscan-miner:1"}}),
+    );
+    evil_pods.spec.source.credentials_secret = None;
+    scans.create(&PostParams::default(), &evil_pods).await.unwrap();
+    eventually("evil-pods refused", 60, async || {
+        let (status, reason, _) = condition(&scans, "evil-pods", "Failed").await?;
+        (status == "True" && reason == "ImageNotAllowed").then_some(())
+    })
+    .await;
+    scans.delete("evil-pods", &DeleteParams::default()).await.unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let cleanup = eventually("evil-pods' delete-parts Job", 60, async || {
+        jobs.get_opt("evil-pods-delete-parts").await.ok()?
+    })
+    .await;
+    let pod = cleanup.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some(bucketscan_operator::desired::DEFAULT_IMAGE),
+        "the refused image must not run on deletion"
+    );
+
     let template = serde_json::json!({
         "labels": {"team": "a", "app.kubernetes.io/component": "mine"},
         "annotations": {"cost-center": "42"},

@@ -3,8 +3,9 @@
 //! kubelet, scheduler or controller-manager, so the test writes what they
 //! would report (pod status, the Deployment's ReplicaFailure condition)
 //! through the status subresources, as they do; the operator reads it back
-//! as in a cluster. A pod that cannot pull its image, a quota refusal, and a
-//! scan without progress past the stall threshold each say why.
+//! as in a cluster. A pod that cannot pull its image, a quota refusal, a
+//! scan without progress past the stall threshold, and a plan Job whose pod
+//! cannot pull its image each say why.
 
 mod cluster;
 #[path = "../../worker/tests/common/mod.rs"]
@@ -16,7 +17,7 @@ use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const NS: &str = "worker-pods";
 
@@ -38,6 +39,25 @@ async fn worker_pod(pods: &Api<Pod>, name: &str, status: serde_json::Value) {
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
     set_pod_status(pods, name, status).await;
+}
+
+const PULL: &str = "Back-off pulling image \"registry.invalid/bucketscan:nope\"";
+
+/// A pod status as the kubelet reports a container that cannot pull its
+/// image.
+fn image_pull_back_off() -> serde_json::Value {
+    serde_json::json!({"phase": "Pending",
+    "containerStatuses": [{"name": "worker", "image": "registry.invalid/bucketscan:nope", "imageID": "",
+        "ready": false, "restartCount": 0,
+        "state": {"waiting": {"reason": "ImagePullBackOff", "message": PULL}}}]})
+}
+
+/// A pod status as the kubelet reports a running, ready pod.
+fn running_and_ready() -> serde_json::Value {
+    serde_json::json!({"phase": "Running",
+    "containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": true,
+        "restartCount": 0, "state": {"running": {}}}],
+    "conditions": [{"type": "Ready", "status": "True"}]})
 }
 
 async fn set_pod_status(pods: &Api<Pod>, name: &str, status: serde_json::Value) {
@@ -63,17 +83,9 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
         .map(|i| (format!("k/{i:02}"), Seeded::default()))
         .collect();
     s3.seed(&bucket, &objects).await;
-    let log = std::fs::File::create(temp_path("operator-worker-pods.log")).unwrap();
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .args(["--namespace", NS, "--stall-seconds", "4"])
+    let mut operator = operator_command(NS, &temp_path("operator-worker-pods.log"))
+        .args(["--stall-seconds", "4"])
         .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap(),
-        )
-        .stdout(Stdio::null())
-        .stderr(log)
         .spawn()
         .unwrap();
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
@@ -104,16 +116,8 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
         "conditions": [{"type": "Ready", "status": "True"}]}),
     )
     .await;
-    let pull = "Back-off pulling image \"registry.invalid/bucketscan:nope\"";
-    worker_pod(
-        &pods,
-        "stuck-workers-b",
-        serde_json::json!({"phase": "Pending",
-        "containerStatuses": [{"name": "worker", "image": "registry.invalid/bucketscan:nope", "imageID": "",
-            "ready": false, "restartCount": 0,
-            "state": {"waiting": {"reason": "ImagePullBackOff", "message": pull}}}]}),
-    )
-    .await;
+    let pull = PULL;
+    worker_pod(&pods, "stuck-workers-b", image_pull_back_off()).await;
     let (status, reason, message) = eventually("WorkersReady=False", 30, async || {
         condition(&scans, "WorkersReady")
             .await
@@ -161,15 +165,7 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
     }
 
     // The image comes: every pod ready, and `kubectl get` shows it.
-    set_pod_status(
-        &pods,
-        "stuck-workers-b",
-        serde_json::json!({"phase": "Running",
-        "containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": true,
-            "restartCount": 0, "state": {"running": {}}}],
-        "conditions": [{"type": "Ready", "status": "True"}]}),
-    )
-    .await;
+    set_pod_status(&pods, "stuck-workers-b", running_and_ready()).await;
     eventually("WorkersReady=True", 30, async || {
         condition(&scans, "WorkersReady").await.filter(|c| c.0 == "True")
     })
@@ -214,6 +210,90 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
     })
     .await;
     let _ = pods.delete("stuck-workers-a", &DeleteParams::default()).await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
+
+/// A scan on its pods' identity plans in a Job; that Job's pod cannot pull
+/// its image: the scan, still Planning, says so in its Complete condition
+/// and an event, and goes back to "running" once the pod runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_job_whose_pod_cannot_run_says_why() {
+    const NS: &str = "job-pods";
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let s3 = versitygw();
+    let (bucket, out) = (s3.bucket("jobpods").await, s3.bucket("jobpods-out").await);
+    let mut operator = operator_command(NS, &temp_path("operator-job-pods.log"))
+        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
+        .spawn()
+        .unwrap();
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let scan: BucketScan = serde_json::from_value(serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+        "metadata": {"name": "jp"},
+        "spec": {
+            "source": {"endpoint": s3.endpoint, "bucket": bucket, "pathStyle": true},
+            "output": {"bucket": out}
+        }
+    }))
+    .unwrap();
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+    let complete = async || {
+        let st = scans.get("jp").await.ok()?.status?;
+        let c = st.conditions.into_iter().find(|c| c.type_ == "Complete")?;
+        Some((c.reason, c.message))
+    };
+    eventually("the plan Job runs", 60, async || {
+        complete()
+            .await
+            .filter(|(_, m)| m == "planning Job jp-plan is running")
+    })
+    .await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "jp-plan-x", "labels": {"job-name": "jp-plan"}},
+        "spec": {"containers": [{"name": "worker", "image": "registry.invalid/bucketscan:nope"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let pull = PULL;
+    set_pod_status(&pods, "jp-plan-x", image_pull_back_off()).await;
+    let (reason, message) = eventually("the stuck plan pod in the status", 30, async || {
+        complete().await.filter(|(_, m)| m.contains("ImagePullBackOff"))
+    })
+    .await;
+    assert_eq!(reason, "Planning");
+    assert_eq!(
+        message,
+        format!("planning Job jp-plan cannot run: pod jp-plan-x: ImagePullBackOff: {pull}")
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    eventually("an ImagePullBackOff event", 30, async || {
+        let list = events.list(&ListParams::default()).await.ok()?.items;
+        list.into_iter()
+            .any(|e| e.reason.as_deref() == Some("ImagePullBackOff"))
+            .then_some(())
+    })
+    .await;
+
+    // The image comes: the Job runs again as far as the scan can tell.
+    set_pod_status(&pods, "jp-plan-x", running_and_ready()).await;
+    eventually("running again", 30, async || {
+        complete()
+            .await
+            .filter(|(_, m)| m == "planning Job jp-plan is running")
+    })
+    .await;
+
+    scans.delete("jp", &DeleteParams::default()).await.unwrap();
+    eventually("jp deleted", 60, async || {
+        scans.get_opt("jp").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let _ = pods.delete("jp-plan-x", &DeleteParams::default()).await;
     operator.kill().unwrap();
     operator.wait().unwrap();
 }

@@ -71,11 +71,26 @@ async fn delete_parts(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
 /// removed by the TTL controller once finished. Deletion does not wait.
 async fn delete_parts_by_job(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    let job = desired::cleanup_job(scan, &ctx.settings);
+    let job = desired::cleanup_job(
+        &with_an_allowed_image(scan, &ctx.settings.allowed_images),
+        &ctx.settings,
+    );
     let name = desired::cleanup_job_name(scan);
     jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
     tracing::info!(scan = %scan.name_any(), job = %name, "the parts are deleted by a Job under the workers' identity");
     Ok(())
+}
+
+/// The scan as its delete-parts Job runs it: an image the allowlist refuses
+/// never runs, not even to clean up after a scan that was refused for it
+/// (deleting would otherwise be a way around the allowlist); the operator's
+/// own image, always allowed, deletes the parts just as well.
+fn with_an_allowed_image(scan: &BucketScan, allowed: &[String]) -> BucketScan {
+    let mut scan = scan.clone();
+    if crate::validate::worker_image(&scan, allowed).is_err() {
+        scan.spec.workers.image = None;
+    }
+    scan
 }
 
 fn forget(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {

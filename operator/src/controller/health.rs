@@ -1,17 +1,18 @@
 //! The worker pods as the user should see them: how many are ready, why the
 //! others are not (a pod that cannot pull its image, crash-loops, cannot be
 //! scheduled, or a ReplicaSet refused by a quota), and a scan that makes no
-//! progress for the operator's stall threshold. The judgement is pure
-//! (`crate::pods`); this file lists the pods and writes conditions and
-//! events.
+//! progress for the operator's stall threshold; and the pod of a plan or
+//! merge Job that does not run. The judgement is pure (`crate::pods`); this
+//! file lists the pods and writes conditions and events.
 
 use super::context::{Context, Error};
 use super::report::publish;
 use crate::crd::{BucketScan, BucketScanStatus};
 use crate::desired;
-use crate::pods::{stalled_for, worker_health};
+use crate::pods::{job_problem, stalled_for, worker_health};
 use crate::status::{self, human_duration, PROGRESSING, WORKERS_READY};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams};
@@ -63,6 +64,47 @@ pub(super) async fn observe_workers(
     }
     stall(scan, ctx, st, before, &message, now).await;
     Ok(())
+}
+
+/// How long a Job may have no pod before that counts as a problem (the Job
+/// controller creates one within seconds when nothing stops it).
+const JOB_POD_PATIENCE: Duration = Duration::from_secs(60);
+
+/// What is wrong with the pod of `job` (a plan or merge Job of `scan`), as
+/// `"{what}: {message}"` for the scan's condition; a Warning event with the
+/// pod's reason the first time the scan's status does not say it yet.
+pub(super) async fn job_pod_problem(
+    scan: &BucketScan,
+    ctx: &Context,
+    job: &Job,
+    what: &str,
+) -> Result<Option<String>, Error> {
+    let name = job.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await?;
+    let age = job
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(Duration::ZERO, |t| {
+            let secs = k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second();
+            Duration::from_secs(secs.max(0) as u64)
+        });
+    let Some((reason, problem)) = job_problem(job, &listed.items, age, JOB_POD_PATIENCE) else {
+        return Ok(None);
+    };
+    let message = format!("{what} {name} cannot run: {problem}");
+    let said = scan
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.message.contains(&problem));
+    if !said {
+        publish(ctx, scan, EventType::Warning, &reason, &message).await;
+    }
+    Ok(Some(message))
 }
 
 /// Progressing=False once no object was scanned for the stall threshold,

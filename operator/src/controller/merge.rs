@@ -5,6 +5,7 @@
 use super::children::{apply_params, ensure_redis_secret};
 use super::context::{Context, Error, ACTIVE_REQUEUE};
 use super::finish::{fail, finished};
+use super::health::job_pod_problem;
 use super::report::{publish, write_status};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
@@ -30,19 +31,23 @@ pub(super) async fn merging(
     match manifest {
         None => {
             st.phase = Phase::Merging;
+            let job = ensure_merge_job(scan, ctx).await?;
+            if let Some(reason) = merge_job_failure(job.as_ref()) {
+                return fail(scan, ctx, st, "MergeFailed", &reason, now).await;
+            }
+            let problem = match &job {
+                Some(job) => job_pod_problem(scan, ctx, job, "merge Job").await?,
+                None => None,
+            };
             status::set_condition(
                 &mut st.conditions,
                 COMPLETE,
                 false,
                 "Merging",
-                "joining the parts",
+                problem.as_deref().unwrap_or("joining the parts"),
                 generation,
                 now,
             );
-            ensure_merge_job(scan, ctx).await?;
-            if let Some(reason) = merge_job_failure(scan, ctx).await? {
-                return fail(scan, ctx, st, "MergeFailed", &reason, now).await;
-            }
             write_status(ctx, scan, before, &st).await?;
             Ok(Action::requeue(ACTIVE_REQUEUE))
         }
@@ -86,38 +91,38 @@ pub(super) async fn merging(
     }
 }
 
-async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
+/// The merge Job, started if it is not there yet (`None` the moment it is
+/// started: the API server has not run it yet).
+async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<Option<Job>, Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let name = desired::merge_job_name(scan);
     // The Job's pod reads Redis as the scan's user, which a restarted Redis
     // forgot: set on every look.
     let with_ca = ensure_redis_secret(scan, ctx).await?;
-    if jobs.get_opt(&name).await?.is_none() {
-        let job = desired::merge_job(scan, &ctx.settings, with_ca);
-        jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
-        publish(
-            ctx,
-            scan,
-            EventType::Normal,
-            "Merging",
-            "all shards finished; merge Job started",
-        )
-        .await;
+    if let Some(job) = jobs.get_opt(&name).await? {
+        return Ok(Some(job));
     }
-    Ok(())
+    let job = desired::merge_job(scan, &ctx.settings, with_ca);
+    jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
+    publish(
+        ctx,
+        scan,
+        EventType::Normal,
+        "Merging",
+        "all shards finished; merge Job started",
+    )
+    .await;
+    Ok(None)
 }
 
 /// The merge Job's failure, once it gave up.
-async fn merge_job_failure(scan: &BucketScan, ctx: &Context) -> Result<Option<String>, Error> {
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    let job = jobs.get_opt(&desired::merge_job_name(scan)).await?;
-    Ok(job
-        .and_then(|j| j.status)
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
+fn merge_job_failure(job: Option<&Job>) -> Option<String> {
+    job.and_then(|j| j.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
         .into_iter()
+        .flatten()
         .find(|c| c.type_ == "Failed" && c.status == "True")
-        .map(|c| format!("merge Job failed: {}", c.message.unwrap_or_default())))
+        .map(|c| format!("merge Job failed: {}", c.message.clone().unwrap_or_default()))
 }
 
 /// Where the merge wrote the manifest (beside the result).

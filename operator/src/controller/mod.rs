@@ -67,11 +67,19 @@ pub const FINALIZER: &str = "bucketscan.dev/cleanup";
 /// cluster's other Deployments and Jobs are not watched nor cached).
 pub async fn run(ctx: Arc<Context>, concurrency: u16, namespace: Option<&str>) {
     let (reader, writer) = reflector::store();
+    let metrics = ctx.metrics.clone();
     let scans = watcher(
         watched::<BucketScan>(&ctx.client, namespace),
         watcher::Config::default(),
     )
     .default_backoff()
+    .inspect(move |event| {
+        if let Ok(watcher::Event::InitDone) = event {
+            metrics
+                .watch_synced
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    })
     .reflect(writer)
     .applied_objects()
     .predicate_filter(user_changes, PredicateConfig::default());

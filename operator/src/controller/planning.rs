@@ -6,6 +6,7 @@
 
 use super::children::{apply_params, ensure_redis_secret};
 use super::context::{Context, Error};
+use super::health::job_pod_problem;
 use super::report::publish;
 use super::source::s3_for;
 use crate::crd::BucketScan;
@@ -76,7 +77,10 @@ pub(super) async fn job_gate(
         return Ok(Gate::Wait(message));
     };
     match job_outcome(&job) {
-        None => Ok(Gate::Wait(format!("planning Job {name} is running"))),
+        None => match job_pod_problem(scan, ctx, &job, "planning Job").await? {
+            Some(problem) => Ok(Gate::Wait(problem)),
+            None => Ok(Gate::Wait(format!("planning Job {name} is running"))),
+        },
         Some(Err(reason)) => Ok(Gate::Failed(format!(
             "planning Job {name} failed ({reason}); its pod's log says why: kubectl logs job/{name}"
         ))),

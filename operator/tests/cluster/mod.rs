@@ -10,6 +10,24 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use std::time::Duration;
 
+/// The operator binary as a test runs it: watching `ns`, with the test
+/// ground's kubeconfig and Redis, stdout dropped and its log (stderr) in
+/// `log`. The caller adds its own flags (at least `--metrics-addr`) and
+/// spawns it.
+pub fn operator_command(ns: &str, log: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"));
+    command
+        .args(["--namespace", ns])
+        .env("KUBECONFIG", kubeconfig_path())
+        .env(
+            "BUCKETSCAN_REDIS_URL",
+            std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    command
+}
+
 pub fn kubeconfig_path() -> String {
     std::env::var("BUCKETSCAN_TEST_KUBECONFIG")
         .expect("BUCKETSCAN_TEST_KUBECONFIG is not set: run the tests with `just test`")
