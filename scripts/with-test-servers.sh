@@ -24,7 +24,10 @@
 #              a real Kubernetes control plane without nodes (no kubelet,
 #              no controller-manager): objects are stored and validated,
 #              nothing runs pods. Clients authenticate with a static token
-#              of a member of system:masters.
+#              of a member of system:masters. Admission plugin
+#              OwnerReferencesPermissionEnforcement is on, as in OpenShift:
+#              owner references an operator running under the chart's RBAC
+#              sets (operator/tests/rbac_enforced.rs) are checked as there.
 #
 # CMD sees:
 #   BUCKETSCAN_TEST_MOTO_ENDPOINT   http://127.0.0.1:PORT
@@ -179,6 +182,8 @@ ready_etcd() { curl -sf "http://127.0.0.1:$1/health" | grep -q '"health":"true"'
 # kube-apiserver: serving certificate generated into --cert-dir, service
 # account keys from openssl, one static admin token. The endpoint reconciler
 # is off: with no nodes and a loopback address there is nothing to publish.
+# OwnerReferencesPermissionEnforcement (off by default, on in OpenShift):
+# setting blockOwnerDeletion needs update on the owner's finalizers.
 KUBE_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
 launch_apiserver() {
   local dir=$WORK/apiserver
@@ -191,7 +196,8 @@ launch_apiserver() {
     --cert-dir "$dir/certs" --token-auth-file "$dir/tokens.csv" --authorization-mode RBAC \
     --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/24 \
-    --endpoint-reconciler-type none --enable-priority-and-fairness=false
+    --endpoint-reconciler-type none --enable-priority-and-fairness=false \
+    --enable-admission-plugins OwnerReferencesPermissionEnforcement
 }
 ready_apiserver() {
   curl -sfk -H "Authorization: Bearer $KUBE_TOKEN" "https://127.0.0.1:$1/readyz" | grep -q ok

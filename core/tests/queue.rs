@@ -162,6 +162,33 @@ async fn a_shard_that_keeps_failing_is_dead_lettered_with_its_error() {
     );
 }
 
+/// A worker's further slots take only what no worker waits for: nothing
+/// while another worker is idle, and each slot holds its own lease.
+#[tokio::test]
+async fn extra_slots_take_nothing_while_a_worker_is_idle() {
+    let scan = scan_id("extra");
+    let busy = queue(&scan, "busy", Duration::from_secs(30)).await;
+    let waiting = queue(&scan, "waiting", Duration::from_secs(30)).await;
+    busy.enqueue(&shards(3)).await.unwrap();
+    let first = busy.take().await.unwrap().unwrap();
+    // A worker marks itself idle (a lease is out, so it waits for work).
+    waiting.idle(Duration::from_secs(30)).await.unwrap();
+    let slot = busy.for_slot(1);
+    assert!(
+        slot.take_extra().await.unwrap().is_none(),
+        "the idle worker's to take"
+    );
+    assert!(
+        waiting.take().await.unwrap().is_some(),
+        "taking ends its idleness"
+    );
+    let extra = slot.take_extra().await.unwrap().expect("no one waits now");
+    assert!(slot.renew(&extra).await.unwrap(), "the slot holds its own lease");
+    assert!(!busy.renew(&extra).await.unwrap(), "not the first slot's");
+    assert!(busy.renew(&first).await.unwrap());
+    assert!(slot.take_extra().await.unwrap().is_none(), "nothing pending");
+}
+
 #[tokio::test]
 async fn a_split_serves_one_idle_worker_and_is_fenced() {
     use bucketscan_core::fleet::queue::Split;

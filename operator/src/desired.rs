@@ -200,7 +200,12 @@ fn owned_meta(scan: &BucketScan, name: String, component: &str) -> ObjectMeta {
         name: Some(name),
         namespace: scan.namespace(),
         labels: Some(labels(scan, component)),
-        owner_references: scan.controller_owner_ref(&()).map(|o| vec![o]),
+        // blockOwnerDeletion as controller-runtime sets it: a foreground
+        // deletion of the scan waits for its children.
+        owner_references: scan.controller_owner_ref(&()).map(|mut o| {
+            o.block_owner_deletion = Some(true);
+            vec![o]
+        }),
         ..ObjectMeta::default()
     }
 }
@@ -353,6 +358,10 @@ fn pod_spec(scan: &BucketScan, settings: &Settings, args: Vec<String>, redis_ca:
                     .unwrap_or_else(|| settings.worker_resources.clone()),
             ),
             volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
+            // A failed pod's last log lines become its termination message:
+            // the operator reads why a plan Job failed (and whether it may
+            // pass) without reading logs.
+            termination_message_policy: Some("FallbackToLogsOnError".into()),
             security_context: Some(SecurityContext {
                 allow_privilege_escalation: Some(false),
                 read_only_root_filesystem: Some(true),
@@ -443,9 +452,16 @@ pub fn worker_deployment(
         .workers
         .concurrency
         .unwrap_or(settings.default_concurrency);
+    let shards_in_flight = scan
+        .spec
+        .workers
+        .shards_in_flight
+        .unwrap_or(bucketscan_core::fleet::run::DEFAULT_SHARDS_IN_FLIGHT as u32);
     args.extend([
         "--concurrency".into(),
         concurrency.to_string(),
+        "--shards-in-flight".into(),
+        shards_in_flight.to_string(),
         "--lease-secs".into(),
         settings.lease_secs.to_string(),
         // The operator runs the reaper.
@@ -504,6 +520,11 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
 pub fn uses_pod_identity(scan: &BucketScan) -> bool {
     scan.spec.source.credentials_secret.is_none()
 }
+
+/// The exit code of `bucketscan-worker` when it failed for a cause that may
+/// pass by itself (the store or Redis unreachable): the operator plans
+/// again with a new Job instead of failing the scan.
+pub const EXIT_TRANSIENT: i32 = 75;
 
 pub fn plan_job_name(scan: &BucketScan, replan: bool) -> String {
     format!("{}-{}", scan.name_any(), if replan { "replan" } else { "plan" })
@@ -734,6 +755,7 @@ mod tests {
             ("BucketScan", "photos")
         );
         assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.block_owner_deletion, Some(true));
         let spec = d.spec.unwrap();
         assert_eq!(spec.replicas, Some(3));
         let pod = spec.template.spec.unwrap();
@@ -745,6 +767,7 @@ mod tests {
         );
         assert!(
             args.contains("--concurrency 128")
+                && args.contains("--shards-in-flight 4")
                 && args.contains("--no-reap")
                 && args.contains("--metadata-source auto"),
             "{args}"

@@ -102,6 +102,22 @@ pub fn job_problem(job: &Job, pods: &[Pod], age: Duration, patience: Duration) -
     })
 }
 
+/// The exit code and termination message of the container that ended
+/// last among `pods` (a Job's pods: the latest try), if one ended.
+pub fn last_exit(pods: &[Pod]) -> Option<(i32, String)> {
+    pods.iter()
+        .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .max_by_key(|t| t.finished_at.as_ref().map(|f| f.0))
+        .map(|t| {
+            (
+                t.exit_code,
+                t.message.clone().unwrap_or_default().trim().to_string(),
+            )
+        })
+}
+
 fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -256,6 +272,26 @@ mod tests {
             None,
             "its pod is gone, it ran"
         );
+    }
+
+    fn ended(name: &str, code: i32, at: &str, message: &str) -> Pod {
+        pod(
+            name,
+            serde_json::json!({"containerStatuses": [{
+                "name": "worker", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": code, "finishedAt": at, "message": message}}}]}),
+        )
+    }
+
+    #[test]
+    fn the_last_exit_is_the_latest_try_s() {
+        assert_eq!(last_exit(&[ready("a")]), None);
+        let pods = [
+            ended("a", 1, "2026-01-01T00:00:10Z", "error: old\n"),
+            ended("b", 75, "2026-01-01T00:00:30Z", "error: connection failed\n"),
+            ended("c", 1, "2026-01-01T00:00:20Z", "error: older\n"),
+        ];
+        assert_eq!(last_exit(&pods), Some((75, "error: connection failed".into())));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::process::Child;
 const NS: &str = "admission";
 
 fn start_operator() -> Child {
-    operator_command(NS, &temp_path("operator-admission.log"))
+    operator_command!(NS, temp_path("operator-admission.log"))
         .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .spawn()
         .unwrap()

@@ -6,37 +6,7 @@
 mod cluster;
 
 use cluster::*;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .current_dir(repo())
-        .env("KUBECONFIG", kubeconfig_path())
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-kube.sh installs it)"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{program} {args:?} failed:\n{text}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bucketscan-chart-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 /// Value sets that between them turn every template branch on.
 const VALUE_SETS: &[(&str, &[&str])] = &[
@@ -194,38 +164,6 @@ fn metadata_namespace(doc: &str) -> Option<&str> {
     doc.lines()
         .find_map(|l| l.strip_prefix("  namespace: "))
         .map(|ns| ns.trim().trim_matches('"'))
-}
-
-/// Applies the ServiceAccounts, roles and bindings of a rendered chart.
-fn apply_rbac(rendered: &str, file_name: &str) {
-    let rbac: Vec<&str> = rendered
-        .split("\n---")
-        .filter(|doc| {
-            [
-                "ServiceAccount",
-                "ClusterRole",
-                "ClusterRoleBinding",
-                "Role",
-                "RoleBinding",
-            ]
-            .iter()
-            .any(|k| doc.contains(&format!("\nkind: {k}\n")))
-        })
-        .collect();
-    let file = scratch(file_name);
-    std::fs::write(&file, rbac.join("\n---")).unwrap();
-    run("kubectl", &["apply", "-f", file.to_str().unwrap()]);
-}
-
-/// `kubectl auth can-i ARGS` as `user`, answered by the API server.
-fn can_i(user: &str, args: &[&str]) -> bool {
-    let out = Command::new("kubectl")
-        .args(["auth", "can-i", &format!("--as={user}")])
-        .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim() == "yes"
 }
 
 /// The chart's RBAC as the API server enforces it, asked with `kubectl auth

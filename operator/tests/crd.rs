@@ -125,6 +125,11 @@ async fn the_crd_installs_and_the_api_server_enforces_it() {
             "concurrency must be between 1 and 10000",
         ),
         (
+            "many-streams",
+            serde_json::json!({"workers": {"shardsInFlight": 65}}),
+            "shardsInFlight must be between 1 and 64",
+        ),
+        (
             "zero-shards",
             serde_json::json!({"sharding": {"targetShards": 0}}),
             "targetShards must be between 1 and 100000",

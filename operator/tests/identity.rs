@@ -19,10 +19,13 @@ use bucketscan_operator::crd::{BucketScan, Phase};
 use cluster::*;
 use common::*;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubelet::run_like_pod_as;
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 const NS: &str = "identity";
@@ -81,6 +84,58 @@ async fn complete(jobs: &Api<Job>, name: &str) {
         .unwrap();
 }
 
+/// What the job controller writes when the Job's pods failed past its
+/// backoff limit.
+async fn fail(jobs: &Api<Job>, name: &str) {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let failed = serde_json::json!({"status": {"startTime": now, "failed": 4, "conditions": [
+        {"type": "FailureTarget", "status": "True", "lastTransitionTime": now},
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastTransitionTime": now}]}});
+    jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(&failed))
+        .await
+        .unwrap();
+}
+
+/// The pod of Job `job` as the kubelet reports it once its container exited
+/// with `code`, its log's tail the termination message (the container's
+/// `FallbackToLogsOnError`).
+async fn ended_pod(client: &kube::Client, name: &str, job: &str, code: i32, log: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"job-name": job}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "worker", "image": "bucketscan"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let tail: String = log
+        .lines()
+        .rev()
+        .take(5)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = serde_json::json!({"status": {"phase": "Failed", "containerStatuses": [{
+        "name": "worker", "image": "bucketscan", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": code, "reason": "Error", "message": tail,
+                                 "startedAt": now, "finishedAt": now}}}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// (reason, message) of the namespace's events.
+async fn events(client: &kube::Client, ns: &str) -> Vec<(String, String)> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    let list = events.list(&Default::default()).await.unwrap().items;
+    list.into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
 /// The signing keys (`Credential=KEY/...`) of the requests the proxy saw.
 fn signers(proxy: &fault_proxy::FaultProxy) -> Vec<String> {
     proxy
@@ -109,7 +164,22 @@ async fn a_scan_without_credentials_never_borrows_the_operator_s_identity() {
         .map(|i| (format!("k/{i:04}"), Seeded::default()))
         .collect();
     s3.seed(&bucket, &seeded).await;
-    let proxy = fault_proxy::start(s3.endpoint.clone(), |_| None, |_, _| {}).await;
+    // One bucket the store throttles until the test says otherwise.
+    let flaky = s3.bucket("flaky").await;
+    let throttling = Arc::new(AtomicBool::new(true));
+    let proxy = fault_proxy::start(
+        s3.endpoint.clone(),
+        {
+            let (flaky, throttling) = (flaky.clone(), throttling.clone());
+            move |req| {
+                (throttling.load(Ordering::Relaxed) && fault_proxy::bucket_of(req.uri.path()) == flaky).then(
+                    || fault_proxy::error_document(503, "SlowDown", "Please reduce your request rate.", &[]),
+                )
+            }
+        },
+        |_, _| {},
+    )
+    .await;
     let pod_identity = [
         ("AWS_ACCESS_KEY_ID", s3.access_key.as_str()),
         ("AWS_SECRET_ACCESS_KEY", s3.secret_key.as_str()),
@@ -210,20 +280,20 @@ async fn a_scan_without_credentials_never_borrows_the_operator_s_identity() {
     scans.create(&PostParams::default(), &missing).await.unwrap();
     let (_, plan) = job_container(&jobs, "no-bucket-plan").await;
     let mut planner = run_like_pod_as(&client, NS, &plan, "no-bucket-plan-x", &[], &pod_identity).await;
-    assert!(!planner.wait().unwrap().success());
+    let exit = planner.wait().unwrap();
     let log = std::fs::read_to_string(temp_path("no-bucket-plan-x.log")).unwrap();
     assert!(
         log.contains("NoSuchBucket") || log.contains("does not exist"),
         "{log}"
     );
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let failed = serde_json::json!({"status": {"startTime": now, "failed": 4, "conditions": [
-        {"type": "FailureTarget", "status": "True", "lastTransitionTime": now},
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit", "lastTransitionTime": now}]}});
-    jobs.patch_status("no-bucket-plan", &PatchParams::default(), &Patch::Merge(&failed))
-        .await
-        .unwrap();
+    assert_eq!(
+        exit.code(),
+        Some(1),
+        "a missing bucket is no transient cause: {log}"
+    );
+    // A permanent cause (exit code 1, its pod reported as the kubelet would).
+    ended_pod(&client, "no-bucket-plan-x", "no-bucket-plan", 1, &log).await;
+    fail(&jobs, "no-bucket-plan").await;
     let reason = eventually("PlanFailed", 30, async || {
         let st = scans.get("no-bucket").await.ok()?.status?;
         let c = st
@@ -239,6 +309,61 @@ async fn a_scan_without_credentials_never_borrows_the_operator_s_identity() {
         "{}",
         reason.1
     );
+
+    // The store throttles a bucket past every retry: the plan pod gives up
+    // with the transient exit code, the Job fails, and the scan plans
+    // again with a new Job instead of failing; once the store answers, it
+    // is planned.
+    let mut throttled = scan.clone();
+    throttled.metadata.name = Some("flaky".into());
+    throttled.spec.source.bucket = flaky.clone();
+    throttled.spec.output.prefix = Some("flaky/".into());
+    scans.create(&PostParams::default(), &throttled).await.unwrap();
+    let (first, plan) = job_container(&jobs, "flaky-plan").await;
+    let mut planner = run_like_pod_as(&client, NS, &plan, "flaky-plan-x", &[], &pod_identity).await;
+    let log = || std::fs::read_to_string(temp_path("flaky-plan-x.log")).unwrap();
+    assert_eq!(planner.wait().unwrap().code(), Some(75), "{}", log());
+    ended_pod(&client, "flaky-plan-x", "flaky-plan", 75, &log()).await;
+    fail(&jobs, "flaky-plan").await;
+    let retried = eventually("a PlanRetrying event", 60, async || {
+        events(&client, NS)
+            .await
+            .into_iter()
+            .find_map(|(reason, message)| (reason == "PlanRetrying").then_some(message))
+    })
+    .await;
+    assert!(
+        retried.contains("planning Job flaky-plan failed for a cause that may pass")
+            && retried.contains("S3 is throttling (HTTP 503)")
+            && retried.contains("planning again (retry 1)"),
+        "{retried}"
+    );
+    let second = eventually("a new plan Job", 60, async || {
+        let job = jobs.get_opt("flaky-plan").await.ok()??;
+        (job.metadata.uid != first.metadata.uid).then_some(job)
+    })
+    .await;
+    assert_eq!(
+        scans.get("flaky").await.unwrap().status.unwrap().phase,
+        Phase::Planning
+    );
+    // The deleted Job's pod goes with it (the garbage collector's part).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.delete("flaky-plan-x", &Default::default()).await.unwrap();
+    throttling.store(false, Ordering::Relaxed);
+    let plan = second.spec.unwrap().template.spec.unwrap().containers.remove(0);
+    let mut planner = run_like_pod_as(&client, NS, &plan, "flaky-plan-y", &[], &pod_identity).await;
+    assert!(
+        planner.wait().unwrap().success(),
+        "see {}",
+        temp_path("flaky-plan-y.log").display()
+    );
+    complete(&jobs, "flaky-plan").await;
+    eventually("flaky planned", 60, async || {
+        let st = scans.get("flaky").await.ok()?.status?;
+        (st.phase == Phase::Scanning).then_some(())
+    })
+    .await;
 
     // Every request the store saw was signed with the pods' identity.
     let keys = signers(&proxy);

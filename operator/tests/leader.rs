@@ -6,7 +6,9 @@
 mod cluster;
 
 use bucketscan_operator::crd::{BucketScan, Phase};
+use bucketscan_operator::desired::{MANAGED_BY, OPERATOR};
 use cluster::*;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -31,7 +33,7 @@ fn start(name: &str, log_format: &str) -> Replica {
 
 fn spawn_replica(ns: &str, name: &str, lease_secs: u32, log_format: &str) -> Replica {
     let port = free_port();
-    let child = operator_command(ns, &log_path(name))
+    let child = operator_command!(ns, log_path(name))
         .args(["--leader-election-namespace", ns])
         .args(["--leader-lease-secs", &lease_secs.to_string()])
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
@@ -351,6 +353,43 @@ async fn leases_are_judged_by_the_local_clock_released_on_shutdown_and_status_wr
         (reconciles(port).await? > before).then_some(())
     })
     .await;
+
+    // The watches are label-selected: a Deployment that names the scan as
+    // its owner but that the operator did not make (no managed-by label)
+    // wakes nothing; the same Deployment with the label does.
+    let owner = scans.get("same-bucket").await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), CLOCK_NS);
+    let foreign: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "not-ours", "ownerReferences": [{
+            "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan", "name": "same-bucket",
+            "uid": owner.metadata.uid, "controller": true}]},
+        "spec": {"selector": {"matchLabels": {"app": "x"}},
+                 "template": {"metadata": {"labels": {"app": "x"}},
+                              "spec": {"containers": [{"name": "x", "image": "x"}]}}}
+    }))
+    .unwrap();
+    let before = settled_reconciles(port).await;
+    deployments
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    assert_eq!(
+        settled_reconciles(port).await,
+        before,
+        "a Deployment the operator did not make woke a reconcile"
+    );
+    let ours = serde_json::json!({"metadata": {"labels": {MANAGED_BY: OPERATOR}}});
+    deployments
+        .patch("not-ours", &PatchParams::default(), &Patch::Merge(&ours))
+        .await
+        .unwrap();
+    eventually(
+        "a reconcile once the Deployment is labelled as the operator's",
+        20,
+        async || (reconciles(port).await? > before).then_some(()),
+    )
+    .await;
+    deployments.delete("not-ours", &Default::default()).await.unwrap();
 
     // A standby, then the leader is told to stop: it releases the 30 s
     // lease, and the standby leads long before the lease would run out.

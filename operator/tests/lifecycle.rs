@@ -29,11 +29,15 @@ fn redis_url() -> String {
 }
 
 fn start_operator(tag: &str) -> Child {
+    start_operator_in(NS, tag)
+}
+
+fn start_operator_in(ns: &str, tag: &str) -> Child {
     let log = std::fs::File::create(temp_path(&format!("operator-{tag}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
         .args([
             "--namespace",
-            NS,
+            ns,
             "--redis-scan-users=true",
             "--lease-secs",
             "5",
@@ -286,6 +290,119 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     assert_eq!(redis_keys(&scan_id).await, Vec::<String>::new());
     assert_eq!(s3.key_count(&out, "scan/parts/").await, 0);
     assert!(!s3.read(&out, "scan/result.jsonl").await.is_empty());
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
+
+/// A Parquet dataset through the operator: the status points at the
+/// dataset's `data/` prefix and its manifest, and DuckDB, reading the files
+/// the manifest lists, finds every object with its metadata exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parquet_dataset_scan_ends_with_its_data_prefix_in_the_status() {
+    const DS: &str = "lifecycle-dataset";
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, DS).await;
+    let s3 = versitygw();
+    let bucket = s3.bucket("ds").await;
+    let out = s3.bucket("ds-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..1200)
+        .map(|i| {
+            let metadata = BTreeMap::from([("n".to_string(), format!("{i}"))]);
+            (
+                format!("d{}/{i:05}", i % 4),
+                Seeded {
+                    size: i % 7,
+                    metadata,
+                },
+            )
+        })
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    create_s3_secret(&client, DS, "s3", &s3.access_key, &s3.secret_key).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), DS);
+    let scan: BucketScan = serde_json::from_value(serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+        "metadata": {"name": "tables"},
+        "spec": {
+            "source": {"endpoint": s3.endpoint, "bucket": bucket, "pathStyle": true,
+                       "credentialsSecret": {"name": "s3"}},
+            "output": {"bucket": out, "prefix": "ds/", "format": "parquet", "layout": "dataset"},
+            "workers": {"replicas": 1, "concurrency": 16},
+            "sharding": {"targetShards": 4, "minShardObjects": 200}
+        }
+    }))
+    .unwrap();
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+    let mut operator = start_operator_in(DS, "dataset");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), DS);
+    let deployment = eventually("the workers", 60, async || {
+        deployments.get_opt("tables-workers").await.ok()?
+    })
+    .await;
+    let container = deployment.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let mut worker = run_like_pod(&client, DS, &container, "tables-workers-a", &[]).await;
+    assert!(
+        wait_exit(&mut worker, Duration::from_secs(120)).success(),
+        "worker failed"
+    );
+    let jobs: Api<Job> = Api::namespaced(client.clone(), DS);
+    let job = eventually("the merge Job", 60, async || {
+        jobs.get_opt("tables-merge").await.ok()?
+    })
+    .await;
+    let merge_container = job.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let mut merge = run_like_pod(&client, DS, &merge_container, "tables-merge-x", &[]).await;
+    assert!(
+        wait_exit(&mut merge, Duration::from_secs(60)).success(),
+        "merge failed"
+    );
+    let done = eventually("Complete", 60, async || {
+        let st = scans.get("tables").await.ok()?.status?;
+        (st.phase == Phase::Complete).then_some(st)
+    })
+    .await;
+    assert_eq!(
+        done.output.as_deref(),
+        Some(format!("s3://{out}/ds/data/").as_str())
+    );
+    assert_eq!(
+        done.manifest.as_deref(),
+        Some(format!("s3://{out}/ds/manifest.json").as_str())
+    );
+
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "ds/manifest.json").await).unwrap();
+    assert_eq!(manifest["counts"]["objects"], 1200, "{manifest}");
+    let dir = temp_path("lifecycle-dataset");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files = Vec::new();
+    for file in manifest["files"].as_array().unwrap() {
+        let location = file["location"].as_str().unwrap();
+        let key = location.strip_prefix(&format!("s3://{out}/")).unwrap();
+        assert!(key.starts_with("ds/data/") && key.ends_with(".parquet"), "{key}");
+        let path = dir.join(key.rsplit('/').next().unwrap());
+        std::fs::write(&path, s3.read(&out, key).await).unwrap();
+        files.push(path);
+    }
+    let read = Command::new(format!(
+        "{}/.cache/bucketscan/venv/bin/python",
+        std::env::var("HOME").unwrap()
+    ))
+    .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/read-dataset.py"))
+    .arg("parquet")
+    .args(&files)
+    .output()
+    .expect("the venv's python (scripts/install-deps.sh installs duckdb and pyarrow)");
+    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(read["rows"], 1200);
+    for (key, seed) in &seeded {
+        let got = &read["records"][key];
+        assert_eq!(got["status"], "ok", "{key}");
+        assert_eq!(got["size"], seed.size as u64, "{key}");
+        assert_eq!(got["user_metadata"]["n"], seed.metadata["n"], "{key}");
+    }
     operator.kill().unwrap();
     operator.wait().unwrap();
 }

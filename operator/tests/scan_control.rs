@@ -2,7 +2,8 @@
 //! against the test ground's kube-apiserver, Redis and versitygw: the worker
 //! image allowlist, the worker pod template reaching a Deployment the API
 //! server accepts, `suspend` (workers gone, work kept, no merge; resume ends
-//! with every object exactly once) and `activeDeadlineSeconds`.
+//! with every object exactly once), `activeDeadlineSeconds`, and the scan's
+//! own Redis ACL user in its Secret.
 
 mod cluster;
 #[path = "../../worker/tests/common/mod.rs"]
@@ -60,21 +61,14 @@ async fn ground(client: &Client, ns: &str, s3: &Server) {
 }
 
 fn scan_body(name: &str, s3: &Server, bucket: &str, out: &str, extra: serde_json::Value) -> BucketScan {
-    let mut body = serde_json::json!({
-        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
-        "metadata": {"name": name},
-        "spec": {
-            "source": {"endpoint": s3.endpoint, "bucket": bucket, "pathStyle": true,
-                       "credentialsSecret": {"name": "s3"}},
-            "output": {"bucket": out, "prefix": format!("{name}/")},
-            "workers": {"replicas": 2, "concurrency": 16},
-            "sharding": {"targetShards": 16, "minShardObjects": 100}
-        }
+    let mut spec = serde_json::json!({
+        "workers": {"replicas": 2, "concurrency": 16},
+        "sharding": {"targetShards": 16, "minShardObjects": 100}
     });
     for (k, v) in extra.as_object().unwrap() {
-        body["spec"][k] = v.clone();
+        spec[k] = v.clone();
     }
-    serde_json::from_value(body).unwrap()
+    s3_scan(name, &s3.endpoint, bucket, out, spec)
 }
 
 async fn condition(scans: &Api<BucketScan>, name: &str, type_: &str) -> Option<(String, String, String)> {
@@ -266,6 +260,95 @@ async fn images_are_allowlisted_and_the_pod_template_reaches_the_workers() {
     operator.wait().unwrap();
 }
 
+/// `cmd` on a fresh connection to `url`: the reply, or Redis' error text.
+async fn redis_reply(url: &str, cmd: &redis::Cmd) -> Result<redis::Value, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    cmd.query_async(&mut con).await.map_err(|e| e.to_string())
+}
+
+/// What a tenant who reads its scan's Redis Secret holds: the scan's own
+/// ACL user (not the operator's password), which reaches the scan's keys
+/// and nothing else, and which goes with the scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_s_redis_secret_holds_its_own_user_which_goes_with_the_scan() {
+    const NS: &str = "scan-user";
+    let client = client().await;
+    let s3 = versitygw();
+    ground(&client, NS, &s3).await;
+    let bucket = s3.bucket("own").await;
+    let out = s3.bucket("own-out").await;
+    s3.seed(
+        &bucket,
+        &(0..20).map(|i| (format!("k{i:02}"), Seeded::default())).collect(),
+    )
+    .await;
+    let mut operator = start_operator(NS, &[]);
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let scan = scan_body("own", &s3, &bucket, &out, serde_json::json!({}));
+    let created = scans.create(&PostParams::default(), &scan).await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let secret = eventually("own's Redis Secret", 60, async || {
+        secrets.get_opt("own-redis").await.ok()?
+    })
+    .await;
+    let url = String::from_utf8(secret.data.unwrap()["url"].0.clone()).unwrap();
+    let admin = std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap();
+    assert!(
+        !url.starts_with(&admin),
+        "the operator's own URL was handed out: {admin}"
+    );
+
+    let uid: String = created
+        .metadata
+        .uid
+        .unwrap()
+        .chars()
+        .filter(|c| *c != '-')
+        .take(8)
+        .collect();
+    let user = format!("bucketscan.{NS}.own.{uid}");
+    assert!(
+        url.starts_with(&format!("redis://{user}:")),
+        "the scan's own user: {url}"
+    );
+    let exists = redis_reply(&admin, redis::cmd("ACL").arg("GETUSER").arg(&user))
+        .await
+        .unwrap();
+    assert_ne!(exists, redis::Value::Nil, "{user} is a Redis user");
+    let own_key = format!("bs:{{{NS}.own.{uid}}}:meta");
+    eventually("the scan's own spec read with its user", 60, async || {
+        let exists = redis_reply(&url, redis::cmd("EXISTS").arg(&own_key)).await;
+        (exists == Ok(redis::Value::Int(1))).then_some(())
+    })
+    .await;
+    for other in ["bs:{other.scan.1}:spec", "some-other-key"] {
+        let refused = redis_reply(&url, redis::cmd("GET").arg(other)).await.unwrap_err();
+        assert!(refused.to_uppercase().contains("NOPERM"), "{other}: {refused}");
+    }
+
+    scans.delete("own", &DeleteParams::default()).await.unwrap();
+    eventually("own's ACL user deleted", 60, async || {
+        let got = redis_reply(&admin, redis::cmd("ACL").arg("GETUSER").arg(&user))
+            .await
+            .ok()?;
+        (got == redis::Value::Nil).then_some(())
+    })
+    .await;
+    let refused = redis_reply(&url, &redis::cmd("PING")).await.unwrap_err();
+    assert!(
+        ["WRONGPASS", "AUTHENTICATION", "INVALID"]
+            .iter()
+            .any(|w| refused.to_uppercase().contains(w)),
+        "{refused}"
+    );
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspended_scan_keeps_its_work_starts_no_merge_and_resumes_exactly() {
     const NS: &str = "suspend";
@@ -285,7 +368,15 @@ async fn a_suspended_scan_keeps_its_work_starts_no_merge_and_resumes_exactly() {
     let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
 
     // Created suspended: nothing is planned, no workers.
-    let scan = scan_body("pics", &s3, &bucket, &out, serde_json::json!({"suspend": true}));
+    // One shard at a time per worker, so shards finish one after another.
+    let scan = scan_body(
+        "pics",
+        &s3,
+        &bucket,
+        &out,
+        serde_json::json!({"suspend": true,
+                           "workers": {"replicas": 2, "concurrency": 16, "shardsInFlight": 1}}),
+    );
     scans.create(&PostParams::default(), &scan).await.unwrap();
     let (status, reason, _) = eventually("Suspended", 60, async || {
         condition(&scans, "pics", "Suspended").await
@@ -303,6 +394,8 @@ async fn a_suspended_scan_keeps_its_work_starts_no_merge_and_resumes_exactly() {
     })
     .await;
     let container = deployment.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let args = container.args.clone().unwrap().join(" ");
+    assert!(args.contains("--shards-in-flight 1"), "{args}");
     // Paced (10 s a shard) so the suspension lands mid-scan.
     let pace = ["--max-rate", "100", "--part-objects", "50"];
     let mut a = run_like_pod(&client, NS, &container, "pics-workers-a", &pace).await;
@@ -453,6 +546,32 @@ async fn a_scan_past_its_deadline_fails_and_loses_its_workers() {
         .await
         .iter()
         .any(|r| r == "DeadlineExceeded"));
+    // A scan still planning (on its pods' identity, by a Job that never
+    // ends here) past its deadline: its plan Job is stopped too.
+    let mut planning = scan_body(
+        "slow-plan",
+        &s3,
+        &bucket,
+        &out,
+        serde_json::json!({"activeDeadlineSeconds": 6}),
+    );
+    planning.spec.source.credentials_secret = None;
+    scans.create(&PostParams::default(), &planning).await.unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    eventually("the plan Job", 60, async || {
+        jobs.get_opt("slow-plan-plan").await.ok()?
+    })
+    .await;
+    let (_, reason, message) = eventually("slow-plan past its deadline", 60, async || {
+        condition(&scans, "slow-plan", "Failed").await
+    })
+    .await;
+    assert_eq!(reason, "DeadlineExceeded", "{message}");
+    assert!(message.contains("its workers and Jobs were stopped"), "{message}");
+    eventually("the plan Job stopped", 30, async || {
+        jobs.get_opt("slow-plan-plan").await.ok()?.is_none().then_some(())
+    })
+    .await;
     // Health for kstatus / Argo CD / Flux, and the reason in `-o wide`.
     let (ready, reason, _) = condition(&scans, "slow", "Ready").await.unwrap();
     assert_eq!((ready.as_str(), reason.as_str()), ("False", "DeadlineExceeded"));
@@ -475,11 +594,13 @@ async fn a_scan_past_its_deadline_fails_and_loses_its_workers() {
         !narrow.contains("MESSAGE"),
         "the message is for -o wide only: {narrow}"
     );
-    scans.delete("slow", &DeleteParams::default()).await.unwrap();
-    eventually("deleted", 60, async || {
-        scans.get_opt("slow").await.unwrap().is_none().then_some(())
-    })
-    .await;
+    for name in ["slow", "slow-plan"] {
+        scans.delete(name, &DeleteParams::default()).await.unwrap();
+        eventually("deleted", 60, async || {
+            scans.get_opt(name).await.unwrap().is_none().then_some(())
+        })
+        .await;
+    }
     operator.kill().unwrap();
     operator.wait().unwrap();
 }

@@ -15,7 +15,7 @@ use bucketscan_operator::crd::BucketScan;
 use cluster::*;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use std::process::Command;
 
@@ -72,10 +72,6 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
     let client = client().await;
     install_crd(&client).await;
     namespace(&client, NS).await;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
-    let default: ServiceAccount =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
-    let _ = accounts.create(&PostParams::default(), &default).await;
     let s3 = versitygw();
     create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
     let (bucket, out) = (s3.bucket("pods").await, s3.bucket("pods-out").await);
@@ -83,7 +79,7 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
         .map(|i| (format!("k/{i:02}"), Seeded::default()))
         .collect();
     s3.seed(&bucket, &objects).await;
-    let mut operator = operator_command(NS, &temp_path("operator-worker-pods.log"))
+    let mut operator = operator_command!(NS, temp_path("operator-worker-pods.log"))
         .args(["--stall-seconds", "4"])
         .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .spawn()
@@ -225,7 +221,7 @@ async fn a_plan_job_whose_pod_cannot_run_says_why() {
     namespace(&client, NS).await;
     let s3 = versitygw();
     let (bucket, out) = (s3.bucket("jobpods").await, s3.bucket("jobpods-out").await);
-    let mut operator = operator_command(NS, &temp_path("operator-job-pods.log"))
+    let mut operator = operator_command!(NS, temp_path("operator-job-pods.log"))
         .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .spawn()
         .unwrap();

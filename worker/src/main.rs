@@ -248,9 +248,11 @@ struct RunArgs {
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
     progress_ms: u64,
     /// Shards held at once: one LIST stream each, all sharing --concurrency
-    /// HEADs, so slow LIST pages do not cap the HEAD rate (BENCHMARKS.md).
-    /// Idle slots get work by splitting shards, the worker's own included.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// HEADs, so slow LIST pages do not cap the HEAD rate (BENCHMARKS.md,
+    /// "LIST latency"). The slots past the first take only pending shards
+    /// while no worker is idle, and end when there are none.
+    #[arg(long, default_value_t = bucketscan_core::fleet::run::DEFAULT_SHARDS_IN_FLIGHT as u32,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
     shards_in_flight: u32,
     /// Take part in the scan-wide adaptive rate governor every this many
     /// milliseconds (0: off): the fleet's HEAD rate drops on throttling and
@@ -292,11 +294,40 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(Finished::Clean) => std::process::ExitCode::SUCCESS,
         Ok(Finished::SomeObjectsUnreadable) => std::process::ExitCode::from(EXIT_SOME_OBJECTS_UNREADABLE),
+        Err(e) if is_transient(&e) => {
+            eprintln!("error: {e:#} (transient: running again later may succeed)");
+            std::process::ExitCode::from(EXIT_TRANSIENT)
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The exit code of a command that failed for a cause that may pass by
+/// itself: the store throttling, failing or unreachable past every retry,
+/// Redis unreachable. The operator runs a plan Job whose pod exited so
+/// again later instead of failing the scan. 75 is EX_TEMPFAIL (sysexits.h).
+const EXIT_TRANSIENT: u8 = 75;
+
+fn is_transient(e: &anyhow::Error) -> bool {
+    use bucketscan_core::fleet::plan::PlanError;
+    use bucketscan_core::fleet::queue::QueueError;
+    use bucketscan_core::fleet::recovery::RecoveryError;
+    use bucketscan_core::s3::error::S3Error;
+    e.chain().any(|cause| {
+        cause.downcast_ref::<S3Error>().is_some_and(S3Error::is_retryable)
+            || cause
+                .downcast_ref::<PlanError>()
+                .is_some_and(PlanError::is_transient)
+            || cause
+                .downcast_ref::<RecoveryError>()
+                .is_some_and(RecoveryError::is_transient)
+            || cause
+                .downcast_ref::<QueueError>()
+                .is_some_and(QueueError::is_transient)
+    })
 }
 
 /// `scan`'s exit code when the result is complete but holds `error` records

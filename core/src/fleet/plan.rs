@@ -25,6 +25,21 @@ pub enum PlanError {
     Settings(String),
 }
 
+impl PlanError {
+    /// A cause that may pass by itself (the store throttling, failing or
+    /// unreachable past every retry; Redis unreachable): planning again
+    /// later may succeed. Missing buckets, refused access and bad settings
+    /// are not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            PlanError::Source { source, .. } | PlanError::Output { source, .. } => source.is_retryable(),
+            PlanError::Planning(e) => e.is_retryable(),
+            PlanError::Queue(q) => q.is_transient(),
+            PlanError::Settings(_) => false,
+        }
+    }
+}
+
 /// Shards planned, and how many of them were new to the queue (planning
 /// again adds nothing twice).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

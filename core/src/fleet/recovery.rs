@@ -36,6 +36,17 @@ pub enum RecoveryError {
     Corrupt { key: String, source: serde_json::Error },
 }
 
+impl RecoveryError {
+    /// As [`crate::fleet::plan::PlanError::is_transient`]: worth another try later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RecoveryError::S3(e) => e.is_retryable(),
+            RecoveryError::Queue(q) => q.is_transient(),
+            RecoveryError::Corrupt { .. } => false,
+        }
+    }
+}
+
 pub async fn write_done(s3: &S3, spec: &ScanSpec, record: &DoneRecord) -> Result<(), S3Error> {
     let body = serde_json::to_vec(record).expect("a done record serializes");
     let key = spec.done_key(&record.id);

@@ -20,6 +20,7 @@ use crate::s3::error::S3Error;
 use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
 use crate::scan::record::{Record, Status};
+use futures::FutureExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
@@ -39,14 +40,20 @@ pub struct RunOptions {
     /// Shards this worker holds at once. Each is one LIST stream while all
     /// share the engine's HEADs in flight, so a store whose LIST pages are
     /// slow (AWS: about 100 ms for 1,000 keys, one stream: 10,000 keys/s)
-    /// does not cap the worker's HEAD rate. A slot that finds nothing to take
-    /// counts as idle, so the worker's other slots (or other workers) split
-    /// their shards for it.
+    /// does not cap the worker's HEAD rate. The first slot is the worker as
+    /// before (idle when nothing is pending, so others split for it); the
+    /// others take only pending shards while no worker is idle, and end
+    /// when there is none: they never take what another worker waits for.
     pub shards_in_flight: usize,
     /// How often this worker takes part in the scan-wide rate governor
     /// (`None`: it does not; its rate is only `max_rate`).
     pub govern_every: Option<Duration>,
 }
+
+/// Shards a worker lists at once by default: enough that LIST pages of
+/// 100 ms (AWS, 1,000 keys) keep 256 HEADs of 15 ms busy (17,000 HEAD/s
+/// against 10,000 keys/s per stream); see BENCHMARKS.md, "LIST latency".
+pub const DEFAULT_SHARDS_IN_FLIGHT: usize = 4;
 
 /// How long a worker that found nothing to do counts as idle (it renews this
 /// every poll, at most a second apart).
@@ -62,7 +69,7 @@ impl Default for RunOptions {
             part_age: Duration::from_secs(30),
             progress_every: Duration::from_secs(2),
             split: true,
-            shards_in_flight: 1,
+            shards_in_flight: DEFAULT_SHARDS_IN_FLIGHT,
             govern_every: None,
         }
     }
@@ -119,9 +126,31 @@ impl Runner {
         result
     }
 
-    /// Every slot takes shards until none is left (or the worker stops).
+    /// Every slot takes shards until none is left for it (or the worker
+    /// stops).
     async fn take_until_empty(&self, split_wanted: &Notify) -> Result<RunSummary, RunError> {
-        let slots = (0..self.opts.shards_in_flight.max(1)).map(|_| self.slot(split_wanted));
+        let extras: Vec<Runner> = (1..self.opts.shards_in_flight.max(1))
+            .map(|slot| Runner {
+                queue: self.queue.for_slot(slot),
+                engine: self.engine.clone(),
+                spec: self.spec.clone(),
+                opts: self.opts.clone(),
+                stop: self.stop.clone(),
+            })
+            .collect();
+        // How many extra slots still run: the first slot waits for them
+        // before it calls itself idle (it would ask its own slots to split).
+        let (running, extras_left) = tokio::sync::watch::channel(extras.len());
+        let slots =
+            std::iter::once(self.first_slot(split_wanted, extras_left)).chain(extras.iter().map(|extra| {
+                let running = &running;
+                async move {
+                    let ended = extra.slot(split_wanted, true, None).await;
+                    running.send_modify(|n| *n -= 1);
+                    ended
+                }
+                .boxed_local()
+            }));
         let mut summary = RunSummary::default();
         for s in futures::future::try_join_all(slots).await? {
             summary.shards_done += s.shards_done;
@@ -131,15 +160,47 @@ impl Runner {
         Ok(summary)
     }
 
-    /// One shard at a time, until none is left (or the worker stops).
-    async fn slot(&self, split_wanted: &Notify) -> Result<RunSummary, RunError> {
+    fn first_slot<'a>(
+        &'a self,
+        split_wanted: &'a Notify,
+        extras_left: tokio::sync::watch::Receiver<usize>,
+    ) -> futures::future::LocalBoxFuture<'a, Result<RunSummary, RunError>> {
+        self.slot(split_wanted, false, Some(extras_left)).boxed_local()
+    }
+
+    /// One shard at a time, until none is left (or the worker stops). An
+    /// `extra` slot ends as soon as it finds nothing it may take; the first
+    /// slot, finding nothing pending, first waits for the worker's extra
+    /// slots (`extras_left`) to end.
+    async fn slot(
+        &self,
+        split_wanted: &Notify,
+        extra: bool,
+        mut extras_left: Option<tokio::sync::watch::Receiver<usize>>,
+    ) -> Result<RunSummary, RunError> {
         let mut summary = RunSummary::default();
         let mut idle = Duration::from_millis(100);
         while !self.stop.is_cancelled() {
+            if extra {
+                let Some(lease) = self.queue.take_extra().await? else {
+                    return Ok(summary);
+                };
+                if self.process_counted(lease, split_wanted, &mut summary).await? {
+                    break;
+                }
+                continue;
+            }
             if self.opts.reap {
                 self.queue.reap(self.spec.max_failures).await?;
             }
             let Some(lease) = self.queue.take().await? else {
+                if let Some(extras) = extras_left.as_mut().filter(|e| *e.borrow() > 0) {
+                    tokio::select! {
+                        _ = extras.wait_for(|n| *n == 0) => {}
+                        _ = self.stop.cancelled() => {}
+                    }
+                    continue;
+                }
                 let left = self.queue.idle(IDLE_TTL).await?;
                 if left.pending == 0 && left.leased == 0 {
                     return Ok(summary);
@@ -154,16 +215,30 @@ impl Runner {
                 continue;
             };
             idle = Duration::from_millis(100);
-            tracing::info!(shard = %lease.shard, token = lease.token, resume = ?lease.checkpoint, "took shard");
-            match self.process(lease, split_wanted).await? {
-                Ended::Done => summary.shards_done += 1,
-                Ended::Failed => summary.shards_failed += 1,
-                Ended::Lost => {}
-                Ended::Released => break,
+            if self.process_counted(lease, split_wanted, &mut summary).await? {
+                break;
             }
         }
         summary.stopped = true;
         Ok(summary)
+    }
+
+    /// Scan one leased shard and count how it ended; true when the worker
+    /// was told to stop (the shard was handed back).
+    async fn process_counted(
+        &self,
+        lease: Lease,
+        split_wanted: &Notify,
+        summary: &mut RunSummary,
+    ) -> Result<bool, RunError> {
+        tracing::info!(shard = %lease.shard, token = lease.token, resume = ?lease.checkpoint, "took shard");
+        match self.process(lease, split_wanted).await? {
+            Ended::Done => summary.shards_done += 1,
+            Ended::Failed => summary.shards_failed += 1,
+            Ended::Lost => {}
+            Ended::Released => return Ok(true),
+        }
+        Ok(false)
     }
 
     /// Scan one leased shard. `lease` follows what this worker recorded (its

@@ -3,7 +3,7 @@
 //! progress; once every shard is done or dead, hand over to the merge.
 
 use super::admission::check_output;
-use super::children::{delete_merge_job, ensure_workers};
+use super::children::{ensure_workers, stop_jobs};
 use super::context::{lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
 use super::finish::{fail, finished};
 use super::health::observe_workers;
@@ -41,9 +41,9 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     let deadline_left =
         status::deadline_left(st.start_time.as_ref(), scan.spec.active_deadline_seconds, &now);
     if deadline_left.is_some_and(|left| left <= 0) {
-        delete_merge_job(scan, ctx).await?;
+        stop_jobs(scan, ctx).await?;
         let message = format!(
-            "the scan ran longer than activeDeadlineSeconds ({} s); its workers were stopped",
+            "the scan ran longer than activeDeadlineSeconds ({} s); its workers and Jobs were stopped",
             scan.spec.active_deadline_seconds.unwrap_or_default()
         );
         return fail(scan, ctx, st, "DeadlineExceeded", &message, &now).await;

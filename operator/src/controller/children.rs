@@ -57,16 +57,23 @@ pub(super) async fn ensure_redis_secret(scan: &BucketScan, ctx: &Context) -> Res
     Ok(ca.is_some())
 }
 
-/// Stop the merge (past the deadline): the Job and its pods go.
-pub(super) async fn delete_merge_job(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
+/// Stop every Job of the scan (past the deadline): its plan, replan and
+/// merge Jobs and their pods go.
+pub(super) async fn stop_jobs(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    let name = desired::merge_job_name(scan);
-    if jobs.get_opt(&name).await?.is_some() {
-        let background = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Background),
-            ..DeleteParams::default()
-        };
-        jobs.delete(&name, &background).await?;
+    let names = [
+        desired::plan_job_name(scan, false),
+        desired::plan_job_name(scan, true),
+        desired::merge_job_name(scan),
+    ];
+    let background = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..DeleteParams::default()
+    };
+    for name in names {
+        if jobs.get_opt(&name).await?.is_some() {
+            jobs.delete(&name, &background).await?;
+        }
     }
     Ok(())
 }

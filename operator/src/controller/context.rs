@@ -122,6 +122,10 @@ pub struct Context {
     pub(super) last_status: Mutex<HashMap<String, Instant>>,
     /// Blocked scans: attempts in a row that met a transient cause.
     pub(super) blocked: Mutex<HashMap<String, u32>>,
+    /// Plan Jobs started again after a transient failure, per scan (the
+    /// backoff between them grows; forgotten on restart, which starts the
+    /// backoff over).
+    pub(super) plan_retries: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
@@ -148,6 +152,7 @@ impl Context {
             namespace,
             last_status: Mutex::default(),
             blocked: Mutex::default(),
+            plan_retries: Mutex::default(),
         })
     }
 }

@@ -5,17 +5,20 @@
 //! operator's own identity never reaches a tenant's store.
 
 use super::children::{apply_params, ensure_redis_secret};
-use super::context::{Context, Error};
+use super::context::{key_of, Context, Error};
 use super::health::job_pod_problem;
 use super::report::publish;
 use super::source::s3_for;
 use crate::crd::BucketScan;
 use crate::desired;
+use crate::pods::last_exit;
+use crate::status;
 use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::fleet::recovery;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, Patch};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
@@ -81,12 +84,18 @@ pub(super) async fn job_gate(
             Some(problem) => Ok(Gate::Wait(problem)),
             None => Ok(Gate::Wait(format!("planning Job {name} is running"))),
         },
-        Some(Err(reason)) => Ok(Gate::Failed(format!(
-            "planning Job {name} failed ({reason}); its pod's log says why: kubectl logs job/{name}"
-        ))),
-        Some(Ok(())) if in_redis => Ok(Gate::Proceed(
-            (!planned).then(|| format!("planned by Job {name}")),
-        )),
+        Some(Err(reason)) => match transient_exit(scan, ctx, &name).await? {
+            Some(why) => retry_after_transient(scan, ctx, &job, &why).await,
+            None => Ok(Gate::Failed(format!(
+                "planning Job {name} failed ({reason}); its pod's log says why: kubectl logs job/{name}"
+            ))),
+        },
+        Some(Ok(())) if in_redis => {
+            ctx.plan_retries.lock().expect("lock").remove(&key_of(scan));
+            Ok(Gate::Proceed(
+                (!planned).then(|| format!("planned by Job {name}")),
+            ))
+        }
         Some(Ok(())) => {
             // Redis lost the plan after the Job made it: a new Job.
             jobs.delete(&name, &DeleteParams::background()).await?;
@@ -95,6 +104,63 @@ pub(super) async fn job_gate(
             )))
         }
     }
+}
+
+/// The termination message of the Job's last pod when it exited with
+/// [`desired::EXIT_TRANSIENT`] (a cause that may pass by itself).
+async fn transient_exit(scan: &BucketScan, ctx: &Context, job: &str) -> Result<Option<String>, Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await?;
+    Ok(last_exit(&listed.items)
+        .filter(|(code, _)| *code == desired::EXIT_TRANSIENT)
+        .map(|(_, message)| message))
+}
+
+/// A plan Job that failed for a cause that may pass: once the backoff
+/// since its failure is over (5 s, doubling up to 5 minutes per retry), it
+/// is deleted so that the next look starts a new one; the scan keeps
+/// planning and says why.
+async fn retry_after_transient(
+    scan: &BucketScan,
+    ctx: &Context,
+    job: &Job,
+    why: &str,
+) -> Result<Gate, Error> {
+    let name = job.name_any();
+    let retries = ctx
+        .plan_retries
+        .lock()
+        .expect("lock")
+        .get(&key_of(scan))
+        .copied()
+        .unwrap_or(0);
+    let wait = status::retry_wait(retries + 1);
+    let failed_at = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Failed")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map_or(0, |t| t.0.as_second());
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let left = (failed_at + wait.as_secs() as i64 - now).max(0);
+    let cause = format!("planning Job {name} failed for a cause that may pass ({why})");
+    if left > 0 {
+        return Ok(Gate::Wait(format!("{cause}; planning again in {left} s")));
+    }
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    jobs.delete(&name, &DeleteParams::background()).await?;
+    ctx.plan_retries
+        .lock()
+        .expect("lock")
+        .insert(key_of(scan), retries + 1);
+    let message = format!("{cause}; planning again (retry {})", retries + 1);
+    publish(ctx, scan, EventType::Warning, "PlanRetrying", &message).await;
+    Ok(Gate::Wait(message))
 }
 
 /// `Some(Ok)` once the Job succeeded, `Some(Err(reason))` once it gave up.

@@ -13,19 +13,35 @@ use std::time::Duration;
 /// The operator binary as a test runs it: watching `ns`, with the test
 /// ground's kubeconfig and Redis, stdout dropped and its log (stderr) in
 /// `log`. The caller adds its own flags (at least `--metrics-addr`) and
-/// spawns it.
-pub fn operator_command(ns: &str, log: &std::path::Path) -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"));
-    command
-        .args(["--namespace", ns])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    command
+/// spawns it. A macro: only the operator's own tests have its binary
+/// (other crates' tests share this file).
+#[macro_export]
+macro_rules! operator_command {
+    ($ns:expr, $log:expr) => {{
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"));
+        command
+            .args(["--namespace", $ns])
+            .env("KUBECONFIG", $crate::cluster::kubeconfig_path())
+            .env(
+                "BUCKETSCAN_REDIS_URL",
+                std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create($log).unwrap());
+        command
+    }};
+}
+
+/// A copy of the test ground's kubeconfig, written to `path`, whose user
+/// impersonates `user` (`as:`, which kube-rs and kubectl send as the
+/// `Impersonate-User` header): the API server authorizes every request made
+/// with it as `user`, by RBAC, instead of as the ground's admin.
+pub fn impersonating_kubeconfig(user: &str, path: &std::path::Path) {
+    let mut kc = Kubeconfig::read_from(kubeconfig_path()).unwrap();
+    for named in &mut kc.auth_infos {
+        named.auth_info.get_or_insert_default().impersonate = Some(user.to_string());
+    }
+    std::fs::write(path, serde_saphyr::to_string(&kc).unwrap()).unwrap();
 }
 
 pub fn kubeconfig_path() -> String {
@@ -73,10 +89,16 @@ pub async fn install_crd(client: &Client) {
     panic!("the CRD was not established");
 }
 
+/// Namespace `name` with its `default` ServiceAccount, which a cluster's
+/// controller-manager would make (the test ground has none) and without
+/// which the API server refuses pods.
 pub async fn namespace(client: &Client, name: &str) {
     let api: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
     let _ = api.create(&PostParams::default(), &ns).await;
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), name);
+    let default = serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
+    let _ = accounts.create(&PostParams::default(), &default).await;
 }
 
 /// A port free on 127.0.0.1 right now.
@@ -131,4 +153,113 @@ pub async fn create_s3_secret(client: &Client, ns: &str, name: &str, access_key:
     }))
     .unwrap();
     secrets.create(&Default::default(), &creds).await.unwrap();
+}
+
+/// BucketScan `name` as the tests write one: `bucket` at `endpoint` (path
+/// style) read with the credentials Secret `s3` (`create_s3_secret`), the
+/// result in `out` under `NAME/`; each field of `spec` is set over these
+/// (workers, sharding, ...).
+pub fn s3_scan(
+    name: &str,
+    endpoint: &str,
+    bucket: &str,
+    out: &str,
+    spec: serde_json::Value,
+) -> bucketscan_operator::crd::BucketScan {
+    let mut body = serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+        "metadata": {"name": name},
+        "spec": {
+            "source": {"endpoint": endpoint, "bucket": bucket, "pathStyle": true,
+                       "credentialsSecret": {"name": "s3"}},
+            "output": {"bucket": out, "prefix": format!("{name}/")}
+        }
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        body["spec"][k] = v.clone();
+    }
+    serde_json::from_value(body).unwrap()
+}
+
+/// The repository's root (`helm` and `kubectl` run there: `charts/...`).
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `program ARGS` in the repository with the ground's kubeconfig: its
+/// stdout; a failure panics with its output.
+pub fn run(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .current_dir(repo())
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-kube.sh installs it)"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{program} {args:?} failed:\n{text}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A path for file `name` in this test process's own scratch directory.
+pub fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("bucketscan-chart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Applies the ServiceAccounts, roles and bindings of a rendered chart.
+pub fn apply_rbac(rendered: &str, file_name: &str) {
+    let rbac: Vec<&str> = rendered
+        .split("\n---")
+        .filter(|doc| {
+            [
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+            ]
+            .iter()
+            .any(|k| doc.contains(&format!("\nkind: {k}\n")))
+        })
+        .collect();
+    let file = scratch(file_name);
+    std::fs::write(&file, rbac.join("\n---")).unwrap();
+    run("kubectl", &["apply", "-f", file.to_str().unwrap()]);
+}
+
+/// Condition `type_` of BucketScan `name`: status, reason and message.
+pub async fn condition(
+    scans: &Api<bucketscan_operator::crd::BucketScan>,
+    name: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let st = scans.get(name).await.ok()?.status?;
+    let c = st.conditions.into_iter().find(|c| c.type_ == type_)?;
+    Some((c.status, c.reason, c.message))
+}
+
+/// The reasons of the events in `ns`.
+pub async fn event_reasons(client: &Client, ns: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    let list = events.list(&Default::default()).await.unwrap().items;
+    list.into_iter().filter_map(|e| e.reason).collect()
+}
+
+/// `kubectl auth can-i ARGS` as `user`, answered by the API server.
+pub fn can_i(user: &str, args: &[&str]) -> bool {
+    let out = std::process::Command::new("kubectl")
+        .args(["auth", "can-i", &format!("--as={user}")])
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "yes"
 }

@@ -70,6 +70,14 @@ pub enum QueueError {
     BadRange { id: String, source: serde_json::Error },
 }
 
+impl QueueError {
+    /// Redis did not answer for the whole patience: it may come back, so
+    /// the step is worth trying again later (a refusal is not).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, QueueError::Unreachable { .. })
+    }
+}
+
 /// Where Redis is: `redis://[[USER]:PASSWORD@]HOST:PORT[/DB]`, or
 /// `rediss://...` for TLS (verified against the system's roots, or `ca_pem`;
 /// a `#insecure` suffix skips verification).
@@ -489,6 +497,28 @@ impl Queue {
 
     /// Lease the next pending shard, or `None` when nothing is pending.
     pub async fn take(&self) -> Result<Option<Lease>, QueueError> {
+        self.take_as("").await
+    }
+
+    /// Lease a pending shard for another LIST stream of a worker that holds
+    /// one already: `None` also while any worker waits for work (it is
+    /// theirs to take, or to be split for them).
+    pub async fn take_extra(&self) -> Result<Option<Lease>, QueueError> {
+        self.take_as("extra").await
+    }
+
+    /// This queue for slot `slot` of the worker (slot 0 is the worker
+    /// itself): each slot holds its own leases and its own re-sent takes
+    /// under `OWNER/slot`.
+    pub fn for_slot(&self, slot: usize) -> Queue {
+        let mut queue = self.clone();
+        if slot > 0 {
+            queue.owner = format!("{}/{slot}", self.owner);
+        }
+        queue
+    }
+
+    async fn take_as(&self, kind: &str) -> Result<Option<Lease>, QueueError> {
         let mut con = self.con.clone();
         let token: u64 = rand::random();
         let taken: Option<(String, String, String, u64)> = TAKE
@@ -500,6 +530,7 @@ impl Queue {
             .arg(&self.owner)
             .arg(self.lease.as_millis() as u64)
             .arg(token)
+            .arg(kind)
             .invoke_async(&mut con)
             .await?;
         let Some((id, range, checkpoint, token)) = taken else {

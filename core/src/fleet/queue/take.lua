@@ -6,7 +6,12 @@
 -- returns it again, instead of leasing a second shard nobody works on.
 -- KEYS: pending, leases, shard-hash prefix (KEYS[3] .. id), idle zset,
 --       took hash (worker -> "token id" of its last take)
--- Returns {id, range_json, checkpoint or "", token} or nil when nothing is pending.
+-- ARGV[4]: "extra" for a worker's additional shard (another LIST stream of
+--          a worker that already holds one): taken only while no worker
+--          waits for work, so extra streams never take a shard split off
+--          for an idle worker, nor one it could take.
+-- Returns {id, range_json, checkpoint or "", token} or nil when nothing is
+-- pending (or, for an extra take, when a worker is idle).
 local function lease_of(id)
   local shard = KEYS[3] .. id
   local checkpoint = redis.call('HGET', shard, 'checkpoint') or ''
@@ -23,6 +28,9 @@ end
 
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if ARGV[4] == 'extra' and redis.call('ZCOUNT', KEYS[4], now_ms, '+inf') > 0 then
+  return nil
+end
 while true do
   local id = redis.call('RPOP', KEYS[1])
   if not id then return nil end

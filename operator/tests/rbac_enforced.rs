@@ -1,0 +1,269 @@
+//! The chart's RBAC enforced on the real operator. The other tests' operators
+//! run as the test ground's admin (system:masters), which the API server
+//! never refuses; here the operator binary runs as the chart's own
+//! ServiceAccount (a kubeconfig that impersonates it), with the
+//! ServiceAccount, roles and bindings of `helm template --set
+//! operator.scanNamespaces={TEAM}` applied, so every request it makes is
+//! authorized by the chart's RBAC and nothing else:
+//! - a scan in a namespace outside scanNamespaces fails (`NamespaceNotAllowed`);
+//! - a scan in a namespace the operator is told to serve but the chart did
+//!   not bind waits on the API server's own 403 (`Blocked`, `SecretForbidden`)
+//!   and is planned once the binding is there;
+//! - a scan in the team namespace is planned and gets its worker Deployment,
+//!   Redis Secret, events and status, so the chart grants what the normal
+//!   path needs (no request of the operator is refused there);
+//! - all of them are deleted through the finalizer.
+
+mod cluster;
+#[path = "../../worker/tests/common/mod.rs"]
+mod common;
+
+use bucketscan_operator::crd::{BucketScan, Phase};
+use cluster::*;
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::Client;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+
+const RELEASE: &str = "enforced";
+const RELEASE_NS: &str = "enforced-release";
+/// In the chart's scanNamespaces: a RoleBinding to read its Secrets.
+const TEAM: &str = "enforced-team";
+/// Given to the operator (`--scan-namespaces`) but not to the chart: no
+/// RoleBinding, so the API server refuses the operator its Secrets.
+const UNBOUND: &str = "enforced-unbound";
+/// In neither.
+const OTHER: &str = "enforced-other";
+/// What the operator is told, as the chart's BUCKETSCAN_SCAN_NAMESPACES would.
+const SCAN_NAMESPACES: &str = "enforced-team,enforced-unbound";
+
+/// The chart's ServiceAccount, as the API server names it.
+fn account() -> String {
+    format!("system:serviceaccount:{RELEASE_NS}:{RELEASE}-bucketscan")
+}
+
+/// `helm template` of the chart with `scan_namespaces`; its ServiceAccount,
+/// roles and bindings applied (as the admin), and in force: the
+/// authorizer reads RBAC from a cache, so a binding just made may not
+/// count for a moment, and the operator started then would be refused.
+async fn apply_chart_rbac(scan_namespaces: &str, file_name: &str) {
+    let rendered = run(
+        "helm",
+        &[
+            "template",
+            RELEASE,
+            "charts/bucketscan",
+            "--namespace",
+            RELEASE_NS,
+            "--set",
+            &format!("operator.scanNamespaces={{{scan_namespaces}}}"),
+        ],
+    );
+    apply_rbac(&rendered, file_name);
+    for ns in scan_namespaces.split(',') {
+        eventually(&format!("the chart's binding in {ns} in force"), 30, async || {
+            can_i(&account(), &["get", "secrets", "-n", ns]).then_some(())
+        })
+        .await;
+    }
+}
+
+/// The operator watching `ns` as the chart's ServiceAccount would run it
+/// (its scan namespaces and Redis scan users), authorized as that account.
+fn operator_as_chart(ns: &str, kubeconfig: &Path) -> (Child, PathBuf) {
+    let log = temp_path(&format!("operator-{ns}.log"));
+    let child = operator_command!(ns, &log)
+        .env("KUBECONFIG", kubeconfig)
+        // Debug for the controller: a refused watch (Deployments, Jobs) is
+        // logged only there ("reconcile ended with an error").
+        .env(
+            "BUCKETSCAN_LOG",
+            "info,kube_runtime=warn,aws_config=error,bucketscan_operator::controller=debug",
+        )
+        .args(["--scan-namespaces", SCAN_NAMESPACES])
+        .args(["--redis-scan-users=true"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
+        .spawn()
+        .unwrap();
+    (child, log)
+}
+
+/// Waits until condition `type_` of `name` has `status` and `reason`; its
+/// message.
+async fn wait_condition(
+    scans: &Api<BucketScan>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> String {
+    eventually(&format!("{name}: {type_}={status} ({reason})"), 60, async || {
+        let (s, r, message) = condition(scans, name, type_).await?;
+        (s == status && r == reason).then_some(message)
+    })
+    .await
+}
+
+/// Waits for an event with `reason` in `ns` (the operator publishes it
+/// after the status write).
+async fn wait_event(client: &Client, ns: &str, reason: &str) {
+    eventually(&format!("a {reason} event in {ns}"), 30, async || {
+        event_reasons(client, ns)
+            .await
+            .iter()
+            .any(|r| r == reason)
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_works_with_the_chart_s_rbac_and_is_refused_the_rest() {
+    let client = client().await;
+    install_crd(&client).await;
+    for ns in [RELEASE_NS, TEAM, UNBOUND, OTHER] {
+        namespace(&client, ns).await;
+    }
+    apply_chart_rbac(TEAM, "enforced-rbac.yaml").await;
+    let kubeconfig = scratch("enforced-kubeconfig.yaml");
+    impersonating_kubeconfig(&account(), &kubeconfig);
+    let s3 = versitygw();
+    let (bucket, out) = (s3.bucket("rbac").await, s3.bucket("rbac-out").await);
+    let objects = (0..20).map(|i| (format!("k{i:02}"), Seeded::default())).collect();
+    s3.seed(&bucket, &objects).await;
+    // Every namespace holds the credentials (written by the admin): only
+    // RBAC decides whether the operator may read them.
+    for ns in [TEAM, UNBOUND, OTHER] {
+        create_s3_secret(&client, ns, "s3", &s3.access_key, &s3.secret_key).await;
+    }
+    // One operator per namespace (`--namespace`, as every test operator
+    // runs): one watching all would also take the other tests' scans.
+    let operators: Vec<(Child, PathBuf)> = [TEAM, UNBOUND, OTHER]
+        .iter()
+        .map(|ns| operator_as_chart(ns, &kubeconfig))
+        .collect();
+    for ns in [TEAM, UNBOUND, OTHER] {
+        let scans: Api<BucketScan> = Api::namespaced(client.clone(), ns);
+        let scan = s3_scan(
+            ns,
+            &s3.endpoint,
+            &bucket,
+            &out,
+            serde_json::json!({"workers": {"replicas": 1}}),
+        );
+        scans.create(&PostParams::default(), &scan).await.unwrap();
+    }
+
+    not_allowed_elsewhere(&client).await;
+    forbidden_until_bound(&client).await;
+    planned_in_the_team_namespace(&client).await;
+    deleted_through_the_finalizer(&client).await;
+
+    for (ns, (mut operator, log)) in [TEAM, UNBOUND, OTHER].iter().zip(operators) {
+        operator.kill().unwrap();
+        operator.wait().unwrap();
+        let log = std::fs::read_to_string(log).unwrap();
+        // The unbound namespace's Secret was refused before its binding, as
+        // it must be; nothing else may be.
+        let refused: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("forbidden") && !(*ns == UNBOUND && l.contains("secrets")))
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "the chart's RBAC refused the operator in {ns}:\n{}",
+            refused.join("\n")
+        );
+    }
+}
+
+/// (a) A namespace outside scanNamespaces: the scan fails at once, saying
+/// which namespaces may run scans and how to add one.
+async fn not_allowed_elsewhere(client: &Client) {
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), OTHER);
+    let message = wait_condition(&scans, OTHER, "Failed", "True", "NamespaceNotAllowed").await;
+    assert_eq!(
+        message,
+        "namespace \"enforced-other\" may not run BucketScans: this operator runs them only in \
+         enforced-team, enforced-unbound (chart value scanNamespaces; each listed namespace gets a \
+         RoleBinding to read its Secrets)"
+    );
+    wait_event(client, OTHER, "NamespaceNotAllowed").await;
+}
+
+/// (b) A namespace the operator serves but the chart did not bind: reading
+/// the scan's Secret gets the API server's 403, and the scan waits (Blocked,
+/// not Failed) with what to do; once the chart binds the namespace, the scan
+/// is planned.
+async fn forbidden_until_bound(client: &Client) {
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), UNBOUND);
+    let message = wait_condition(&scans, UNBOUND, "Blocked", "True", "SecretForbidden").await;
+    assert!(
+        message.starts_with(
+            "the operator may not read Secret \"s3\" (spec.source.credentialsSecret) in namespace \
+             \"enforced-unbound\": add the namespace to the chart value scanNamespaces (a \
+             RoleBinding to the ClusterRole RELEASE-secrets); retrying in "
+        ),
+        "{message}"
+    );
+    wait_event(client, UNBOUND, "SecretForbidden").await;
+    let phase = scans.get(UNBOUND).await.unwrap().status.unwrap().phase;
+    assert_ne!(
+        phase,
+        Phase::Failed,
+        "a missing binding may be added: the scan waits"
+    );
+
+    apply_chart_rbac(SCAN_NAMESPACES, "enforced-rbac-both.yaml").await;
+    // The first retry comes 5 s after the refusal, the next 10 s later.
+    wait_condition(&scans, UNBOUND, "Planned", "True", "Planned").await;
+    wait_condition(&scans, UNBOUND, "Blocked", "False", "Unblocked").await;
+}
+
+/// (c) The team namespace: the operator reads the credentials, plans the
+/// scan, creates its Redis Secret and worker Deployment, writes its status
+/// and events, all under the chart's RBAC.
+async fn planned_in_the_team_namespace(client: &Client) {
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), TEAM);
+    let message = wait_condition(&scans, TEAM, "Planned", "True", "Planned").await;
+    assert!(message.contains("shards"), "{message}");
+    let scan = eventually("the team scan scanning", 30, async || {
+        let scan = scans.get(TEAM).await.ok()?;
+        (scan.status.as_ref()?.phase == Phase::Scanning).then_some(scan)
+    })
+    .await;
+    let blocked = condition(&scans, TEAM, "Blocked").await;
+    assert!(
+        blocked.as_ref().is_none_or(|(status, ..)| status != "True"),
+        "{blocked:?}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), TEAM);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), TEAM);
+    let workers = bucketscan_operator::desired::workers_name(&scan);
+    let redis = bucketscan_operator::desired::redis_secret_name(&scan);
+    eventually("the team scan's worker Deployment", 30, async || {
+        deployments.get_opt(&workers).await.ok()?
+    })
+    .await;
+    assert!(secrets.get_opt(&redis).await.unwrap().is_some(), "{redis}");
+    wait_event(client, TEAM, "Planned").await;
+}
+
+/// Deleting each scan runs the finalizer's cleanup under the same RBAC
+/// (the scan outside scanNamespaces skips its Secrets).
+async fn deleted_through_the_finalizer(client: &Client) {
+    for ns in [TEAM, UNBOUND, OTHER] {
+        let scans: Api<BucketScan> = Api::namespaced(client.clone(), ns);
+        scans.delete(ns, &DeleteParams::default()).await.unwrap();
+    }
+    for ns in [TEAM, UNBOUND, OTHER] {
+        let scans: Api<BucketScan> = Api::namespaced(client.clone(), ns);
+        eventually(&format!("the scan in {ns} deleted"), 60, async || {
+            scans.get_opt(ns).await.ok()?.is_none().then_some(())
+        })
+        .await;
+    }
+}
