@@ -51,11 +51,11 @@ SIZES = {
     "quick": {"boto3-naive": 500, "boto3-multiprocessing": 2_000, "go-pool": 10_000,
               "rclone": 500, "ours-sdk": 20_000, "ours-fast": 50_000, "hyper-loop": 50_000,
               "list": 100_000, "fleet": 20_000, "scale": [10_000, 100_000],
-              "saturation": 60_000},
+              "saturation": 60_000, "list_latency": 60_000},
     "full": {"boto3-naive": 4_000, "boto3-multiprocessing": 15_000, "go-pool": 60_000,
              "rclone": 4_000, "ours-sdk": 150_000, "ours-fast": 300_000, "hyper-loop": 300_000,
              "list": 1_000_000, "fleet": 200_000, "scale": [100_000, 1_000_000, 10_000_000],
-             "saturation": 450_000},
+             "saturation": 450_000, "list_latency": 150_000},
 }
 RUNS = {"quick": 1, "full": 3}
 LIST_SHARDS = [1, 2, 4, 8]
@@ -76,6 +76,19 @@ SATURATION_MAX = 16
 # most of a large fleet idle: no saturation, whatever the fleet).
 SATURATION_PLAN = ["--target-shards", "256", "--min-shard-objects", "1000"]
 SATURATION_LIMITS = {"share_of_capacity": 0.9, "slowdown_share": 0.01, "retry_share": 0.02}
+# The LIST latency figures (issue 14, item 2): one worker, CONCURRENCY HEADs
+# in flight, on a store whose HEADs take 15 ms and whose capacity is far
+# above what one worker does; LIST pages (median, p99 in ms) fast enough not
+# to limit it (the first: the baseline) and AWS's 100 ms; each with 1 and 4
+# shards in flight. 16 shards: work for 4 streams, each shard of several LIST
+# pages (full mode: about 9,400 objects, near the default plan's 10,000), so
+# that a row measures listing ahead, not a shard's fixed costs.
+LIST_LATENCY_MODEL = {"capacity": 1_000_000, "head_median_ms": 15.0, "head_p99_ms": 30.0}
+LIST_LATENCY_PAGES = [(5.0, 20.0), (100.0, 150.0)]
+LIST_LATENCY_SHARDS = [1, 4]
+LIST_LATENCY_PLAN = ["--target-shards", "16", "--min-shard-objects", "1000"]
+LIST_LATENCY_LIMIT = 0.9  # the slow pages' rate against the baseline's (list_latency_claims)
+LIST_PAGE_KEYS = 1_000  # keys per LIST page (bucketscan asks for 1,000, synthetic-s3 serves 1,000)
 # The 10^9 figures (issue 13, item 7): keyspaces, shard target, LIST budget,
 # and the limits each figure is judged against.
 BILLION = 1_000_000_000
@@ -179,23 +192,33 @@ def list_efficiency(list_runs):
     return {n: ratio(rate, n * one) if one else None for n, rate in list_runs.items()}
 
 
+def model_args(model):
+    """synthetic-s3's store model flags from {"head_median_ms": 15.0, ...}."""
+    return [x for k, v in model.items() for x in ("--" + k.replace("_", "-"), str(v))]
+
+
 # The LIST target holds "until the endpoint saturates": a run with N streams
 # whose processes (client and endpoint) kept the machine's cores at least
 # this busy is saturated, and is reported but not judged.
 SATURATED = 0.75
 
 
-def evaluate_targets(clients, listing, redis_per_object, e2e):
+def judge(name, value, threshold, fmt, higher_is_better=True):
+    """One target as {target, value, met: True/False/None, text}: `value`
+    against `threshold` (None: not measured), `fmt` its text."""
+    if value is None:
+        return {"target": name, "value": None, "met": None, "text": "not measured"}
+    met = value >= threshold if higher_is_better else value <= threshold
+    return {"target": name, "value": value, "met": met, "text": fmt.format(value)}
+
+
+def evaluate_targets(clients, listing, redis_per_object, e2e, list_latency=None):
     """Every target of the issue as {target, value, met: True/False/None, text}."""
     r = ratios_to_ours(clients)
     targets = []
 
-    def add(name, value, threshold, fmt, higher_is_better=True):
-        if value is None:
-            targets.append({"target": name, "value": None, "met": None, "text": "not measured"})
-            return
-        met = value >= threshold if higher_is_better else value <= threshold
-        targets.append({"target": name, "value": value, "met": met, "text": fmt.format(value)})
+    def add(*args, **kwargs):
+        targets.append(judge(*args, **kwargs))
 
     def per_core(peer):
         return r.get(peer, {}).get("head_per_core_s")
@@ -211,6 +234,11 @@ def evaluate_targets(clients, listing, redis_per_object, e2e):
         ratio(ours and ours["head_per_s"], hyper and hyper["head_per_s"]), 0.8, "{:.2f}x")
     add("fast path >= 0.8x bare hyper loop (HEADs per CPU-second)",
         ratio(ours and ours["head_per_core_s"], hyper and hyper["head_per_core_s"]), 0.8, "{:.2f}x")
+    # Issue 14, item 4: the whole worker (listing, signing, records) costs at
+    # most 1.5x the CPU per HEAD of the bare loop, measured side by side.
+    add("CPU per HEAD <= 1.5x the bare hyper loop's",
+        ratio(ours and ours["cpu_per_100k"], hyper and hyper["cpu_per_100k"]), 1.5, "{:.2f}x",
+        higher_is_better=False)
     listing = listing or {"rates": {}, "busy": {}}
     eff = list_efficiency(listing["rates"])
     for n in sorted(eff):
@@ -223,6 +251,7 @@ def evaluate_targets(clients, listing, redis_per_object, e2e):
             targets[-1]["met"] = None
             targets[-1]["text"] += f": saturated (>= {SATURATED * 100:.0f} %), not judged"
     add("Redis operations per object < 0.01", redis_per_object, 0.01, "{:.4f}", higher_is_better=False)
+    targets.append(list_latency_claims(list_latency)[0])
     if e2e is not None:
         add("end to end >= 0.8x raw HEAD rate", e2e["ratio"], 0.8, "{:.2f}x")
     else:
@@ -599,12 +628,12 @@ class Bench:
             "fleet": extra,
         }
 
-    def run_workers(self, workers, command):
+    def run_workers(self, workers, command, concurrency=FLEET_CONCURRENCY):
         """`workers` processes of `command` side by side; (CPU s summed, largest peak RSS KB)."""
         procs, procs_out = [], []
         for i in range(workers):
             procs.append(threading.Thread(target=lambda i=i: procs_out.append(run_client(
-                [*command, "--concurrency", str(FLEET_CONCURRENCY), "--name", f"w{i}"], env=self.env,
+                [*command, "--concurrency", str(concurrency), "--name", f"w{i}"], env=self.env,
                 timeout=7200))))
         for p in procs:
             p.start()
@@ -620,9 +649,7 @@ class Bench:
         autoscaler (autoscaled-fleet) between 1 and SATURATION_MAX."""
         n = self.args.objects or SIZES[self.args.mode]["saturation"]
         m = SATURATION_MODEL
-        model = ["--capacity", str(m["capacity"]), "--head-median-ms", str(m["head_median_ms"]),
-                 "--head-p99-ms", str(m["head_p99_ms"]), "--list-median-ms", str(m["list_median_ms"]),
-                 "--list-p99-ms", str(m["list_p99_ms"]), "--queue-limit-ms", str(m["queue_limit_ms"])]
+        model = model_args(m)
         store, store_url, s3 = self.start_store()
         rows = []
         try:
@@ -653,6 +680,35 @@ class Bench:
             store.kill()
             store.wait()
         return {"objects": n, "model": m, "concurrency": SATURATION_CONCURRENCY, "rows": rows}
+
+    def list_latency(self):
+        """One worker (`run --concurrency CONCURRENCY --shards-in-flight S`)
+        for each LIST page latency of LIST_LATENCY_PAGES and S of
+        LIST_LATENCY_SHARDS, on the store model of LIST_LATENCY_MODEL; runs
+        interleaved, each row the median of its runs."""
+        n = self.args.objects or SIZES[self.args.mode]["list_latency"]
+        rows = [(page, shards) for page in LIST_LATENCY_PAGES for shards in LIST_LATENCY_SHARDS]
+        runs = {row: [] for row in rows}
+        store, store_url, s3 = self.start_store()
+        try:
+            for rep in range(self.args.runs):
+                for i, (page, shards) in enumerate(rows):
+                    model = model_args(dict(LIST_LATENCY_MODEL, list_median_ms=page[0], list_p99_ms=page[1]))
+
+                    def run_fleet(command, redis_url, scan, shards=shards):
+                        return *self.run_workers(1, [*command, "--shards-in-flight", str(shards)], CONCURRENCY), None
+
+                    f = self.fleet_once(n, 1, f"ll{rep}r{i}", store_url, s3, model=model, run_fleet=run_fleet,
+                                        plan_args=LIST_LATENCY_PLAN)
+                    runs[(page, shards)].append(list_latency_row(page, shards, f))
+                    log(f"[{rep + 1}/{self.args.runs}] LIST pages {page[0]:g} ms, {shards} shard(s) in flight: "
+                        f"{f['objects_per_s']:.0f} objects/s, {f['cpu_per_100k']:.2f} CPU-s/100k, "
+                        f"{f['endpoint']['lists']} LISTs")
+        finally:
+            store.kill()
+            store.wait()
+        return {"objects": n, "model": LIST_LATENCY_MODEL, "concurrency": CONCURRENCY, "plan": LIST_LATENCY_PLAN,
+                "runs": self.args.runs, "rows": list_latency_ratios([summarize(runs[row]) for row in rows])}
 
     def billion(self, record_bytes):
         """The 10^9-key figures: plan each layout into >= BILLION_SHARDS shards
@@ -1010,21 +1066,21 @@ def render_header(res, carried=()):
     ]
 
 
+def render_targets(targets, first="target"):
+    """A table of targets as judge() makes them: measured, met or not."""
+    lines = [f"| {first} | measured | met |", "| --- | --- | --- |"]
+    for t in targets:
+        met = {True: "**met**", False: "**missed**",
+               None: "not judged" if t["value"] is not None else "not measured in this run"}[t["met"]]
+        lines.append(f"| {t['target']} | {t['text'] or '–'} | {met} |")
+    return lines
+
+
 def render_markdown(res):
     m = res["machine"]
     labels = dict(CLIENTS)
     clients, ratios = res["clients"], res["ratios"]
-    lines = render_header(res) + [
-        "## Targets",
-        "",
-        "| target | measured | met |",
-        "| --- | --- | --- |",
-    ]
-    for t in res["targets"]:
-        met = {True: "**met**", False: "**missed**",
-               None: "not judged" if t["value"] is not None else "not measured in this run"}[t["met"]]
-        lines.append(f"| {t['target']} | {t['text'] or '–'} | {met} |")
-    lines += [
+    lines = render_header(res) + ["## Targets", ""] + render_targets(res["targets"]) + [
         "",
         "## HEAD throughput and cost, by client",
         "",
@@ -1112,6 +1168,8 @@ def render_markdown(res):
         lines += [""] + render_scale(res["scale"], res["scale"].get("chart"))
     if res.get("saturation"):
         lines += [""] + render_saturation(res["saturation"], res["saturation"].get("chart"))
+    if res.get("list_latency"):
+        lines += [""] + render_list_latency(res["list_latency"])
     if res.get("billion"):
         lines += [""] + render_billion(res["billion"])
     lines += ["", E2E_HEADING, ""]
@@ -1410,6 +1468,97 @@ def render_saturation_chart(sat, path):
     plt.close(fig)
 
 
+LIST_LATENCY_HEADING = "## LIST latency: shards in flight (issue 14, item 2)"
+LIST_LATENCY_TARGET = "100 ms LIST pages, 4 shards in flight >= 0.9x the 5 ms LIST rate"
+
+
+def list_latency_row(page, shards, f):
+    """One run of the LIST latency table from fleet_once's figures. `page`:
+    the LIST page latency (median, p99 ms). The LIST bound: what `shards`
+    streams of one page at a time at the median latency can list."""
+    return {
+        "list_median_ms": page[0],
+        "list_p99_ms": page[1],
+        "shards_in_flight": shards,
+        "objects": f["objects"],
+        "objects_per_s": f["objects_per_s"],
+        "run_s": f["run_s"],
+        "plan_s": f["plan_s"],
+        "cpu_per_100k": f["cpu_per_100k"],
+        "worker_rss_mb": f["worker_rss_kb"] / 1024,
+        "lists": f["endpoint"]["lists"],
+        "heads": f["endpoint"]["heads"],
+        "list_bound": shards * LIST_PAGE_KEYS / (page[0] / 1000),
+    }
+
+
+def list_latency_ratios(rows):
+    """Each row with vs_base: its objects/s over that of the baseline row
+    (the first of LIST_LATENCY_PAGES) with the same shards in flight."""
+    base = {r["shards_in_flight"]: r["objects_per_s"] for r in rows
+            if r["list_median_ms"] == LIST_LATENCY_PAGES[0][0]}
+    return [dict(r, vs_base=ratio(r["objects_per_s"], base.get(r["shards_in_flight"]))) for r in rows]
+
+
+def list_latency_claims(ll):
+    """The issue's target (first: evaluate_targets takes it): the slow pages
+    with 4 shards in flight against the baseline pages with 4. Then the cap
+    that one shard in flight meets on the slow pages, against the best
+    baseline rate (the most the worker reached with LIST not limiting it;
+    with one shard in flight even the baseline may be capped by more than
+    LIST). As judge() makes them."""
+    slow, base, limit = LIST_LATENCY_PAGES[-1][0], LIST_LATENCY_PAGES[0][0], LIST_LATENCY_LIMIT
+    rows = {(r["list_median_ms"], r["shards_in_flight"]): r for r in (ll or {}).get("rows", [])}
+    four, four_base, one = rows.get((slow, 4)), rows.get((base, 4)), rows.get((slow, 1))
+    best = max((r for (ms, _), r in rows.items() if ms == base), key=lambda r: r["objects_per_s"], default=None)
+    said = four and four_base and f" ({four['objects_per_s']:,.0f} against {four_base['objects_per_s']:,.0f} objects/s)"
+    target = judge(LIST_LATENCY_TARGET, four and four["vs_base"], limit, "{:.2f}x" + (said or ""))
+    said = one and best and (
+        f" ({one['objects_per_s']:,.0f} against {best['objects_per_s']:,.0f} objects/s with "
+        f"{best['shards_in_flight']} shard(s) in flight; one LIST stream's bound: {one['list_bound']:,.0f}/s; "
+        f"against {base:g} ms pages with 1 shard in flight: {fmt(one['vs_base'], '{:.2f}x')})")
+    capped = judge(f"{slow:g} ms LIST pages, 1 shard in flight: capped (<= {limit}x the best {base:g} ms LIST rate)",
+                   one and best and ratio(one["objects_per_s"], best["objects_per_s"]), limit, "{:.2f}x" + (said or ""),
+                   higher_is_better=False)
+    return [target, capped]
+
+
+def render_list_latency(ll):
+    m = ll["model"]
+    (base, base_p99), (slow, slow_p99) = LIST_LATENCY_PAGES[0], LIST_LATENCY_PAGES[-1]
+    lines = [
+        LIST_LATENCY_HEADING,
+        "",
+        f"Can LIST latency cap a worker? One `bucketscan-worker run --concurrency {ll['concurrency']} "
+        "--shards-in-flight S` scans "
+        f"{ll['objects']:,} objects on synthetic-s3's store model: HEADs {m['head_median_ms']:g} ms median, "
+        f"{m['head_p99_ms']:g} ms p99, a capacity of {m['capacity']:,} requests/s (far above what one worker does), "
+        f"LIST pages of {LIST_PAGE_KEYS:,} keys at {base:g} ms median ({base_p99:g} ms p99: LIST does not limit) "
+        f"or {slow:g} ms ({slow_p99:g} ms p99: AWS's figure). One LIST stream lists one page at a time, so it "
+        f"cannot feed more than {LIST_PAGE_KEYS:,} keys per {slow:g} ms page = "
+        f"{LIST_PAGE_KEYS / slow * 1000:,.0f} objects/s, whatever HEADs it may have in flight; each shard in "
+        "flight is a LIST stream of its own, all sharing the worker's HEADs (docs/queue-protocol.md, step 8). "
+        f"The {base:g} ms rows are the rate the worker reaches when LIST does not limit it (its CPU, the "
+        "endpoint's and the HEAD latency do); each row's ratio is against the one of the same S, and the cap of one "
+        f"shard in flight is judged against the best {base:g} ms rate, since one shard in flight may fall short of "
+        f"it with {base:g} ms pages too. The plan "
+        f"(`{' '.join(ll['plan'])}`) leaves work for every stream; objects/s over the run phase, CPU from "
+        "`os.wait4` of the worker, and every scan's manifest counts every object. "
+        f"Median of {ll['runs']} run(s) per row, measured {ll['date']} (load average before: {ll['load']}).",
+        "",
+        "| LIST page median / p99 | shards in flight | objects/s | against the "
+        f"{base:g} ms rate, same S | LIST bound (S x {LIST_PAGE_KEYS:,} keys per median page) | CPU-s per 100k "
+        "| worker peak RSS | LISTs served | run s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in ll["rows"]:
+        lines.append(
+            f"| {r['list_median_ms']:g} / {r['list_p99_ms']:g} ms | {r['shards_in_flight']} | "
+            f"{fmt(r['objects_per_s'])} | {fmt(r['vs_base'], '{:.2f}x')} | {fmt(r['list_bound'])}/s | "
+            f"{r['cpu_per_100k']:.2f} | {r['worker_rss_mb']:.0f} MB | {r['lists']:,.0f} | {r['run_s']:.1f} |")
+    return lines + [""] + render_targets(list_latency_claims(ll), "claim")
+
+
 def render_billion(billion):
     rows, operator = billion["rows"], billion.get("operator")
     lines = [
@@ -1552,8 +1701,8 @@ def render_scale_chart(scale, path):
 
 
 def note_key(target):
-    for key in ("Go", "multiprocessing", "naive", "hyper loop (HEAD/s", "hyper loop (HEADs", "LIST", "Redis",
-                "end to end"):
+    for key in ("Go", "multiprocessing", "naive", "hyper loop (HEAD/s", "hyper loop (HEADs", "LIST pages", "LIST",
+                "Redis", "end to end"):
         if key in target:
             return key
     return target
@@ -1615,7 +1764,7 @@ def read_e2e(res, path, redis_per_object):
     else:
         res["e2e_missing"] = f"no {path}"
     res["e2e"] = e2e
-    res["targets"] = evaluate_targets(res["clients"], res.get("list"), redis_per_object, e2e)
+    res["targets"] = evaluate_targets(res["clients"], res.get("list"), redis_per_object, e2e, res.get("list_latency"))
 
 
 def read_text(path, missing):
@@ -1663,6 +1812,11 @@ def saturation_section(bench, args):
     return sat
 
 
+def list_latency_section(bench, args):
+    date, load = when()
+    return dict(bench.list_latency(), date=date, load=load)
+
+
 def billion_section(bench, args, scale):
     date, load = when()
     rows = scale["rows"] if scale else []
@@ -1676,9 +1830,10 @@ def billion_section(bench, args, scale):
 
 def measure_sections(args, sections, p):
     """--only: measure the named sections, splice them into --markdown."""
-    unknown = set(sections) - {"scale", "billion", "operator", "saturation"}
+    unknown = set(sections) - {"scale", "billion", "operator", "saturation", "list_latency"}
     if unknown:
-        p.error(f"--only takes scale, billion, operator and saturation, not {', '.join(sorted(unknown))}")
+        p.error(f"--only takes scale, billion, operator, saturation and list_latency, not "
+                f"{', '.join(sorted(unknown))}")
     args.runs = args.runs or RUNS[args.mode]
     bench = Bench(args)
     res = {}
@@ -1695,6 +1850,8 @@ def measure_sections(args, sections, p):
             res["billion"] = billion_section(bench, args, res.get("scale"))
         if "saturation" in sections:
             res["saturation"] = saturation_section(bench, args)
+        if "list_latency" in sections:
+            res["list_latency"] = list_latency_section(bench, args)
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     if args.json:
@@ -1707,6 +1864,8 @@ def measure_sections(args, sections, p):
         rendered.append(render_billion(res["billion"]))
     if "saturation" in res:
         rendered.append(render_saturation(res["saturation"], res["saturation"].get("chart")))
+    if "list_latency" in res:
+        rendered.append(render_list_latency(res["list_latency"]))
     if args.markdown:
         text = read_text(args.markdown, "# Benchmarks\n")
         with open(args.markdown, "w") as f:
@@ -1728,9 +1887,11 @@ def main(argv=None):
     p.add_argument("--no-scale", action="store_true", help="skip the scale table (10^5..10^7 objects)")
     p.add_argument("--no-billion", action="store_true", help="skip the 10^9-key figures")
     p.add_argument("--no-saturation", action="store_true", help="skip the saturation figures")
+    p.add_argument("--no-list-latency", action="store_true",
+                   help="skip the LIST latency figures (one worker, 100 ms LIST pages, shards in flight)")
     p.add_argument("--saturation-chart", help="write the saturation plot (rate and workers over time) here")
     p.add_argument("--only", help="measure only these sections (comma-separated: scale, billion, operator, "
-                                  "saturation) and "
+                                  "saturation, list_latency) and "
                                   "splice them into the existing --markdown, leaving its other sections as they "
                                   "are; operator writes --operator-figures (needs BUCKETSCAN_TEST_KUBECONFIG)")
     p.add_argument("--scale-sizes", type=lambda v: [int(x) for x in v.split(",")],
@@ -1802,6 +1963,8 @@ def main(argv=None):
             res["billion"] = billion_section(bench, args, res.get("scale"))
         if not args.no_saturation:
             res["saturation"] = saturation_section(bench, args)
+        if not args.no_list_latency:
+            res["list_latency"] = list_latency_section(bench, args)
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     read_e2e(res, args.e2e, redis_per_object)

@@ -68,6 +68,12 @@ class Logic(unittest.TestCase):
         self.assertTrue(t["HEAD/s per client core >= 80x naive boto3"]["met"])
         self.assertTrue(t["fast path >= 0.8x bare hyper loop (HEAD/s, same in-flight)"]["met"])
         self.assertFalse(t["fast path >= 0.8x bare hyper loop (HEADs per CPU-second)"]["met"])
+        cpu = t["CPU per HEAD <= 1.5x the bare hyper loop's"]
+        self.assertAlmostEqual(cpu["value"], 2.0 / 1.5)
+        self.assertTrue(cpu["met"])
+        heavy = dict(clients, **{"ours-fast": client(40_000, 2.5)})
+        t_heavy = {x["target"]: x for x in run.evaluate_targets(heavy, listing, 0.004, e2e)}
+        self.assertFalse(t_heavy["CPU per HEAD <= 1.5x the bare hyper loop's"]["met"], "1.67x")
         self.assertTrue(t["2-shard LIST >= 0.8 x 2 x one stream"]["met"])
         self.assertFalse(t["4-shard LIST >= 0.8 x 4 x one stream"]["met"])
         # Saturated: reported, not judged.
@@ -318,6 +324,96 @@ class Saturation(unittest.TestCase):
         self.assertTrue(any(line.startswith("| too many | 16 |") for line in lines))
         self.assertTrue(any(line.startswith("| autoscaled | 1..16 (settled at 3) |") for line in lines))
         self.assertIn("![objects/s and workers over time, by fleet](docs/saturation.png)", lines)
+
+
+def list_latency_sample(rates, n=150_000):
+    """The LIST latency section from {(LIST median ms, shards in flight): objects/s}, through the harness's own
+    row and ratio functions (fleet_once's figures made up)."""
+    pages = dict(run.LIST_LATENCY_PAGES)
+    rows = []
+    for (ms, shards), rate in rates.items():
+        f = {"objects": n, "objects_per_s": rate, "run_s": n / rate, "plan_s": 1.0, "cpu_per_100k": 4.0,
+             "worker_rss_kb": 50 * 1024,
+             "endpoint": {"lists": n // 1000 + 40, "heads": n}}
+        rows.append(run.list_latency_row((ms, pages[ms]), shards, f))
+    return {"objects": n, "model": run.LIST_LATENCY_MODEL, "concurrency": 256, "plan": run.LIST_LATENCY_PLAN,
+            "runs": 3, "date": "d", "load": "1", "rows": run.list_latency_ratios(rows)}
+
+
+GOOD = {(5.0, 1): 16_000, (5.0, 4): 17_000, (100.0, 1): 9_600, (100.0, 4): 16_150}
+
+
+class ListLatency(unittest.TestCase):
+    def test_each_row_is_compared_with_the_fast_list_row_of_the_same_shards_in_flight(self):
+        rows = {(r["list_median_ms"], r["shards_in_flight"]): r for r in list_latency_sample(GOOD)["rows"]}
+        self.assertEqual(rows[(5.0, 1)]["vs_base"], 1.0)
+        self.assertEqual(rows[(5.0, 4)]["vs_base"], 1.0)
+        self.assertAlmostEqual(rows[(100.0, 1)]["vs_base"], 0.6)
+        self.assertAlmostEqual(rows[(100.0, 4)]["vs_base"], 0.95)
+        # One stream lists 1,000 keys per median page: 10,000/s at 100 ms, S times that with S streams.
+        self.assertAlmostEqual(rows[(100.0, 1)]["list_bound"], 10_000)
+        self.assertAlmostEqual(rows[(100.0, 4)]["list_bound"], 40_000)
+        self.assertEqual((rows[(100.0, 4)]["list_p99_ms"], rows[(100.0, 4)]["heads"]), (150.0, 150_000))
+        # Without its baseline a row has no ratio.
+        alone = run.list_latency_ratios([rows[(100.0, 4)]])
+        self.assertIsNone(alone[0]["vs_base"])
+
+    def test_claims_judge_four_shards_against_the_limit_and_show_one_shard_capped(self):
+        claims = run.list_latency_claims(list_latency_sample(GOOD))
+        self.assertEqual(claims[0]["target"], "100 ms LIST pages, 4 shards in flight >= 0.9x the 5 ms LIST rate")
+        self.assertEqual([c["met"] for c in claims], [True, True])
+        self.assertEqual(claims[0]["text"], "0.95x (16,150 against 17,000 objects/s)")
+        self.assertEqual(claims[1]["text"], "0.56x (9,600 against 17,000 objects/s with 4 shard(s) in flight; one "
+                                            "LIST stream's bound: 10,000/s; against 5 ms pages with 1 shard in "
+                                            "flight: 0.60x)")
+        # The cap is against the best 5 ms rate: one shard in flight may be capped by more than LIST.
+        capped = run.list_latency_claims(list_latency_sample(
+            {(5.0, 1): 7_400, (5.0, 4): 14_200, (100.0, 1): 6_200, (100.0, 4): 12_800}))[1]
+        self.assertAlmostEqual(capped["value"], 6_200 / 14_200)
+        self.assertTrue(capped["met"])
+        # Capped with 4 shards too, and not capped with one: both missed.
+        bad = run.list_latency_claims(list_latency_sample(GOOD | {(100.0, 4): 15_000, (100.0, 1): 15_500}))
+        self.assertEqual([c["met"] for c in bad], [False, False])
+        # Not measured: neither judged.
+        for ll in (None, {"rows": []}, list_latency_sample({(100.0, 4): 16_000})):
+            self.assertEqual([c["met"] for c in run.list_latency_claims(ll)], [None, None], ll)
+
+    def test_the_target_is_judged_with_the_others(self):
+        ll = list_latency_sample(GOOD | {(100.0, 4): 14_000})
+        t = {x["target"]: x for x in run.evaluate_targets({}, None, None, None, ll)}
+        target = t[run.LIST_LATENCY_TARGET]
+        self.assertFalse(target["met"])
+        self.assertAlmostEqual(target["value"], 14 / 17)
+        self.assertIsNone({x["target"]: x for x in run.evaluate_targets({}, None, None, None)}
+                          [run.LIST_LATENCY_TARGET]["met"])
+        # Its explanation is its own, not the LIST streams'.
+        self.assertEqual(run.note_key(run.LIST_LATENCY_TARGET), "LIST pages")
+
+    def test_the_section_has_a_row_per_page_latency_and_shards_in_flight_and_the_claims(self):
+        ll = list_latency_sample(GOOD)
+        lines = run.render_list_latency(ll)
+        self.assertEqual(lines[0], run.LIST_LATENCY_HEADING)
+        self.assertEqual(run.LIST_LATENCY_HEADING, "## LIST latency: shards in flight (issue 14, item 2)")
+        text = "\n".join(lines)
+        for row in ["| 5 / 20 ms | 1 | 16,000 | 1.00x | 200,000/s | 4.00 | 50 MB | 190 | 9.4 |",
+                    "| 5 / 20 ms | 4 | 17,000 | 1.00x | 800,000/s |",
+                    "| 100 / 150 ms | 1 | 9,600 | 0.60x | 10,000/s |",
+                    "| 100 / 150 ms | 4 | 16,150 | 0.95x | 40,000/s |",
+                    "| claim | measured | met |",
+                    "| 100 ms LIST pages, 4 shards in flight >= 0.9x the 5 ms LIST rate | 0.95x (16,150 against "
+                    "17,000 objects/s) | **met** |"]:
+            self.assertIn(row, text)
+        self.assertIn("150,000 objects", text)
+        self.assertIn("`--target-shards 16 --min-shard-objects 1000`", text)
+        # A full run's report has the section and the target.
+        res = report_res()
+        res["list_latency"] = ll
+        res["targets"] = run.evaluate_targets(res["clients"], None, None, None, ll)
+        report = run.render_markdown(res)
+        self.assertIn(run.LIST_LATENCY_HEADING + "\n", report)
+        self.assertIn("| 100 ms LIST pages, 4 shards in flight >= 0.9x the 5 ms LIST rate | 0.95x", report.split(
+            "\n## ", 2)[1])
+        self.assertNotIn(run.LIST_LATENCY_HEADING, run.render_markdown(report_res()))
 
 
 if __name__ == "__main__":

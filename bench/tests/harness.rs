@@ -2,7 +2,8 @@
 //! quick run on tiny N against the real synthetic-s3 with our worker and the
 //! hyper loop, which must produce a table with every object counted, and
 //! the saturation section's three fleets (the autoscaled one driven by
-//! `autoscaled-fleet`). Fails, saying why, when the benchmark's Python venv
+//! `autoscaled-fleet`) and the LIST latency section's four single-worker
+//! scans (5 and 100 ms LIST pages, 1 and 4 shards in flight). Fails, saying why, when the benchmark's Python venv
 //! is missing: a skipped harness test would pass without testing anything.
 
 #[path = "../../worker/tests/common/bin.rs"]
@@ -80,7 +81,31 @@ fn a_quick_run_counts_every_object() {
         assert!(r["requests"].as_u64().unwrap() >= 1500, "{r}");
     }
     assert!(fleets[2]["started"].as_u64().unwrap() >= 1, "{}", fleets[2]);
+    // Each LIST latency row scanned every object (fleet_once checks the
+    // manifest) through one worker with its shards in flight.
+    let rows = results["list_latency"]["rows"]
+        .as_array()
+        .expect("the LIST latency section");
+    let kinds: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["list_median_ms"].as_f64().unwrap(),
+                r["shards_in_flight"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds, [(5.0, 1), (5.0, 4), (100.0, 1), (100.0, 4)]);
+    for r in rows {
+        assert_eq!(r["objects"], 1500, "{r}");
+        assert!(r["heads"].as_u64().unwrap() >= 1500, "{r}");
+        assert!(r["objects_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
     let md = std::fs::read_to_string(dir.join("BENCHMARKS.md")).unwrap();
+    assert!(
+        md.contains("## LIST latency: shards in flight (issue 14, item 2)"),
+        "{md}"
+    );
     assert!(md.contains("| bucketscan, --head-client fast | 1,500 |"), "{md}");
     assert!(
         md.contains("| bare hyper HEAD loop (physical limit) | 1,500 |"),

@@ -8,11 +8,12 @@ use bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE;
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
 use bucketscan_core::s3::{resolve_region, Endpoint, S3};
+use bucketscan_core::scan::dataset::DatasetRoot;
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
 use bucketscan_core::scan::format::{Format, Layout};
 use bucketscan_core::scan::listed::MetadataSource;
 use bucketscan_core::scan::output::{Destination, OutputOptions};
-use bucketscan_core::scan::single::{plan_bucket, scan_shards, ScanOptions};
+use bucketscan_core::scan::single::{plan_bucket, scan_dataset, scan_shards, ScanOptions};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -102,6 +103,14 @@ struct ScanArgs {
     /// (zstd; not with --gzip).
     #[arg(long, default_value = "jsonl")]
     format: Format,
+    /// single: one output (-o); dataset: files of at most --file-size under
+    /// OUTPUT/data/ (an S3 prefix or a directory), each in key order, listed
+    /// with their key ranges, counts and SHA-256 in OUTPUT/manifest.json.
+    #[arg(long, default_value = "single")]
+    layout: Layout,
+    /// Bound on one data file of the dataset layout, in bytes (5 MiB to 5 GiB).
+    #[arg(long, default_value_t = DEFAULT_FILE_SIZE)]
+    file_size: u64,
     /// Keep only objects that have user metadata (errors are always kept).
     #[arg(long)]
     only_with_metadata: bool,
@@ -367,6 +376,20 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let started = Instant::now();
     // Before the bucket is asked anything.
     args.format.check_gzip(args.gzip).map_err(anyhow::Error::msg)?;
+    let dataset = match args.layout {
+        Layout::Single => None,
+        Layout::Dataset => {
+            bucketscan_core::fleet::spec::check_output(
+                args.format,
+                args.layout,
+                args.file_size,
+                args.gzip,
+                0,
+            )
+            .map_err(anyhow::Error::msg)?;
+            Some(DatasetRoot::of(&args.output).map_err(anyhow::Error::msg)?)
+        }
+    };
     let src = &args.source;
     let s3 = src.endpoint.connect(args.concurrency as usize).await?;
     s3.check_bucket(&src.bucket)
@@ -407,15 +430,32 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
             ..OutputOptions::default()
         },
     };
-    let result = scan_shards(&engine, shards, &opts).await;
-    progress.stop();
-    let summary = result.with_context(|| format!("scanning s3://{}", src.bucket))?;
+    let (shard_count, records, bytes) = match &dataset {
+        None => {
+            let result = scan_shards(&engine, shards, &opts).await;
+            progress.stop();
+            let summary = result.with_context(|| format!("scanning s3://{}", src.bucket))?;
+            (summary.shards, summary.output.records, summary.output.bytes)
+        }
+        Some(root) => {
+            let result = scan_dataset(&engine, shards, &opts, root, args.file_size, &src.prefix).await;
+            progress.stop();
+            let summary = result.with_context(|| format!("scanning s3://{}", src.bucket))?;
+            let m = &summary.manifest;
+            eprintln!(
+                "dataset: {} files under {}, manifest beside data/",
+                m.files.len(),
+                m.result
+            );
+            (summary.shards, m.records, m.result_bytes)
+        }
+    };
     let c = engine.counters.snapshot();
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
         "scanned {} objects in {} shards in {:.1}s ({} HEADs, {:.0} HEAD/s; {} from the listing): {} with metadata, {} vanished, {} errors, {} retries; wrote {} records ({} bytes) to {}",
         c.listed,
-        summary.shards,
+        shard_count,
         secs,
         c.heads,
         c.heads as f64 / secs.max(1e-9),
@@ -424,8 +464,8 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
         c.vanished,
         c.errors,
         engine.s3.retries.load(std::sync::atomic::Ordering::Relaxed),
-        summary.output.records,
-        summary.output.bytes,
+        records,
+        bytes,
         args.output,
     );
     if c.errors > 0 {

@@ -5,6 +5,8 @@
 //! seeded bucket.
 
 mod common;
+#[path = "common/fault_proxy.rs"]
+mod fault_proxy;
 
 use bucketscan_core::fleet::merge::Manifest;
 use common::*;
@@ -608,4 +610,263 @@ async fn scan_and_single_merge_write_one_parquet_file_that_duckdb_reads_exactly(
     assert_parquet_schema(&read);
     assert_read_matches_seed(&read, &seeded);
     assert_manifest_describes_files(&s3, &out, &manifest, &read, &paths).await;
+}
+
+/// `scan --layout dataset`: every shard writes its own files in key order,
+/// a new one past --file-size; the manifest lists each with its key range,
+/// records, bytes and SHA-256, and DuckDB reads exactly the seeded bucket
+/// from them, to S3 (CSV, one shard rolled over several files) and to a
+/// local directory (Parquet, several shards).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_writes_datasets_that_duckdb_reads_exactly() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("sds").await;
+    let out = s3.bucket("sds-out").await;
+    // About 2 KB of metadata an object: 3,000 of them make 6 MB of CSV, more
+    // than one file of the smallest size (5 MiB).
+    let seeded: BTreeMap<String, Seeded> = (0..3000)
+        .map(|i| {
+            let metadata = BTreeMap::from([("pad".to_string(), format!("{i:05}{}", "x".repeat(1900)))]);
+            (
+                format!("s{}/{i:05}", i % 3),
+                Seeded {
+                    size: i % 11,
+                    metadata,
+                },
+            )
+        })
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let five_mib = (5 * 1024 * 1024).to_string();
+    let scan = |layout_args: &[&str]| {
+        let args = [
+            &["scan", "--bucket", &bucket, "--quiet", "--layout", "dataset"][..],
+            layout_args,
+        ]
+        .concat();
+        let out = s3.worker(&args);
+        assert_success(&out);
+        out
+    };
+
+    // CSV to S3, one shard: its records roll over into a second file.
+    let to_s3 = format!("s3://{out}/csv");
+    scan(&[
+        "--format",
+        "csv",
+        "--target-shards",
+        "1",
+        "--file-size",
+        &five_mib,
+        "-o",
+        &to_s3,
+    ]);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "csv/manifest.json").await).unwrap();
+    assert_eq!(manifest["result"], format!("s3://{out}/csv/data/"));
+    assert_eq!(
+        (
+            manifest["records"].as_u64(),
+            manifest["counts"]["with_metadata"].as_u64()
+        ),
+        (Some(3000), Some(3000))
+    );
+    let files = manifest["files"].as_array().unwrap();
+    assert!(files.len() >= 2, "one shard of 6 MB rolls over: {manifest}");
+    let dir = temp_path(&format!("sds-{bucket}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut paths = Vec::new();
+    for file in files {
+        let key = s3_key(file["location"].as_str().unwrap(), &out);
+        assert!(
+            key.starts_with("csv/data/part-00000-") && key.ends_with(".csv"),
+            "{key}"
+        );
+        let body = s3.read(&out, &key).await;
+        assert_eq!(body.len() as u64, file["bytes"].as_u64().unwrap(), "{key}");
+        assert!(
+            body.len() < 5 * 1024 * 1024 + 4096,
+            "{key}: at most a record past the file size"
+        );
+        let path = dir.join(key.rsplit('/').next().unwrap());
+        std::fs::write(&path, body).unwrap();
+        assert_eq!(sha256_of(&path), file["sha256"].as_str().unwrap(), "{key}");
+        paths.push(path.to_string_lossy().into_owned());
+    }
+    assert_files_in_key_order(files);
+    let read = read_files("csv", &paths);
+    assert_read_matches_seed(&read, &seeded);
+
+    // Parquet to a local directory, several shards: one file each, in key order.
+    let local = dir.join("local");
+    scan(&[
+        "--format",
+        "parquet",
+        "--target-shards",
+        "3",
+        "-o",
+        local.to_str().unwrap(),
+    ]);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(local.join("manifest.json")).unwrap()).unwrap();
+    let files = manifest["files"].as_array().unwrap();
+    assert!(files.len() >= 2, "{manifest}");
+    assert_files_in_key_order(files);
+    let paths: Vec<String> = files
+        .iter()
+        .map(|f| f["location"].as_str().unwrap().to_string())
+        .collect();
+    for (file, path) in files.iter().zip(&paths) {
+        assert_eq!(
+            sha256_of(std::path::Path::new(path)),
+            file["sha256"].as_str().unwrap()
+        );
+    }
+    let read = read_files("parquet", &paths);
+    assert_parquet_schema(&read);
+    assert_read_matches_seed(&read, &seeded);
+
+    // No dataset on stdout: said before anything is read.
+    let refused = s3.worker(&["scan", "--bucket", &bucket, "--layout", "dataset", "-o", "-"]);
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("not stdout"), "{}", stderr(&refused));
+}
+
+/// Each file's keys come after the previous file's.
+fn assert_files_in_key_order(files: &[serde_json::Value]) {
+    for pair in files.windows(2) {
+        let (last, first) = (
+            pair[0]["last_key"].as_str().unwrap(),
+            pair[1]["first_key"].as_str().unwrap(),
+        );
+        assert!(last < first, "{last:?} then {first:?}");
+    }
+}
+
+fn sha256_of(path: &std::path::Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Parts of 5 MiB and more are copied on the server, never read through the
+/// merger: on MinIO (which refuses a non-last part under 5 MiB, shown
+/// first), a scan of ~12 MB in parts of ~6 MB is merged through a recording
+/// proxy; every part became an UploadPartCopy and no part was downloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parts_of_5_mib_and_more_are_copied_on_the_server_not_read() {
+    let s3 = minio();
+    let bucket = s3.bucket("copy").await;
+    let out = s3.bucket("copy-out").await;
+    assert_minio_refuses_small_parts(&s3, &out).await;
+    let seeded: BTreeMap<String, Seeded> = (0..6000)
+        .map(|i| {
+            let metadata = BTreeMap::from([("pad".to_string(), format!("{i:05}{}", "y".repeat(1950)))]);
+            (
+                format!("c/{i:05}"),
+                Seeded {
+                    size: i % 3,
+                    metadata,
+                },
+            )
+        })
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let scan = Scan {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("copy-{bucket}"),
+    };
+    scan.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &format!("s3://{out}/r/"),
+        "--target-shards",
+        "1",
+    ]);
+    scan.run_workers(1, "3000");
+    let parts = part_stats_count(&scan).await;
+    assert_eq!(parts, 2, "two parts of ~6 MB");
+
+    let proxy = fault_proxy::start(s3.endpoint.clone(), |_| None, |_, _| {}).await;
+    let through_proxy = Scan {
+        s3: Server {
+            endpoint: proxy.url.clone(),
+            ..s3.clone()
+        },
+        redis: redis_url(),
+        scan: scan.scan.clone(),
+    };
+    through_proxy.run_ok(&["merge"]);
+    let seen = proxy.requests();
+    let downloads: Vec<_> = seen
+        .iter()
+        .filter(|r| r.method == "GET" && r.target.contains("/r/parts/"))
+        .collect();
+    assert!(
+        downloads.is_empty(),
+        "parts read through the merger: {downloads:?}"
+    );
+    let copies = seen
+        .iter()
+        .filter(|r| r.method == "PUT" && r.copy_source.as_deref().is_some_and(|c| c.contains("/r/parts/")))
+        .count();
+    assert_eq!(copies, 2, "each part one UploadPartCopy: {seen:?}");
+    assert_matches_seed(&parse_records(&s3.read(&out, "r/result.jsonl").await), &seeded);
+}
+
+/// MinIO enforces S3's 5 MiB minimum for every part but the last, so a test
+/// on it would fail if the merge sent smaller ones.
+async fn assert_minio_refuses_small_parts(s3: &Server, bucket: &str) {
+    let client = s3.client();
+    let key = "small-parts";
+    let upload = client
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+    let id = upload.upload_id().unwrap();
+    let mut done = Vec::new();
+    for n in 1..=2 {
+        let part = client
+            .upload_part()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(id)
+            .part_number(n)
+            .body(vec![b'x'; 1024 * 1024].into())
+            .send()
+            .await
+            .unwrap();
+        done.push(
+            aws_sdk_s3::types::CompletedPart::builder()
+                .part_number(n)
+                .e_tag(part.e_tag().unwrap())
+                .build(),
+        );
+    }
+    let refused = client
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(id)
+        .multipart_upload(
+            aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                .set_parts(Some(done))
+                .build(),
+        )
+        .send()
+        .await
+        .expect_err("a 1 MiB first part must be refused");
+    let text = format!("{refused:?}");
+    assert!(text.contains("EntityTooSmall"), "{text}");
 }

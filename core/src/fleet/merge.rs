@@ -92,20 +92,7 @@ pub struct Manifest {
     pub records: u64,
 }
 
-/// One file of the result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DataFile {
-    /// `s3://bucket/key`.
-    pub location: String,
-    /// Key of the first and last record (none for an empty result).
-    pub first_key: Option<String>,
-    pub last_key: Option<String>,
-    pub records: u64,
-    pub bytes: u64,
-    /// The S3 ETag of the file (an MD5 for one PUT, `md5-of-parts-N` for a
-    /// multipart upload): what `HEAD` returns for an unchanged file.
-    pub etag: Option<String>,
-}
+pub use crate::scan::dataset::DataFile;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeadShard {
@@ -382,6 +369,7 @@ fn describe_file(spec: &ScanSpec, key: &str, parts: &[Described], composed: Comp
         records: parts.iter().map(|d| d.stats.records).sum(),
         bytes: composed.bytes,
         etag: composed.etag,
+        sha256: None,
     }
 }
 

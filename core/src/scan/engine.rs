@@ -111,6 +111,10 @@ impl Counters {
     }
 }
 
+/// Records of one shard that may wait, finished, for a slower HEAD before
+/// them, as a multiple of the HEADs in flight.
+const REORDER_SLACK: usize = 4;
+
 pub struct Engine {
     pub s3: Arc<S3>,
     head: HeadClient,
@@ -218,7 +222,14 @@ impl Engine {
                 }
                 Task::Made(record) => Either::Right(std::future::ready(Ok(Ok(record)))),
             })
-            .buffered(window);
+            // Records leave in key order, so a HEAD that finished waits for
+            // the slower ones before it; its slot in `buffered` stays taken
+            // meanwhile. With only `window` slots one slow HEAD (a tail
+            // latency) held back the whole window: a worker with one shard
+            // in flight reached half its HEAD rate (BENCHMARKS.md, "LIST
+            // latency"). The `in_flight` permits bound the requests; these
+            // slots only bound the records waiting for their turn.
+            .buffered(window.saturating_mul(REORDER_SLACK));
         let mut outcome = ShardOutcome::default();
         while let Some(joined) = records.next().await {
             let record = joined.map_err(|e| S3Error::Other(format!("HEAD task failed: {e}")))??;

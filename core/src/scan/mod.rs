@@ -5,6 +5,7 @@
 //!
 //! May import: `s3` and `keyspace`; never `fleet`.
 
+pub mod dataset;
 pub mod engine;
 pub mod format;
 pub mod listed;

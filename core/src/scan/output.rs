@@ -115,6 +115,8 @@ pub struct OutputSummary {
     pub bytes: u64,
     /// Parts uploaded (0 for a single PUT or a local file).
     pub parts: u32,
+    /// SHA-256 of the bytes written.
+    pub sha256: [u8; 32],
 }
 
 enum Encoder {
@@ -175,6 +177,7 @@ pub struct RecordWriter {
     bucket: String,
     line: Vec<u8>,
     summary: OutputSummary,
+    hasher: sha2::Sha256,
 }
 
 impl RecordWriter {
@@ -231,6 +234,7 @@ impl RecordWriter {
             bucket: opts.bucket.clone(),
             line: Vec::new(),
             summary: OutputSummary::default(),
+            hasher: sha2::Sha256::default(),
         };
         if opts.header && opts.format.is_text() {
             writer.line = opts.format.header();
@@ -258,6 +262,12 @@ impl RecordWriter {
         Ok(())
     }
 
+    /// Bytes of the output so far: sent, and encoded but not sent yet
+    /// (Parquet: only what its finished row groups hold).
+    pub fn bytes_so_far(&mut self) -> u64 {
+        self.summary.bytes + self.encoder.pending().len() as u64
+    }
+
     fn encode_line(&mut self) -> Result<(), S3Error> {
         match &mut self.encoder {
             Encoder::Plain(v) => v.extend_from_slice(&self.line),
@@ -274,6 +284,7 @@ impl RecordWriter {
     pub async fn finish(mut self) -> Result<OutputSummary, S3Error> {
         let rest = std::mem::replace(&mut self.encoder, Encoder::Plain(Vec::new())).finish()?;
         self.send(rest, true).await?;
+        self.summary.sha256 = sha2::Digest::finalize(std::mem::take(&mut self.hasher)).into();
         match self.sink {
             Sink::Stdout(mut out) => out.flush().await.map_err(io_err)?,
             Sink::File { mut file, tmp, path } => {
@@ -305,6 +316,7 @@ impl RecordWriter {
 
     async fn send(&mut self, chunk: Vec<u8>, last: bool) -> Result<(), S3Error> {
         self.summary.bytes += chunk.len() as u64;
+        sha2::Digest::update(&mut self.hasher, &chunk);
         match &mut self.sink {
             Sink::Stdout(out) => out.write_all(&chunk).await.map_err(io_err),
             Sink::File { file, .. } => file.write_all(&chunk).await.map_err(io_err),

@@ -1,14 +1,17 @@
 //! A whole-bucket scan in one process: plan shards, scan several at once,
-//! write every record to one output. This is `bucketscan-worker scan`.
+//! write every record to one output, or to a dataset of files with a
+//! manifest (`dataset`). This is `bucketscan-worker scan`.
 //!
 //! May import: the rest of `scan`, `keyspace` and `s3`.
 
 use crate::keyspace::planner::{plan, BucketLister, PlanOptions, PlannedShard};
 use crate::s3::error::S3Error;
+use crate::scan::dataset::{DataFile, DatasetCounts, DatasetManifest, DatasetRoot, ShardFiles};
 use crate::scan::engine::{Engine, ShardOutcome};
 use crate::scan::output::{Destination, OutputOptions, OutputSummary, RecordWriter};
 use crate::scan::record::Record;
 use futures::stream::{self, StreamExt, TryStreamExt};
+use futures::FutureExt;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -90,4 +93,117 @@ pub async fn scan_shards(
         listed: outcomes.iter().map(|o| o.listed).sum(),
         output,
     })
+}
+
+/// What a dataset scan wrote.
+#[derive(Clone, Debug)]
+pub struct DatasetSummary {
+    pub shards: usize,
+    pub listed: u64,
+    pub manifest: DatasetManifest,
+}
+
+/// Scan `shards` into a dataset under `root`: each shard writes its own
+/// files of at most about `file_size` bytes, in key order; the manifest,
+/// written once every shard succeeded, lists them all. `prefix`: the
+/// scanned prefix, for the manifest.
+pub async fn scan_dataset(
+    engine: &Arc<Engine>,
+    shards: Vec<PlannedShard>,
+    opts: &ScanOptions,
+    root: &DatasetRoot,
+    file_size: u64,
+    prefix: &str,
+) -> Result<DatasetSummary, S3Error> {
+    root.prepare().await?;
+    let shard_count = shards.len();
+    let per_shard: Vec<(usize, ShardOutcome, Vec<DataFile>, DatasetCounts)> =
+        stream::iter(shards.into_iter().enumerate())
+            .map(|(i, p)| {
+                let files = ShardFiles::new(
+                    root.clone(),
+                    opts.output_opts.clone(),
+                    Some(engine.s3.clone()),
+                    i,
+                    file_size,
+                );
+                shard_to_files(engine.clone(), p, files)
+                    .map(move |r| r.map(|(outcome, files, counts)| (i, outcome, files, counts)))
+            })
+            .buffer_unordered(opts.shard_parallelism.max(1))
+            .try_collect()
+            .await?;
+    let mut per_shard = per_shard;
+    per_shard.sort_by_key(|(i, ..)| *i);
+    let mut counts = DatasetCounts::default();
+    let mut files = Vec::new();
+    let mut listed = 0;
+    for (_, outcome, shard_files, shard_counts) in per_shard {
+        listed += outcome.listed;
+        counts.objects += shard_counts.objects;
+        counts.with_metadata += shard_counts.with_metadata;
+        counts.vanished += shard_counts.vanished;
+        counts.errors += shard_counts.errors;
+        files.extend(shard_files);
+    }
+    let format = &opts.output_opts;
+    let manifest = DatasetManifest {
+        result: root.data_location(),
+        layout: "dataset".into(),
+        format: format.format.extension(false).into(),
+        gzip: format.gzip,
+        bucket: format.bucket.clone(),
+        prefix: prefix.to_string(),
+        records: files.iter().map(|f| f.records).sum(),
+        result_bytes: files.iter().map(|f| f.bytes).sum(),
+        files,
+        counts,
+        shards: shard_count,
+        created: time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default(),
+    };
+    manifest.write(root, Some(&engine.s3)).await?;
+    Ok(DatasetSummary {
+        shards: shard_count,
+        listed,
+        manifest,
+    })
+}
+
+/// One shard's records into its own files, in key order.
+async fn shard_to_files(
+    engine: Arc<Engine>,
+    planned: PlannedShard,
+    mut files: ShardFiles,
+) -> Result<(ShardOutcome, Vec<DataFile>, DatasetCounts), S3Error> {
+    let (tx, mut rx) = mpsc::channel::<Record>(4096);
+    let scanning = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.scan_shard(&planned.shard, &tx).await })
+    };
+    let mut counts = DatasetCounts::default();
+    let mut write_error = None;
+    while let Some(record) = rx.recv().await {
+        if !engine.keep(&record) {
+            continue;
+        }
+        counts.add(&record);
+        if let Err(e) = files.write(&record).await {
+            write_error = Some(e);
+            break;
+        }
+    }
+    drop(rx);
+    let scanned = scanning
+        .await
+        .map_err(|e| S3Error::Other(format!("scan task failed: {e}")))
+        .and_then(|r| r);
+    match (write_error, scanned) {
+        (None, Ok(outcome)) => Ok((outcome, files.finish().await?, counts)),
+        (Some(e), _) | (None, Err(e)) => {
+            files.abort().await;
+            Err(e)
+        }
+    }
 }

@@ -23,6 +23,9 @@ pub struct Seen {
     /// Path and query, as sent.
     pub target: String,
     pub authorization: Option<String>,
+    /// The `x-amz-copy-source` header: a server-side copy (UploadPartCopy,
+    /// CopyObject).
+    pub copy_source: Option<String>,
     /// `true` when a rule answered instead of the server.
     pub answered_by_rule: bool,
 }
@@ -121,6 +124,10 @@ pub async fn start(
                             authorization: parts
                                 .headers
                                 .get("authorization")
+                                .map(|v| v.to_str().unwrap_or_default().to_string()),
+                            copy_source: parts
+                                .headers
+                                .get("x-amz-copy-source")
                                 .map(|v| v.to_str().unwrap_or_default().to_string()),
                             answered_by_rule: ruled.is_some(),
                         });

@@ -1,0 +1,317 @@
+//! The dataset layout of a single-process scan (`scan --layout dataset`):
+//! every planned shard writes its own files, in key order, starting a new
+//! one once a file reaches the file size, named so that name order is key
+//! order (`data/part-SSSSS-FFFF.EXT`: shard, then file within it); then
+//! `manifest.json` lists every file with its key range, records, bytes and
+//! SHA-256, and the totals. Shards are planned as disjoint key ranges, so
+//! files never overlap. Nothing is listed in a manifest before it is whole,
+//! and the manifest is written last: a reader that finds it finds a
+//! complete dataset.
+//!
+//! May import: `record`, `format`, `output` and `s3`.
+
+use crate::s3::error::S3Error;
+use crate::s3::S3;
+use crate::scan::output::{Destination, OutputOptions, OutputSummary, RecordWriter};
+use crate::scan::record::{Record, Status};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// One file of a result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFile {
+    /// `s3://bucket/key`, or a local path.
+    pub location: String,
+    /// Key of the first and last record (none for an empty result).
+    pub first_key: Option<String>,
+    pub last_key: Option<String>,
+    pub records: u64,
+    pub bytes: u64,
+    /// The S3 ETag of the file (an MD5 for one PUT, `md5-of-parts-N` for a
+    /// multipart upload): what `HEAD` returns for an unchanged file.
+    pub etag: Option<String>,
+    /// SHA-256 of the file's bytes, hex, for files written whole by one
+    /// process (a file composed on the server by copying parts has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// Where a dataset goes: an S3 prefix or a local directory (`data/` and
+/// `manifest.json` under it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatasetRoot {
+    S3 { bucket: String, prefix: String },
+    Dir(PathBuf),
+}
+
+impl DatasetRoot {
+    /// The dataset under an output given as for the single layout:
+    /// `s3://bucket/prefix` (a `/` is added) or a directory; not stdout.
+    pub fn of(output: &Destination) -> Result<DatasetRoot, String> {
+        match output {
+            Destination::Stdout => Err(
+                "--layout dataset writes files: give -o s3://BUCKET/PREFIX/ or -o DIRECTORY/, not stdout"
+                    .into(),
+            ),
+            Destination::S3 { bucket, key } => Ok(DatasetRoot::S3 {
+                bucket: bucket.clone(),
+                prefix: if key.is_empty() || key.ends_with('/') {
+                    key.clone()
+                } else {
+                    format!("{key}/")
+                },
+            }),
+            Destination::File(path) => Ok(DatasetRoot::Dir(path.clone())),
+        }
+    }
+
+    fn destination(&self, name: &str) -> Destination {
+        match self {
+            DatasetRoot::S3 { bucket, prefix } => Destination::S3 {
+                bucket: bucket.clone(),
+                key: format!("{prefix}{name}"),
+            },
+            DatasetRoot::Dir(dir) => Destination::File(dir.join(name)),
+        }
+    }
+
+    fn location(&self, name: &str) -> String {
+        match self {
+            DatasetRoot::S3 { bucket, prefix } => format!("s3://{bucket}/{prefix}{name}"),
+            DatasetRoot::Dir(dir) => dir.join(name).display().to_string(),
+        }
+    }
+
+    /// Where the data files are (what a reader globs).
+    pub fn data_location(&self) -> String {
+        self.location("data/")
+    }
+
+    /// Make the local directories (S3 needs none).
+    pub async fn prepare(&self) -> Result<(), S3Error> {
+        if let DatasetRoot::Dir(dir) = self {
+            tokio::fs::create_dir_all(dir.join("data"))
+                .await
+                .map_err(|e| S3Error::Config(format!("cannot create {}: {e}", dir.join("data").display())))?;
+        }
+        Ok(())
+    }
+}
+
+/// The name of file `file` of shard `shard`: name order is key order.
+pub fn file_name(shard: usize, file: usize, extension: &str) -> String {
+    format!("data/part-{shard:05}-{file:04}.{extension}")
+}
+
+/// The files of one shard, in key order, each closed once it reaches
+/// `file_size` bytes (checked after each record, so a file ends at most one
+/// record's encoding, or for Parquet one row group, past it).
+pub struct ShardFiles {
+    root: DatasetRoot,
+    opts: OutputOptions,
+    s3: Option<Arc<S3>>,
+    shard: usize,
+    file_size: u64,
+    open: Option<OpenFile>,
+    done: Vec<DataFile>,
+}
+
+struct OpenFile {
+    name: String,
+    writer: RecordWriter,
+    first_key: Option<String>,
+    last_key: Option<String>,
+}
+
+impl ShardFiles {
+    pub fn new(
+        root: DatasetRoot,
+        opts: OutputOptions,
+        s3: Option<Arc<S3>>,
+        shard: usize,
+        file_size: u64,
+    ) -> Self {
+        ShardFiles {
+            root,
+            opts,
+            s3,
+            shard,
+            file_size,
+            open: None,
+            done: Vec::new(),
+        }
+    }
+
+    pub async fn write(&mut self, record: &Record) -> Result<(), S3Error> {
+        if self.open.is_none() {
+            let name = file_name(
+                self.shard,
+                self.done.len(),
+                self.opts.format.extension(self.opts.gzip),
+            );
+            let writer =
+                RecordWriter::create(&self.root.destination(&name), &self.opts, self.s3.as_ref()).await?;
+            self.open = Some(OpenFile {
+                name,
+                writer,
+                first_key: None,
+                last_key: None,
+            });
+        }
+        let open = self.open.as_mut().expect("opened above");
+        open.writer.write(record).await?;
+        open.first_key.get_or_insert_with(|| record.key.clone());
+        open.last_key = Some(record.key.clone());
+        if open.writer.bytes_so_far() >= self.file_size {
+            self.close().await?;
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<(), S3Error> {
+        let Some(open) = self.open.take() else {
+            return Ok(());
+        };
+        let summary = open.writer.finish().await?;
+        self.done.push(DataFile {
+            location: self.root.location(&open.name),
+            first_key: open.first_key,
+            last_key: open.last_key,
+            records: summary.records,
+            bytes: summary.bytes,
+            etag: None,
+            sha256: Some(hex::encode(summary.sha256)),
+        });
+        Ok(())
+    }
+
+    /// Close the open file; the shard's files in key order.
+    pub async fn finish(mut self) -> Result<Vec<DataFile>, S3Error> {
+        self.close().await?;
+        Ok(self.done)
+    }
+
+    /// Give up: the open file never appears (files already closed stay,
+    /// listed in no manifest).
+    pub async fn abort(self) {
+        if let Some(open) = self.open {
+            open.writer.abort().await;
+        }
+    }
+}
+
+/// Counts of the records of a dataset, by status.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetCounts {
+    pub objects: u64,
+    pub with_metadata: u64,
+    pub vanished: u64,
+    pub errors: u64,
+}
+
+impl DatasetCounts {
+    pub fn add(&mut self, record: &Record) {
+        self.objects += 1;
+        match record.status {
+            Status::Ok if !record.metadata.is_empty() => self.with_metadata += 1,
+            Status::Ok => {}
+            Status::Vanished => self.vanished += 1,
+            Status::Error => self.errors += 1,
+        }
+    }
+}
+
+/// `manifest.json` of a single-process scan's dataset.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DatasetManifest {
+    /// Where the data files are: `.../data/`.
+    pub result: String,
+    pub layout: String,
+    pub format: String,
+    pub gzip: bool,
+    /// The scanned bucket and prefix.
+    pub bucket: String,
+    pub prefix: String,
+    pub files: Vec<DataFile>,
+    pub records: u64,
+    pub result_bytes: u64,
+    pub counts: DatasetCounts,
+    pub shards: usize,
+    /// RFC 3339, when the manifest was written.
+    pub created: String,
+}
+
+impl DatasetManifest {
+    /// Write it as `manifest.json` under `root` (last: its presence means
+    /// the dataset is whole).
+    pub async fn write(&self, root: &DatasetRoot, s3: Option<&Arc<S3>>) -> Result<OutputSummary, S3Error> {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| S3Error::Other(e.to_string()))?;
+        match root {
+            DatasetRoot::S3 { bucket, prefix } => {
+                let s3 = s3.ok_or_else(|| S3Error::Config("S3 output needs an S3 client".into()))?;
+                let key = format!("{prefix}manifest.json");
+                s3.put(bucket, &key, "application/json", json.clone().into())
+                    .await?;
+            }
+            DatasetRoot::Dir(dir) => {
+                let path = dir.join("manifest.json");
+                tokio::fs::write(&path, &json)
+                    .await
+                    .map_err(|e| S3Error::Other(format!("writing {}: {e}", path.display())))?;
+            }
+        }
+        Ok(OutputSummary {
+            records: self.records,
+            bytes: json.len() as u64,
+            ..OutputSummary::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_sort_in_key_order() {
+        let mut names: Vec<String> = [(10, 0), (2, 11), (2, 3), (0, 0)]
+            .iter()
+            .map(|(s, f)| file_name(*s, *f, "parquet"))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "data/part-00000-0000.parquet",
+                "data/part-00002-0003.parquet",
+                "data/part-00002-0011.parquet",
+                "data/part-00010-0000.parquet"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_dataset_goes_under_a_prefix_or_a_directory_never_stdout() {
+        let s3 = DatasetRoot::of(&Destination::S3 {
+            bucket: "b".into(),
+            key: "scans/x".into(),
+        })
+        .unwrap();
+        assert_eq!(s3.data_location(), "s3://b/scans/x/data/");
+        let root = DatasetRoot::of(&Destination::S3 {
+            bucket: "b".into(),
+            key: String::new(),
+        })
+        .unwrap();
+        assert_eq!(root.location("manifest.json"), "s3://b/manifest.json");
+        assert!(DatasetRoot::of(&Destination::Stdout)
+            .unwrap_err()
+            .contains("not stdout"));
+        let dir = DatasetRoot::of(&Destination::File("out".into())).unwrap();
+        assert_eq!(
+            dir.destination("data/a.csv"),
+            Destination::File("out/data/a.csv".into())
+        );
+    }
+}
