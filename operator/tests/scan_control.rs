@@ -490,6 +490,32 @@ async fn a_suspended_scan_keeps_its_work_starts_no_merge_and_resumes_exactly() {
         scans.get_opt("pics").await.unwrap().is_none().then_some(())
     })
     .await;
+
+    // A scan planning by Job (on its pods' identity), suspended: its plan
+    // Job stops; resumed: a new one plans.
+    let mut planning = scan_body("pics-plan", &s3, &bucket, &out, serde_json::json!({}));
+    planning.spec.source.credentials_secret = None;
+    scans.create(&PostParams::default(), &planning).await.unwrap();
+    let first = eventually("the plan Job", 60, async || {
+        jobs.get_opt("pics-plan-plan").await.ok()?
+    })
+    .await;
+    set_suspend(&scans, "pics-plan", true).await;
+    eventually("the plan Job stopped", 60, async || {
+        jobs.get_opt("pics-plan-plan").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    set_suspend(&scans, "pics-plan", false).await;
+    eventually("a new plan Job", 60, async || {
+        let job = jobs.get_opt("pics-plan-plan").await.ok()??;
+        (job.metadata.uid != first.metadata.uid).then_some(())
+    })
+    .await;
+    scans.delete("pics-plan", &DeleteParams::default()).await.unwrap();
+    eventually("pics-plan deleted", 60, async || {
+        scans.get_opt("pics-plan").await.unwrap().is_none().then_some(())
+    })
+    .await;
     operator.kill().unwrap();
     operator.wait().unwrap();
 }

@@ -3,7 +3,7 @@
 //! progress; once every shard is done or dead, hand over to the merge.
 
 use super::admission::check_output;
-use super::children::{ensure_workers, stop_jobs};
+use super::children::{ensure_workers, stop_jobs, Stop};
 use super::context::{lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
 use super::finish::{fail, finished};
 use super::health::observe_workers;
@@ -41,7 +41,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     let deadline_left =
         status::deadline_left(st.start_time.as_ref(), scan.spec.active_deadline_seconds, &now);
     if deadline_left.is_some_and(|left| left <= 0) {
-        stop_jobs(scan, ctx).await?;
+        stop_jobs(scan, ctx, Stop::All).await?;
         let message = format!(
             "the scan ran longer than activeDeadlineSeconds ({} s); its workers and Jobs were stopped",
             scan.spec.active_deadline_seconds.unwrap_or_default()
@@ -192,6 +192,7 @@ async fn suspended(
     now: &Time,
 ) -> Result<Action, Error> {
     ensure_workers(scan, ctx, 0).await?;
+    stop_jobs(scan, ctx, Stop::Planning).await?;
     if seen.planned {
         report_progress(scan, ctx, &mut st, seen, 0, now);
     }
@@ -199,7 +200,7 @@ async fn suspended(
     st.eta = None;
     st.numbers.eta_seconds = None;
     st.numbers.rate_per_second = Some(0);
-    let msg = "spec.suspend is true: no workers run; finished work is kept";
+    let msg = "spec.suspend is true: no workers or planning Job run; finished work is kept";
     let generation = scan.metadata.generation;
     status::set_condition(
         &mut st.conditions,

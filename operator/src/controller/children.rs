@@ -57,15 +57,25 @@ pub(super) async fn ensure_redis_secret(scan: &BucketScan, ctx: &Context) -> Res
     Ok(ca.is_some())
 }
 
-/// Stop every Job of the scan (past the deadline): its plan, replan and
-/// merge Jobs and their pods go.
-pub(super) async fn stop_jobs(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
+/// Which of a scan's Jobs to stop.
+pub(super) enum Stop {
+    /// Planning (suspended: planning starts again on resume).
+    Planning,
+    /// Every Job (past the deadline).
+    All,
+}
+
+/// Stop the scan's plan and replan Jobs, and with [`Stop::All`] its merge
+/// Job: the Jobs and their pods go.
+pub(super) async fn stop_jobs(scan: &BucketScan, ctx: &Context, which: Stop) -> Result<(), Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    let names = [
+    let mut names = vec![
         desired::plan_job_name(scan, false),
         desired::plan_job_name(scan, true),
-        desired::merge_job_name(scan),
     ];
+    if matches!(which, Stop::All) {
+        names.push(desired::merge_job_name(scan));
+    }
     let background = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
