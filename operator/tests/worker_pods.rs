@@ -3,7 +3,8 @@
 //! kubelet, scheduler or controller-manager, so the test writes what they
 //! would report (pod status, the Deployment's ReplicaFailure condition)
 //! through the status subresources, as they do; the operator reads it back
-//! as in a cluster. A pod that cannot pull its image, a quota refusal, a
+//! as in a cluster. A pod that cannot pull its image, crash-loops or cannot
+//! be scheduled, a quota refusal, a
 //! scan without progress past the stall threshold, and a plan Job whose pod
 //! cannot pull its image each say why.
 
@@ -159,6 +160,45 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
             "no {reason} event in {reasons:?}"
         );
     }
+
+    // The pod then crash-loops, then cannot be placed: each says why.
+    let crash = "back-off 40s restarting failed container=worker pod=stuck-workers-b";
+    set_pod_status(
+        &pods,
+        "stuck-workers-b",
+        serde_json::json!({"phase": "Running",
+        "containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": false, "restartCount": 4,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": crash}}}]}),
+    )
+    .await;
+    let (_, _, message) = eventually("CrashLoopBackOff", 30, async || {
+        condition(&scans, "WorkersReady")
+            .await
+            .filter(|c| c.1 == "CrashLoopBackOff")
+    })
+    .await;
+    assert_eq!(
+        message,
+        format!("1/2 worker pods ready; pod stuck-workers-b: CrashLoopBackOff: {crash}")
+    );
+    let nodes = "0/3 nodes are available: 3 Insufficient cpu.";
+    set_pod_status(
+        &pods,
+        "stuck-workers-b",
+        serde_json::json!({"phase": "Pending", "containerStatuses": [],
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": nodes}]}),
+    )
+    .await;
+    let (_, _, message) = eventually("Unschedulable", 30, async || {
+        condition(&scans, "WorkersReady")
+            .await
+            .filter(|c| c.1 == "Unschedulable")
+    })
+    .await;
+    assert_eq!(
+        message,
+        format!("1/2 worker pods ready; pod stuck-workers-b: Unschedulable: {nodes}")
+    );
 
     // The image comes: every pod ready, and `kubectl get` shows it.
     set_pod_status(&pods, "stuck-workers-b", running_and_ready()).await;
