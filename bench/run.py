@@ -1381,7 +1381,7 @@ def saturation_claims(sat):
     too-many fleet against it."""
     lim, cap = SATURATION_LIMITS, sat["model"]["capacity"]
     rows = {r["label"]: r for r in sat["rows"]}
-    auto, many = rows.get("autoscaled"), rows.get("too many")
+    auto, many, few = rows.get("autoscaled"), rows.get("too many"), rows.get("too few")
     claims = []
     if auto:
         claims += [
@@ -1399,6 +1399,15 @@ def saturation_claims(sat):
                        f"{many['steady_rate'] / max(1.0, auto['steady_rate']):.2f}x autoscaled's steady rate, "
                        f"503s {many['slowdown_share'] * 100:.2f} %",
                        many["steady_rate"] <= 1.05 * auto["steady_rate"]))
+        claims.append(("too many: more 503s than autoscaled",
+                       f"{many['slowdown_share'] * 100:.2f} % against {auto['slowdown_share'] * 100:.2f} %",
+                       many["slowdown_share"] > auto["slowdown_share"]))
+    if auto and few:
+        claims.append(("too few: below C and below autoscaled",
+                       f"{few['share_of_capacity']:.2f} C, {few['steady_rate'] / max(1.0, auto['steady_rate']):.2f}x "
+                       "autoscaled's steady rate",
+                       few["share_of_capacity"] < lim["share_of_capacity"]
+                       and few["steady_rate"] < auto["steady_rate"]))
     return claims
 
 

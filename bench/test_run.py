@@ -318,7 +318,14 @@ class Saturation(unittest.TestCase):
         rows[2] = dict(steady(4_000, 1_500), label="autoscaled")
         claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
         self.assertEqual(claims, {"steady r": False, "503s <= ": False, "retries ": True, "settles ": True,
-                                  "no more ": False})
+                                  "no more ": False, "more 503": True, "below C ": True})
+        # Too many without more 503s, too few as fast as the autoscaled: missed.
+        rows[0] = dict(steady(4_000), label="too few", fixed=2)
+        rows[1] = dict(steady(4_900, 1_000), label="too many", fixed=16)
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        self.assertEqual((claims["more 503"], claims["below C "]), (False, False))
+        rows[0], rows[1] = dict(steady(2_000), label="too few", fixed=2), dict(steady(4_900, 3_000), label="too many",
+                                                                            fixed=16)
         lines = run.render_saturation(sat, "docs/saturation.png")
         self.assertEqual(lines[0], run.SATURATION_HEADING)
         self.assertTrue(any(line.startswith("| too many | 16 |") for line in lines))

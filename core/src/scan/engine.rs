@@ -223,12 +223,14 @@ impl Engine {
                 Task::Made(record) => Either::Right(std::future::ready(Ok(Ok(record)))),
             })
             // Records leave in key order, so a HEAD that finished waits for
-            // the slower ones before it; its slot in `buffered` stays taken
-            // meanwhile. With only `window` slots one slow HEAD (a tail
-            // latency) held back the whole window: a worker with one shard
-            // in flight reached half its HEAD rate (BENCHMARKS.md, "LIST
-            // latency"). The `in_flight` permits bound the requests; these
-            // slots only bound the records waiting for their turn.
+            // the slower ones before it, and its slot in `buffered` stays
+            // taken meanwhile: with only `window` slots a slow HEAD (a tail
+            // latency) would hold back the requests after it. The
+            // `in_flight` permits bound the requests; these slots only bound
+            // the records waiting for their turn. (A worker with one shard
+            // in flight still reaches about half the rate of four, with
+            // this or without: BENCHMARKS.md, "LIST latency"; the cause is
+            // not this window.)
             .buffered(window.saturating_mul(REORDER_SLACK));
         let mut outcome = ShardOutcome::default();
         while let Some(joined) = records.next().await {
