@@ -163,42 +163,26 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
 
     // The pod then crash-loops, then cannot be placed: each says why.
     let crash = "back-off 40s restarting failed container=worker pod=stuck-workers-b";
-    set_pod_status(
-        &pods,
-        "stuck-workers-b",
-        serde_json::json!({"phase": "Running",
+    let crashing = serde_json::json!({"phase": "Running",
         "containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": false, "restartCount": 4,
-            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": crash}}}]}),
-    )
-    .await;
-    let (_, _, message) = eventually("CrashLoopBackOff", 30, async || {
-        condition(&scans, "WorkersReady")
-            .await
-            .filter(|c| c.1 == "CrashLoopBackOff")
-    })
-    .await;
-    assert_eq!(
-        message,
-        format!("1/2 worker pods ready; pod stuck-workers-b: CrashLoopBackOff: {crash}")
-    );
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": crash}}}]});
     let nodes = "0/3 nodes are available: 3 Insufficient cpu.";
-    set_pod_status(
-        &pods,
-        "stuck-workers-b",
-        serde_json::json!({"phase": "Pending", "containerStatuses": [],
-        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": nodes}]}),
-    )
-    .await;
-    let (_, _, message) = eventually("Unschedulable", 30, async || {
-        condition(&scans, "WorkersReady")
-            .await
-            .filter(|c| c.1 == "Unschedulable")
-    })
-    .await;
-    assert_eq!(
-        message,
-        format!("1/2 worker pods ready; pod stuck-workers-b: Unschedulable: {nodes}")
-    );
+    let unplaced = serde_json::json!({"phase": "Pending", "containerStatuses": [],
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": nodes}]});
+    for (reason, detail, status) in [
+        ("CrashLoopBackOff", crash, crashing),
+        ("Unschedulable", nodes, unplaced),
+    ] {
+        set_pod_status(&pods, "stuck-workers-b", status).await;
+        let (_, _, message) = eventually(reason, 30, async || {
+            condition(&scans, "WorkersReady").await.filter(|c| c.1 == reason)
+        })
+        .await;
+        assert_eq!(
+            message,
+            format!("1/2 worker pods ready; pod stuck-workers-b: {reason}: {detail}")
+        );
+    }
 
     // The image comes: every pod ready, and `kubectl get` shows it.
     set_pod_status(&pods, "stuck-workers-b", running_and_ready()).await;

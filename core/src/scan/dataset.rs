@@ -220,6 +220,14 @@ impl DatasetCounts {
             Status::Error => self.errors += 1,
         }
     }
+
+    /// Add another shard's counts.
+    pub fn absorb(&mut self, other: &DatasetCounts) {
+        self.objects += other.objects;
+        self.with_metadata += other.with_metadata;
+        self.vanished += other.vanished;
+        self.errors += other.errors;
+    }
 }
 
 /// `manifest.json` of a single-process scan's dataset.

@@ -140,10 +140,7 @@ pub async fn scan_dataset(
     let mut listed = 0;
     for (_, outcome, shard_files, shard_counts) in per_shard {
         listed += outcome.listed;
-        counts.objects += shard_counts.objects;
-        counts.with_metadata += shard_counts.with_metadata;
-        counts.vanished += shard_counts.vanished;
-        counts.errors += shard_counts.errors;
+        counts.absorb(&shard_counts);
         files.extend(shard_files);
     }
     let format = &opts.output_opts;

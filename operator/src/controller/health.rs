@@ -80,10 +80,7 @@ pub(super) async fn job_pod_problem(
     what: &str,
 ) -> Result<Option<String>, Error> {
     let name = job.name_any();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    let listed = pods
-        .list(&ListParams::default().labels(&format!("job-name={name}")))
-        .await?;
+    let pods = job_pods(scan, ctx, &name).await?;
     let age = job
         .metadata
         .creation_timestamp
@@ -92,7 +89,7 @@ pub(super) async fn job_pod_problem(
             let secs = k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second();
             Duration::from_secs(secs.max(0) as u64)
         });
-    let Some((reason, problem)) = job_problem(job, &listed.items, age, JOB_POD_PATIENCE) else {
+    let Some((reason, problem)) = job_problem(job, &pods, age, JOB_POD_PATIENCE) else {
         return Ok(None);
     };
     let message = format!("{what} {name} cannot run: {problem}");
@@ -105,6 +102,16 @@ pub(super) async fn job_pod_problem(
         publish(ctx, scan, EventType::Warning, &reason, &message).await;
     }
     Ok(Some(message))
+}
+
+/// The pods of the scan's Job `job` (the Job controller labels them
+/// `job-name`).
+pub(super) async fn job_pods(scan: &BucketScan, ctx: &Context, job: &str) -> Result<Vec<Pod>, Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await?;
+    Ok(listed.items)
 }
 
 /// Progressing=False once no object was scanned for the stall threshold,

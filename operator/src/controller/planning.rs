@@ -6,7 +6,7 @@
 
 use super::children::{apply_params, ensure_redis_secret};
 use super::context::{key_of, Context, Error};
-use super::health::job_pod_problem;
+use super::health::{job_pod_problem, job_pods};
 use super::report::publish;
 use super::source::s3_for;
 use crate::crd::BucketScan;
@@ -17,8 +17,7 @@ use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::fleet::recovery;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, Patch};
+use kube::api::{Api, DeleteParams, Patch};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
@@ -109,11 +108,7 @@ pub(super) async fn job_gate(
 /// The termination message of the Job's last pod when it exited with
 /// [`desired::EXIT_TRANSIENT`] (a cause that may pass by itself).
 async fn transient_exit(scan: &BucketScan, ctx: &Context, job: &str) -> Result<Option<String>, Error> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    let listed = pods
-        .list(&ListParams::default().labels(&format!("job-name={job}")))
-        .await?;
-    Ok(last_exit(&listed.items)
+    Ok(last_exit(&job_pods(scan, ctx, job).await?)
         .filter(|(code, _)| *code == desired::EXIT_TRANSIENT)
         .map(|(_, message)| message))
 }
