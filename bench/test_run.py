@@ -278,11 +278,12 @@ class Report(unittest.TestCase):
 def saturation_fleet(workers_at, rates, pending_until, endpoint):
     """A fleet run's figures: a tick every second with the workers and rate
     given per tick, shards pending until `pending_until` s."""
-    ticks = [{"secs": float(i), "workers": w, "rate": r, "throttles": 0, "pending": 5 if i < pending_until else 0,
+    ticks = [{"secs": float(i), "workers": w, "rate": r, "throttles": 0, "pending": 50 if i < pending_until else 0,
               "saturated": "RateFlat" if i > 20 and len(set(workers_at)) > 1 else None}
              for i, (w, r) in enumerate(zip(workers_at, rates))]
     return {"objects": 100_000, "objects_per_s": 4_000.0, "run_s": 25.0, "cpu_per_100k": 8.0,
-            "endpoint": dict({"requests": 100_500, "slowdowns": 0, "internal_errors": 0, "resets": 0}, **endpoint),
+            "endpoint": dict({"requests": 100_500, "slowdowns": 0, "internal_errors": 0, "resets": 0,
+                              "queued_us": 50_000}, **endpoint),
             "fleet": {"ticks": ticks, "steps": 4, "started": 6}}
 
 
@@ -297,9 +298,11 @@ class Saturation(unittest.TestCase):
         self.assertAlmostEqual(row["steady_rate"], 4_800)
         self.assertAlmostEqual(row["share_of_capacity"], 0.96)
         self.assertEqual(row["final_workers"], 6)
+        self.assertEqual(row["steps"], 4, "the start and three changes")
         self.assertAlmostEqual(row["slowdown_share"], 100 / 100_500)
         self.assertAlmostEqual(row["retry_share"], 500 / 100_000)
         self.assertEqual(row["saturated"], "RateFlat")
+        self.assertAlmostEqual(row["queued_ms"], 50 / 100_000)
 
     def test_a_late_last_change_falls_back_to_the_last_third_of_the_busy_time(self):
         workers = [2] * 28 + [3] * 2
@@ -307,9 +310,10 @@ class Saturation(unittest.TestCase):
         self.assertAlmostEqual(row["steady_rate"], 3_000)
 
     def test_claims_and_the_section(self):
-        steady = lambda rate, slow=0: run.saturation_row(  # noqa: E731
-            "x", None, saturation_fleet([3] * 30, [rate] * 30, 30, {"slowdowns": slow}), 5_000)
-        rows = [dict(steady(2_000), label="too few", fixed=2), dict(steady(4_900, 3_000), label="too many", fixed=16),
+        steady = lambda rate, slow=0, workers=3: run.saturation_row(  # noqa: E731
+            "x", None, saturation_fleet([workers] * 30, [rate] * 30, 30, {"slowdowns": slow}), 5_000)
+        rows = [dict(steady(2_000), label="too few", fixed=2),
+                dict(steady(4_900, 3_000, workers=16), label="too many", fixed=16),
                 dict(steady(4_700), label="autoscaled")]
         sat = {"objects": 100_000, "model": run.SATURATION_MODEL, "concurrency": 2, "rows": rows, "date": "d",
                "load": "1"}
@@ -318,14 +322,32 @@ class Saturation(unittest.TestCase):
         rows[2] = dict(steady(4_000, 1_500), label="autoscaled")
         claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
         self.assertEqual(claims, {"steady r": False, "503s <= ": False, "retries ": True, "settles ": True,
-                                  "no more ": False, "more 503": True, "below C ": True})
+                                  "its extr": True, "more 503": True, "below C ": True})
+        # Sixteen workers that do scale past the autoscaled three: the knee was missed.
+        rows[1] = dict(steady(14_000, 3_000, workers=16), label="too many", fixed=16)
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        self.assertFalse(claims["its extr"])
+        # The work left, not the autoscaler, shrinks the fleet at the end: no
+        # adjustment, and the steady rate is the busy time's.
+        tail = run.saturation_row("x", None, saturation_fleet([11] * 25 + [3] * 5, [4_700] * 25 + [900] * 5, 25,
+                                                             {}), 5_000)
+        self.assertEqual((tail["final_workers"], tail["steps"]), (11, 1))
+        self.assertAlmostEqual(tail["steady_rate"], 4_700)
         # Too many without more 503s, too few as fast as the autoscaled: missed.
         rows[0] = dict(steady(4_000), label="too few", fixed=2)
-        rows[1] = dict(steady(4_900, 1_000), label="too many", fixed=16)
+        rows[1] = dict(steady(4_900, 1_000, workers=16), label="too many", fixed=16)
         claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
         self.assertEqual((claims["more 503"], claims["below C "]), (False, False))
-        rows[0], rows[1] = dict(steady(2_000), label="too few", fixed=2), dict(steady(4_900, 3_000), label="too many",
-                                                                            fixed=16)
+        # ... unless it kept the store's queue longer (other tenants wait).
+        rows[1] = dict(rows[1], queued_ms=3.0)
+        rows[2] = dict(rows[2], queued_ms=1.0)
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        self.assertTrue(claims["more 503"])
+        rows[1] = dict(rows[1], queued_ms=1.2)
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        self.assertFalse(claims["more 503"], "a queue only a little longer is noise")
+        rows[0], rows[1] = dict(steady(2_000), label="too few", fixed=2), dict(steady(4_900, 3_000, workers=16),
+                                                                            label="too many", fixed=16)
         lines = run.render_saturation(sat, "docs/saturation.png")
         self.assertEqual(lines[0], run.SATURATION_HEADING)
         self.assertTrue(any(line.startswith("| too many | 16 |") for line in lines))

@@ -77,13 +77,16 @@ pub struct Stats {
     pub internal_errors: AtomicU64,
     /// Requests passed on to `forward` (not counted in `requests`).
     pub forwarded: AtomicU64,
+    /// Time the served requests waited in the model's capacity or prefix
+    /// queues, in all (how far past its capacity the store was pushed).
+    pub queued_micros: AtomicU64,
 }
 
 impl Stats {
     pub fn json(&self) -> String {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "{{\"requests\":{},\"lists\":{},\"heads\":{},\"slowdowns\":{},\"throttled\":{},\"resets\":{},\"internal_errors\":{},\"forwarded\":{}}}",
+            "{{\"requests\":{},\"lists\":{},\"heads\":{},\"slowdowns\":{},\"throttled\":{},\"resets\":{},\"internal_errors\":{},\"forwarded\":{},\"queued_us\":{}}}",
             get(&self.requests),
             get(&self.lists),
             get(&self.heads),
@@ -91,7 +94,8 @@ impl Stats {
             get(&self.throttled),
             get(&self.resets),
             get(&self.internal_errors),
-            get(&self.forwarded)
+            get(&self.forwarded),
+            get(&self.queued_micros)
         )
     }
 }
@@ -163,7 +167,11 @@ async fn modelled(req: &Request<Incoming>, config: &Config, store: &Store, stats
     }
     let kind = if key.is_empty() { Kind::List } else { Kind::Head };
     match store.admit(kind, key) {
-        Admission::Serve(delay) => {
+        Admission::Serve { queued, service } => {
+            stats
+                .queued_micros
+                .fetch_add(queued.as_micros() as u64, Ordering::Relaxed);
+            let delay = queued + service;
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }

@@ -135,8 +135,8 @@ impl StoreModel {
 /// What the store does with one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
-    /// Answer normally after this long (queueing plus service time).
-    Serve(Duration),
+    /// Answer normally after queueing this long, then the service time.
+    Serve { queued: Duration, service: Duration },
     /// 503 SlowDown, at once.
     SlowDown,
     /// 500 InternalError.
@@ -200,7 +200,10 @@ impl Store {
             Kind::Head => self.model.head,
         };
         let service = latency.at(normal(unit(n, 2), unit(n, 3)));
-        Admission::Serve(Duration::from_nanos(wait) + service)
+        Admission::Serve {
+            queued: Duration::from_nanos(wait),
+            service,
+        }
     }
 
     fn prefix_queue(&self, key: &str, now: u64, rate: f64, limit: u64) -> Option<u64> {

@@ -194,3 +194,46 @@ async fn a_throttled_prefix_is_governed_alone_and_the_output_is_exact() {
     }
     queues[0].delete_scan().await.unwrap();
 }
+
+/// Every worker reports every window, calm or not. (Until 2026-11-25 a calm
+/// worker reported one window in ten, so the window that met the fleet's
+/// first 503 held only the worker that got it, and the whole fleet was cut
+/// to that one worker's rate: 16 workers on a store of 5,000/s crawled at
+/// 1,100/s.) A calm worker's ten windows each reach Redis and are stepped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calm_worker_reports_every_window() {
+    let (url, _, _) = store().await;
+    let scan = format!("calm-{}", std::process::id());
+    let queue = Queue::connect(
+        &RedisConfig::new(redis_url()),
+        &scan,
+        "calm",
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let engine = engine(&url).await;
+    let window = Duration::from_millis(100);
+    let governor = tokio::spawn(governed::govern(
+        queue.clone(),
+        engine.clone(),
+        window,
+        GovernorConfig::default(),
+    ));
+    // 100 HEADs of 1 ms a window, never a throttle.
+    for _ in 0..15 {
+        engine.counters.heads.fetch_add(100, Relaxed);
+        engine.counters.head_micros.fetch_add(100_000, Relaxed);
+        tokio::time::sleep(window).await;
+    }
+    governor.abort();
+    let state: Governor = serde_json::from_str(&queue.governors().await.unwrap()["*"]).unwrap();
+    assert!(
+        state.windows >= 7,
+        "15 calm windows of 100 ms, {} stepped: {state:?}",
+        state.windows
+    );
+    assert_eq!(state.rate, None, "calm: not limited");
+    assert_eq!(state.senders, 1);
+    queue.delete_scan().await.unwrap();
+}

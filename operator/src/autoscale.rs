@@ -156,14 +156,17 @@ pub fn decide(
                 "{:.0} requests/s with {current} workers, {:.0}/s with {before}: more workers do not raise the rate",
                 obs.rate, st.rate_before
             );
-            // The knee: the smaller fleet did as well.
-            return step_to(
-                before.clamp(min, max),
-                Some(current),
-                obs,
-                Some(saturated("RateFlat", message)),
-            )
-            .with_knee(Some(before.clamp(min, max)));
+            // The knee: the fewest workers that serve today's rate at the
+            // smaller fleet's rate per worker (a step of half the fleet
+            // overshoots it; going back all the way would give up what the
+            // step did gain).
+            let knee = knee_between(before, current, obs.rate, per_worker).clamp(min, max);
+            let decision = if knee == current {
+                hold(st, current, obs).with_saturated(saturated("RateFlat", message))
+            } else {
+                step_to(knee, Some(current), obs, Some(saturated("RateFlat", message)))
+            };
+            return decision.with_knee(Some(knee));
         }
     }
     if current < max {
@@ -171,6 +174,20 @@ pub fn decide(
         return step_to(more, Some(current), obs, None);
     }
     hold(st, current, obs)
+}
+
+/// The fewest workers between `before` and `current` that serve `rate` at
+/// `per_worker` requests per second each.
+fn knee_between(before: i32, current: i32, rate: f64, per_worker: f64) -> i32 {
+    if per_worker <= 0.0 {
+        return before;
+    }
+    let needed = (rate / per_worker).ceil();
+    if needed.is_finite() {
+        (needed as i32).clamp(before, current)
+    } else {
+        before
+    }
 }
 
 /// The state with the time the step's workers were first all seen ready
@@ -339,15 +356,30 @@ mod tests {
         // Capacity 4,200/s: 5 workers do hardly more than 4, and no
         // throttling.
         let (seen, d) = run(1, 20, 100, |w| (1_000.0 * w as f64).min(4_200.0), |_| 0);
-        // (Later, a probe of 5 comes back to 4.)
+        // Back to the fewest that serve 4,200/s at 1,000/s each: 5. (Later,
+        // a probe of 6 comes back to 5.)
         assert!(
-            seen.starts_with(&[1, 2, 3, 4, 6, 4]),
+            seen.starts_with(&[1, 2, 3, 4, 6, 5]),
             "back to the knee: {seen:?}"
         );
-        assert!((4..=5).contains(seen.last().unwrap()), "{seen:?}");
+        assert!((5..=6).contains(seen.last().unwrap()), "{seen:?}");
         let s = d.expect("saturated at the knee");
         assert_eq!(s.reason, "RateFlat");
-        assert!(s.message.contains("4000"), "{}", s.message);
+        assert!(s.message.contains("4200"), "{}", s.message);
+    }
+
+    #[test]
+    fn a_step_past_the_knee_keeps_the_workers_its_gain_needs() {
+        // 450/s a worker up to 4,600/s: 9 workers serve 4,050/s, 13 only
+        // 4,600/s (less than half of what 4 more would bring), but going
+        // back to 9 would give up 550/s. 11 serve it.
+        let (seen, d) = run(1, 16, 100, |w| (450.0 * w as f64).min(4_600.0), |_| 0);
+        assert!(seen.starts_with(&[1, 2, 3, 4, 6, 9, 13, 11]), "{seen:?}");
+        assert!((11..=12).contains(seen.last().unwrap()), "{seen:?}");
+        assert_eq!(d.expect("saturated at the knee").reason, "RateFlat");
+        assert_eq!(knee_between(4, 6, 4_000.0, 1_000.0), 4, "flat: the smaller fleet");
+        assert_eq!(knee_between(4, 6, 9_000.0, 1_000.0), 6, "never past the step");
+        assert_eq!(knee_between(4, 6, 5_000.0, 0.0), 4, "no rate per worker known");
     }
 
     #[test]
@@ -477,7 +509,7 @@ mod tests {
             }
         });
         assert!(
-            most_at_the_knee <= 5 && seen.windows(3).any(|w| w == [4, 5, 4]),
+            most_at_the_knee <= 6 && seen.windows(3).any(|w| w == [5, 6, 5]),
             "at the first knee only one more worker is tried: {seen:?}"
         );
         let last = *seen.last().unwrap();

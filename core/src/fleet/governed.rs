@@ -21,9 +21,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A calm worker reports one window in this many.
-const CALM_EVERY: u32 = 10;
-
 /// A worker's counts at one moment: all HEADs, and those of each tracked
 /// partition (included in `total`).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -87,20 +84,12 @@ pub struct Rates {
 /// `window`, until the task is dropped.
 pub async fn govern(queue: Queue, engine: Arc<Engine>, window: Duration, cfg: GovernorConfig) {
     let mut last = Sample::of(&engine);
-    let mut calm_windows = 0;
     loop {
         tokio::time::sleep(window).await;
         let now = Sample::of(&engine);
-        // While nothing is limited and this worker sees no throttling, a
-        // report every CALM_EVERY windows is enough to learn that the fleet
-        // got limited (Redis commands stay per second of a few, not more).
-        let calm = now.total.throttles == last.total.throttles
-            && engine.rate() == engine.opts.max_rate
-            && !engine.partitions.any_limited();
-        calm_windows = if calm { calm_windows + 1 } else { 0 };
-        if calm && calm_windows % CALM_EVERY != 0 {
-            continue;
-        }
+        // Every window, calm or not: a step needs the whole fleet's rate (a
+        // window holding only the worker that saw a 503 would cut the fleet
+        // to that one worker's rate). One command per second per worker.
         match report(&queue, &last, &now, window, &cfg).await {
             Ok(rates) => {
                 apply(&engine, &rates);

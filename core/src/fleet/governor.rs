@@ -4,15 +4,24 @@
 //! (about a second, summed in Redis by `queue::govern`), it answers the rate
 //! the fleet may send at.
 //!
-//! AIMD, after the AWS SDKs' adaptive retry mode (smithy-rs
-//! client_rate_limiter, see /work/shared/reference/s3-facts.md): no limit
-//! until the first throttling answer; on throttling the rate becomes 0.7 x
-//! the lower of the measured and the allowed rate; while requests succeed and
-//! latency holds it grows by a step (a tenth of the rate it was cut to), never
+//! After the AWS SDKs' adaptive retry mode (smithy-rs client_rate_limiter,
+//! CUBIC; see /work/shared/reference/s3-facts.md), adapted to a fleet whose
+//! rate is measured, not guessed: no limit until the first throttling
+//! answer. On throttling, the rate the store served (the lower of the
+//! measured and the allowed rate) becomes the `peak`, and the rate is cut
+//! below it by a factor that follows the share of throttled requests: 0.9
+//! when a few were (the fleet just touched the store's capacity), down to
+//! 0.7 (the SDKs' factor) when many were (it ran far past it). While
+//! requests succeed and latency holds, the rate climbs back fast (half the
+//! way to the peak per window), then probes past it by a step that grows
+//! while nothing pushes back (the store's capacity may have grown: other
+//! tenants left). So the fleet spends most windows near the store's
+//! capacity and throttles only in the window that probes past it. Never
 //! above the ceiling (`maxRequestsPerSecond`) nor 2 x the measured rate
-//! (growth that nobody uses proves nothing), never below the floor. A latency
-//! rise (mean over the window above `latency_rise` x the lowest seen) is the
-//! store queueing: the rate drops by 0.9 x before any 503 comes.
+//! (growth that nobody uses proves nothing), never below the floor. A
+//! latency rise (mean over the window above `latency_rise` x the lowest
+//! seen) is the store queueing: the rate drops by `latency_beta` before any
+//! 503 comes.
 //!
 //! May import: nothing of this crate.
 
@@ -24,14 +33,27 @@ pub struct GovernorConfig {
     pub ceiling: Option<f64>,
     /// Requests per second the rate never drops below.
     pub floor: f64,
-    /// Factor applied on throttling (0.7 in the SDKs).
+    /// Factor applied on heavy throttling (0.7 in the SDKs).
     pub throttle_beta: f64,
+    /// Factor applied when only a few requests were throttled.
+    pub mild_beta: f64,
+    /// The cut deepens from `mild_beta` by this much per unit of throttled
+    /// share (down to `throttle_beta`).
+    pub share_weight: f64,
+    /// The first probe past the peak, as a share of it (it grows by half
+    /// each calm window above the peak).
+    pub probe: f64,
     /// Factor applied on a latency rise.
     pub latency_beta: f64,
     /// A window's mean latency above this many times the lowest seen is a rise.
     pub latency_rise: f64,
     /// Windows with fewer requests say nothing about latency.
     pub min_requests: u64,
+    /// Throttling in the first this many windows does not cut: every
+    /// worker's first requests arrive at once, the store's queue turns the
+    /// burst away, and the backoff that follows makes the rate measured in
+    /// such a window a small fraction of what the store serves.
+    pub grace_windows: u64,
 }
 
 impl Default for GovernorConfig {
@@ -40,9 +62,13 @@ impl Default for GovernorConfig {
             ceiling: None,
             floor: 1.0,
             throttle_beta: 0.7,
+            mild_beta: 0.9,
+            share_weight: 4.0,
+            probe: 0.02,
             latency_beta: 0.9,
             latency_rise: 2.0,
             min_requests: 20,
+            grace_windows: 2,
         }
     }
 }
@@ -77,8 +103,13 @@ pub struct Governor {
     /// Allowed requests per second (`None`: not limited yet, or only by the
     /// ceiling: no throttling seen).
     pub rate: Option<f64>,
-    /// Added per calm window since the last cut.
+    /// Added per calm window once the rate is back at the peak (grows while
+    /// the store takes it).
     pub step: f64,
+    /// The rate the store served when it last pushed back (throttling or a
+    /// latency rise): where the capacity was.
+    #[serde(default)]
+    pub peak: Option<f64>,
     /// Lowest mean latency seen (µs): the store unloaded.
     pub baseline_us: Option<f64>,
     /// Throttling answers seen, in all.
@@ -87,6 +118,9 @@ pub struct Governor {
     /// (they share its rate; 0: not known, all workers share it).
     #[serde(default)]
     pub senders: u64,
+    /// Windows stepped so far.
+    #[serde(default)]
+    pub windows: u64,
 }
 
 impl Governor {
@@ -111,14 +145,28 @@ impl Governor {
             (Some(m), Some(b)) => m > b * cfg.latency_rise,
             _ => false,
         };
-        if w.throttles > 0 {
-            let allowed = self.limit(cfg).unwrap_or(f64::INFINITY);
-            next.cut(measured.min(allowed) * cfg.throttle_beta, cfg);
+        let allowed = self.limit(cfg);
+        next.windows += 1;
+        if w.throttles > 0 && self.windows < cfg.grace_windows {
+            // A startup burst: counted, not cut for.
+        } else if w.throttles > 0 {
+            let served = measured.min(allowed.unwrap_or(f64::INFINITY));
+            let share = w.throttles as f64 / (w.requests + w.throttles) as f64;
+            let beta = (1.0 - cfg.share_weight * share).clamp(cfg.throttle_beta, cfg.mild_beta);
+            next.cut(served, beta, cfg);
         } else if risen && self.rate.is_some() {
-            let allowed = self.limit(cfg).unwrap_or(measured);
-            next.cut(measured.min(allowed) * cfg.latency_beta, cfg);
+            next.cut(measured.min(allowed.unwrap_or(measured)), cfg.latency_beta, cfg);
         } else if let Some(rate) = self.rate {
-            let grown = rate + self.step;
+            let peak = self.peak.unwrap_or(rate);
+            let grown = if rate < peak {
+                // Back to where the store last pushed back, half the way a window.
+                (rate + ((peak - rate) / 2.0).max(peak * cfg.probe / 2.0)).min(peak)
+            } else {
+                // Probing past it: a step that grows while the store takes it
+                // (at most by half the rate a window).
+                next.step = (self.step * 1.5).min(rate / 2.0);
+                rate + self.step
+            };
             let mut cap = (2.0 * measured).max(rate);
             if let Some(c) = cfg.ceiling {
                 cap = cap.min(c);
@@ -132,13 +180,16 @@ impl Governor {
         next
     }
 
-    fn cut(&mut self, to: f64, cfg: &GovernorConfig) {
-        let mut rate = to.max(cfg.floor);
+    /// The store pushed back at `served` requests per second: remember it as
+    /// the peak and go below it by `beta`.
+    fn cut(&mut self, served: f64, beta: f64, cfg: &GovernorConfig) {
+        let mut rate = (served * beta).max(cfg.floor);
         if let Some(c) = cfg.ceiling {
             rate = rate.min(c);
         }
         self.rate = Some(rate);
-        self.step = (rate * 0.1).max(cfg.floor);
+        self.peak = Some(served.max(rate));
+        self.step = (served * cfg.probe).max(cfg.floor);
     }
 }
 
@@ -211,6 +262,28 @@ pub fn summarise<'a>(states: impl IntoIterator<Item = (&'a String, &'a String)>)
 mod tests {
     use super::*;
 
+    /// Most tests are about what comes after the startup grace.
+    fn no_grace() -> GovernorConfig {
+        GovernorConfig {
+            grace_windows: 0,
+            ..GovernorConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_startup_burst_is_counted_not_cut_for() {
+        let cfg = GovernorConfig::default();
+        // Every worker's first requests at once: the store turns many away
+        // and the backoff leaves little measured.
+        let burst = throttled(150.0, 280);
+        let g = Governor::default().step(&burst, &cfg).step(&burst, &cfg);
+        assert_eq!(g.limit(&cfg), None, "{g:?}");
+        assert_eq!(g.throttles, 560);
+        // Past the grace, throttling cuts.
+        let g = g.step(&throttled(5_000.0, 40), &cfg);
+        assert_eq!(g.rate, Some(4_500.0));
+    }
+
     fn calm(rate: f64, latency_us: u64) -> Window {
         let requests = rate as u64;
         Window {
@@ -230,46 +303,100 @@ mod tests {
     }
 
     #[test]
-    fn no_limit_until_the_first_throttle_then_a_multiplicative_cut() {
-        let cfg = GovernorConfig::default();
+    fn no_limit_until_the_first_throttle_then_a_cut_that_follows_the_throttled_share() {
+        let cfg = no_grace();
         let g = Governor::default().step(&calm(5_000.0, 1_000), &cfg);
         assert_eq!(g.limit(&cfg), None, "calm windows leave the scan unlimited");
+        // A few throttled: the fleet touched the capacity, a mild cut.
         let g = g.step(&throttled(5_000.0, 40), &cfg);
-        assert_eq!(g.rate, Some(3_500.0));
+        assert_eq!(g.rate, Some(4_500.0));
+        assert_eq!(g.peak, Some(5_000.0));
         assert_eq!(g.throttles, 40);
-        // A second throttled window cuts from what was allowed, not measured
-        // (the fleet may still be sending faster than allowed for a moment).
-        let g = g.step(&throttled(5_000.0, 1), &cfg);
-        assert_eq!(g.rate, Some(3_500.0 * 0.7));
+        // Many throttled (2,000 of 6,000 requests): the SDKs' 0.7, and from
+        // what was allowed, not measured (the fleet may still be sending
+        // faster than allowed for a moment).
+        let g = g.step(&throttled(5_000.0, 2_500), &cfg);
+        assert_eq!(g.rate, Some(4_500.0 * 0.7));
+        assert_eq!(g.peak, Some(4_500.0));
+        // In between, in between: 5 % throttled cuts by 0.8.
+        let g = Governor::default().step(&throttled(950.0, 50), &cfg);
+        assert!((g.rate.unwrap() - 950.0 * 0.8).abs() < 1e-9, "{g:?}");
     }
 
     #[test]
-    fn the_rate_grows_additively_while_requests_succeed_and_latency_holds() {
-        let cfg = GovernorConfig::default();
+    fn the_rate_climbs_back_to_the_peak_then_probes_past_it_faster_and_faster() {
+        let cfg = no_grace();
         let mut g = Governor::default().step(&calm(1_000.0, 1_000), &cfg);
         g = g.step(&throttled(1_000.0, 5), &cfg);
-        assert_eq!(g.rate, Some(700.0));
+        assert_eq!((g.rate, g.peak), (Some(900.0), Some(1_000.0)));
         let mut rates = vec![];
-        for _ in 0..5 {
+        for _ in 0..8 {
             let sent = g.rate.unwrap();
             g = g.step(&calm(sent, 1_000), &cfg);
             rates.push(g.rate.unwrap());
         }
-        // +70 a window: a tenth of the rate it was cut to.
-        assert_eq!(rates, vec![770.0, 840.0, 910.0, 980.0, 1_050.0]);
+        // Half the way to the peak a window (at least 1 % of it), then
+        // +2 % of the peak, growing by half each window.
+        assert_eq!(
+            rates,
+            vec![950.0, 975.0, 987.5, 997.5, 1_000.0, 1_020.0, 1_050.0, 1_095.0]
+        );
+    }
+
+    /// A fleet that could send twice the store's capacity C, governed: the
+    /// store serves up to C a window and throttles the rest.
+    fn against_a_store_of_capacity(capacity: f64, windows: usize) -> (f64, f64) {
+        let cfg = no_grace();
+        let mut g = Governor::default();
+        let (mut served_all, mut throttled_all) = (0.0, 0.0);
+        for _ in 0..windows {
+            let sent = g.limit(&cfg).unwrap_or(2.0 * capacity).min(2.0 * capacity);
+            let served = sent.min(capacity);
+            let throttles = (sent - capacity).max(0.0);
+            g = g.step(
+                &Window {
+                    secs: 1.0,
+                    requests: served as u64,
+                    throttles: throttles as u64,
+                    latency_us: served as u64 * 1_000,
+                    senders: 0,
+                },
+                &cfg,
+            );
+            served_all += served;
+            throttled_all += throttles;
+        }
+        (
+            served_all / windows as f64 / capacity,
+            throttled_all / (served_all + throttled_all),
+        )
+    }
+
+    #[test]
+    fn a_fleet_settles_near_the_store_capacity_with_few_throttles() {
+        for capacity in [50.0, 5_000.0, 300_000.0] {
+            let (share_of_capacity, throttled) = against_a_store_of_capacity(capacity, 300);
+            assert!(share_of_capacity >= 0.9, "{capacity}: {share_of_capacity:.3} C");
+            assert!(
+                throttled <= 0.01,
+                "{capacity}: {:.2} % throttled",
+                throttled * 100.0
+            );
+        }
     }
 
     #[test]
     fn a_latency_rise_cuts_before_any_throttle() {
-        let cfg = GovernorConfig::default();
+        let cfg = no_grace();
         let mut g = Governor::default().step(&calm(1_000.0, 1_000), &cfg);
         g = g.step(&throttled(1_000.0, 1), &cfg);
-        g = g.step(&calm(700.0, 1_000), &cfg);
+        g = g.step(&calm(900.0, 1_000), &cfg);
         let before = g.rate.unwrap();
         // Latency 2.5x the lowest seen: the store is queueing.
         let g2 = g.step(&calm(before, 2_500), &cfg);
         assert!(g2.rate.unwrap() < before, "{g2:?}");
         assert_eq!(g2.rate, Some(before * 0.9));
+        assert_eq!(g2.peak, Some(before), "where the latency rose is the new peak");
         assert_eq!(g2.baseline_us, Some(1_000.0), "a risen window is not a baseline");
         // 1.5x is within the noise allowed: growth goes on.
         assert!(g.step(&calm(before, 1_500), &cfg).rate.unwrap() > before);
@@ -289,7 +416,7 @@ mod tests {
         let cfg = GovernorConfig {
             ceiling: Some(800.0),
             floor: 50.0,
-            ..GovernorConfig::default()
+            ..no_grace()
         };
         assert_eq!(
             Governor::default().limit(&cfg),
@@ -297,7 +424,7 @@ mod tests {
             "the ceiling holds from the start"
         );
         let mut g = Governor::default().step(&throttled(2_000.0, 9), &cfg);
-        assert_eq!(g.rate, Some(560.0), "0.7 x the ceiling, not the measured rate");
+        assert_eq!(g.rate, Some(720.0), "0.9 x the ceiling, not the measured rate");
         for _ in 0..100 {
             let sent = g.limit(&cfg).unwrap();
             g = g.step(&calm(sent, 1_000), &cfg);
@@ -312,25 +439,36 @@ mod tests {
     }
 
     #[test]
-    fn unused_rate_does_not_grow_past_twice_what_was_sent() {
-        let cfg = GovernorConfig::default();
+    fn unused_rate_does_not_grow() {
+        let cfg = no_grace();
         let mut g = Governor::default().step(&throttled(1_000.0, 1), &cfg);
         for _ in 0..50 {
             g = g.step(&calm(100.0, 1_000), &cfg); // the fleet sends only 100/s
         }
-        assert!(g.rate.unwrap() <= 700.0, "{g:?}");
+        assert_eq!(g.rate, Some(900.0), "{g:?}");
+        // Probing past the peak stops at twice what is sent too.
+        let mut g = Governor {
+            rate: Some(1_000.0),
+            peak: Some(1_000.0),
+            step: 20.0,
+            ..Governor::default()
+        };
+        for _ in 0..50 {
+            g = g.step(&calm(1_100.0, 1_000), &cfg);
+        }
+        assert_eq!(g.rate, Some(2_200.0), "{g:?}");
     }
 
     #[test]
     fn partitions_are_governed_apart() {
-        let cfg = GovernorConfig::default();
+        let cfg = no_grace();
         let mut govs = Governors::new();
         let windows = |hot: Window, cold: Window| {
             BTreeMap::from([("hot/".to_string(), hot), ("cold/".to_string(), cold)])
         };
         govs = step_all(
             &govs,
-            &windows(throttled(5_500.0, 200), calm(3_000.0, 1_000)),
+            &windows(throttled(5_500.0, 2_400), calm(3_000.0, 1_000)),
             &cfg,
         );
         assert_eq!(govs["hot/"].rate, Some(5_500.0 * 0.7));
@@ -382,7 +520,7 @@ mod tests {
 
     #[test]
     fn a_partition_is_shared_by_the_workers_that_send_to_it() {
-        let cfg = GovernorConfig::default();
+        let cfg = no_grace();
         let w = Window {
             senders: 2,
             ..throttled(1_000.0, 10)
@@ -391,14 +529,14 @@ mod tests {
         assert_eq!(g.senders, 2);
         assert_eq!(
             g.share(&cfg, 8),
-            Some(700.0 / 2.0),
+            Some(900.0 / 2.0),
             "2 of the 8 workers send to it"
         );
         // A window without the count keeps the last one known.
-        assert_eq!(g.step(&calm(700.0, 1_000), &cfg).senders, 2);
+        assert_eq!(g.step(&calm(900.0, 1_000), &cfg).senders, 2);
         // Never more senders than workers sending at all.
-        assert_eq!(g.share(&cfg, 1), Some(700.0));
+        assert_eq!(g.share(&cfg, 1), Some(900.0));
         // Unknown: all workers share it.
-        assert_eq!(Governor { senders: 0, ..g }.share(&cfg, 4), Some(700.0 / 4.0));
+        assert_eq!(Governor { senders: 0, ..g }.share(&cfg, 4), Some(900.0 / 4.0));
     }
 }

@@ -17,7 +17,8 @@
 //! May import: `spec`, `queue`, `merge_plan`, `rewrite`, `scan` (the output format) and `s3`.
 
 use crate::fleet::merge_plan::{
-    plan_copy, plan_files, plan_from_files, plan_parquet_files, plan_single, FilePlan, PartIn, SinglePlan,
+    plan_copy, plan_files, plan_from_files, plan_parquet_files, plan_single, single_size, FilePlan, PartIn,
+    SinglePlan,
 };
 use crate::fleet::queue::PartStats;
 use crate::fleet::queue::{Queue, QueueError, ShardRecord};
@@ -27,6 +28,7 @@ use crate::s3::compose::{compose, Composed, Piece, Target};
 use crate::s3::delete::delete_prefix;
 use crate::s3::error::S3Error;
 use crate::s3::types::ListRequest;
+use crate::s3::upload::MAX_OBJECT_SIZE;
 use crate::s3::S3;
 use crate::scan::format::{record_keys, Format, Layout};
 use bytes::Bytes;
@@ -56,6 +58,8 @@ pub enum MergeError {
     BadPart { key: String, reason: String },
     #[error("the result needs {files} files of up to {file_size} bytes, more than one object can hold (10,000 parts): plan the scan with layout dataset or a larger file size")]
     TooBigForSingle { files: usize, file_size: u64 },
+    #[error("the result would be {bytes} bytes, more than S3's largest object (5 TiB): scan with layout dataset (nothing was written; the parts are kept)")]
+    OverMaxObject { bytes: u64 },
 }
 
 /// Written as JSON beside the result.
@@ -274,32 +278,57 @@ async fn write_result(
     spec: &ScanSpec,
     parts: &[Described],
 ) -> Result<Vec<DataFile>, MergeError> {
-    if spec.format == Format::Parquet {
-        return write_parquet(s3, spec, parts).await;
-    }
     let inputs: Vec<PartIn> = parts.iter().map(|d| d.part.clone()).collect();
     let lead = lead(spec);
-    match spec.layout {
-        Layout::Dataset => write_files(s3, spec, parts, plan_files(&inputs, &lead, spec.file_size)).await,
-        Layout::Single => match plan_single(&inputs, &lead, spec.file_size) {
-            SinglePlan::Direct(pieces) => {
-                let composed = put_file(s3, spec, &spec.result_key(), pieces).await?;
-                Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
-            }
-            SinglePlan::TwoLevel(plans) => {
-                let files = write_files(s3, spec, parts, plans).await?;
-                let keys: Vec<String> = (0..files.len()).map(|i| spec.data_key(i)).collect();
-                let sizes: Vec<u64> = files.iter().map(|f| f.bytes).collect();
-                let pieces = plan_from_files(&keys, &sizes, &lead).ok_or(MergeError::TooBigForSingle {
-                    files: files.len(),
-                    file_size: spec.file_size,
-                })?;
-                let composed = put_file(s3, spec, &spec.result_key(), pieces).await?;
-                delete_prefix(s3, &spec.output_bucket, &spec.data_prefix()).await?;
-                Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
-            }
-        },
+    if spec.layout == Layout::Single {
+        // Said before anything is written (the up-front check could only
+        // assume the least a record takes).
+        single_fits(&inputs, &lead)?;
     }
+    match (spec.format, spec.layout) {
+        (Format::Parquet, _) => write_parquet(s3, spec, parts).await,
+        (_, Layout::Dataset) => {
+            write_files(s3, spec, parts, plan_files(&inputs, &lead, spec.file_size)).await
+        }
+        (_, Layout::Single) => write_single(s3, spec, parts, &inputs, &lead).await,
+    }
+}
+
+/// The single result: straight from the parts, or from data files first.
+async fn write_single(
+    s3: &Arc<S3>,
+    spec: &ScanSpec,
+    parts: &[Described],
+    inputs: &[PartIn],
+    lead: &Bytes,
+) -> Result<Vec<DataFile>, MergeError> {
+    match plan_single(inputs, lead, spec.file_size) {
+        SinglePlan::Direct(pieces) => {
+            let composed = put_file(s3, spec, &spec.result_key(), pieces).await?;
+            Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
+        }
+        SinglePlan::TwoLevel(plans) => {
+            let files = write_files(s3, spec, parts, plans).await?;
+            let keys: Vec<String> = (0..files.len()).map(|i| spec.data_key(i)).collect();
+            let sizes: Vec<u64> = files.iter().map(|f| f.bytes).collect();
+            let pieces = plan_from_files(&keys, &sizes, lead).ok_or(MergeError::TooBigForSingle {
+                files: files.len(),
+                file_size: spec.file_size,
+            })?;
+            let composed = put_file(s3, spec, &spec.result_key(), pieces).await?;
+            delete_prefix(s3, &spec.output_bucket, &spec.data_prefix()).await?;
+            Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
+        }
+    }
+}
+
+/// A single result must be an object S3 accepts: 5 TiB at most.
+fn single_fits(inputs: &[PartIn], lead: &Bytes) -> Result<(), MergeError> {
+    let bytes = single_size(inputs, lead);
+    if bytes > MAX_OBJECT_SIZE {
+        return Err(MergeError::OverMaxObject { bytes });
+    }
+    Ok(())
 }
 
 /// Parquet: each file one part copied, or several rewritten; the single
@@ -379,4 +408,23 @@ fn sum_counts(shards: &[ShardRecord]) -> BTreeMap<String, u64> {
         *total.entry(field.clone()).or_default() += n;
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_single_result_over_5_tib_is_refused_before_anything_is_written() {
+        let part = |size| PartIn {
+            key: "p".into(),
+            size,
+        };
+        let lead = Bytes::from_static(b"key,size\n");
+        let at_most = vec![part(MAX_OBJECT_SIZE - lead.len() as u64)];
+        assert!(single_fits(&at_most, &lead).is_ok());
+        let over = vec![part(MAX_OBJECT_SIZE / 2), part(MAX_OBJECT_SIZE / 2), part(1)];
+        let err = single_fits(&over, &lead).unwrap_err().to_string();
+        assert!(err.contains("5 TiB") && err.contains("layout dataset"), "{err}");
+    }
 }

@@ -67,6 +67,13 @@ pub enum SinglePlan {
     TwoLevel(Vec<FilePlan>),
 }
 
+/// The single result's size: the lead and every part.
+pub fn single_size(parts: &[PartIn], lead: &Bytes) -> u64 {
+    parts
+        .iter()
+        .fold(lead.len() as u64, |sum, p| sum.saturating_add(p.size))
+}
+
 pub fn plan_single(parts: &[PartIn], lead: &Bytes, file_size: u64) -> SinglePlan {
     let mut planner = Planner::new(lead.clone());
     for part in parts {

@@ -4,7 +4,7 @@
 //!
 //! May import: `keyspace`, `scan::format` and `s3::upload` (its limits).
 
-use crate::s3::upload::MAX_PARTS;
+use crate::s3::upload::{MAX_OBJECT_SIZE, MAX_PARTS};
 use crate::scan::format::{Format, Layout};
 use serde::{Deserialize, Serialize};
 
@@ -73,12 +73,24 @@ pub fn check_output(
             "file size {file_size} is out of range: a data file is between {MIN_FILE_SIZE} (5 MiB, S3's smallest part) and {MAX_FILE_SIZE} (5 GiB, S3's largest copied part) bytes"
         ));
     }
-    // The single object is one multipart upload of at most 10,000 data files.
-    let capacity = file_size.saturating_mul(MAX_PARTS as u64);
+    // The single object is one multipart upload of at most 10,000 data files,
+    // and never more than S3's largest object.
+    let files = file_size.saturating_mul(MAX_PARTS as u64);
+    let capacity = files.min(MAX_OBJECT_SIZE);
     let least = estimated_objects.saturating_mul(min_record_bytes(gzip));
     if layout == Layout::Single && least > capacity {
+        let why = if files > MAX_OBJECT_SIZE {
+            format!("S3 refuses objects over 5 TiB ({MAX_OBJECT_SIZE} bytes)")
+        } else {
+            format!("it holds at most 10,000 files of {file_size} bytes ({capacity} bytes)")
+        };
+        let fix = if files > MAX_OBJECT_SIZE {
+            "use the dataset layout"
+        } else {
+            "use the dataset layout or a larger file size"
+        };
         return Err(format!(
-            "about {estimated_objects} objects cannot fit one result object: it holds at most 10,000 files of {file_size} bytes ({capacity} bytes) and these records need at least {least}; use the dataset layout or a larger file size"
+            "about {estimated_objects} objects cannot fit one result object: {why} and these records need at least {least}; {fix}"
         ));
     }
     Ok(())
@@ -265,6 +277,33 @@ mod tests {
         )
         .is_ok());
         assert!(check_output(Format::Jsonl, Layout::Single, MIN_FILE_SIZE, true, 2_000_000_000).is_ok());
+    }
+
+    #[test]
+    fn a_single_result_over_5_tib_is_refused_whatever_the_file_size() {
+        // 10^12 records of at least 48 bytes: 48 TB, within 10,000 files of
+        // 5 GiB (53.7 TB) but over S3's largest object.
+        let err = check_output(
+            Format::Jsonl,
+            Layout::Single,
+            MAX_FILE_SIZE,
+            false,
+            1_000_000_000_000,
+        )
+        .unwrap_err();
+        assert!(err.contains("S3 refuses objects over 5 TiB"), "{err}");
+        assert!(!err.contains("larger file size"), "no file size helps: {err}");
+        assert!(check_output(
+            Format::Jsonl,
+            Layout::Dataset,
+            MAX_FILE_SIZE,
+            false,
+            1_000_000_000_000
+        )
+        .is_ok());
+        // Just under 5 TiB at the least record size: allowed.
+        let under = MAX_OBJECT_SIZE / 48 - 1;
+        assert!(check_output(Format::Jsonl, Layout::Single, MAX_FILE_SIZE, false, under).is_ok());
     }
 
     #[test]

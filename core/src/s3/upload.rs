@@ -16,6 +16,8 @@ pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
 pub const MAX_PART_SIZE: usize = 5 * 1024 * 1024 * 1024;
 /// S3 refuses part numbers above 10,000.
 pub const MAX_PARTS: usize = 10_000;
+/// S3 refuses objects over 5 TiB (10,000 parts of 5 GiB would be more).
+pub const MAX_OBJECT_SIZE: u64 = 5 << 40;
 
 pub struct Upload {
     s3: Arc<S3>,

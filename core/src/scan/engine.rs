@@ -68,8 +68,9 @@ pub struct Counters {
     pub pages: AtomicU64,
     /// HEAD answers that were throttling (503 SlowDown, 429), retries included.
     pub throttles: AtomicU64,
-    /// Sum of HEAD times, retries and their waits included (µs): the rate
-    /// governor watches its mean for a store that starts queueing.
+    /// Sum of HEAD times, each HEAD's last attempt (µs; the backoff before a
+    /// retry is not the store's): the rate governor watches its mean for a
+    /// store that starts queueing.
     pub head_micros: AtomicU64,
     /// Records made from the listing's metadata, without a HEAD.
     pub from_listing: AtomicU64,
@@ -433,20 +434,25 @@ impl Engine {
                 Some(p) => p.pace().await,
                 None => self.pace().await,
             }
-            let started = std::time::Instant::now();
             let throttles = AtomicU64::new(0);
+            // The store's latency is the last attempt's: the backoff before
+            // a retry is ours, and counting it would make every throttled
+            // window look like a latency rise to the governor too.
+            let last_attempt_micros = AtomicU64::new(0);
             let result = self
                 .s3
                 .retry
                 .run(&self.s3.retries, || async {
+                    let started = std::time::Instant::now();
                     let r = self.head.head(&self.opts.bucket, &obj.key).await;
+                    last_attempt_micros.store(started.elapsed().as_micros() as u64, Relaxed);
                     if matches!(r, Err(S3Error::Throttled { .. })) {
                         throttles.fetch_add(1, Relaxed);
                     }
                     r
                 })
                 .await;
-            let micros = started.elapsed().as_micros() as u64;
+            let micros = last_attempt_micros.into_inner();
             let throttles = throttles.into_inner();
             // A throttled key's partition is tracked from now on (slow path:
             // throttling answers are rare next to HEADs). The partition

@@ -1,5 +1,6 @@
 -- A worker's window of requests for the rate governor (about once a second),
--- in one command: add its counts to the fleet's window, note it as sending,
+-- in one command: add its counts to the fleet's window, note it as sending
+-- (if it sent any),
 -- and answer the governors' states. At most one caller per window also gets
 -- the window itself (and empties it): that worker steps the governors
 -- (fleet::governor) and writes them back with `set_governors`.
@@ -14,9 +15,16 @@
 --          window pairs (when this caller steps)}.
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('ZADD', KEYS[3], now_ms, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms - 5 * tonumber(ARGV[2]))
 local most = tonumber(ARGV[3])
+-- Only a worker that sent requests shares the rate (an idle one waiting
+-- for a shard would take a share it does not use).
+for i = 5, #ARGV, 4 do
+  if tonumber(ARGV[i]) > 0 then
+    redis.call('ZADD', KEYS[3], now_ms, ARGV[1])
+    break
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms - 5 * tonumber(ARGV[2]))
 for i = 4, #ARGV, 4 do
   local p = ARGV[i]
   if p ~= '*' and redis.call('HEXISTS', KEYS[1], p) == 0
