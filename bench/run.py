@@ -773,16 +773,22 @@ def vm_kb(pid, field):
     raise RuntimeError(f"no {field} for process {pid}")
 
 
-def operator_figures(hwm_kb, shards, phases, seconds):
+def operator_figures(hwm_kb, shards, phases, seconds, by_objects=()):
     """The operator's figure for the 10^9 section: peak RSS (VmHWM) while it
-    planned and tracked a scan of `shards` shards through `phases`."""
-    return {"rss_kb": hwm_kb, "shards": shards, "phases": phases,
-            "text": f"the real `bucketscan-operator` (release build) against a kube-apiserver + etcd "
-                    f"(`BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh`, no kubelet: its worker pods never "
-                    f"run), `--plan-list-budget {BILLION_LIST_BUDGET:,}`, planned the flat 10^9-key BucketScan itself "
-                    f"(targetShards {BILLION_SHARDS:,}) into {shards:,} shards; `complete-shards` then completed every "
-                    f"shard in its Redis while it tracked them; phases seen: {' → '.join(phases)}, over {seconds:.0f} s. "
-                    f"Peak RSS (VmHWM): **{hwm_kb / 1024:.0f} MiB**."}
+    planned and tracked a scan of `shards` shards through `phases`; and the
+    same for the scale table's keyspace sizes (`by_objects`: objects,
+    shards, rss_kb), each with its own operator process."""
+    text = (f"the real `bucketscan-operator` (release build) against a kube-apiserver + etcd "
+            f"(`BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh`, no kubelet: its worker pods never "
+            f"run), `--plan-list-budget {BILLION_LIST_BUDGET:,}`, planned the flat 10^9-key BucketScan itself "
+            f"(targetShards {BILLION_SHARDS:,}) into {shards:,} shards; `complete-shards` then completed every "
+            f"shard in its Redis while it tracked them; phases seen: {' → '.join(phases)}, over {seconds:.0f} s. "
+            f"Peak RSS (VmHWM): **{hwm_kb / 1024:.0f} MiB**.")
+    if by_objects:
+        text += (" The same for the scale table's keyspaces (a fresh operator each, the default targetShards): " +
+                 "; ".join(f"{r['objects']:,} objects, {r['shards']:,} shards: {r['rss_kb'] / 1024:.0f} MiB"
+                           for r in by_objects) + ".")
+    return {"rss_kb": hwm_kb, "shards": shards, "phases": phases, "by_objects": list(by_objects), "text": text}
 
 
 class OperatorRun:
@@ -816,13 +822,32 @@ class OperatorRun:
                f"--from-literal=AWS_SECRET_ACCESS_KEY={CREDENTIALS[1]}")
 
     def phase(self):
-        return self.k("-n", self.ns, "get", "bucketscan", "billion", "-o", "jsonpath={.status.phase}")
+        return self.k("-n", self.ns, "get", "bucketscan", self.name, "-o", "jsonpath={.status.phase}")
 
     def measure(self):
-        b = self.bench
+        """Each keyspace of the scale table with the default plan, then the
+        10^9 one with BILLION_SHARDS: a fresh operator for each."""
         self.setup()
+        try:
+            sizes = []
+            for n in SIZES["full"]["scale"]:
+                hwm, shards, _, _ = self.measure_one(n, None)
+                log(f"operator: {n:,} objects, {shards:,} shards: peak RSS {hwm / 1024:.0f} MiB")
+                sizes.append({"objects": n, "shards": shards, "rss_kb": hwm})
+            hwm, shards, phases, seconds = self.measure_one(BILLION, BILLION_SHARDS)
+            return operator_figures(hwm, shards, phases, seconds, sizes)
+        finally:
+            subprocess.run([self.kubectl, "delete", "namespace", self.ns, "--wait=false"], env=self.env,
+                           capture_output=True)
+
+    def measure_one(self, objects, target_shards):
+        """(peak RSS KB, shards, phases, seconds) of an operator that planned
+        and tracked a flat keyspace of `objects` (shards completed by
+        complete-shards)."""
+        b = self.bench
+        self.name = f"keys{objects}"
         store, store_url, _ = b.start_store()
-        ep = Endpoint(b.binary("synthetic-s3"), BILLION, b.args.latency_us, forward=store_url, layout="flat")
+        ep = Endpoint(b.binary("synthetic-s3"), objects, b.args.latency_us, forward=store_url, layout="flat")
         port = free_port()
         redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
                                   "--appendonly", "no", "--dir", b.tmp],
@@ -837,18 +862,18 @@ class OperatorRun:
                  f"127.0.0.1:{free_port()}", "--redis", url, "--plan-list-budget", str(BILLION_LIST_BUDGET)],
                 env=self.env, stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"))
             started = time.monotonic()
-            self.k("-n", self.ns, "apply", "-f", "-", stdin=json.dumps(self.scan(ep.url)))
+            self.k("-n", self.ns, "apply", "-f", "-", stdin=json.dumps(self.scan(ep.url, target_shards)))
             phases = self.follow(operator, lambda p: p == "Scanning", 600)
             scan = scan_id_in(port)
             shards = int(subprocess.run(["redis-cli", "-p", str(port), "SCARD", f"bs:{{{scan}}}:shards"],
                                         capture_output=True, text=True).stdout.strip())
             log(f"operator planned {shards:,} shards; completing them")
-            run_client([b.binary("complete-shards"), "--redis", url, "--scan", scan, "--objects", str(BILLION),
+            run_client([b.binary("complete-shards"), "--redis", url, "--scan", scan, "--objects", str(objects),
                         "--layout", "flat"], env=b.env, timeout=3600)
             phases += self.follow(operator, lambda p: p not in ("", "Pending", "Planning", "Scanning"), 300)
             time.sleep(10)  # a few more reconciles of the finished scan
             hwm = vm_kb(operator.pid, "VmHWM")
-            return operator_figures(hwm, shards, dedupe(phases), time.monotonic() - started)
+            return hwm, shards, dedupe(phases), time.monotonic() - started
         except Exception as e:
             tail = open(log_path, errors="replace").read()[-3000:] if os.path.exists(log_path) else ""
             raise RuntimeError(f"{e}\noperator log:\n{tail}") from e
@@ -861,8 +886,8 @@ class OperatorRun:
             redis.wait()
             store.kill()
             store.wait()
-            subprocess.run([self.kubectl, "delete", "namespace", self.ns, "--wait=false"], env=self.env,
-                           capture_output=True)
+            subprocess.run([self.kubectl, "-n", self.ns, "delete", "bucketscan", self.name, "--wait=false"],
+                           env=self.env, capture_output=True)
 
     def follow(self, operator, until, seconds):
         """Phases seen until `until(phase)`; fails if the operator exits or time runs out."""
@@ -873,20 +898,22 @@ class OperatorRun:
             phase = self.phase()
             seen.append(phase or "(none)")
             if phase == "Failed":
-                raise RuntimeError("the BucketScan failed: " + self.k("-n", self.ns, "get", "bucketscan", "billion",
+                raise RuntimeError("the BucketScan failed: " + self.k("-n", self.ns, "get", "bucketscan", self.name,
                                                                      "-o", "jsonpath={.status.conditions}"))
             if until(phase):
                 return seen
             time.sleep(1)
         raise RuntimeError(f"the scan stayed in phase {seen[-1] if seen else '?'} for {seconds} s")
 
-    def scan(self, endpoint):
-        return {"apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan", "metadata": {"name": "billion"},
-                "spec": {"source": {"endpoint": endpoint, "bucket": BUCKET, "pathStyle": True,
-                                    "credentialsSecret": {"name": "s3"}},
-                         "output": {"bucket": "bench-out", "prefix": "billion/", "layout": "dataset"},
-                         "workers": {"replicas": 1},
-                         "sharding": {"targetShards": BILLION_SHARDS}}}
+    def scan(self, endpoint, target_shards=None):
+        spec = {"source": {"endpoint": endpoint, "bucket": BUCKET, "pathStyle": True,
+                           "credentialsSecret": {"name": "s3"}},
+                "output": {"bucket": "bench-out", "prefix": f"{self.name}/", "layout": "dataset"},
+                "workers": {"replicas": 1}}
+        if target_shards:
+            spec["sharding"] = {"targetShards": target_shards}
+        return {"apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan", "metadata": {"name": self.name},
+                "spec": spec}
 
 
 def dedupe(phases):
@@ -1293,7 +1320,8 @@ def render_scale(scale, chart=None):
         f"per N, measured {scale['date']} (load average before: {scale['load']}). Worker CPU and peak RSS from "
         "`os.wait4` of each worker process (CPU summed, RSS the largest); Redis commands from "
         "`total_commands_processed` over plan + run + merge. The operator is not in these runs (it needs an "
-        "apiserver); its RSS is measured in the 10^9 section below.",
+        "apiserver); its peak RSS for each of these keyspaces, planned and tracked by the operator itself, is "
+        "in the 10^9 section below (Operator).",
         "",
         "| objects | wall s (plan+run+merge) | objects/s (run) | objects/s (end to end) | worker CPU-s per 100k "
         "| Redis peak MiB | Redis bytes per object | Redis commands per object | worker peak RSS | plan s | merge s "

@@ -187,6 +187,11 @@ class Billion(unittest.TestCase):
         self.assertIn("10,400 shards", f["text"])
         self.assertIn("**80 MiB**", f["text"])
         self.assertIn("Planning → Scanning → Merging", f["text"])
+        sizes = [{"objects": 100_000, "shards": 13, "rss_kb": 20 * 1024},
+                 {"objects": 10_000_000, "shards": 64, "rss_kb": 22 * 1024}]
+        f = run.operator_figures(80 * 1024, 10_400, phases, 95.0, sizes)
+        self.assertEqual(f["by_objects"], sizes)
+        self.assertIn("100,000 objects, 13 shards: 20 MiB; 10,000,000 objects, 64 shards: 22 MiB.", f["text"])
 
     def test_sections_are_spliced_in_place_or_before_the_e2e(self):
         text = "# B\n\n## A\n\na\n\n## End to end in the e2e cluster\n\ne\n"

@@ -204,9 +204,53 @@ pub fn stalled_for(since_progress: Duration, threshold: Duration) -> Option<Dura
     (since_progress >= threshold).then_some(since_progress)
 }
 
+/// A plan or merge Job's end: `Some(Ok)` once it succeeded, `Some(Err(why))`
+/// (its Failed condition's reason and message) once it gave up.
+pub fn job_outcome(job: &Job) -> Option<Result<(), String>> {
+    let conditions = job.status.as_ref()?.conditions.as_ref()?;
+    let holds = |t: &str| conditions.iter().find(|c| c.type_ == t && c.status == "True");
+    if holds("Complete").is_some() {
+        return Some(Ok(()));
+    }
+    holds("Failed").map(|c| {
+        Err(format!(
+            "{}: {}",
+            c.reason.as_deref().unwrap_or("Failed"),
+            c.message.as_deref().unwrap_or_default()
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jobs_outcome_is_its_complete_or_failed_condition() {
+        let job = |conditions: serde_json::Value| -> Job {
+            serde_json::from_value(serde_json::json!({"status": {"conditions": conditions}})).unwrap()
+        };
+        assert_eq!(job_outcome(&Job::default()), None, "no status yet");
+        assert_eq!(
+            job_outcome(&job(serde_json::json!([{"type": "Complete", "status": "True"}]))),
+            Some(Ok(()))
+        );
+        let failed = job(serde_json::json!([
+            {"type": "Complete", "status": "False"},
+            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+             "message": "Job has reached the specified backoff limit"},
+        ]));
+        assert_eq!(
+            job_outcome(&failed),
+            Some(Err(
+                "BackoffLimitExceeded: Job has reached the specified backoff limit".into()
+            ))
+        );
+        assert_eq!(
+            job_outcome(&job(serde_json::json!([{"type": "Failed", "status": "False"}]))),
+            None
+        );
+    }
 
     fn pod(name: &str, json: serde_json::Value) -> Pod {
         let mut p: Pod = serde_json::from_value(serde_json::json!({"status": json})).unwrap();

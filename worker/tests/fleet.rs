@@ -444,7 +444,15 @@ async fn redis_carries_shards_not_keys() {
     // periodic reports cost commands per second of running, not per object,
     // and a loaded machine runs slowly.
     let mut worker = fleet
-        .command(&["run", "--name", "solo", "--progress-ms", "10000", "--govern-ms", "5000"])
+        .command(&[
+            "run",
+            "--name",
+            "solo",
+            "--progress-ms",
+            "10000",
+            "--govern-ms",
+            "5000",
+        ])
         .stderr(log)
         .spawn()
         .unwrap();

@@ -228,10 +228,7 @@ impl Engine {
             // taken meanwhile: with only `window` slots a slow HEAD (a tail
             // latency) would hold back the requests after it. The
             // `in_flight` permits bound the requests; these slots only bound
-            // the records waiting for their turn. (A worker with one shard
-            // in flight still reaches about half the rate of four, with
-            // this or without: BENCHMARKS.md, "LIST latency"; the cause is
-            // not this window.)
+            // the records waiting for their turn.
             .buffered(window.saturating_mul(REORDER_SLACK));
         let mut outcome = ShardOutcome::default();
         while let Some(joined) = records.next().await {

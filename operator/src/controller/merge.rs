@@ -9,6 +9,7 @@ use super::health::job_pod_problem;
 use super::report::{publish, write_status};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
+use crate::pods::job_outcome;
 use crate::status::{self, COMPLETE};
 use bucketscan_core::fleet::merge::Manifest;
 use k8s_openapi::api::batch::v1::Job;
@@ -117,12 +118,8 @@ async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<Option<Job
 
 /// The merge Job's failure, once it gave up.
 fn merge_job_failure(job: Option<&Job>) -> Option<String> {
-    job.and_then(|j| j.status.as_ref())
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.type_ == "Failed" && c.status == "True")
-        .map(|c| format!("merge Job failed: {}", c.message.clone().unwrap_or_default()))
+    let why = job_outcome(job?)?.err()?;
+    Some(format!("merge Job failed: {why}"))
 }
 
 /// Where the merge wrote the manifest (beside the result).

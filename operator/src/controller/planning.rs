@@ -11,7 +11,7 @@ use super::report::publish;
 use super::source::s3_for;
 use crate::crd::BucketScan;
 use crate::desired;
-use crate::pods::last_exit;
+use crate::pods::{job_outcome, last_exit};
 use crate::status;
 use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::Queue;
@@ -156,22 +156,6 @@ async fn retry_after_transient(
     let message = format!("{cause}; planning again (retry {})", retries + 1);
     publish(ctx, scan, EventType::Warning, "PlanRetrying", &message).await;
     Ok(Gate::Wait(message))
-}
-
-/// `Some(Ok)` once the Job succeeded, `Some(Err(reason))` once it gave up.
-pub(super) fn job_outcome(job: &Job) -> Option<Result<(), String>> {
-    let conditions = job.status.as_ref()?.conditions.as_ref()?;
-    let holds = |t: &str| conditions.iter().find(|c| c.type_ == t && c.status == "True");
-    if holds("Complete").is_some() {
-        return Some(Ok(()));
-    }
-    holds("Failed").map(|c| {
-        Err(format!(
-            "{}: {}",
-            c.reason.as_deref().unwrap_or("Failed"),
-            c.message.as_deref().unwrap_or_default()
-        ))
-    })
 }
 
 fn job_service_account(job: &Job) -> String {
