@@ -788,7 +788,8 @@ def operator_figures(hwm_kb, shards, phases, seconds, by_objects=()):
         text += (" The same for the scale table's keyspaces (a fresh operator each, the default targetShards): " +
                  "; ".join(f"{r['objects']:,} objects, {r['shards']:,} shards: {r['rss_kb'] / 1024:.0f} MiB"
                            for r in by_objects) + ".")
-    return {"rss_kb": hwm_kb, "shards": shards, "phases": phases, "by_objects": list(by_objects), "text": text}
+    return {"rss_kb": hwm_kb, "shards": shards, "phases": phases, "by_objects": list(by_objects), "text": text,
+            "date": when()[0]}
 
 
 class OperatorRun:
@@ -1308,8 +1309,9 @@ BILLION_HEADING = "## 10^9 keys: planning, every shard completed, the merge plan
 
 
 def render_scale(scale, chart=None):
-    """The scale section: one row per N (see scale_row)."""
-    rows = scale["rows"]
+    """The scale section: one row per N (see scale_row), with the operator's
+    peak RSS per N when `just bench-operator` measured it."""
+    rows, operator = scale["rows"], scale.get("operator")
     lines = [
         SCALE_HEADING,
         "",
@@ -1320,19 +1322,24 @@ def render_scale(scale, chart=None):
         f"per N, measured {scale['date']} (load average before: {scale['load']}). Worker CPU and peak RSS from "
         "`os.wait4` of each worker process (CPU summed, RSS the largest); Redis commands from "
         "`total_commands_processed` over plan + run + merge. The operator is not in these runs (it needs an "
-        "apiserver); its peak RSS for each of these keyspaces, planned and tracked by the operator itself, is "
-        "in the 10^9 section below (Operator).",
+        "apiserver): its peak RSS is from `just bench-operator` (bench/run.py `--only operator`), where the real "
+        "operator plans and tracks a keyspace of the same size against a kube-apiserver, its shards completed "
+        "by `complete-shards` (the operator holds shards, never objects: see the 10^9 section's Operator line)"
+        + (f", measured {operator['date']}." if operator and operator.get("date") else "; '–': not measured."),
         "",
         "| objects | wall s (plan+run+merge) | objects/s (run) | objects/s (end to end) | worker CPU-s per 100k "
-        "| Redis peak MiB | Redis bytes per object | Redis commands per object | worker peak RSS | plan s | merge s "
-        "| merge ms per 100k |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| Redis peak MiB | Redis bytes per object | Redis commands per object | worker peak RSS | operator peak RSS "
+        "| plan s | merge s | merge ms per 100k |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    operator_kb = {r["objects"]: r["rss_kb"] for r in (operator or {}).get("by_objects", [])}
     for r in rows:
+        op = operator_kb.get(r["objects"])
         lines.append(
             f"| {r['objects']:,} | {r['wall_s']:.1f} | {fmt(r['objects_per_s'])} | {fmt(r['end_to_end_per_s'])} | "
             f"{r['cpu_per_100k']:.2f} | {r['redis_peak_mib']:.2f} | {r['redis_peak_bytes_per_object']:.2f} | "
-            f"{r['redis_per_object']:.5f} | {r['worker_rss_mb']:.0f} MB | {r['plan_s']:.2f} | {r['merge_s']:.2f} | "
+            f"{r['redis_per_object']:.5f} | {r['worker_rss_mb']:.0f} MB | "
+            f"{f'{op / 1024:.0f} MiB' if op else '–'} | {r['plan_s']:.2f} | {r['merge_s']:.2f} | "
             f"{r['merge_ms_per_100k']:.0f} |")
     growth = scale_growth(rows)
     if growth:
@@ -1854,6 +1861,8 @@ def when():
 def scale_section(bench, args):
     date, load = when()
     scale = {"rows": bench.scale(), "date": date, "load": load, "latency_us": args.latency_us}
+    if os.path.exists(args.operator_figures):
+        scale["operator"] = json.load(open(args.operator_figures))
     if args.scale_chart:
         render_scale_chart(scale, args.scale_chart)
         base = os.path.dirname(os.path.abspath(args.markdown or args.scale_chart))

@@ -154,6 +154,14 @@ class Scale(unittest.TestCase):
         self.assertTrue(any(line.startswith("| 100,000 |") for line in lines))
         self.assertTrue(any(line.startswith("| 1,000,000 |") for line in lines))
         self.assertIn("![cost per object against N, log-log](docs/scale.png)", lines)
+        self.assertTrue(any(line.startswith("| 100,000 |") and "| – |" in line for line in lines),
+                        "no operator figure: a dash")
+        operator = {"date": "d2", "by_objects": [{"objects": 10**5, "shards": 11, "rss_kb": 25 * 1024}]}
+        lines = run.render_scale({"rows": rows, "date": "d", "load": "1.0", "latency_us": 1000,
+                                  "operator": operator})
+        self.assertTrue(any(line.startswith("| 100,000 |") and "| 25 MiB |" in line for line in lines), lines)
+        self.assertTrue(any(line.startswith("| 1,000,000 |") and "| – |" in line for line in lines), lines)
+        self.assertTrue(any("measured d2." in line for line in lines))
 
 
 class Billion(unittest.TestCase):
