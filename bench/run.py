@@ -1858,11 +1858,18 @@ def when():
             ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
+def read_operator_figures(args):
+    """What `just bench-operator` last measured (None: never here)."""
+    if not os.path.exists(args.operator_figures):
+        return None
+    with open(args.operator_figures) as f:
+        return json.load(f)
+
+
 def scale_section(bench, args):
     date, load = when()
     scale = {"rows": bench.scale(), "date": date, "load": load, "latency_us": args.latency_us}
-    if os.path.exists(args.operator_figures):
-        scale["operator"] = json.load(open(args.operator_figures))
+    scale["operator"] = read_operator_figures(args)
     if args.scale_chart:
         render_scale_chart(scale, args.scale_chart)
         base = os.path.dirname(os.path.abspath(args.markdown or args.scale_chart))
@@ -1891,8 +1898,7 @@ def billion_section(bench, args, scale):
     record_bytes = rows[-1]["record_bytes"] if rows and rows[-1]["record_bytes"] else args.record_bytes
     billion = {"rows": bench.billion(round(record_bytes)), "date": date, "load": load,
                "latency_us": args.latency_us, "record_bytes": record_bytes}
-    if os.path.exists(args.operator_figures):
-        billion["operator"] = json.load(open(args.operator_figures))
+    billion["operator"] = read_operator_figures(args)
     return billion
 
 

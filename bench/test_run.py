@@ -297,7 +297,7 @@ def saturation_fleet(workers_at, rates, pending_until, endpoint):
     return {"objects": 100_000, "objects_per_s": 4_000.0, "run_s": 25.0, "cpu_per_100k": 8.0,
             "endpoint": dict({"requests": 100_500, "slowdowns": 0, "internal_errors": 0, "resets": 0,
                               "queued_us": 50_000}, **endpoint),
-            "fleet": {"ticks": ticks, "steps": 4, "started": 6}}
+            "fleet": {"ticks": ticks, "started": 6}}
 
 
 class Saturation(unittest.TestCase):

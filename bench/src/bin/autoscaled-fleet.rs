@@ -85,7 +85,6 @@ async fn main() -> anyhow::Result<()> {
     let mut fleet = Fleet::new(args.worker.clone());
     let mut state: Option<AutoscaleState> = None;
     let mut ticks = Vec::new();
-    let mut steps = 0u32;
     loop {
         let counts = queue.counts().await?;
         let left = counts.pending + counts.leased;
@@ -109,9 +108,6 @@ async fn main() -> anyhow::Result<()> {
                     ceiling: None,
                 };
                 let d = decide(state.as_ref(), &obs, args.min, bound, &cfg);
-                if state.as_ref().is_none_or(|s| s.step_time != d.state.step_time) {
-                    steps += 1;
-                }
                 state = Some(d.state);
                 (d.workers, d.saturated.map(|s| s.reason))
             }
@@ -133,7 +129,6 @@ async fn main() -> anyhow::Result<()> {
     }
     let out = serde_json::json!({
         "seconds": started.elapsed().as_secs_f64(),
-        "steps": steps,
         "started": fleet.started,
         "failed": fleet.failed,
         "ticks": ticks,

@@ -79,15 +79,16 @@ pub fn check_output(
     let capacity = files.min(MAX_OBJECT_SIZE);
     let least = estimated_objects.saturating_mul(min_record_bytes(gzip));
     if layout == Layout::Single && least > capacity {
-        let why = if files > MAX_OBJECT_SIZE {
-            format!("S3 refuses objects over 5 TiB ({MAX_OBJECT_SIZE} bytes)")
+        let (why, fix) = if files > MAX_OBJECT_SIZE {
+            (
+                format!("S3 refuses objects over 5 TiB ({MAX_OBJECT_SIZE} bytes)"),
+                "use the dataset layout",
+            )
         } else {
-            format!("it holds at most 10,000 files of {file_size} bytes ({capacity} bytes)")
-        };
-        let fix = if files > MAX_OBJECT_SIZE {
-            "use the dataset layout"
-        } else {
-            "use the dataset layout or a larger file size"
+            (
+                format!("it holds at most 10,000 files of {file_size} bytes ({capacity} bytes)"),
+                "use the dataset layout or a larger file size",
+            )
         };
         return Err(format!(
             "about {estimated_objects} objects cannot fit one result object: {why} and these records need at least {least}; {fix}"

@@ -16,15 +16,7 @@
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local most = tonumber(ARGV[3])
--- Only a worker that sent requests shares the rate (an idle one waiting
--- for a shard would take a share it does not use).
-for i = 5, #ARGV, 4 do
-  if tonumber(ARGV[i]) > 0 then
-    redis.call('ZADD', KEYS[3], now_ms, ARGV[1])
-    break
-  end
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms - 5 * tonumber(ARGV[2]))
+local sent = false
 for i = 4, #ARGV, 4 do
   local p = ARGV[i]
   if p ~= '*' and redis.call('HEXISTS', KEYS[1], p) == 0
@@ -36,8 +28,15 @@ for i = 4, #ARGV, 4 do
   redis.call('HINCRBY', KEYS[2], p .. '|l', ARGV[i + 3])
   if tonumber(ARGV[i + 1]) > 0 then
     redis.call('HINCRBY', KEYS[2], p .. '|w', 1)
+    sent = true
   end
 end
+-- Only a worker that sent requests shares the rate (an idle one waiting
+-- for a shard would take a share it does not use).
+if sent then
+  redis.call('ZADD', KEYS[3], now_ms, ARGV[1])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms - 5 * tonumber(ARGV[2]))
 local sending = redis.call('ZCARD', KEYS[3])
 local elapsed = -1
 local window = {}
