@@ -876,3 +876,67 @@ async fn throttling_reported_by_the_fleet_cuts_the_shared_rate_and_splits_it() {
     assert_eq!(again, state);
     a.delete_scan().await.unwrap();
 }
+
+/// A worker waiting for a shard (it sent nothing in its window) takes no
+/// share of the governed rate: the workers that send split it among
+/// themselves. (Before, every report counted its worker as sending, so an
+/// idle worker halved the busy one's rate.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_takes_no_share_of_the_governed_rate() {
+    use bucketscan_core::fleet::governed::{report, Sample};
+    use bucketscan_core::fleet::governor::{Governor, GovernorConfig};
+    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+    use bucketscan_core::scan::engine::CountersSnapshot;
+    let scan = format!("idle-share-{}", std::process::id());
+    let lease = Duration::from_secs(30);
+    let busy = Queue::connect(&RedisConfig::new(redis_url()), &scan, "busy", lease)
+        .await
+        .unwrap();
+    let idle = Queue::connect(&RedisConfig::new(redis_url()), &scan, "idle", lease)
+        .await
+        .unwrap();
+    let cfg = GovernorConfig {
+        grace_windows: 0,
+        ..GovernorConfig::default()
+    };
+    let window = Duration::from_secs(2);
+    let heads = |heads, throttles| Sample {
+        total: CountersSnapshot {
+            heads,
+            throttles,
+            head_micros: heads * 2_000,
+            ..CountersSnapshot::default()
+        },
+        partitions: Default::default(),
+    };
+    let zero = Sample::default();
+    // The first report steps the (empty) first window; the throttled one,
+    // a window later, steps it and limits the scan.
+    report(&busy, &zero, &heads(400, 0), window, &cfg).await.unwrap();
+    tokio::time::sleep(window).await;
+    report(&busy, &heads(400, 0), &heads(800, 40), window, &cfg)
+        .await
+        .unwrap();
+    // Each share against the scan's rate when it was answered (a slow
+    // machine may let a new window be stepped between the reports).
+    let limit = || async {
+        let state: Governor = serde_json::from_str(&busy.governors().await.unwrap()["*"]).unwrap();
+        state.rate.expect("throttling limits the scan")
+    };
+    let whole = |share: Option<f64>, rate: f64| share.is_some_and(|s| (s - rate).abs() < 1e-6 * rate);
+    // The idle worker reports a window without requests: it gets the whole
+    // rate as its share, and so does the busy one (one worker sends).
+    let idle_share = report(&idle, &zero, &zero, window, &cfg).await.unwrap().all;
+    let rate = limit().await;
+    assert!(whole(idle_share, rate), "{idle_share:?} of {rate}");
+    let busy_share = report(&busy, &heads(800, 40), &heads(900, 40), window, &cfg)
+        .await
+        .unwrap()
+        .all;
+    let rate = limit().await;
+    assert!(
+        whole(busy_share, rate),
+        "the idle worker took a share: {busy_share:?} of {rate}"
+    );
+    busy.delete_scan().await.unwrap();
+}
