@@ -800,39 +800,62 @@ extern "C" {
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
+/// The rate governor's report tests: queues of `names` on one scan, a
+/// config without the startup grace (the second window's throttling cuts at
+/// once), and a sample of `heads` HEADs of 2 ms with `throttles` among them.
+mod governing {
+    use bucketscan_core::fleet::governed::Sample;
+    use bucketscan_core::fleet::governor::GovernorConfig;
+    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+    use bucketscan_core::scan::engine::CountersSnapshot;
+    use std::time::Duration;
+
+    pub async fn queues<const N: usize>(scan: &str, names: [&str; N]) -> [Queue; N] {
+        let mut queues = Vec::new();
+        for name in names {
+            let config = RedisConfig::new(super::redis_url());
+            queues.push(
+                Queue::connect(&config, scan, name, Duration::from_secs(30))
+                    .await
+                    .unwrap(),
+            );
+        }
+        queues.try_into().map_err(|_| ()).unwrap()
+    }
+
+    pub fn no_grace() -> GovernorConfig {
+        GovernorConfig {
+            grace_windows: 0,
+            ..GovernorConfig::default()
+        }
+    }
+
+    pub fn heads(heads: u64, throttles: u64) -> Sample {
+        Sample {
+            total: CountersSnapshot {
+                heads,
+                throttles,
+                head_micros: heads * 2_000,
+                ..CountersSnapshot::default()
+            },
+            partitions: Default::default(),
+        }
+    }
+}
+
 /// The rate governor's shared state in the real Redis: the fleet's window is
 /// summed from every worker's report, exactly one worker per window steps
 /// it, throttling cuts the scan's rate, and each worker gets its share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttling_reported_by_the_fleet_cuts_the_shared_rate_and_splits_it() {
     use bucketscan_core::fleet::governed::{report, Sample};
-    use bucketscan_core::fleet::governor::{Governor, GovernorConfig};
-    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
-    use bucketscan_core::scan::engine::CountersSnapshot;
+    use bucketscan_core::fleet::governor::Governor;
+    use governing::heads;
     let scan = format!("govern-{}", std::process::id());
-    let lease = Duration::from_secs(30);
-    let a = Queue::connect(&RedisConfig::new(redis_url()), &scan, "a", lease)
-        .await
-        .unwrap();
-    let b = Queue::connect(&RedisConfig::new(redis_url()), &scan, "b", lease)
-        .await
-        .unwrap();
-    // No startup grace: the second window's throttling cuts at once.
-    let cfg = GovernorConfig {
-        grace_windows: 0,
-        ..GovernorConfig::default()
-    };
+    let [a, b] = governing::queues(&scan, ["a", "b"]).await;
+    let cfg = governing::no_grace();
     let window = Duration::from_secs(2); // long: a loaded machine must not end it early
     let zero = Sample::default();
-    let heads = |heads, throttles| Sample {
-        total: CountersSnapshot {
-            heads,
-            throttles,
-            head_micros: heads * 2_000,
-            ..CountersSnapshot::default()
-        },
-        partitions: Default::default(),
-    };
     let all = |rates: bucketscan_core::fleet::governed::Rates| rates.all;
     // a's first report steps the (empty) first window; b's reports, calm
     // then throttled, land in the window that follows.
@@ -884,31 +907,12 @@ async fn throttling_reported_by_the_fleet_cuts_the_shared_rate_and_splits_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_worker_takes_no_share_of_the_governed_rate() {
     use bucketscan_core::fleet::governed::{report, Sample};
-    use bucketscan_core::fleet::governor::{Governor, GovernorConfig};
-    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
-    use bucketscan_core::scan::engine::CountersSnapshot;
+    use bucketscan_core::fleet::governor::Governor;
+    use governing::heads;
     let scan = format!("idle-share-{}", std::process::id());
-    let lease = Duration::from_secs(30);
-    let busy = Queue::connect(&RedisConfig::new(redis_url()), &scan, "busy", lease)
-        .await
-        .unwrap();
-    let idle = Queue::connect(&RedisConfig::new(redis_url()), &scan, "idle", lease)
-        .await
-        .unwrap();
-    let cfg = GovernorConfig {
-        grace_windows: 0,
-        ..GovernorConfig::default()
-    };
+    let [busy, idle] = governing::queues(&scan, ["busy", "idle"]).await;
+    let cfg = governing::no_grace();
     let window = Duration::from_secs(2);
-    let heads = |heads, throttles| Sample {
-        total: CountersSnapshot {
-            heads,
-            throttles,
-            head_micros: heads * 2_000,
-            ..CountersSnapshot::default()
-        },
-        partitions: Default::default(),
-    };
     let zero = Sample::default();
     // The first report steps the (empty) first window; the throttled one,
     // a window later, steps it and limits the scan.
