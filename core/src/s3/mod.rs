@@ -5,7 +5,7 @@
 //! nothing of shards, records, Redis or scans.
 //!
 //! Inside, files form layers too (each may import only those listed before
-//! it): `error`, `regions`, `clock`; `types`, `codec`; `retry`, `sign`, `transport`; `signed`
+//! it): `error`, `regions`, `clock`; `types`, `codec`; `retry`, `sign`, `transport`; `connections`; `signed`
 //! (sign and send a request); `list`; `client` (the [`S3`] handle); `pages`
 //! (a listing page by page, and where it ends), `head`, `upload`; `delete`.
 //!
@@ -15,6 +15,7 @@ pub mod client;
 pub mod clock;
 pub mod codec;
 pub mod compose;
+pub mod connections;
 pub mod delete;
 pub mod error;
 pub mod head;

@@ -5,9 +5,11 @@
 //! docs/head-path.md); with millions of HEADs per scan that is the difference
 //! between CPU-bound and store-bound. `head` and `list` add the two requests.
 //!
-//! May import: the bottom of `s3` (types, error) and `sign`, `transport`.
+//! May import: the bottom of `s3` (types, error) and `sign`, `transport`,
+//! `connections`.
 
 use super::clock::Clock;
+use super::connections::Connections;
 use super::error::{error_chain, S3Error};
 use super::regions::{valid_region, BucketRegions};
 use super::sign::{amz_date, Signer, EMPTY_SHA256};
@@ -27,6 +29,9 @@ type HttpsClient = Client<HttpsConnector, Empty<Bytes>>;
 /// Signs and sends the fast paths' requests to one endpoint.
 pub struct SignedClient {
     client: HttpsClient,
+    /// HEADs only: a HEAD answer has no body, so its connection is free
+    /// again as soon as the head is read.
+    connections: Connections,
     scheme: String,
     authority: String,
     path_style: bool,
@@ -104,8 +109,14 @@ impl SignedClient {
             .ok_or_else(|| S3Error::Config(format!("endpoint {:?} has no host", endpoint.base_url())))?
             .to_string();
         let client = transport::client(endpoint)?;
+        let connections = Connections::new(
+            transport::connector(endpoint)?,
+            &scheme,
+            endpoint.pool_size.max(8),
+        );
         Ok(SignedClient {
             client,
+            connections,
             scheme,
             authority,
             path_style: endpoint.path_style,
@@ -135,8 +146,16 @@ impl SignedClient {
         let state = self.signer.state(now, &amz_date[..8], &region).await?;
         let authorization = state.authorization(method, &host, &path, query, &amz_date);
         let sep = if query.is_empty() { "" } else { "?" };
+        // HEADs go on the client's own connections (`connections`), which
+        // take the URI in origin form; the pooled client wants it absolute.
+        let head = method == "HEAD";
         let mut uri = String::with_capacity(self.scheme.len() + 4 + host.len() + path.len() + query.len());
-        for part in [&self.scheme, "://", &host, &path, sep, query] {
+        if !head {
+            for part in [&self.scheme, "://", &host] {
+                uri.push_str(part);
+            }
+        }
+        for part in [&path, sep, query] {
             uri.push_str(part);
         }
         // Built in place rather than through `Request::builder`, which
@@ -166,11 +185,19 @@ impl SignedClient {
                 http::HeaderValue::from_str(token).map_err(|e| bad(&e))?,
             );
         }
-        let resp = tokio::time::timeout(self.timeout, self.client.request(req))
-            .await
-            .map_err(|_| S3Error::Timeout(self.timeout))?
+        let sent = async {
+            if head {
+                return self.connections.send(&host, req).await;
+            }
             // The chain of a DNS or TLS failure does not name the host.
-            .map_err(|e| S3Error::Connection(format!("{}://{host}: {}", self.scheme, error_chain(&e))))?;
+            self.client
+                .request(req)
+                .await
+                .map_err(|e| S3Error::Connection(format!("{}://{host}: {}", self.scheme, error_chain(&e))))
+        };
+        let resp = tokio::time::timeout(self.timeout, sent)
+            .await
+            .map_err(|_| S3Error::Timeout(self.timeout))??;
         let status = resp.status().as_u16();
         if matches!(status, 301 | 307 | 400 | 403) {
             let header = |name: &str| resp.headers().get(name)?.to_str().ok();

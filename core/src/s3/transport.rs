@@ -26,6 +26,14 @@ use std::time::Duration;
 
 pub type HttpsConnector = hyper_rustls::HttpsConnector<TcpConnector>;
 
+/// Header lines an answer may have. hyper's default, 100, is too few for S3:
+/// each user metadata entry is a header of its own, and 2 KB of metadata
+/// (names and values together) holds hundreds of short entries; an answer
+/// with more headers than the limit cannot be read at all. AWS caps a PUT's
+/// headers at 8 KB, about 480 metadata entries; this leaves room for stores
+/// that allow more.
+pub const MAX_ANSWER_HEADERS: usize = 1024;
+
 /// A pooled HTTPS (or plain HTTP) connector for `endpoint`.
 pub fn connector(endpoint: &Endpoint) -> Result<HttpsConnector, S3Error> {
     let mut tcp = TcpConnector::new();
@@ -46,6 +54,7 @@ where
     B::Data: Send,
 {
     Ok(Client::builder(TokioExecutor::new())
+        .http1_max_headers(MAX_ANSWER_HEADERS)
         .pool_max_idle_per_host(endpoint.pool_size.max(8))
         .pool_idle_timeout(Duration::from_secs(60))
         .build(connector(endpoint)?))

@@ -207,22 +207,16 @@ impl Engine {
         let (keys_tx, keys_rx) = mpsc::channel::<Task>(2 * page);
         let lister = tokio::spawn(self.clone().list_shard(shard.clone(), frontier.clone(), keys_tx));
 
-        let mut records = tokio_stream_from(keys_rx)
+        let engine = self.clone();
+        let records = tokio_stream_from(keys_rx)
             .filter(move |task| std::future::ready(!frontier.is_past_end(task.key())))
-            .map(|task| match task {
-                Task::Head(obj) => {
-                    let engine = self.clone();
-                    // Boxed: the task then holds a pointer, not the whole
-                    // HEAD state machine, which tokio would otherwise copy
-                    // through spawn's frames, into its cell and again when
-                    // it replaces the finished future (about 4 % of the
-                    // worker's CPU in perf, docs/head-path.md).
-                    Either::Left(tokio::spawn(Box::pin(
-                        async move { engine.head_listed(obj).await },
-                    )))
-                }
-                Task::Made(record) => Either::Right(std::future::ready(Ok(Ok(record)))),
-            })
+            // One at a time and in key order, each HEAD waits for its
+            // in-flight permit before its task exists: the process then
+            // holds at most `concurrency` HEAD tasks, not one for every slot
+            // of every shard's window waiting for a permit (16 shards of
+            // 1,024 slots were 250 MB of task state, and the kernel zeroing
+            // its fresh pages was 7 % of the CPU, docs/head-path.md).
+            .then(move |task| engine.clone().task_future(task))
             // Records leave in key order, so a HEAD that finished waits for
             // the slower ones before it, and its slot in `buffered` stays
             // taken meanwhile: with only `window` slots a slow HEAD (a tail
@@ -230,6 +224,7 @@ impl Engine {
             // `in_flight` permits bound the requests; these slots only bound
             // the records waiting for their turn.
             .buffered(window.saturating_mul(REORDER_SLACK));
+        let mut records = std::pin::pin!(records);
         let mut outcome = ShardOutcome::default();
         while let Some(joined) = records.next().await {
             let record = joined.map_err(|e| S3Error::Other(format!("HEAD task failed: {e}")))??;
@@ -243,6 +238,34 @@ impl Engine {
             .await
             .map_err(|e| S3Error::Other(format!("lister failed: {e}")))??;
         Ok(outcome)
+    }
+
+    /// The future of one listed entry's record: a spawned HEAD, started
+    /// once it holds its in-flight permit, or the record already made.
+    async fn task_future(
+        self: Arc<Self>,
+        task: Task,
+    ) -> impl std::future::Future<Output = Result<Result<Record, S3Error>, tokio::task::JoinError>> {
+        match task {
+            Task::Head(obj) => {
+                let permit = self
+                    .in_flight
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("never closed");
+                // Boxed: the task then holds a pointer, not the whole HEAD
+                // state machine, which tokio would otherwise copy through
+                // spawn's frames, into its cell and again when it replaces
+                // the finished future (docs/head-path.md).
+                Either::Left(tokio::spawn(Box::pin(async move {
+                    let record = self.head_object(obj).await;
+                    drop(permit);
+                    record
+                })))
+            }
+            Task::Made(record) => Either::Right(std::future::ready(Ok(Ok(record)))),
+        }
     }
 
     /// Wait for this HEAD's slot under the request-rate ceiling: slots are
@@ -424,9 +447,14 @@ impl Engine {
     /// unreadable, retries used up) becomes an `error` record and the scan
     /// goes on; a shard dies only when its listing fails for good.
     pub async fn head_listed(&self, obj: ListedObject) -> Result<Record, S3Error> {
+        let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
+        self.head_object(obj).await
+    }
+
+    /// [`Engine::head_listed`] for a caller that holds an in-flight permit.
+    async fn head_object(&self, obj: ListedObject) -> Result<Record, S3Error> {
         let partition = self.partitions.find(&obj.key);
         let result: HeadResult = {
-            let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
             match &partition {
                 Some(p) => p.pace().await,
                 None => self.pace().await,
