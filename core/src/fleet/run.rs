@@ -149,7 +149,7 @@ impl Runner {
                     running.send_modify(|n| *n -= 1);
                     ended
                 }
-                .boxed_local()
+                .boxed()
             }));
         let mut summary = RunSummary::default();
         for s in futures::future::try_join_all(slots).await? {
@@ -164,8 +164,8 @@ impl Runner {
         &'a self,
         split_wanted: &'a Notify,
         extras_left: tokio::sync::watch::Receiver<usize>,
-    ) -> futures::future::LocalBoxFuture<'a, Result<RunSummary, RunError>> {
-        self.slot(split_wanted, false, Some(extras_left)).boxed_local()
+    ) -> futures::future::BoxFuture<'a, Result<RunSummary, RunError>> {
+        self.slot(split_wanted, false, Some(extras_left)).boxed()
     }
 
     /// One shard at a time, until none is left (or the worker stops). An
@@ -269,7 +269,7 @@ impl Runner {
                 _ = lost.cancelled() => { lease_lost = true; break; }
                 _ = self.stop.cancelled() => { stopped = true; break; }
                 _ = split_wanted.notified(), if self.opts.split => {
-                    if !self.split(&mut lease, &frontier, &part).await? {
+                    if !self.split(&mut lease, &frontier, part.written_up_to()).await? {
                         lease_lost = true;
                         break;
                     }
@@ -350,10 +350,18 @@ impl Runner {
 
     /// Give the upper half of what is left of the lease's range to an idle
     /// worker. Returns false when the lease turned out to be lost.
-    async fn split(&self, lease: &mut Lease, frontier: &Frontier, part: &Part) -> Result<bool, RunError> {
-        // Records are written up to `last_key`: everything after it can be
-        // given away, even keys already listed (the frontier drops them).
-        let position = part.last_key.clone().or_else(|| part.resume_after.clone());
+    ///
+    /// Records are written up to `position` (the part's last key, or where
+    /// the lease resumed): everything after it can be given away, even keys
+    /// already listed (the frontier drops them). The caller passes the
+    /// position, not the part: a part's encoder (Parquet) is not `Sync`, and
+    /// the worker's slots run on the runtime's threads.
+    async fn split(
+        &self,
+        lease: &mut Lease,
+        frontier: &Frontier,
+        position: Option<String>,
+    ) -> Result<bool, RunError> {
         let remaining = match position {
             Some(p) => lease.shard.resumed_after(&p),
             None => lease.shard.clone(),
@@ -592,6 +600,12 @@ struct Part {
 }
 
 impl Part {
+    /// Where the shard's records are written up to: the last key written,
+    /// or where the lease resumed.
+    fn written_up_to(&self) -> Option<String> {
+        self.last_key.clone().or_else(|| self.resume_after.clone())
+    }
+
     fn new(resume_after: Option<String>) -> Part {
         Part {
             resume_after,

@@ -343,17 +343,17 @@ impl Engine {
             if let Some(end) = end {
                 objects.truncate(end);
             }
-            let tasks = if !trusted {
-                objects.into_iter().map(Task::Head).collect()
+            // Sent as they are made, not gathered first: a page's tasks in a
+            // new vector of their own were a large allocation per page, on
+            // pages the kernel had to zero again (docs/head-path.md).
+            let tasks: Box<dyn Iterator<Item = Task> + Send + '_> = if !trusted {
+                Box::new(objects.into_iter().map(Task::Head))
             } else if source == MetadataSource::Auto {
                 let (tasks, agreed) = self.checked_tasks(objects).await?;
                 trusted = agreed;
-                tasks
+                Box::new(tasks.into_iter())
             } else {
-                objects
-                    .into_iter()
-                    .map(|o| self.listed_task(o))
-                    .collect::<Vec<_>>()
+                Box::new(objects.into_iter().map(|o| self.listed_task(o)))
             };
             for task in tasks {
                 self.counters.listed.fetch_add(1, Relaxed);
