@@ -108,12 +108,9 @@ impl SignedClient {
             .authority()
             .ok_or_else(|| S3Error::Config(format!("endpoint {:?} has no host", endpoint.base_url())))?
             .to_string();
-        let client = transport::client(endpoint)?;
-        let connections = Connections::new(
-            transport::connector(endpoint)?,
-            &scheme,
-            endpoint.pool_size.max(8),
-        );
+        let connector = transport::connector(endpoint)?;
+        let client = transport::pooled(endpoint, connector.clone());
+        let connections = Connections::new(connector, &scheme, endpoint.pool_size.max(8));
         Ok(SignedClient {
             client,
             connections,

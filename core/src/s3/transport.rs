@@ -53,11 +53,22 @@ where
     B: http_body::Body + Send + 'static,
     B::Data: Send,
 {
-    Ok(Client::builder(TokioExecutor::new())
+    Ok(pooled(endpoint, connector(endpoint)?))
+}
+
+/// A pooled client over `connector` (made for `endpoint`), for a caller that
+/// opens connections of its own through the same connector too (its TLS
+/// set-up reads the system's certificates: once is enough).
+pub fn pooled<B>(endpoint: &Endpoint, connector: HttpsConnector) -> Client<HttpsConnector, B>
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+{
+    Client::builder(TokioExecutor::new())
         .http1_max_headers(MAX_ANSWER_HEADERS)
         .pool_max_idle_per_host(endpoint.pool_size.max(8))
         .pool_idle_timeout(Duration::from_secs(60))
-        .build(connector(endpoint)?))
+        .build(connector)
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
