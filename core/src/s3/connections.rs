@@ -9,7 +9,7 @@
 //!
 //! May import: the bottom of `s3` (error, types) and `transport`.
 
-use super::error::{error_chain, S3Error};
+use super::error::{connection_failed, S3Error};
 use super::transport::{HttpsConnector, MAX_ANSWER_HEADERS};
 use bytes::Bytes;
 use http::{Request, Response};
@@ -61,12 +61,12 @@ impl Connections {
             }
             match conn.sender.try_send_request(req).await {
                 Ok(resp) => {
-                    self.put_back(conn);
+                    self.put_back(conn.host, conn.sender);
                     return Ok(resp);
                 }
                 Err(mut e) => match e.take_message() {
                     Some(unsent) => req = unsent,
-                    None => return Err(self.failed(host, e.error())),
+                    None => return Err(connection_failed(&self.scheme, host, e.error())),
                 },
             }
         }
@@ -74,12 +74,8 @@ impl Connections {
         let resp = sender
             .send_request(req)
             .await
-            .map_err(|e| self.failed(host, &e))?;
-        self.put_back(Idle {
-            host: host.to_string(),
-            sender,
-            since: Instant::now(),
-        });
+            .map_err(|e| connection_failed(&self.scheme, host, &e))?;
+        self.put_back(host.to_string(), sender);
         Ok(resp)
     }
 
@@ -97,12 +93,12 @@ impl Connections {
         None
     }
 
-    /// Keep `conn` for the next request, unless enough are kept; the one
-    /// idle longest goes if it has been idle too long (the most recently
-    /// used are taken first, so the oldest would otherwise stay forever).
-    fn put_back(&self, mut conn: Idle) {
+    /// Keep a connection to `host` for the next request, unless enough are
+    /// kept; the one idle longest goes if it has been idle too long (the
+    /// most recently used are taken first, so the oldest would otherwise
+    /// stay forever).
+    fn put_back(&self, host: String, sender: SendRequest<Empty<Bytes>>) {
         let now = Instant::now();
-        conn.since = now;
         let mut idle = self.idle.lock().expect("lock");
         if idle
             .first()
@@ -111,7 +107,11 @@ impl Connections {
             idle.remove(0);
         }
         if idle.len() < self.max_idle {
-            idle.push(conn);
+            idle.push(Idle {
+                host,
+                sender,
+                since: now,
+            });
         }
     }
 
@@ -123,23 +123,20 @@ impl Connections {
             .parse()
             .map_err(|e| S3Error::Config(format!("{}://{host} is not a URL: {e}", self.scheme)))?;
         let mut connector = self.connector.clone();
-        let io = connector.call(uri).await.map_err(|e| {
-            S3Error::Connection(format!("{}://{host}: {}", self.scheme, error_chain(e.as_ref())))
-        })?;
+        let io = connector
+            .call(uri)
+            .await
+            .map_err(|e| connection_failed(&self.scheme, host, e.as_ref()))?;
         let (sender, connection) = hyper::client::conn::http1::Builder::new()
             .max_headers(MAX_ANSWER_HEADERS)
             .handshake(io)
             .await
-            .map_err(|e| self.failed(host, &e))?;
+            .map_err(|e| connection_failed(&self.scheme, host, &e))?;
         tokio::spawn(async move {
             // Its end (the server closed it, or every sender is gone) is
             // seen by the next request that would use it.
             let _ = connection.await;
         });
         Ok(sender)
-    }
-
-    fn failed(&self, host: &str, e: &hyper::Error) -> S3Error {
-        S3Error::Connection(format!("{}://{host}: {}", self.scheme, error_chain(e)))
     }
 }

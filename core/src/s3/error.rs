@@ -153,6 +153,12 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// A request to `scheme://host` that got no answer. The chain of a DNS or
+/// TLS failure does not name the host, so this does.
+pub(crate) fn connection_failed(scheme: &str, host: &str, e: &dyn std::error::Error) -> S3Error {
+    S3Error::Connection(format!("{scheme}://{host}: {}", error_chain(e)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

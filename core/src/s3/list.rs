@@ -212,8 +212,8 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
     })
 }
 
-/// What an entry's `<UserMetadata>` element holds: `x-amz-meta-*` names lower-cased without the prefix and values
-/// decoded as a HEAD answer's are (`decode_metadata_value`, surrounding
+/// What an entry's `<UserMetadata>` element holds: `x-amz-meta-*` names
+/// lower-cased without the prefix and values decoded as a HEAD answer's are (`decode_metadata_value`, surrounding
 /// blanks dropped as HTTP drops them from header values), the content type,
 /// and nothing else (MinIO adds content-type and SSE headers beside them).
 fn listed_metadata(user_metadata: &str) -> ListedMetadata {
@@ -619,7 +619,8 @@ mod tests {
                 user_metadata: Some("<Key>no</Key><StorageClass>no</StorageClass>"),
             }
         );
-        // A tag cut short, or an element never closed, ends the entry's fields.
+        // A tag cut short ends the entry; an element never closed has no
+        // text (what follows it is still read).
         assert_eq!(EntryFields::of("<Key>k</Key><Size").size, None);
         assert_eq!(EntryFields::of("<Size>1<Key>k</Key>").size, None);
         assert_eq!(EntryFields::of("<Size>1<Key>k</Key>").key, Some("k"));

@@ -10,7 +10,7 @@
 
 use super::clock::Clock;
 use super::connections::Connections;
-use super::error::{error_chain, S3Error};
+use super::error::{connection_failed, S3Error};
 use super::regions::{valid_region, BucketRegions};
 use super::sign::{amz_date, Signer, EMPTY_SHA256};
 use super::transport::{self, HttpsConnector};
@@ -186,11 +186,10 @@ impl SignedClient {
             if head {
                 return self.connections.send(&host, req).await;
             }
-            // The chain of a DNS or TLS failure does not name the host.
             self.client
                 .request(req)
                 .await
-                .map_err(|e| S3Error::Connection(format!("{}://{host}: {}", self.scheme, error_chain(&e))))
+                .map_err(|e| connection_failed(&self.scheme, &host, &e))
         };
         let resp = tokio::time::timeout(self.timeout, sent)
             .await
