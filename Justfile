@@ -9,12 +9,17 @@ cache := env_var_or_default("BUCKETSCAN_CACHE", env_var("HOME") + "/.cache/bucke
 export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", cache + "/target")
 export PATH := cache + "/bin:" + env_var("PATH")
 export AWS_EC2_METADATA_DISABLED := "true"
+# How crds-check runs crdgen: `just test` passes the test build's binary, so
+# the check costs no build of its own (a plain `cargo run` builds the
+# operator with other features than the tests, which rebuilt many crates).
+crdgen := env_var_or_default("CRDGEN", "cargo run -q -p bucketscan-operator --bin crdgen")
 
 default: test
 
 # Install the tools, Redis, the S3 servers and the Kubernetes pieces (idempotent).
 deps:
     scripts/install-deps.sh
+    scripts/install-servers.sh
     scripts/install-kube.sh
 
 # Formatting and lints (warnings are errors), and the module layers.
@@ -31,17 +36,17 @@ layers:
     python3 scripts/check-layers.py bench/src
     python3 scripts/check-layers.py kubectl-plugin/src
 
-# Every test: against real S3 servers, Redis and a kube-apiserver started for
-# the run, then the real-cluster end to end (stopped afterwards).
-test: deps lint crds-check
-    BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo test --workspace --no-fail-fast
-    just build
-    E2E_DOWN=1 e2e/run.sh test
+# Every check and test: lints, then the tests (cargo-nextest) against real S3
+# servers, Redis and a kube-apiserver started for the run, then the
+# real-cluster end to end (stopped afterwards) on the same build. Each phase
+# is timed; the table at the end is docs/testing.md's "A cold run".
+test:
+    scripts/test-all.sh
 
 # The real-cluster end to end: local cluster up (kept running), images,
 # helm install, a 20,000-object scan, then the chaos scan. E2E_CLUSTER=kind
 # runs it on a kind cluster instead (needs Docker; see e2e/README.md).
-e2e: deps build
+e2e: deps build-e2e
     e2e/run.sh test
 
 # Stop the local e2e cluster (`just cluster-down --purge` also deletes its state).
@@ -50,7 +55,7 @@ cluster-down *ARGS:
 
 # Only the tests whose name contains FILTER (servers started as for `test`).
 test-one FILTER: deps
-    BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo test --workspace -- {{FILTER}}
+    BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo nextest run --workspace --no-fail-fast {{FILTER}}
 
 # Write crds/ (and the chart's copy, which templates/crds.yaml reads) from the Rust types.
 crds:
@@ -64,18 +69,23 @@ crds:
 crds-check:
     [ ! -e charts/bucketscan/crds ] || { echo "charts/bucketscan/crds/ must not exist: the chart's CRD is files/crds/ (templates/crds.yaml)" >&2; exit 1; }
     for f in crds charts/bucketscan/files/crds; do \
-      cargo run -q -p bucketscan-operator --bin crdgen | diff -u $f/bucketscans.bucketscan.dev.yaml - \
+      {{crdgen}} | diff -u $f/bucketscans.bucketscan.dev.yaml - \
         || { echo "$f is stale: run 'just crds'" >&2; exit 1; }; \
     done
 
 # Release build of the binaries (the kubectl plugin's too: copy
-# $CARGO_TARGET_DIR/release/kubectl-bucketscan onto PATH).
+# $CARGO_TARGET_DIR/release/kubectl-bucketscan onto PATH). The benchmarks use it.
 build:
     cargo build --release -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl -p bucketscan-bench
 
+# The binaries the e2e and the demo put in images and run, in the test build's
+# profile (dev): what `just test` has built already, so no second compile.
+build-e2e:
+    cargo build -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl -p bucketscan-bench --bins
+
 # A real scan end to end: a local Kubernetes cluster, the chart, a seeded
 # bucket, `kubectl apply -f e2e/bucketscan.yaml`, its status and result.
-demo: deps build
+demo: deps build-e2e
     e2e/run.sh demo
 
 # Format the code.
@@ -86,7 +96,9 @@ fmt:
 # 2 cores): writes BENCHMARKS.md and docs/benchmarks.png. See docs/benchmarks.md.
 bench: deps build
     cargo build --release -p bucketscan-bench
-    E2E_DOWN=1 e2e/run.sh bench
+    # The harness's small benchmarks of its fleet sections (moved out of `just test`).
+    cargo nextest run -p bucketscan-bench --run-ignored only
+    E2E_DOWN=1 BUCKETSCAN_BUILD=release e2e/run.sh bench
     just bench-operator
     just _bench full BENCHMARKS.md docs/benchmarks.png
 
@@ -105,6 +117,7 @@ bench-quick: (_bench "quick" (cache + "/bench/quick/BENCHMARKS.md") (cache + "/b
 _bench MODE MARKDOWN CHART:
     nice cargo build --release -p bucketscan-bench -p bucketscan-worker
     scripts/install-deps.sh
+    scripts/install-servers.sh
     bench/install-peers.sh
     mkdir -p "$(dirname {{MARKDOWN}})" "$(dirname {{CHART}})" {{cache}}/bench
     {{cache}}/venv/bin/python bench/run.py --mode {{MODE}} --bin-dir "$CARGO_TARGET_DIR/release" \

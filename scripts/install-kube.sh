@@ -102,7 +102,7 @@ go_tool() { # name version module-path
     say "$1" "$2" present
     return
   fi
-  GOBIN=$BIN CGO_ENABLED=0 nice go install "$3@$2"
+  GOBIN=$BIN CGO_ENABLED=0 nice go install -ldflags "-s -w" "$3@$2"
   stamp "$1" "$2"
   say "$1" "$2" "built (go install)"
 }

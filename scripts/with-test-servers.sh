@@ -4,7 +4,7 @@
 # Run CMD with the test ground up: two real S3 servers and Redis on free
 # loopback ports, each with its own data in one temporary directory, all
 # stopped and removed when CMD ends (also on failure or Ctrl-C). Exits with
-# CMD's exit code. Tools come from scripts/install-deps.sh.
+# CMD's exit code. Tools come from `just deps` (scripts/install-*.sh).
 #
 #   moto       In-memory S3 (moto_server). Accepts any credentials: it does NOT
 #              verify SigV4 signatures. Stores odd keys faithfully (spaces, +,
@@ -56,7 +56,7 @@ KUBE=${BUCKETSCAN_TEST_KUBE:-0}
 tools=("$BIN/moto_server" "$BIN/versitygw" "$BIN/minio")
 if [ "$KUBE" = 1 ]; then tools+=("$BIN/etcd" "$BIN/kube-apiserver" "$BIN/kubectl"); fi
 for tool in "${tools[@]}"; do
-  [ -x "$tool" ] || { echo "error: $tool missing; run scripts/install-deps.sh and scripts/install-kube.sh" >&2; exit 1; }
+  [ -x "$tool" ] || { echo "error: $tool missing; run just deps (scripts/install-servers.sh, scripts/install-kube.sh)" >&2; exit 1; }
 done
 for tool in redis-server redis-cli curl python3 openssl; do
   command -v "$tool" >/dev/null || { echo "error: $tool missing; run scripts/install-deps.sh" >&2; exit 1; }

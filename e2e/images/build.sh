@@ -2,8 +2,8 @@
 # Build the e2e cluster's images as tarballs, without Docker, into $IMAGES:
 #   cluster   bucketscan.local/pause:1    the pod sandbox, a static C program
 #             bucketscan.local/coredns:1  CoreDNS, a static Go binary
-#   product   bucketscan:VERSION          bucketscan-operator + bucketscan-worker (release
-#                                         builds) with exactly the libraries they load
+#   product   bucketscan:VERSION          bucketscan-operator + bucketscan-worker (from
+#                                         $BUILD_DIR, stripped) with exactly the libraries they load
 #             bucketscan.local/redis:7    Debian's redis-server with its libraries, sh and
 #                                         sed (the chart writes the password to a config file)
 # Usage: build.sh [cluster|product|all]   (default all)
@@ -13,7 +13,6 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../cluster/lib.sh"
 WHAT=${1:-all}
-TARGET=${CARGO_TARGET_DIR:-$E2E_CACHE/target}
 mkdir -p "$IMAGES"
 cd "$IMAGES"
 
@@ -62,12 +61,12 @@ fi
 
 if [ "$WHAT" = product ] || [ "$WHAT" = all ]; then
   version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$HERE/../../charts/bucketscan/Chart.yaml")
-  operator=$TARGET/release/bucketscan-operator
-  worker=$TARGET/release/bucketscan-worker
+  operator=$BUILD_DIR/bucketscan-operator
+  worker=$BUILD_DIR/bucketscan-worker
   for b in "$operator" "$worker"; do
-    [ -x "$b" ] || die "$b missing: run 'cargo build --release' (just build) first"
+    [ -x "$b" ] || die "$b missing: run 'just build-e2e' first"
   done
-  # Release builds keep line tables for profiling; images do not need them.
+  # Builds keep line tables for backtraces and profiling; images do not need them.
   stripped bucketscan-operator "$operator"
   stripped bucketscan-worker "$worker"
   operator=$IMAGES/bucketscan-operator

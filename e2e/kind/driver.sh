@@ -2,7 +2,7 @@
 # exists: laptops, hosted CI. Needs docker, kind, kubectl and helm on PATH.
 # Images are built from the repository's Dockerfile and loaded with
 # `kind load docker-image`; Redis is the chart's default image, pulled once.
-# The S3 server (versitygw, from scripts/install-deps.sh) runs on this host;
+# The S3 server (versitygw, from scripts/install-servers.sh) runs on this host;
 # pods reach it at the kind network's gateway (E2E_KIND_S3_HOST overrides it,
 # e.g. host.docker.internal on Docker Desktop), port 9000.
 

@@ -181,7 +181,7 @@ fn hashed() -> BTreeMap<String, Seeded> {
 /// into balanced shards, and scanning the shards returns every object once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planner_balances_skewed_and_hashed_buckets() {
-    let server = moto();
+    let server = versitygw();
     let s3 = server.s3().await;
     for (name, seeded) in [("skewed", skewed()), ("hashed", hashed())] {
         let bucket = server.bucket(name).await;

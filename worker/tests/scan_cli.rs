@@ -108,7 +108,7 @@ fn nested_keyspace() -> BTreeMap<String, Seeded> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scan_returns_every_object_with_exact_metadata() {
-    let s3 = moto();
+    let s3 = versitygw();
     let bucket = s3.bucket("nested").await;
     let seeded = nested_keyspace();
     s3.seed(&bucket, &seeded).await;
@@ -155,7 +155,7 @@ async fn scan_returns_every_object_with_exact_metadata() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scan_of_a_prefix_stays_inside_it() {
-    let s3 = moto();
+    let s3 = versitygw();
     let bucket = s3.bucket("prefix").await;
     let seeded = nested_keyspace();
     s3.seed(&bucket, &seeded).await;
@@ -353,7 +353,7 @@ async fn signed_fast_path_against_a_verifying_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_to_s3_is_one_object() {
-    let s3 = moto();
+    let s3 = versitygw();
     let bucket = s3.bucket("src").await;
     let out_bucket = s3.bucket("out").await;
     let seeded = nested_keyspace();

@@ -47,7 +47,7 @@ fn tls_gateway_on(ip: &str, certs: &std::path::Path, data: &std::path::Path) -> 
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .expect("versitygw (scripts/install-deps.sh installs it)");
+        .expect("versitygw (scripts/install-servers.sh builds it)");
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect((ip, port)).is_err() {
         assert!(Instant::now() < deadline, "versitygw with TLS did not start");
