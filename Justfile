@@ -85,8 +85,8 @@ build-e2e:
 
 # A real scan end to end: a local Kubernetes cluster, the chart, a seeded
 # bucket, `kubectl apply -f e2e/bucketscan.yaml`, its status and result.
-demo: deps build-e2e
-    e2e/run.sh demo
+demo:
+    scripts/demo.sh
 
 # Format the code.
 fmt:

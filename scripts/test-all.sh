@@ -3,11 +3,9 @@
 # that are each timed (scripts/phase.sh) and printed as a table at the end
 # (docs/testing.md, "A cold run").
 #
-# The Go builds (the S3 servers, then the Kubernetes pieces: the longest part
-# of a cold run) go on in the background, at low priority, while the Rust
-# workspace is linted and built, which needs none of them; each fills the
-# other's single-threaded stretches (linking, module downloads). The tests
-# that need no Kubernetes run as soon as the S3 servers are built, while
+# The Go builds of the S3 servers and Kubernetes go on in the background
+# (scripts/tool-builds.sh) while the Rust workspace is linted and built. The
+# tests that need no Kubernetes run as soon as the S3 servers are built, while
 # Kubernetes still builds; the operator's and the plugin's tests, then the
 # e2e, once it is built.
 set -euo pipefail
@@ -16,32 +14,13 @@ CACHE=${BUCKETSCAN_CACHE:-$HOME/.cache/bucketscan}
 TARGET=${CARGO_TARGET_DIR:-$CACHE/target}
 mkdir -p "$CACHE/phases"
 export BUCKETSCAN_PHASES=${BUCKETSCAN_PHASES:-$CACHE/phases/test-$(date +%Y%m%d-%H%M%S).tsv}
-began=$(date +%s)
+began=${BUCKETSCAN_RUN_BEGAN:-$(date +%s)}
 phase() { scripts/phase.sh "$@"; }
 
 phase deps scripts/install-deps.sh
 
-# The background builds leave NAME.rc (their exit code) in $tools_dir.
-tools_dir=$(mktemp -d "${TMPDIR:-/tmp}/bucketscan-tools.XXXXXX")
-# A session of its own, so that a failed foreground phase stops the whole
-# background build (its process group), not only the shell that started it.
-setsid bash -c '
-  scripts/phase.sh servers scripts/install-servers.sh; echo $? >"$0/servers.rc"
-  scripts/phase.sh kube scripts/install-kube.sh; echo $? >"$0/kube.rc"
-' "$tools_dir" >"$tools_dir/log" 2>&1 &
-tools=$!
-trap 'kill -- -$tools 2>/dev/null || true; rm -rf "$tools_dir"' EXIT
-
-# await NAME: wait until the background build NAME ended; fail, with its
-# log, unless it succeeded.
-await() {
-  while [ ! -f "$tools_dir/$1.rc" ] && kill -0 "$tools" 2>/dev/null; do sleep 2; done
-  if [ "$(cat "$tools_dir/$1.rc" 2>/dev/null)" != 0 ]; then
-    cat "$tools_dir/log" >&2
-    echo "test: the background build of $1 failed (its log is above)" >&2
-    exit 1
-  fi
-}
+. scripts/tool-builds.sh
+start_tool_builds
 
 phase lint just lint
 phase build-tests cargo nextest run --workspace --no-run --cargo-quiet
@@ -50,11 +29,11 @@ phase crds-check env CRDGEN="$TARGET/debug/crdgen" just crds-check
 no_kube='not (package(bucketscan-operator) | package(bucketscan-kubectl))'
 # Both halves of the tests run even when the first has failures.
 failed=()
-await servers
+await_tool servers
 phase tests scripts/with-test-servers.sh \
   cargo nextest run --workspace --no-fail-fast --cargo-quiet -E "$no_kube" || failed+=(tests)
-await kube
-cat "$tools_dir/log"
+await_tool kube
+tool_builds_log
 phase tests-kube env BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh \
   cargo nextest run --workspace --no-fail-fast --cargo-quiet -E "not ($no_kube)" || failed+=(tests-kube)
 if [ ${#failed[@]} -gt 0 ]; then
