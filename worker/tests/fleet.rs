@@ -441,10 +441,11 @@ async fn redis_carries_shards_not_keys() {
     let planned = redis.commands_processed(&url);
     let log = std::fs::File::create(temp_path("ops-solo.log")).unwrap();
     // The periodic reports (progress, the rate governor's window, the lease's
-    // renewal) cost commands per second of running, not per object, and a
-    // loaded machine runs slowly (the tests run side by side: at 10 s and 5 s
-    // a run of 140 s cost 0.0112 per object): at their longest periods they
-    // leave the per-object and per-shard costs this test is about.
+    // renewal, a part's commit by age) cost commands per second of running,
+    // not per object, and a loaded machine runs slowly (the tests run side by
+    // side: at 10 s and 5 s a run of 140 s cost 0.0112 per object): at their
+    // longest periods they leave the per-object and per-shard costs this test
+    // is about.
     let mut worker = fleet
         .command(&[
             "run",
@@ -456,6 +457,8 @@ async fn redis_carries_shards_not_keys() {
             "60000",
             "--lease-secs",
             "600",
+            "--part-secs",
+            "3600",
         ])
         .stderr(log)
         .spawn()
