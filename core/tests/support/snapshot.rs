@@ -33,12 +33,28 @@ async fn keys_of(con: &mut MultiplexedConnection, scan: &str) -> Vec<String> {
 }
 
 impl Snapshot {
+    /// Every key of the scan and its DUMP at one moment, in one script: a
+    /// Redis that lost writes holds a prefix of what it was sent, and scripts
+    /// are atomic in it. (Taken key by key while workers ran, a snapshot could
+    /// hold a shard's checkpoint after a commit but its parts list from before
+    /// it, a state no real loss produces, and the restored scan lost a part.)
     pub async fn take(con: &mut MultiplexedConnection, scan: &str) -> Snapshot {
-        let mut keys = Vec::new();
-        for key in keys_of(con, scan).await {
-            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query_async(con).await.unwrap();
-            keys.extend(dump.map(|d| (key, d)));
-        }
+        let flat: Vec<Vec<u8>> = redis::Script::new(
+            r"local out = {}
+            for _, key in ipairs(redis.call('KEYS', ARGV[1])) do
+              out[#out + 1] = key
+              out[#out + 1] = redis.call('DUMP', key)
+            end
+            return out",
+        )
+        .arg(format!("bs:{{{scan}}}:*"))
+        .invoke_async(con)
+        .await
+        .unwrap();
+        let keys: Vec<(String, Vec<u8>)> = flat
+            .chunks(2)
+            .map(|pair| (String::from_utf8(pair[0].clone()).unwrap(), pair[1].clone()))
+            .collect();
         assert!(!keys.is_empty(), "scan {scan} has no keys to snapshot");
         Snapshot {
             scan: scan.to_string(),
