@@ -78,10 +78,11 @@ crds-check:
 build:
     cargo build --release -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl -p bucketscan-bench
 
-# The binaries the e2e and the demo put in images and run, in the test build's
-# profile (dev): what `just test` has built already, so no second compile.
+# The binaries the e2e and the demo put in images and run (profile e2e:
+# optimised, no LTO, no debug info; only these four).
 build-e2e:
-    cargo build -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl -p bucketscan-bench --bins
+    cargo build --profile e2e -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl -p bucketscan-bench \
+      --bin bucketscan-operator --bin bucketscan-worker --bin kubectl-bucketscan --bin synthetic-s3
 
 # A real scan end to end: a local Kubernetes cluster, the chart, a seeded
 # bucket, `kubectl apply -f e2e/bucketscan.yaml`, its status and result.

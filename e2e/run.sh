@@ -22,7 +22,7 @@
 #   E2E_CLUSTER=local (default: e2e/cluster, no Docker) or kind (a kind cluster
 #   and `docker build`; see e2e/README.md); E2E_DOWN=1 stops the local cluster
 #   at the end (`just test` does; otherwise it keeps running for the next run).
-# Needs the workspace's binaries in $BUILD_DIR (cluster/lib.sh: the test build,
+# Needs the workspace's binaries in $BUILD_DIR (cluster/lib.sh: profile e2e,
 # `just build-e2e`; BUCKETSCAN_BUILD=release for `just bench`) and the tools of
 # scripts/install-*.sh.
 set -euo pipefail

@@ -25,6 +25,7 @@ start_tool_builds
 phase lint just lint
 phase build-tests cargo nextest run --workspace --no-run --cargo-quiet
 phase crds-check env CRDGEN="$TARGET/debug/crdgen" just crds-check
+phase build-e2e just build-e2e
 
 no_kube='not (package(bucketscan-operator) | package(bucketscan-kubectl))'
 # Both halves of the tests run even when the first has failures.

@@ -17,10 +17,10 @@ LOGS=$STATE/logs
 DATA=$STATE/data
 CONF=$STATE/etc                 # configuration rendered from e2e/cluster/config
 IMAGES=$STATE/images            # image tarballs
-# The workspace's binaries the images and the e2e use: the test build (cargo
-# profile dev, which `just test` has just built; no second compile) unless
-# BUCKETSCAN_BUILD names another profile's directory (`just bench`: release).
-BUILD_DIR=${CARGO_TARGET_DIR:-$E2E_CACHE/target}/${BUCKETSCAN_BUILD:-debug}
+# The workspace's binaries the images and the e2e use: `just build-e2e`'s
+# (cargo profile e2e) unless BUCKETSCAN_BUILD names another profile's
+# directory (`just bench`: release).
+BUILD_DIR=${CARGO_TARGET_DIR:-$E2E_CACHE/target}/${BUCKETSCAN_BUILD:-e2e}
 
 NODE_NAME=bucketscan-e2e
 NODE_IP=10.200.0.1
