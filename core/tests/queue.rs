@@ -594,3 +594,33 @@ async fn a_lease_taken_after_redis_lost_writes_has_a_new_token() {
         "the lost lease is fenced, even under the same worker name"
     );
 }
+
+/// Shard records come in key order even when two shards begin at the same
+/// key: the shard holding only `p/` and its sibling that starts after `p/`
+/// tied on their lower bound, and the merge took them in the order Redis
+/// kept them (here: the sibling first), writing `p/` after `p/a`.
+#[tokio::test]
+async fn shard_records_are_in_key_order_when_lower_bounds_tie() {
+    let q = queue(&scan_id("tie"), "w", Duration::from_secs(30)).await;
+    let only_p = Shard {
+        prefix: "p/".into(),
+        start_after: None,
+        end: Some("p/\0".into()),
+    };
+    let after_p = Shard {
+        prefix: "p/".into(),
+        start_after: Some("p/".into()),
+        end: None,
+    };
+    assert_eq!(only_p.lower_bound(), after_p.lower_bound(), "the tie");
+    q.enqueue(&[after_p.clone(), only_p.clone()]).await.unwrap();
+    let order: Vec<Shard> = q
+        .shard_records()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.shard)
+        .collect();
+    assert_eq!(order, vec![only_p, after_p]);
+    q.delete_scan().await.unwrap();
+}

@@ -204,6 +204,18 @@ pub fn stalled_for(since_progress: Duration, threshold: Duration) -> Option<Dura
     (since_progress >= threshold).then_some(since_progress)
 }
 
+/// When the Job's Failed condition came (Unix seconds), if it has one.
+pub fn failed_at(job: &Job) -> Option<i64> {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Failed")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.as_second())
+}
+
 /// A plan or merge Job's end: `Some(Ok)` once it succeeded, `Some(Err(why))`
 /// (its Failed condition's reason and message) once it gave up.
 pub fn job_outcome(job: &Job) -> Option<Result<(), String>> {

@@ -93,6 +93,39 @@ pub fn time_left(elapsed: Duration, shards: &ShardCounts) -> Option<Duration> {
     Some(Duration::from_secs_f64(left))
 }
 
+/// How a merged scan completed, for its Complete condition.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Completed {
+    /// `Merged`, or `MergedWithUnreadableObjects` when the result holds
+    /// error records (the CLI's exit code 3).
+    pub reason: &'static str,
+    pub message: String,
+    /// Objects whose record is an error (exact: the manifest's count).
+    pub unreadable: u64,
+}
+
+/// The Complete condition from the merged result's counts: a result with
+/// error records says so, with their count, so "Complete" alone always
+/// means every object was read.
+pub fn completed(counts: &BTreeMap<String, u64>, result: &str) -> Completed {
+    let objects = counts.get("objects").copied().unwrap_or(0);
+    let unreadable = counts.get("errors").copied().unwrap_or(0);
+    if unreadable == 0 {
+        return Completed {
+            reason: "Merged",
+            message: format!("{objects} objects in {result}"),
+            unreadable,
+        };
+    }
+    Completed {
+        reason: "MergedWithUnreadableObjects",
+        message: format!(
+            "{objects} objects in {result}; {unreadable} of them could not be read: their records have status \"error\" with the reason"
+        ),
+        unreadable,
+    }
+}
+
 pub const READY: &str = "Ready";
 
 /// The Ready condition (kstatus convention, read by Argo CD and Flux health
@@ -246,6 +279,28 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn complete_says_how_many_objects_could_not_be_read() {
+        let counts =
+            |errors| BTreeMap::from([("objects".to_string(), 1_000), ("errors".to_string(), errors)]);
+        let clean = completed(&counts(0), "s3://out/r.jsonl");
+        assert_eq!((clean.reason, clean.unreadable), ("Merged", 0));
+        assert_eq!(clean.message, "1000 objects in s3://out/r.jsonl");
+        let some = completed(&counts(7), "s3://out/r.jsonl");
+        assert_eq!((some.reason, some.unreadable), ("MergedWithUnreadableObjects", 7));
+        assert!(
+            some.message
+                .starts_with("1000 objects in s3://out/r.jsonl; 7 of them could not be read"),
+            "{}",
+            some.message
+        );
+        assert_eq!(
+            completed(&BTreeMap::new(), "r").reason,
+            "Merged",
+            "a result of no objects"
+        );
+    }
+
     #[test]
     fn the_governed_rate_shows_the_lowest_partitions_and_sums_them() {
         use bucketscan_core::fleet::governor::Summary;

@@ -20,8 +20,8 @@ use cluster::*;
 use common::*;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kubelet::run_like_pod_as;
+use kube::api::{Api, PostParams};
+use kubelet::{complete, ended_pod, fail, run_like_pod_as};
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,64 +67,6 @@ async fn job_container(jobs: &Api<Job>, name: &str) -> (Job, k8s_openapi::api::c
         "{name} carries no credentials of its own: {env:?}"
     );
     (job, container)
-}
-
-/// What the job controller writes when the Job's pod succeeded.
-async fn complete(jobs: &Api<Job>, name: &str) {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let status = serde_json::json!({"status": {
-        "startTime": now, "completionTime": now, "succeeded": 1,
-        "conditions": [
-            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
-            {"type": "Complete", "status": "True", "lastTransitionTime": now}
-        ]
-    }});
-    jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
-}
-
-/// What the job controller writes when the Job's pods failed past its
-/// backoff limit.
-async fn fail(jobs: &Api<Job>, name: &str) {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let failed = serde_json::json!({"status": {"startTime": now, "failed": 4, "conditions": [
-        {"type": "FailureTarget", "status": "True", "lastTransitionTime": now},
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit", "lastTransitionTime": now}]}});
-    jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(&failed))
-        .await
-        .unwrap();
-}
-
-/// The pod of Job `job` as the kubelet reports it once its container exited
-/// with `code`, its log's tail the termination message (the container's
-/// `FallbackToLogsOnError`).
-async fn ended_pod(client: &kube::Client, name: &str, job: &str, code: i32, log: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "labels": {"job-name": job}},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "worker", "image": "bucketscan"}]}
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let tail: String = log
-        .lines()
-        .rev()
-        .take(5)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect::<Vec<_>>()
-        .join("\n");
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let status = serde_json::json!({"status": {"phase": "Failed", "containerStatuses": [{
-        "name": "worker", "image": "bucketscan", "imageID": "", "ready": false, "restartCount": 0,
-        "state": {"terminated": {"exitCode": code, "reason": "Error", "message": tail,
-                                 "startedAt": now, "finishedAt": now}}}]}});
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
 }
 
 /// (reason, message) of the namespace's events.
@@ -292,7 +234,7 @@ async fn a_scan_without_credentials_never_borrows_the_operator_s_identity() {
         "a missing bucket is no transient cause: {log}"
     );
     // A permanent cause (exit code 1, its pod reported as the kubelet would).
-    ended_pod(&client, "no-bucket-plan-x", "no-bucket-plan", 1, &log).await;
+    ended_pod(&client, NS, "no-bucket-plan-x", "no-bucket-plan", 1, &log).await;
     fail(&jobs, "no-bucket-plan").await;
     let reason = eventually("PlanFailed", 30, async || {
         let st = scans.get("no-bucket").await.ok()?.status?;
@@ -323,7 +265,7 @@ async fn a_scan_without_credentials_never_borrows_the_operator_s_identity() {
     let mut planner = run_like_pod_as(&client, NS, &plan, "flaky-plan-x", &[], &pod_identity).await;
     let log = || std::fs::read_to_string(temp_path("flaky-plan-x.log")).unwrap();
     assert_eq!(planner.wait().unwrap().code(), Some(75), "{}", log());
-    ended_pod(&client, "flaky-plan-x", "flaky-plan", 75, &log()).await;
+    ended_pod(&client, NS, "flaky-plan-x", "flaky-plan", 75, &log()).await;
     fail(&jobs, "flaky-plan").await;
     let retried = eventually("a PlanRetrying event", 60, async || {
         events(&client, NS)

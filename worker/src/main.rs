@@ -4,6 +4,8 @@ mod distributed;
 mod progress;
 
 use anyhow::Context;
+use bucketscan_core::fleet::governed;
+use bucketscan_core::fleet::governor::GovernorConfig;
 use bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE;
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
@@ -16,7 +18,7 @@ use bucketscan_core::scan::output::{Destination, OutputOptions};
 use bucketscan_core::scan::single::{plan_bucket, scan_dataset, scan_shards, ScanOptions};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
@@ -135,6 +137,11 @@ struct ScanArgs {
     /// No progress bar, even on a terminal.
     #[arg(long)]
     quiet: bool,
+    /// Adapt the HEAD rate every this many milliseconds (0: off): it drops
+    /// when the store throttles and grows back while the store keeps up,
+    /// as a fleet's governor does (docs/governor.md).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    govern_ms: u64,
 }
 
 /// Which scan in which Redis.
@@ -345,6 +352,9 @@ fn is_transient(e: &anyhow::Error) -> bool {
             || cause
                 .downcast_ref::<QueueError>()
                 .is_some_and(QueueError::is_transient)
+            || cause
+                .downcast_ref::<bucketscan_core::fleet::merge::MergeError>()
+                .is_some_and(bucketscan_core::fleet::merge::MergeError::is_transient)
     })
 }
 
@@ -429,6 +439,11 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let estimate: u64 = shards.iter().map(|s| s.estimated_objects).sum();
     let exact = shards.iter().all(|s| s.exact);
     let progress = progress::Progress::start(engine.clone(), estimate, exact, args.quiet);
+    let _governor = (args.govern_ms > 0).then(|| {
+        let every = Duration::from_millis(args.govern_ms);
+        let governing = governed::govern_alone(engine.clone(), every, GovernorConfig::default());
+        StopOnDrop(tokio::spawn(governing))
+    });
     let opts = ScanOptions {
         shard_parallelism: args.shard_parallelism as usize,
         output: args.output.clone(),
@@ -485,4 +500,13 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
         return Ok(Finished::SomeObjectsUnreadable);
     }
     Ok(Finished::Clean)
+}
+
+/// A background task that ends with the scope holding this guard.
+struct StopOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -733,12 +733,13 @@ async fn redis_losing_acknowledged_writes_mid_scan_leaves_no_hole() {
     assert_eq!(manifest["counts"]["objects"], 5000, "{manifest}");
 }
 
-/// A worker whose shard fails with an error of its own (its part cannot be
-/// uploaded: the output bucket is gone) leaves the run; its heartbeat must
-/// end with it, or the lease is renewed forever and the shard never comes
-/// back for another worker.
+/// A part that cannot be uploaded for good (the output bucket is gone) fails
+/// its shard, counted, until the shard is dead with the error: the worker
+/// goes on (it used to exit, losing its other slots' shards' time). Each
+/// attempt ends with its lease and its heartbeat, or the lease would be
+/// renewed for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_heartbeat_ends_when_a_shard_ends_in_an_error() {
+async fn a_part_upload_that_fails_for_good_fails_its_shard_not_the_worker() {
     use bucketscan_core::fleet::queue::{Queue, RedisConfig};
     use bucketscan_core::fleet::run::{RunOptions, Runner};
     use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
@@ -792,18 +793,29 @@ async fn the_heartbeat_ends_when_a_shard_ends_in_an_error() {
         },
         stop: tokio_util::sync::CancellationToken::new(),
     };
-    let err = runner.run().await.expect_err("the part upload fails");
-    assert!(err.to_string().contains("does not exist"), "{err}");
-
-    // The lease must now run out (renewed every 300 ms, it never would).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while queue.reap(5).await.unwrap() != (1, 0) {
-        assert!(
-            Instant::now() < deadline,
-            "the failed shard's lease is still renewed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let summary = runner
+        .run()
+        .await
+        .expect("an upload that fails for good fails its shard, not the worker");
+    assert_eq!(
+        (summary.shards_done, summary.shards_failed),
+        (0, 5),
+        "{summary:?}"
+    );
+    let record = &queue.shard_records().await.unwrap()[0];
+    assert_eq!(record.state, "dead", "{record:?}");
+    assert!(
+        record
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("does not exist"),
+        "{record:?}"
+    );
+    // Each attempt ended with its lease: none is left held (or renewed).
+    tokio::time::sleep(lease * 2).await;
+    assert_eq!(queue.counts().await.unwrap().leased, 0);
+    assert_eq!(queue.reap(5).await.unwrap(), (0, 0));
 }
 
 extern "C" {
@@ -954,4 +966,121 @@ async fn an_idle_worker_takes_no_share_of_the_governed_rate() {
         "the idle worker took a share: {busy_share:?} of {rate}"
     );
     busy.delete_scan().await.unwrap();
+}
+
+/// A planner that died while it stored its shards (emulated the way such a
+/// crash leaves Redis: the spec and some of a real plan's shards, no mark
+/// that the plan is complete). The merge refuses with exit 75 ("plan it
+/// again"), where it merged the partial plan and called it complete.
+/// Planning again, after the bucket changed, queues exactly the ranges the
+/// stored shards leave, where it tiled the changed bucket anew and added
+/// shards overlapping the stored ones (keys twice in the result). The scan
+/// then completes exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_that_died_midway_is_completed_not_tiled_again() {
+    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+    use bucketscan_core::keyspace::coverage::{overlapping, uncovered};
+    let s3 = versitygw();
+    let bucket = s3.bucket("halfplan").await;
+    let out = s3.bucket("halfplan-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..2000)
+        .map(|i| (format!("h{}/{i:05}", i % 8), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let scan = format!("halfplan-{}", std::process::id());
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: scan.clone(),
+    };
+    let output = format!("s3://{out}/r/");
+    let plan = [
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &output,
+        "--min-shard-objects",
+        "100",
+    ];
+    fleet.run_ok(&plan);
+    let queue = Queue::connect(
+        &RedisConfig::new(redis_url()),
+        &scan,
+        "test",
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let planned = queue.shard_records().await.unwrap();
+    assert!(planned.len() >= 2, "{} shards", planned.len());
+    // The crash: every other shard never stored, nor the mark.
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let key = |name: &str| format!("bs:{{{scan}}}:{name}");
+    for lost in planned.iter().skip(1).step_by(2) {
+        redis::pipe()
+            .del(key(&format!("shard:{}", lost.id)))
+            .srem(key("shards"), &lost.id)
+            .lrem(key("pending"), 0, &lost.id)
+            .query_async::<()>(&mut con)
+            .await
+            .unwrap();
+    }
+    redis::cmd("HDEL")
+        .arg(key("meta"))
+        .arg("planned")
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+
+    let mut worker = fleet.spawn_worker("half", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    let refused = fleet.command(&["merge"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(75), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("is not planned completely"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // The bucket changes, then the plan is made again.
+    let added: BTreeMap<String, Seeded> = (0..300)
+        .map(|i| (format!("h{}/x{i:04}", i % 3), Seeded::default()))
+        .chain((0..200).map(|i| (format!("n/{i:04}"), Seeded::default())))
+        .collect();
+    s3.seed(&bucket, &added).await;
+    fleet.run_ok(&plan);
+    let ranges: Vec<_> = queue
+        .shard_records()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.shard)
+        .collect();
+    assert_eq!(overlapping(&ranges), None, "no shard overlaps a stored one");
+    assert!(uncovered("", &ranges).is_empty(), "the shards cover the bucket");
+    let mut worker = fleet.spawn_worker("rest", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    fleet.run_ok(&["merge"]);
+    // Objects there for the whole scan: each exactly once; objects created
+    // during it: at most once (those in ranges done before are not seen).
+    let result = s3.read(&out, "r/result.jsonl").await;
+    let keys: Vec<String> = String::from_utf8(result.clone())
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] < w[1]), "in key order, none twice");
+    let mut records = parse_records(&result);
+    assert!(records
+        .keys()
+        .all(|k| seeded.contains_key(k) || added.contains_key(k)));
+    records.retain(|k, _| seeded.contains_key(k));
+    assert_matches_seed(&records, &seeded);
 }

@@ -570,3 +570,274 @@ async fn a_clock_hours_off_is_corrected_from_the_servers_date() {
         assert_matches_seed(&records, &seeded);
     }
 }
+
+/// `scan --quiet` of `bucket` through `endpoint` into the file `NAME.jsonl`,
+/// with `extra` arguments.
+async fn scan_to_file(
+    endpoint: &str,
+    bucket: &str,
+    name: &str,
+    extra: &[&str],
+) -> (Output, std::path::PathBuf) {
+    let out_file = temp_path(&format!("{name}.jsonl"));
+    let mut args = vec![
+        "scan",
+        "--bucket",
+        bucket,
+        "--quiet",
+        "--output",
+        out_file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    (run(worker_command(endpoint, &args)).await, out_file)
+}
+
+/// Answers the first `times` requests that `matches` picks with an S3 error
+/// document of `status` and `code`, then lets them through: a failure that
+/// lasts longer than one request's retries, then passes.
+fn failing_for_a_while(
+    times: usize,
+    status: u16,
+    code: &'static str,
+    matches: impl Fn(&http::request::Parts) -> bool + Send + Sync + 'static,
+) -> impl Fn(&http::request::Parts) -> Option<http::Response<http_body_util::Full<bytes::Bytes>>> + Send + Sync
+{
+    let left = std::sync::atomic::AtomicUsize::new(times);
+    move |req| {
+        if !matches(req) {
+            return None;
+        }
+        let take = |n: usize| n.checked_sub(1);
+        left.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            take,
+        )
+        .ok()
+        .map(|_| fault_proxy::error_document(status, code, "emulated by the fault proxy", &[]))
+    }
+}
+
+/// The HEAD of one key, matched by the proxy.
+fn head_of(key: &'static str) -> impl Fn(&http::request::Parts) -> bool + Send + Sync {
+    move |req| req.method == "HEAD" && fault_proxy::object_key(req).as_deref() == Some(key)
+}
+
+/// A passing fault is no fact about an object. Emulated: one object's HEAD
+/// answers 500 InternalError eleven times in a row and another's 503
+/// SlowDown eleven times, both more than a request's ten attempts. `scan`
+/// waits the throttling out and resumes the shard after the 500s: every
+/// object is exact, no `error` record, exit 0 (before: two error records
+/// and exit 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_that_outlasts_the_retries_resumes_the_shard_and_marks_no_object() {
+    let server = versitygw();
+    let bucket = server.bucket("passing").await;
+    let seeded = objects(300);
+    server.seed(&bucket, &seeded).await;
+    let server_error = failing_for_a_while(11, 500, "InternalError", head_of("obj-00017"));
+    let throttle = failing_for_a_while(11, 503, "SlowDown", head_of("obj-00200"));
+    let proxy = fault_proxy::start(
+        versitygw().endpoint,
+        move |req| server_error(req).or_else(|| throttle(req)),
+        |_, _| {},
+    )
+    .await;
+    let (out, out_file) = scan_to_file(&proxy.url, &bucket, "passing", &[]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains(" 0 errors"), "{err}");
+    let answered = proxy.requests().iter().filter(|r| r.answered_by_rule).count();
+    assert_eq!(answered, 22, "both faults were served in full");
+    assert_matches_seed(&parse_records(&std::fs::read(&out_file).unwrap()), &seeded);
+}
+
+/// The same through `plan`, `run` and `merge`, with the part upload failing
+/// too (500 on its first eleven requests, more than an upload's retries):
+/// the worker keeps its lease, resumes the shard at its checkpoint and
+/// completes it; no shard failed, no error record, the result exact (before:
+/// an error record for the HEAD, and the upload's failure ended the worker).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distributed_scan_resumes_its_shard_after_passing_failures() {
+    let server = versitygw();
+    let bucket = server.bucket("passing-fleet").await;
+    let output = server.bucket("passing-out").await;
+    let seeded = objects(300);
+    server.seed(&bucket, &seeded).await;
+    let head = failing_for_a_while(11, 500, "InternalError", head_of("obj-00123"));
+    let out_bucket = output.clone();
+    let upload = failing_for_a_while(11, 500, "InternalError", move |req| {
+        let target = req.uri.path();
+        matches!(req.method.as_str(), "PUT" | "POST")
+            && fault_proxy::bucket_of(target) == out_bucket
+            && target.contains("/parts/")
+            && !target.ends_with("done.json")
+    });
+    let proxy = fault_proxy::start(
+        versitygw().endpoint,
+        move |req| head(req).or_else(|| upload(req)),
+        |_, _| {},
+    )
+    .await;
+    let redis = std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`");
+    let scan = format!("passing-{}", std::process::id());
+    let fleet = |args: &[&str]| {
+        let mut cmd = worker_command(&proxy.url, args);
+        cmd.args(["--redis", &redis, "--scan", &scan]);
+        cmd
+    };
+    let out_url = format!("s3://{output}/r/");
+    for args in [
+        vec!["plan", "--bucket", &bucket, "--output", &out_url],
+        vec!["run", "--concurrency", "16"],
+        vec!["merge"],
+    ] {
+        let out = run(fleet(&args)).await;
+        assert_success(&out);
+        if args[0] == "run" {
+            let err = stderr(&out);
+            assert!(err.contains("1 shards done, 0 failed"), "{err}");
+            assert!(
+                err.contains("resumes at its checkpoint"),
+                "the pass was resumed: {err}"
+            );
+        }
+    }
+    let answered = proxy.requests().iter().filter(|r| r.answered_by_rule).count();
+    assert_eq!(answered, 22, "both faults were served in full");
+    let records = parse_records(&server.read(&output, "r/result.jsonl").await);
+    assert_matches_seed(&records, &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&server.read(&output, "r/manifest.json").await).unwrap();
+    assert_eq!(
+        manifest["counts"]["errors"].as_u64().unwrap_or(0),
+        0,
+        "{manifest}"
+    );
+}
+
+/// A store that serves `rate` requests per second and turns the rest away
+/// with 503 SlowDown (a token bucket holding a twentieth of a second of
+/// requests: bursts are refused, not queued).
+async fn rate_limited_proxy(rate: f64) -> FaultProxy {
+    let bucket = std::sync::Mutex::new((rate / 20.0, std::time::Instant::now()));
+    fault_proxy::start(
+        versitygw().endpoint,
+        move |_| {
+            let mut b = bucket.lock().unwrap();
+            let now = std::time::Instant::now();
+            b.0 = (b.0 + now.duration_since(b.1).as_secs_f64() * rate).min(rate / 20.0);
+            b.1 = now;
+            if b.0 >= 1.0 {
+                b.0 -= 1.0;
+                return None;
+            }
+            Some(fault_proxy::error_document(
+                503,
+                "SlowDown",
+                "Please reduce your request rate.",
+                &[],
+            ))
+        },
+        |_, _| {},
+    )
+    .await
+}
+
+/// A store that serves 300 requests/s, scanned with 256 HEADs in flight:
+/// the scan slows down to the store (throttled requests wait, the in-process
+/// governor lowers the rate) and completes exact, with no error record
+/// (before: it gave up within seconds, exit 75, or marked objects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_refuses_what_passes_its_rate_slows_the_scan_down_and_ends_nothing() {
+    let server = versitygw();
+    let bucket = server.bucket("slowdown").await;
+    let seeded = objects(1_500);
+    server.seed(&bucket, &seeded).await;
+    let proxy = rate_limited_proxy(300.0).await;
+    let (out, out_file) = scan_to_file(&proxy.url, &bucket, "slowdown", &["--concurrency", "256"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains(" 0 errors"), "{err}");
+    let refused = proxy.requests().iter().filter(|r| r.answered_by_rule).count();
+    assert!(refused > 0, "the store pushed back");
+    assert_matches_seed(&parse_records(&std::fs::read(&out_file).unwrap()), &seeded);
+}
+
+/// Emulates a store whose HEAD answers 404 for a key its listing shows (a
+/// listing that runs ahead of the objects, or a broken node): the 404 is
+/// checked with a LIST of the key, which still shows it, so the record is
+/// an `error` saying so, not `vanished` (before: `vanished`, exit 0, the
+/// object silently missing from the result). A key really deleted during
+/// the scan stays `vanished`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_404_for_a_key_still_listed_is_an_error_record_not_vanished() {
+    let server = versitygw();
+    let bucket = server.bucket("listed-404").await;
+    let seeded = objects(60);
+    server.seed(&bucket, &seeded).await;
+    let proxy = fault_proxy::start(
+        versitygw().endpoint,
+        |req| {
+            let key = fault_proxy::object_key(req)?;
+            (req.method == "HEAD" && key == "obj-00005").then(|| fault_proxy::answer(404, &[], ""))
+        },
+        |_, _| {},
+    )
+    .await;
+    let (out, out_file) = scan_to_file(&proxy.url, &bucket, "listed-404", &[]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let records = parse_records(&std::fs::read(&out_file).unwrap());
+    let rec = &records["obj-00005"];
+    assert_eq!(rec.status, Status::Error, "{rec:?}");
+    assert_eq!(rec.http_status, Some(404), "{rec:?}");
+    assert!(
+        rec.error
+            .as_deref()
+            .unwrap()
+            .contains("listing still shows the key"),
+        "{rec:?}"
+    );
+    assert_eq!(records.len(), seeded.len());
+}
+
+/// Emulates a store whose listing is not UTF-8 (a key stored with a byte
+/// that is no character): the scan refuses it with a clear error, where a
+/// lossy decoding made the key another key whose HEAD answered 404 and the
+/// object was recorded `vanished` (exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_that_is_not_utf8_is_refused() {
+    let server = versitygw();
+    let bucket = server.bucket("not-utf8").await;
+    server.seed(&bucket, &objects(3)).await;
+    let proxy = fault_proxy::start(
+        versitygw().endpoint,
+        |req| {
+            let listing = req.method == "GET" && req.uri.query().is_some_and(|q| q.contains("list-type=2"));
+            if !listing {
+                return None;
+            }
+            let mut body = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult><Name>b</Name><Prefix></Prefix>\
+                <KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated><Contents><Key>bad"
+                .to_vec();
+            body.push(0xff);
+            body.extend_from_slice(
+                b"</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified><ETag>\"x\"</ETag><Size>1</Size>\
+                  <StorageClass>STANDARD</StorageClass></Contents></ListBucketResult>",
+            );
+            let resp = http::Response::builder()
+                .status(200)
+                .header("content-type", "application/xml")
+                .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                .unwrap();
+            Some(resp)
+        },
+        |_, _| {},
+    )
+    .await;
+    let (out, _) = scan_to_file(&proxy.url, &bucket, "not-utf8", &[]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("a listing that is not valid UTF-8"), "{err}");
+}

@@ -125,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
 async fn record_parts(s3: &Arc<S3>, queue: &Queue, spec: &ScanSpec, n: usize) -> anyhow::Result<()> {
     queue.set_spec(spec).await?;
     queue.enqueue(&[Shard::prefix("")]).await?;
+    queue.mark_plan_complete("{}").await?;
     let Some(mut lease) = queue.take().await? else {
         bail!("the shard just enqueued was not leased");
     };

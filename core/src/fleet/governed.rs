@@ -101,6 +101,40 @@ pub async fn govern(queue: Queue, engine: Arc<Engine>, window: Duration, cfg: Go
     }
 }
 
+/// The governor of a scan in one process (`scan`): the fleet's state
+/// machines, stepped here every `window` from this engine's counts alone,
+/// without Redis. Runs until the task is dropped.
+pub async fn govern_alone(engine: Arc<Engine>, window: Duration, cfg: GovernorConfig) {
+    let mut last = (Sample::of(&engine), tokio::time::Instant::now());
+    let mut states = Governors::new();
+    loop {
+        tokio::time::sleep(window).await;
+        let now = (Sample::of(&engine), tokio::time::Instant::now());
+        let windows = alone_windows(&now.0, &last.0, now.1.duration_since(last.1));
+        states = step_all(&states, &windows, &cfg);
+        apply(&engine, &rates(&states, &cfg, 1));
+        last = now;
+    }
+}
+
+/// One process's window, as the fleet's would be with it as its only sender.
+fn alone_windows(now: &Sample, last: &Sample, elapsed: Duration) -> BTreeMap<String, Window> {
+    now.window_since(last)
+        .into_iter()
+        .map(|(partition, requests, throttles, latency_us)| {
+            let senders = u64::from(requests > 0);
+            let w = Window {
+                secs: elapsed.as_secs_f64(),
+                requests,
+                throttles,
+                latency_us,
+                senders,
+            };
+            (partition, w)
+        })
+        .collect()
+}
+
 /// Set the engine's rates, each within its per-process ceiling.
 pub fn apply(engine: &Engine, rates: &Rates) {
     engine.set_rate(rates.all);
@@ -189,6 +223,47 @@ pub fn parse_window(fields: &[(String, String)], elapsed: Duration) -> BTreeMap<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store of capacity `capacity` that answers 503 to what goes past it
+    /// and to `sporadic` of the rest, driven by a process that wants 10x
+    /// that: the in-process governor brings the rate down to the store and
+    /// keeps it near its capacity (within the governor's probing).
+    #[test]
+    fn a_process_alone_settles_at_the_store_s_capacity() {
+        let cfg = GovernorConfig::default();
+        let capacity = 400.0;
+        let mut states = Governors::new();
+        let mut served = vec![];
+        for window in 0..120u64 {
+            let allowed = rates(&states, &cfg, 1).all.unwrap_or(4_000.0).min(4_000.0);
+            let answered = allowed.min(capacity);
+            let refused = (allowed - answered).round() as u64 + (window % 7 == 0) as u64;
+            let sample = |heads: f64, throttles: u64| Sample {
+                total: CountersSnapshot {
+                    heads: heads as u64,
+                    throttles,
+                    head_micros: heads as u64 * 1_000,
+                    ..CountersSnapshot::default()
+                },
+                partitions: BTreeMap::new(),
+            };
+            let windows = alone_windows(
+                &sample(answered, refused),
+                &sample(0.0, 0),
+                Duration::from_secs(1),
+            );
+            states = step_all(&states, &windows, &cfg);
+            served.push(answered);
+        }
+        let late = &served[60..];
+        let mean = late.iter().sum::<f64>() / late.len() as f64;
+        assert!(
+            mean >= 0.9 * capacity,
+            "served {mean:.0}/s of {capacity}: {served:?}"
+        );
+        let rate = rates(&states, &cfg, 1).all.expect("governed");
+        assert!(rate < 1.2 * capacity, "the rate stays near the capacity: {rate}");
+    }
 
     #[test]
     fn the_fleet_window_is_read_by_partition() {

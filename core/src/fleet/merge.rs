@@ -14,16 +14,18 @@
 //! Parquet parts cannot be joined byte-wise: a big part is copied as a file
 //! of its own, runs of small ones are read and written again (`rewrite`).
 //!
-//! May import: `spec`, `queue`, `merge_plan`, `rewrite`, `scan` (the output format) and `s3`.
+//! May import: `spec`, `queue`, `merge_plan`, `rewrite`, `scan` (the output format), `keyspace` and `s3`.
 
 use crate::fleet::merge_plan::{
-    plan_copy, plan_files, plan_from_files, plan_parquet_files, plan_single, single_size, FilePlan, PartIn,
-    SinglePlan,
+    files_fit_one_object, plan_copy, plan_files, plan_from_files, plan_parquet_files, plan_single,
+    single_size, FilePlan, PartIn, SinglePlan,
 };
 use crate::fleet::queue::PartStats;
 use crate::fleet::queue::{Queue, QueueError, ShardRecord};
 use crate::fleet::rewrite::rewrite_parquet;
 use crate::fleet::spec::ScanSpec;
+use crate::keyspace::coverage::{overlapping, uncovered};
+use crate::keyspace::shard::Shard;
 use crate::s3::compose::{compose, Composed, Piece, Target};
 use crate::s3::delete::delete_prefix;
 use crate::s3::error::S3Error;
@@ -52,6 +54,12 @@ pub enum MergeError {
     NotPlanned(String),
     #[error("scan is not finished: {pending} shards pending, {leased} being scanned")]
     NotFinished { pending: u64, leased: u64 },
+    #[error("scan {0:?} is not planned completely (its planner stopped before the last shard): plan it again, then merge")]
+    PlanIncomplete(String),
+    /// The stored shards overlap or leave a gap: a result from them would
+    /// hold keys twice or miss some, so none is written.
+    #[error("the scan's shards do not tile its keyspace: {0}; nothing was merged")]
+    NotTiled(String),
     #[error("recorded part {0} is missing from the output bucket")]
     MissingPart(String),
     #[error("part {key}: {reason}")]
@@ -60,6 +68,19 @@ pub enum MergeError {
     TooBigForSingle { files: usize, file_size: u64 },
     #[error("the result would be {bytes} bytes, more than S3's largest object (5 TiB): scan with layout dataset (nothing was written; the parts are kept)")]
     OverMaxObject { bytes: u64 },
+}
+
+impl MergeError {
+    /// A cause that may pass (the scan still running, a plan to complete,
+    /// the store or Redis away): merging again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            MergeError::NotFinished { .. } | MergeError::PlanIncomplete(_) => true,
+            MergeError::S3(e) => e.is_retryable(),
+            MergeError::Queue(q) => q.is_transient(),
+            _ => false,
+        }
+    }
 }
 
 /// Written as JSON beside the result.
@@ -110,13 +131,6 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         .spec()
         .await?
         .ok_or_else(|| MergeError::NotPlanned(scan.to_string()))?;
-    let counts = queue.counts().await?;
-    if counts.pending > 0 || counts.leased > 0 {
-        return Err(MergeError::NotFinished {
-            pending: counts.pending,
-            leased: counts.leased,
-        });
-    }
     if let Some(manifest) = queue.meta_field("manifest").await? {
         // Already merged: the recorded manifest stands. Deleting the parts
         // again finishes a merge that died while deleting them.
@@ -126,7 +140,29 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
             serde_json::from_str(&manifest).map_err(|e| S3Error::Other(format!("stored manifest: {e}")))?
         );
     }
+    if let Some(manifest) = written_manifest(scan, queue, s3, &spec).await? {
+        // Merged before, and Redis lost the manifest since (a restart, a
+        // rollback): the parts may be gone, but the result and its
+        // manifest are whole. Adopt them.
+        tracing::warn!("Redis lost this scan's manifest; adopting manifest.json from S3");
+        let json = serde_json::to_string_pretty(&manifest).expect("a manifest serializes");
+        queue.set_meta_field("manifest", &json).await?;
+        delete_prefix(s3, &spec.output_bucket, &spec.parts_prefix()).await?;
+        return Ok(manifest);
+    }
+    let counts = queue.counts().await?;
+    if counts.pending > 0 || counts.leased > 0 {
+        return Err(MergeError::NotFinished {
+            pending: counts.pending,
+            leased: counts.leased,
+        });
+    }
+    if queue.plan_complete().await?.is_none() {
+        return Err(MergeError::PlanIncomplete(scan.to_string()));
+    }
     let shards = queue.shard_records().await?;
+    check_finished(&shards)?;
+    check_tiling(&spec.prefix, &shards)?;
     let mut keys = Vec::new();
     for shard in &shards {
         keys.extend(queue.parts(&shard.id).await?);
@@ -182,6 +218,60 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         .await?;
     delete_prefix(s3, bucket, &spec.parts_prefix()).await?;
     Ok(manifest)
+}
+
+/// The `manifest.json` a merge of this very scan wrote, if there is one:
+/// same scan, same spec, and made from the plan Redis still holds (its
+/// `created` time), so a result of an earlier scan of the same name and
+/// output is never taken for this one's. A manifest is written only once
+/// every shard finished, so one found is whole.
+async fn written_manifest(
+    scan: &str,
+    queue: &Queue,
+    s3: &S3,
+    spec: &ScanSpec,
+) -> Result<Option<Manifest>, MergeError> {
+    let body = match s3.get(&spec.output_bucket, &spec.manifest_key(), None).await {
+        Ok(body) => body,
+        Err(e) if e.http_status() == Some(404) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let Ok(manifest) = serde_json::from_slice::<Manifest>(&body) else {
+        return Ok(None);
+    };
+    let created = queue.meta_field("created").await?;
+    let ours =
+        manifest.scan == scan && manifest.spec == *spec && created.is_some() && manifest.created == created;
+    Ok(ours.then_some(manifest))
+}
+
+/// Every shard done or dead (the counts above come from other keys than
+/// the shards' own states, which a Redis that lost writes may disagree with).
+fn check_finished(shards: &[ShardRecord]) -> Result<(), MergeError> {
+    let count = |pick: &dyn Fn(&str) -> bool| shards.iter().filter(|s| pick(&s.state)).count() as u64;
+    let leased = count(&|state| state == "leased");
+    let pending = count(&|state| !matches!(state, "done" | "dead" | "leased"));
+    if pending + leased > 0 {
+        return Err(MergeError::NotFinished { pending, leased });
+    }
+    Ok(())
+}
+
+/// The shards must tile the scan's keyspace: pairwise disjoint, and their
+/// union the whole prefix.
+fn check_tiling(prefix: &str, shards: &[ShardRecord]) -> Result<(), MergeError> {
+    let ranges: Vec<Shard> = shards.iter().map(|s| s.shard.clone()).collect();
+    if let Some((a, b)) = overlapping(&ranges) {
+        return Err(MergeError::NotTiled(format!(
+            "shards {a} and {b} overlap (keys in both would be in the result twice)"
+        )));
+    }
+    if let Some(gap) = uncovered(prefix, &ranges).first() {
+        return Err(MergeError::NotTiled(format!(
+            "no shard covers {gap} (its keys would be missing)"
+        )));
+    }
+    Ok(())
 }
 
 /// A recorded part with its size (from one LIST of the parts, not a HEAD
@@ -308,6 +398,12 @@ async fn write_single(
             Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
         }
         SinglePlan::TwoLevel(plans) => {
+            if !files_fit_one_object(&plans, lead, |i| spec.data_key(i)) {
+                return Err(MergeError::TooBigForSingle {
+                    files: plans.len(),
+                    file_size: spec.file_size,
+                });
+            }
             let files = write_files(s3, spec, parts, plans).await?;
             let keys: Vec<String> = (0..files.len()).map(|i| spec.data_key(i)).collect();
             let sizes: Vec<u64> = files.iter().map(|f| f.bytes).collect();

@@ -101,6 +101,18 @@ pub fn plan_from_files(keys: &[String], sizes: &[u64], lead: &Bytes) -> Option<V
     (planner.parts() <= MAX_PARTS).then(|| planner.finish())
 }
 
+/// Can the data files `files` will write be joined into one object (at most
+/// 10,000 parts)? Known from their plans, so a result that cannot fit is
+/// refused before any file is written.
+pub fn files_fit_one_object(files: &[FilePlan], lead: &Bytes, key: impl Fn(usize) -> String) -> bool {
+    let keys: Vec<String> = (0..files.len()).map(key).collect();
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|f| f.pieces.iter().map(Piece::bytes).sum())
+        .collect();
+    plan_from_files(&keys, &sizes, lead).is_some()
+}
+
 /// A Parquet part at least this big (or half the file size, if less) is a
 /// dataset file of its own, copied on the server: big enough for readers, and
 /// the merger reads no byte of it. It also bounds what the merger holds per
@@ -251,5 +263,25 @@ mod tests {
         let keys: Vec<String> = (0..10_001).map(|i| i.to_string()).collect();
         assert!(plan_from_files(&keys, &vec![6 * MIB; 10_001], &Bytes::new()).is_none());
         assert!(plan_from_files(&keys[..10_000], &vec![6 * MIB; 10_000], &Bytes::new()).is_some());
+    }
+
+    /// The two-level single result is judged from the files' plans, before
+    /// a file is written (it was judged from the written files, so a result
+    /// that could not fit left up to 10,001 files behind).
+    #[test]
+    fn whether_the_files_fit_one_object_is_known_before_writing_them() {
+        let lead = Bytes::new();
+        // 10,001 parts of 6 MiB at a 6 MiB file size: 10,001 files, one too many.
+        let input = parts(std::iter::repeat_n(6 * MIB, 10_001));
+        let SinglePlan::TwoLevel(files) = plan_single(&input, &lead, 6 * MIB) else {
+            panic!("two levels");
+        };
+        assert_eq!(files.len(), 10_001);
+        assert!(!files_fit_one_object(&files, &lead, |i| format!("data/{i}")));
+        let input = parts(std::iter::repeat_n(6 * MIB, 10_001));
+        let SinglePlan::TwoLevel(files) = plan_single(&input, &lead, 12 * MIB) else {
+            panic!("two levels");
+        };
+        assert!(files_fit_one_object(&files, &lead, |i| format!("data/{i}")));
     }
 }

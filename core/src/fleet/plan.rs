@@ -1,11 +1,20 @@
 //! Planning a distributed scan: check both buckets, cut the keyspace into
-//! shards with LIST only, store the spec and queue the shards. The worker's
-//! `plan` command and the operator both do it this way.
+//! shards with LIST only, store the spec and queue the shards, and last mark
+//! the plan complete. The worker's `plan` command and the operator both do
+//! it this way.
+//!
+//! A plan is made once. Shards go in by batches, so a planner that dies
+//! midway leaves some; planning again then does not tile the keyspace anew
+//! (a changed bucket tiles differently, and new shards would overlap the
+//! stored ones: keys twice in the result) but queues exactly the ranges the
+//! stored shards leave uncovered. Only the mark says the plan is whole: the
+//! merge refuses without it (see `merge`).
 //!
 //! May import: `spec`, `queue`, `keyspace` and `s3`.
 
 use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::{check_output, ScanSpec};
+use crate::keyspace::coverage::uncovered;
 use crate::keyspace::planner::{plan, BucketLister, PlanOptions};
 use crate::s3::error::S3Error;
 use crate::s3::S3;
@@ -42,7 +51,7 @@ impl PlanError {
 
 /// Shards planned, and how many of them were new to the queue (planning
 /// again adds nothing twice).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Planned {
     pub shards: usize,
     pub added: usize,
@@ -73,25 +82,60 @@ pub async fn plan_scan(
             bucket: spec.output_bucket.clone(),
             source,
         })?;
-    let lister = BucketLister {
-        s3,
-        bucket: &spec.bucket,
+    if let Some(done) = plan_of(queue).await? {
+        return Ok(Planned { added: 0, ..done });
+    }
+    let stored = queue.shard_ranges().await?;
+    let (shards, estimated_objects) = if stored.is_empty() {
+        let lister = BucketLister {
+            s3,
+            bucket: &spec.bucket,
+        };
+        let opts = PlanOptions {
+            prefix: spec.prefix.clone(),
+            ..opts.clone()
+        };
+        let planned = plan(&lister, &opts).await.map_err(PlanError::Planning)?;
+        let estimated: u64 = planned.iter().map(|s| s.estimated_objects).sum();
+        // Refused before anything is stored: a single result that cannot fit
+        // would otherwise fail only at the merge, after the whole scan.
+        check(estimated)?;
+        (planned.into_iter().map(|p| p.shard).collect(), estimated)
+    } else {
+        // A plan that died midway: never tile again, fill its gaps.
+        tracing::warn!(
+            stored = stored.len(),
+            "a plan that did not finish: queueing the ranges its shards leave"
+        );
+        (uncovered(&spec.prefix, &stored), 0)
     };
-    let opts = PlanOptions {
-        prefix: spec.prefix.clone(),
-        ..opts.clone()
-    };
-    let shards = plan(&lister, &opts).await.map_err(PlanError::Planning)?;
-    // Refused before anything is stored: a single result that cannot fit
-    // would otherwise fail only at the merge, after the whole scan.
-    check(shards.iter().map(|s| s.estimated_objects).sum())?;
     queue.set_spec(spec).await?;
-    let added = queue
-        .enqueue(&shards.iter().map(|p| p.shard.clone()).collect::<Vec<_>>())
-        .await?;
-    Ok(Planned {
-        shards: shards.len(),
+    let added = queue.enqueue(&shards).await?;
+    let planned = Planned {
+        shards: stored.len() + shards.len(),
         added,
-        estimated_objects: shards.iter().map(|p| p.estimated_objects).sum(),
-    })
+        estimated_objects,
+    };
+    mark_planned(queue, &planned).await?;
+    Ok(planned)
+}
+
+/// The plan of a scan whose plan is complete, `None` before that.
+pub async fn plan_of(queue: &Queue) -> Result<Option<Planned>, QueueError> {
+    let Some(json) = queue.plan_complete().await? else {
+        return Ok(None);
+    };
+    // A mark that does not parse still marks the plan complete.
+    let unknown = Planned {
+        shards: 0,
+        added: 0,
+        estimated_objects: 0,
+    };
+    Ok(Some(serde_json::from_str(&json).unwrap_or(unknown)))
+}
+
+/// Mark the plan complete: every shard is stored.
+pub async fn mark_planned(queue: &Queue, planned: &Planned) -> Result<(), QueueError> {
+    let json = serde_json::to_string(planned).expect("serialisable");
+    queue.mark_plan_complete(&json).await
 }

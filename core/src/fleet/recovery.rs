@@ -81,7 +81,19 @@ pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, Reco
 
 /// Plan a scan whose Redis state is gone: restore every finished shard from
 /// its done record, queue the ranges none covers. Returns (restored, queued).
+///
+/// When Redis still holds shards (it lost only the mark, or part of a
+/// plan), they stand and only the ranges they leave are queued: restoring
+/// done records beside them could overlap them.
 pub async fn replan(s3: &S3, spec: &ScanSpec, queue: &Queue) -> Result<(usize, usize), RecoveryError> {
+    let stored = queue.shard_ranges().await?;
+    if !stored.is_empty() {
+        let gaps = uncovered(&spec.prefix, &stored);
+        queue.set_spec(spec).await?;
+        queue.enqueue(&gaps).await?;
+        mark(queue, stored.len() + gaps.len()).await?;
+        return Ok((0, gaps.len()));
+    }
     let done = read_done(s3, spec).await?;
     for record in &done {
         queue
@@ -92,5 +104,12 @@ pub async fn replan(s3: &S3, spec: &ScanSpec, queue: &Queue) -> Result<(usize, u
     let gaps = uncovered(&spec.prefix, &ranges);
     queue.set_spec(spec).await?;
     queue.enqueue(&gaps).await?;
+    mark(queue, done.len() + gaps.len()).await?;
     Ok((done.len(), gaps.len()))
+}
+
+/// Mark the plan complete (as `plan::mark_planned` does, in its terms).
+async fn mark(queue: &Queue, shards: usize) -> Result<(), QueueError> {
+    let summary = serde_json::json!({"shards": shards, "added": 0, "estimated_objects": 0});
+    queue.mark_plan_complete(&summary.to_string()).await
 }

@@ -20,6 +20,7 @@ use crate::s3::error::S3Error;
 use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
 use crate::scan::record::{Record, Status};
+use crate::scan::resume::Resumption;
 use futures::FutureExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,6 +97,24 @@ enum Ended {
     Failed,
     Released,
     Lost,
+}
+
+/// How one pass over a lease's range ended.
+enum Pass {
+    Ended(Ended),
+    /// An S3 failure of the scan, a part upload or `done.json`: the shard
+    /// may resume (transient) or fails (final).
+    Failed(S3Error),
+}
+
+/// An S3 failure becomes the shard's (`Ok(Err)`); a queue failure stays the
+/// worker's (`Err`): without Redis no shard can be recorded.
+fn s3_failure<T>(r: Result<T, RunError>) -> Result<Result<T, S3Error>, RunError> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(RunError::S3(e)) => Ok(Err(e)),
+        Err(e) => Err(e),
+    }
 }
 
 pub struct Runner {
@@ -244,14 +263,69 @@ impl Runner {
     /// Scan one leased shard. `lease` follows what this worker recorded (its
     /// range after splits, its checkpoint after commits): every step that
     /// records progress sends it, so Redis can refuse when it lost writes.
+    ///
+    /// A transient S3 failure (throttling past a request's retries, a 5xx, a
+    /// reset; of a LIST, a HEAD or a part upload) is not the shard's fault:
+    /// the worker keeps the lease, pauses and scans on from the checkpoint.
+    /// It counts as the shard's failure only after the resume policy's
+    /// patience passed without a new checkpoint.
     async fn process(&self, mut lease: Lease, split_wanted: &Notify) -> Result<Ended, RunError> {
+        let lost = CancellationToken::new();
+        // It ends with this function, however it ends (`?`, panic).
+        let _heartbeat = self.spawn_heartbeat(&lease, lost.clone());
+        let mut resumption = Resumption::new(self.engine.resume.clone());
+        loop {
+            let checkpoint = lease.checkpoint.clone();
+            let e = match self.pass(&mut lease, split_wanted, &lost).await? {
+                Pass::Ended(ended) => return Ok(ended),
+                Pass::Failed(e) => e,
+            };
+            let pause = e
+                .is_retryable()
+                .then(|| resumption.after_failure(lease.checkpoint != checkpoint))
+                .flatten();
+            let Some(pause) = pause else {
+                tracing::warn!(shard = %lease.shard, error = %e, "shard failed");
+                let fail = Finish::Fail {
+                    error: e.to_string(),
+                    max_failures: self.spec.max_failures,
+                };
+                self.queue.finish(&lease, &fail).await?;
+                return Ok(Ended::Failed);
+            };
+            self.engine
+                .counters
+                .resumed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                shard = %lease.shard, resume_after = ?lease.checkpoint, error = %e, pause_ms = pause.as_millis() as u64,
+                "transient failure: the shard resumes at its checkpoint"
+            );
+            tokio::select! {
+                biased;
+                _ = lost.cancelled() => return Ok(Ended::Lost),
+                _ = self.stop.cancelled() => {
+                    self.queue.finish(&lease, &Finish::Release).await?;
+                    return Ok(Ended::Released);
+                }
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// One pass over the lease's range from its checkpoint: until the range
+    /// is done, the lease is lost or released, or a failure (whose records
+    /// before it are committed when they can be).
+    async fn pass(
+        &self,
+        lease: &mut Lease,
+        split_wanted: &Notify,
+        lost: &CancellationToken,
+    ) -> Result<Pass, RunError> {
         let range = match &lease.checkpoint {
             Some(c) => lease.shard.resumed_after(c),
             None => lease.shard.clone(),
         };
-        let lost = CancellationToken::new();
-        // Both tasks end with this function, however it ends (`?`, panic).
-        let _heartbeat = self.spawn_heartbeat(&lease, lost.clone());
         let (tx, mut rx) = mpsc::channel::<Record>(4096);
         let frontier = Arc::new(Frontier::default());
         let mut scan = {
@@ -263,13 +337,14 @@ impl Runner {
         let mut part = Part::new(lease.checkpoint.clone());
         let mut stopped = false;
         let mut lease_lost = false;
+        let mut written = Ok(());
         loop {
             tokio::select! {
                 biased;
                 _ = lost.cancelled() => { lease_lost = true; break; }
                 _ = self.stop.cancelled() => { stopped = true; break; }
                 _ = split_wanted.notified(), if self.opts.split => {
-                    if !self.split(&mut lease, &frontier, part.written_up_to()).await? {
+                    if !self.split(lease, &frontier, part.written_up_to()).await? {
                         lease_lost = true;
                         break;
                     }
@@ -280,53 +355,70 @@ impl Runner {
                         continue; // listed before a split: the upper part's worker has it
                     }
                     let keep = self.engine.keep(&record);
-                    part.add(record, keep, &self.spec, &lease, self.engine.s3.clone()).await?;
-                    if part.is_full(&self.opts) && !self.close_part(&mut lease, &mut part).await? {
-                        lease_lost = true;
+                    written = part.add(record, keep, &self.spec, lease, self.engine.s3.clone()).await;
+                    if written.is_err() {
                         break;
+                    }
+                    if part.is_full(&self.opts) {
+                        match s3_failure(self.close_part(lease, &mut part).await)? {
+                            Ok(true) => {}
+                            Ok(false) => { lease_lost = true; break; }
+                            Err(e) => { written = Err(e); break; }
+                        }
                     }
                 }
             }
         }
         drop(rx);
-        let ended = if lease_lost {
+        if lease_lost || stopped || written.is_err() {
             scan.0.abort();
+        }
+        if lease_lost {
             part.abort().await;
             tracing::warn!(shard = %lease.shard, "lease lost; another worker owns the shard now");
-            Ended::Lost
-        } else if stopped {
-            scan.0.abort();
-            if self.close_part(&mut lease, &mut part).await? {
-                self.queue.finish(&lease, &Finish::Release).await?;
-            }
-            Ended::Released
-        } else {
-            let scanned = (&mut scan.0)
-                .await
-                .unwrap_or_else(|e| Err(S3Error::Other(format!("scan task failed: {e}"))));
-            // What was read before a failure is good: keep it.
-            let recorded = self.close_part(&mut lease, &mut part).await?;
-            match (recorded, scanned) {
-                (false, _) => Ended::Lost,
-                (true, Ok(_)) => {
-                    self.record_done(&lease).await?;
-                    match self.queue.finish(&lease, &Finish::Done).await?.as_str() {
-                        "done" => Ended::Done,
-                        _ => Ended::Lost,
+            return Ok(Pass::Ended(Ended::Lost));
+        }
+        if let Err(e) = written {
+            part.abort().await;
+            return Ok(Pass::Failed(e));
+        }
+        if stopped {
+            return Ok(Pass::Ended(
+                match s3_failure(self.close_part(lease, &mut part).await)? {
+                    Ok(true) | Err(_) => {
+                        self.queue.finish(lease, &Finish::Release).await?;
+                        Ended::Released
                     }
-                }
-                (true, Err(e)) => {
-                    tracing::warn!(shard = %lease.shard, error = %e, "shard failed");
-                    let fail = Finish::Fail {
-                        error: e.to_string(),
-                        max_failures: self.spec.max_failures,
-                    };
-                    self.queue.finish(&lease, &fail).await?;
-                    Ended::Failed
-                }
+                    Ok(false) => Ended::Lost,
+                },
+            ));
+        }
+        let scanned = (&mut scan.0)
+            .await
+            .unwrap_or_else(|e| Err(S3Error::Other(format!("scan task failed: {e}"))));
+        // What was read before a failure is good: keep it.
+        let recorded = match s3_failure(self.close_part(lease, &mut part).await)? {
+            Ok(recorded) => recorded,
+            Err(e) => {
+                part.abort().await;
+                return Ok(Pass::Failed(e));
             }
         };
-        Ok(ended)
+        if !recorded {
+            return Ok(Pass::Ended(Ended::Lost));
+        }
+        if let Err(e) = scanned {
+            return Ok(Pass::Failed(e));
+        }
+        if let Err(e) = s3_failure(self.record_done(lease).await)? {
+            return Ok(Pass::Failed(e));
+        }
+        Ok(Pass::Ended(
+            match self.queue.finish(lease, &Finish::Done).await?.as_str() {
+                "done" => Ended::Done,
+                _ => Ended::Lost,
+            },
+        ))
     }
 
     /// Leave the finished shard's record in S3, so a scan whose Redis state
@@ -370,8 +462,15 @@ impl Runner {
             s3: &self.engine.s3,
             bucket: &self.spec.bucket,
         };
-        let Some(at) = split_point(&lister, &remaining, SPLIT_PROBES).await? else {
-            return Ok(true);
+        let at = match split_point(&lister, &remaining, SPLIT_PROBES).await {
+            Ok(Some(at)) => at,
+            Ok(None) => return Ok(true),
+            // No split this time (the idle worker asks again); the shard's
+            // own scan meets the store on its own terms.
+            Err(e) => {
+                tracing::warn!(shard = %lease.shard, error = %e, "choosing a split point failed; not splitting now");
+                return Ok(true);
+            }
         };
         match self.queue.split(lease, &at).await? {
             Split::Done { lower, upper } => {

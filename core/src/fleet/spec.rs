@@ -2,7 +2,7 @@
 //! read by every worker and by the merge, so workers need only the Redis URL,
 //! the scan id and the endpoint.
 //!
-//! May import: `keyspace`, `scan::format` and `s3::upload` (its limits).
+//! May import: `keyspace`, `scan::format`, `scan::dataset` (file names) and `s3::upload` (its limits).
 
 use crate::s3::upload::{MAX_OBJECT_SIZE, MAX_PARTS};
 use crate::scan::format::{Format, Layout};
@@ -125,9 +125,11 @@ impl ScanSpec {
         format!("{}data/", self.output_prefix)
     }
 
-    /// Data file number `n` (from 0): zero-padded so names sort in key order.
+    /// Data file number `n` (from 0): named so that names sort in key order
+    /// (`000000`, ..., `999999`, then `~071000000`, ...).
     pub fn data_key(&self, n: usize) -> String {
-        format!("{}{n:06}.{}", self.data_prefix(), self.extension())
+        let name = crate::scan::dataset::sortable(n, 6);
+        format!("{}{name}.{}", self.data_prefix(), self.extension())
     }
 
     /// The key of one output part: the part of shard `shard_id` that lease

@@ -1,6 +1,7 @@
 //! Coverage arithmetic: which parts of a prefix's keyspace a set of disjoint
-//! shards leaves out, as shards. Recovery uses it to queue exactly the ranges
-//! no finished shard covers.
+//! shards leaves out, as shards, and whether shards overlap. Recovery and a
+//! plan that died midway use it to queue exactly the ranges no shard covers;
+//! the merge uses both to refuse shards that do not tile the keyspace.
 //!
 //! May import: `shard` only.
 
@@ -43,6 +44,51 @@ pub fn uncovered(prefix: &str, covered: &[Shard]) -> Vec<Shard> {
         });
     }
     gaps
+}
+
+/// Two shards that share a possible key, if any (the first such pair in key
+/// order): a key in both would be scanned, and written, twice.
+pub fn overlapping(shards: &[Shard]) -> Option<(Shard, Shard)> {
+    let mut sorted: Vec<&Shard> = shards.iter().collect();
+    sorted.sort_by(|a, b| a.cmp_in_key_order(b));
+    // The shard seen so far that reaches furthest, and its exclusive end
+    // (`None`: unbounded). Every earlier shard starts at or before the next
+    // one, so the next overlaps one of them exactly when it holds a key
+    // below this reach.
+    let mut reach: Option<(&Shard, Option<String>)> = None;
+    for shard in sorted {
+        let (after, before) = shard.exclusive_bounds();
+        if let Some((holder, end)) = &reach {
+            if has_key_between(after.as_deref(), least(end.as_deref(), before.as_deref())) {
+                return Some(((*holder).clone(), shard.clone()));
+            }
+        }
+        let further = match &reach {
+            None => true,
+            Some((_, end)) => end.is_some() && before.as_ref().is_none_or(|b| Some(b) > end.as_ref()),
+        };
+        if further {
+            reach = Some((shard, before));
+        }
+    }
+    None
+}
+
+/// The lower of two exclusive ends (`None`: unbounded).
+fn least<'a>(a: Option<&'a str>, b: Option<&'a str>) -> Option<&'a str> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+/// Is there a valid key `k` with `after < k < before` (`None`: unbounded)?
+/// The greatest valid key below `before` decides: keys are bounded in
+/// length, so `after` followed by U+0000 may be no key (after a bound that
+/// [`key_before`] padded to the longest key).
+fn has_key_between(after: Option<&str>, before: Option<&str>) -> bool {
+    let Some(before) = before else { return true };
+    key_before(before).is_some_and(|greatest| after.is_none_or(|a| greatest.as_str() > a))
 }
 
 #[cfg(test)]
@@ -91,5 +137,63 @@ mod tests {
         check("p/", &[Shard::prefix("p/05/"), Shard::prefix("p/25/"), mid]);
         check("", &[Shard::prefix("p/"), Shard::prefix("q")]);
         assert_eq!(uncovered("p/", &[low, high]), Vec::<Shard>::new());
+    }
+
+    #[test]
+    fn overlapping_shards_are_found_and_a_tiling_has_none() {
+        let whole = Shard::prefix("p/");
+        let (low, high) = whole.split_after("p/10/100");
+        let (mid, top) = high.split_after("p/20/200");
+        assert_eq!(overlapping(&[top.clone(), low.clone(), mid.clone()]), None);
+        assert_eq!(
+            overlapping(&[Shard::prefix("p/05/"), Shard::prefix("p/25/")]),
+            None
+        );
+        let only_p = Shard {
+            prefix: "p/".into(),
+            start_after: None,
+            end: Some("p/\0".into()),
+        };
+        let after_p = Shard {
+            prefix: "p/".into(),
+            start_after: Some("p/".into()),
+            end: None,
+        };
+        assert_eq!(
+            overlapping(&[after_p.clone(), only_p.clone()]),
+            None,
+            "they only touch"
+        );
+        // A gap that starts after the greatest key below `h4/`: the key
+        // after that bound is `h4/` itself, not the bound and U+0000 (a key
+        // longer than S3 allows).
+        let below = Shard {
+            prefix: String::new(),
+            start_after: None,
+            end: Some("h4/".into()),
+        };
+        let gap = Shard {
+            prefix: String::new(),
+            start_after: key_before("h4/"),
+            end: None,
+        };
+        assert_eq!(overlapping(&[below.clone(), gap.clone()]), None);
+        assert!(uncovered("", &[below, gap]).is_empty());
+        // A second plan that tiled the bucket differently.
+        let (other_low, _) = whole.split_after("p/15/000");
+        assert!(overlapping(&[low.clone(), high.clone(), other_low.clone()]).is_some());
+        // A shard inside another, far from its neighbours.
+        let inside = Shard::prefix("p/12/");
+        let found =
+            overlapping(&[low.clone(), mid.clone(), top.clone(), whole.clone(), inside]).expect("overlap");
+        assert!(found.0 == whole || found.1 == whole, "{found:?}");
+        // Every pair found shares a key of the test keyspace.
+        for pair in [[low.clone(), other_low.clone()], [whole.clone(), top.clone()]] {
+            let (a, b) = overlapping(&pair).expect("overlap");
+            assert!(
+                keys().iter().any(|k| a.contains(k) && b.contains(k)),
+                "{a:?} {b:?}"
+            );
+        }
     }
 }

@@ -59,6 +59,18 @@ impl Shard {
         }
     }
 
+    /// Key order of disjoint shards: by where their keys begin, then where
+    /// they end (an unbounded end last). [`Shard::lower_bound`] alone ties
+    /// between a shard that holds the key `p/` and its sibling that starts
+    /// after it (`start_after: p/`), and a tie leaves a merge unsorted.
+    pub fn cmp_in_key_order(&self, other: &Shard) -> std::cmp::Ordering {
+        let (a_after, a_before) = self.exclusive_bounds();
+        let (b_after, b_before) = other.exclusive_bounds();
+        a_after
+            .cmp(&b_after)
+            .then_with(|| (a_before.is_none(), a_before).cmp(&(b_before.is_none(), b_before)))
+    }
+
     /// The shard's keys as one exclusive interval `(after, before)` of the
     /// whole keyspace, prefix included: a key `k` is in the shard when
     /// `after < k < before` (`None`: unbounded). Exact because [`key_before`]

@@ -292,7 +292,7 @@ impl S3 {
             .and_then(|xml| element(xml, "Region"));
         let header = |name: &str| raw.headers().get(name);
         self.learnt
-            .correction(status, header, region_in_body, bucket, signed_for)
+            .correction(status, header, region_in_body, bucket, signed_for, None)
     }
 
     /// Check that the bucket exists and that we may list it: turns a missing

@@ -44,6 +44,22 @@ pub enum Piece {
     Join(Vec<Segment>),
 }
 
+impl Piece {
+    /// Bytes the piece adds to the object.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Piece::Copy(s) => s.end - s.start,
+            Piece::Join(segments) => segments
+                .iter()
+                .map(|s| match s {
+                    Segment::Bytes(b) => b.len() as u64,
+                    Segment::Range(s) => s.end - s.start,
+                })
+                .sum(),
+        }
+    }
+}
+
 /// Largest range copied as one part: below S3's 5 GiB with room to absorb a
 /// tail under 5 MiB into the last chunk.
 const COPY_CHUNK: u64 = (MAX_PART_SIZE - MIN_PART_SIZE) as u64;
@@ -343,16 +359,7 @@ mod tests {
     }
 
     fn len(piece: &Piece) -> u64 {
-        match piece {
-            Piece::Copy(s) => s.end - s.start,
-            Piece::Join(segs) => segs
-                .iter()
-                .map(|s| match s {
-                    Segment::Bytes(b) => b.len() as u64,
-                    Segment::Range(s) => s.end - s.start,
-                })
-                .sum(),
-        }
+        piece.bytes()
     }
 
     /// Every byte once, in order; every part but the last at least 5 MiB and

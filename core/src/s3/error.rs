@@ -51,6 +51,12 @@ pub enum S3Error {
     /// more than it allows; the clock was corrected and the request is sent again.
     #[error("this machine's clock is {offset_secs} s off the S3 server's; signing with the server's time")]
     ClockSkew { offset_secs: i64 },
+    /// A listing that broke S3's rules: keys out of order, a continuation
+    /// token answered again, pages that never get anywhere. Worth another
+    /// try from the last good record (a page can be served twice once); a
+    /// store that does it every time fails the shard with this text.
+    #[error("the listing is inconsistent: {0}")]
+    BadListing(String),
     #[error("{0}")]
     Other(String),
 }
@@ -67,6 +73,7 @@ impl S3Error {
                 | S3Error::Connection(_)
                 | S3Error::WrongRegion { .. }
                 | S3Error::ClockSkew { .. }
+                | S3Error::BadListing(_)
         )
     }
 
@@ -125,6 +132,13 @@ impl S3Error {
             (_, Some(code @ ("ExpiredToken" | "TokenRefreshRequired"))) => S3Error::ExpiredToken {
                 detail: format!("HTTP {status} {code}"),
             },
+            // The skew refusal whose answer had no usable `Date` (else the
+            // clock was corrected before this): worth another attempt, and
+            // never an access denial.
+            (_, Some("RequestTimeTooSkewed")) => S3Error::Server {
+                status,
+                detail: "RequestTimeTooSkewed: the request's time is too far from the server's clock; check this machine's clock".into(),
+            },
             (403, _) | (401, _) => S3Error::AccessDenied {
                 bucket: bucket.to_string(),
                 detail,
@@ -168,6 +182,7 @@ mod tests {
         assert!(S3Error::from_status(503, Some("SlowDown"), "b").is_retryable());
         assert!(S3Error::from_status(500, None, "b").is_retryable());
         assert!(!S3Error::from_status(403, Some("AccessDenied"), "b").is_retryable());
+        assert!(S3Error::from_status(403, Some("RequestTimeTooSkewed"), "b").is_retryable());
         assert!(matches!(
             S3Error::from_status(404, Some("NoSuchBucket"), "b"),
             S3Error::NoSuchBucket { .. }

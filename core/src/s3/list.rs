@@ -85,6 +85,9 @@ impl SignedClient {
         // `from_utf8_lossy` a character at a time (1 % of a scan's CPU).
         let xml = match std::str::from_utf8(&body) {
             Ok(text) => std::borrow::Cow::Borrowed(text),
+            // Decoded lossily, a key would become another key (its HEAD a
+            // 404: the object "vanished") and the real one would be lost.
+            Err(_) if status == StatusCode::OK => return Err(not_utf8()),
             Err(_) => String::from_utf8_lossy(&body),
         };
         if status != StatusCode::OK {
@@ -94,7 +97,8 @@ impl SignedClient {
                 let named = element(&xml, "Region").map(unescape);
                 let header = |name: &str| headers.get(name)?.to_str().ok();
                 let learnt = self.learnt();
-                if let Some(e) = learnt.correction(status.as_u16(), header, named.as_deref(), bucket, &region)
+                if let Some(e) =
+                    learnt.correction(status.as_u16(), header, named.as_deref(), bucket, &region, None)
                 {
                     return Err(e);
                 }
@@ -107,6 +111,15 @@ impl SignedClient {
         }
         parse_list(&xml)
     }
+}
+
+/// A listing whose bytes are not UTF-8 (S3 sends its XML in UTF-8, and
+/// keys URL-encoded).
+fn not_utf8() -> S3Error {
+    S3Error::BadAnswer(
+        "a listing that is not valid UTF-8: its keys cannot be read as they are (S3 sends UTF-8 XML; check the endpoint or the store's encoding)"
+            .into(),
+    )
 }
 
 /// A successful answer that is no listing at all: the endpoint is a web

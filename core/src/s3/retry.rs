@@ -16,6 +16,10 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     pub base: Duration,
     pub cap: Duration,
+    /// Throttling is retried past `max_attempts` for this long since the
+    /// first attempt: a store that says "slow down" is busy, not broken,
+    /// and the caller's rate governor needs time to bring the rate down.
+    pub throttle_patience: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -24,6 +28,7 @@ impl Default for RetryPolicy {
             max_attempts: 10,
             base: Duration::from_millis(25),
             cap: Duration::from_secs(10),
+            throttle_patience: Duration::from_secs(120),
         }
     }
 }
@@ -57,16 +62,18 @@ impl RetryPolicy {
     }
 
     /// Run `op` until it succeeds, fails with a final error, or runs out of
-    /// attempts. Every retry is counted in `retries`.
+    /// attempts (throttling: of attempts and of `throttle_patience`). Every
+    /// retry is counted in `retries`.
     pub async fn run<T, F, Fut>(&self, retries: &AtomicU64, mut op: F) -> Result<T, S3Error>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, S3Error>>,
     {
+        let started = tokio::time::Instant::now();
         let mut attempt = 0;
         loop {
             match op().await {
-                Err(e) if e.is_retryable() && attempt + 1 < self.max_attempts => {
+                Err(e) if e.is_retryable() && self.tries_again(&e, attempt, started) => {
                     retries.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(self.wait_before_retry(&e, attempt)).await;
                     attempt += 1;
@@ -74,6 +81,11 @@ impl RetryPolicy {
                 other => return other,
             }
         }
+    }
+
+    fn tries_again(&self, error: &S3Error, attempt: u32, started: tokio::time::Instant) -> bool {
+        attempt + 1 < self.max_attempts
+            || (matches!(error, S3Error::Throttled { .. }) && started.elapsed() < self.throttle_patience)
     }
 }
 
@@ -87,6 +99,7 @@ mod tests {
             max_attempts: 5,
             base: Duration::from_millis(10),
             cap: Duration::from_millis(100),
+            throttle_patience: Duration::ZERO,
         };
         for retry in 0..40 {
             let ceiling = Duration::from_millis(10 * (1u64 << retry.min(20))).min(p.cap);
@@ -188,5 +201,49 @@ mod tests {
             })
             .await;
         assert!(matches!(r, Err(S3Error::Server { .. })));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttling_is_waited_out_past_the_attempts_until_patience_runs_out() {
+        let p = RetryPolicy::default();
+        let retries = AtomicU64::new(0);
+        let throttled = || S3Error::Throttled {
+            status: 503,
+            retry_after: None,
+        };
+        // A storm of 30 answers, three times the attempts: waited out.
+        let mut calls = 0;
+        let r: Result<u32, _> = p
+            .run(&retries, || {
+                calls += 1;
+                let n = calls;
+                async move {
+                    if n <= 30 {
+                        Err(throttled())
+                    } else {
+                        Ok(n)
+                    }
+                }
+            })
+            .await;
+        assert_eq!(r.unwrap(), 31);
+        // A storm that never ends: given up once the patience is spent.
+        let started = tokio::time::Instant::now();
+        let r: Result<(), _> = p.run(&retries, || async { Err(throttled()) }).await;
+        assert!(matches!(r, Err(S3Error::Throttled { .. })));
+        let waited = started.elapsed();
+        assert!(
+            waited >= p.throttle_patience && waited <= p.throttle_patience + p.cap,
+            "{waited:?}"
+        );
+        // A 5xx is no throttle: the attempts bound it.
+        let mut calls = 0;
+        let _ = p
+            .run(&retries, || {
+                calls += 1;
+                async { Err::<(), _>(S3Error::from_status(500, None, "b")) }
+            })
+            .await;
+        assert_eq!(calls, p.max_attempts);
     }
 }

@@ -63,6 +63,7 @@ impl Learnt {
     /// the error that makes the caller send the request again. `header` reads
     /// the answer's headers; `region_in_body` is the `<Region>` of an
     /// `AuthorizationHeaderMalformed` document, when the answer had one.
+    /// `signed_at`: when the refused request was signed, if known.
     pub fn correction<'a>(
         &self,
         status: u16,
@@ -70,6 +71,7 @@ impl Learnt {
         region_in_body: Option<&str>,
         bucket: &str,
         signed_for: &str,
+        signed_at: Option<std::time::SystemTime>,
     ) -> Option<S3Error> {
         // Not 403: AWS names the region on an access denial too, which no
         // other region would grant.
@@ -86,7 +88,7 @@ impl Learnt {
             }
         }
         if status == 403 {
-            let offset_secs = self.clock.correct_from(header("date")?)?;
+            let offset_secs = self.clock.correct_from(header("date")?, signed_at)?;
             return Some(S3Error::ClockSkew { offset_secs });
         }
         None
@@ -197,7 +199,10 @@ impl SignedClient {
         let status = resp.status().as_u16();
         if matches!(status, 301 | 307 | 400 | 403) {
             let header = |name: &str| resp.headers().get(name)?.to_str().ok();
-            if let Some(e) = self.learnt.correction(status, header, None, bucket, &region) {
+            if let Some(e) = self
+                .learnt
+                .correction(status, header, None, bucket, &region, Some(now))
+            {
                 return Err(e);
             }
         }
@@ -282,23 +287,25 @@ mod tests {
     fn a_refusal_naming_another_region_is_learnt_once() {
         let learnt = Learnt::new("us-east-1");
         let eu = |name: &str| (name == "x-amz-bucket-region").then_some("eu-west-1");
-        let e = learnt.correction(301, eu, None, "b", "us-east-1").unwrap();
+        let e = learnt.correction(301, eu, None, "b", "us-east-1", None).unwrap();
         assert!(matches!(&e, S3Error::WrongRegion { region, .. } if region == "eu-west-1"));
         assert!(e.is_retryable() && e.is_corrected());
         assert_eq!(&*learnt.regions.of("b"), "eu-west-1");
         // The server names the region the request was signed for: a real refusal.
-        assert!(learnt.correction(301, eu, None, "b", "eu-west-1").is_none());
+        assert!(learnt.correction(301, eu, None, "b", "eu-west-1", None).is_none());
         // The region may come in the document only (400 AuthorizationHeaderMalformed).
         let none = |_: &str| None;
         let e = learnt
-            .correction(400, none, Some("ap-south-1"), "c", "us-east-1")
+            .correction(400, none, Some("ap-south-1"), "c", "us-east-1", None)
             .unwrap();
         assert!(matches!(e, S3Error::WrongRegion { .. }));
         assert_eq!(&*learnt.regions.of("c"), "ap-south-1");
         // Success or other statuses teach nothing; a garbled name is ignored.
-        assert!(learnt.correction(200, eu, None, "d", "us-east-1").is_none());
+        assert!(learnt.correction(200, eu, None, "d", "us-east-1", None).is_none());
         let garbled = |_: &str| Some("EU WEST");
-        assert!(learnt.correction(301, garbled, None, "d", "us-east-1").is_none());
+        assert!(learnt
+            .correction(301, garbled, None, "d", "us-east-1", None)
+            .is_none());
         assert_eq!(&*learnt.regions.of("d"), "us-east-1");
     }
 
@@ -310,10 +317,14 @@ mod tests {
                 .fmt(aws_smithy_types::date_time::Format::HttpDate)
                 .unwrap();
         let dated = |name: &str| (name == "date").then_some(later.as_str());
-        let e = learnt.correction(403, dated, None, "b", "us-east-1").unwrap();
+        let e = learnt
+            .correction(403, dated, None, "b", "us-east-1", None)
+            .unwrap();
         assert!(matches!(e, S3Error::ClockSkew { .. }) && e.is_corrected());
         // Corrected: the same refusal again is a real one (an ACL, a policy).
-        assert!(learnt.correction(403, dated, None, "b", "us-east-1").is_none());
+        assert!(learnt
+            .correction(403, dated, None, "b", "us-east-1", None)
+            .is_none());
         let now = aws_smithy_types::DateTime::from(std::time::SystemTime::now())
             .fmt(aws_smithy_types::date_time::Format::HttpDate)
             .unwrap();
@@ -324,7 +335,8 @@ mod tests {
                 |n| (n == "date").then_some(now.as_str()),
                 None,
                 "b",
-                "us-east-1"
+                "us-east-1",
+                None
             )
             .is_none());
     }

@@ -101,7 +101,24 @@ impl DatasetRoot {
 
 /// The name of file `file` of shard `shard`: name order is key order.
 pub fn file_name(shard: usize, file: usize, extension: &str) -> String {
-    format!("data/part-{shard:05}-{file:04}.{extension}")
+    format!(
+        "data/part-{}-{}.{extension}",
+        sortable(shard, 5),
+        sortable(file, 4)
+    )
+}
+
+/// `n` as a name that sorts in numeric order: zero-padded to `width`
+/// digits, and past them `~`, the digit count (two digits) and the digits:
+/// `~` sorts after every digit, and a longer number after a shorter one.
+/// (`{n:06}` alone put file 1,000,000 before file 999,999.)
+pub fn sortable(n: usize, width: usize) -> String {
+    let digits = n.to_string();
+    if digits.len() <= width {
+        format!("{n:0width$}")
+    } else {
+        format!("~{:02}{digits}", digits.len())
+    }
 }
 
 /// The files of one shard, in key order, each closed once it reaches
@@ -280,6 +297,42 @@ impl DatasetManifest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_sort_in_number_order_past_their_width() {
+        let ns = [
+            0,
+            1,
+            9,
+            10,
+            9_999,
+            10_000,
+            10_001,
+            99_999,
+            100_000,
+            999_999,
+            1_000_000,
+            12_345_678,
+            usize::MAX,
+        ];
+        for width in [4, 5, 6] {
+            let names: Vec<String> = ns.iter().map(|n| sortable(*n, width)).collect();
+            assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+        }
+        assert_eq!(sortable(7, 6), "000007", "names as before within the width");
+        let files: Vec<String> = [
+            (0, 0),
+            (0, 9_999),
+            (0, 10_000),
+            (99_999, 0),
+            (100_000, 0),
+            (100_000, 12_000),
+        ]
+        .iter()
+        .map(|(s, f)| file_name(*s, *f, "jsonl"))
+        .collect();
+        assert!(files.windows(2).all(|w| w[0] < w[1]), "{files:?}");
+    }
 
     #[test]
     fn file_names_sort_in_key_order() {

@@ -17,6 +17,7 @@ use crate::scan::listed::{
 };
 use crate::scan::partition::{Partition, Partitions};
 use crate::scan::record::{Record, Status};
+use crate::scan::resume::{ResumePolicy, Resumption};
 use futures::future::Either;
 use futures::StreamExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -77,6 +78,8 @@ pub struct Counters {
     /// Shards (or what was left of them) that `auto` HEADed in full because
     /// the listing's metadata disagreed with a HEAD.
     pub listing_distrusted: AtomicU64,
+    /// Shard scans resumed after a transient failure (see `resume`).
+    pub resumed: AtomicU64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -92,6 +95,7 @@ pub struct CountersSnapshot {
     pub head_micros: u64,
     pub from_listing: u64,
     pub listing_distrusted: u64,
+    pub resumed: u64,
 }
 
 impl Counters {
@@ -108,6 +112,7 @@ impl Counters {
             head_micros: self.head_micros.load(Relaxed),
             from_listing: self.from_listing.load(Relaxed),
             listing_distrusted: self.listing_distrusted.load(Relaxed),
+            resumed: self.resumed.load(Relaxed),
         }
     }
 }
@@ -132,6 +137,8 @@ pub struct Engine {
     /// Key partitions the rate governor paces apart (see `partition`): the
     /// keys of a tracked partition skip `rate` and wait for its own.
     pub partitions: Partitions,
+    /// What a shard scan does after a transient failure (`scan_shard`).
+    pub resume: ResumePolicy,
 }
 
 /// Where a shard's scan must stop, shared with a worker that splits the
@@ -180,28 +187,71 @@ impl Engine {
             counters: Counters::default(),
             listing_metadata_refused: Default::default(),
             partitions: Partitions::default(),
+            resume: ResumePolicy::default(),
         })
     }
 
     /// Scan one shard, sending every record in key order to `out` (writers
     /// drop the ones `keep` rejects; the others still advance checkpoints).
+    /// A transient failure pauses the scan and resumes it after the last
+    /// record sent (`resume`); only final errors, or no record for the
+    /// policy's patience, end it with an error.
     pub async fn scan_shard(
         self: &Arc<Self>,
         shard: &Shard,
         out: &mpsc::Sender<Record>,
     ) -> Result<ShardOutcome, S3Error> {
-        self.scan_shard_live(shard, Arc::new(Frontier::default()), out)
-            .await
+        let mut outcome = ShardOutcome::default();
+        let mut resumption = Resumption::new(self.resume.clone());
+        loop {
+            let range = match &outcome.last_key {
+                Some(last) => shard.resumed_after(last),
+                None => shard.clone(),
+            };
+            let listed_before = outcome.listed;
+            let result = self
+                .scan_range(&range, Arc::new(Frontier::default()), out, &mut outcome)
+                .await;
+            let e = match result {
+                Ok(()) => return Ok(outcome),
+                Err(e) if e.is_retryable() => e,
+                Err(e) => return Err(e),
+            };
+            let Some(pause) = resumption.after_failure(outcome.listed > listed_before) else {
+                return Err(e);
+            };
+            self.counters.resumed.fetch_add(1, Relaxed);
+            tracing::warn!(
+                shard = %shard, resume_after = ?outcome.last_key, error = %e, pause_ms = pause.as_millis() as u64,
+                "transient failure: the shard resumes after its last record"
+            );
+            tokio::time::sleep(pause).await;
+        }
     }
 
-    /// [`Engine::scan_shard`] with an end that can be lowered while the scan
-    /// runs (live splitting).
+    /// One pass over `shard` with an end that can be lowered while the scan
+    /// runs (live splitting). A failure ends the pass: the records sent
+    /// before it are good, and the caller decides whether to resume.
     pub async fn scan_shard_live(
         self: &Arc<Self>,
         shard: &Shard,
         frontier: Arc<Frontier>,
         out: &mpsc::Sender<Record>,
     ) -> Result<ShardOutcome, S3Error> {
+        let mut outcome = ShardOutcome::default();
+        self.scan_range(shard, frontier, out, &mut outcome).await?;
+        Ok(outcome)
+    }
+
+    /// One pass, counting what it sent in `outcome` as it goes (so a failed
+    /// pass still says where it got to).
+    async fn scan_range(
+        self: &Arc<Self>,
+        shard: &Shard,
+        frontier: Arc<Frontier>,
+        out: &mpsc::Sender<Record>,
+        outcome: &mut ShardOutcome,
+    ) -> Result<(), S3Error> {
         let window = self.opts.concurrency.max(1);
         let page = self.opts.page_size.clamp(1, 1000) as usize;
         let (keys_tx, keys_rx) = mpsc::channel::<Task>(2 * page);
@@ -225,7 +275,6 @@ impl Engine {
             // the records waiting for their turn.
             .buffered(window.saturating_mul(REORDER_SLACK));
         let mut records = std::pin::pin!(records);
-        let mut outcome = ShardOutcome::default();
         while let Some(joined) = records.next().await {
             let record = joined.map_err(|e| S3Error::Other(format!("HEAD task failed: {e}")))??;
             outcome.listed += 1;
@@ -237,7 +286,7 @@ impl Engine {
         lister
             .await
             .map_err(|e| S3Error::Other(format!("lister failed: {e}")))??;
-        Ok(outcome)
+        Ok(())
     }
 
     /// The future of one listed entry's record: a spawned HEAD, started
@@ -441,11 +490,13 @@ impl Engine {
         Ok((tasks, true))
     }
 
-    /// HEAD one listed object into a record. Only errors that are about the
-    /// client (credentials, configuration) fail the shard: every other HEAD
-    /// would fail the same way. Anything about this one object (refused,
-    /// unreadable, retries used up) becomes an `error` record and the scan
-    /// goes on; a shard dies only when its listing fails for good.
+    /// HEAD one listed object into a record. An answer about this one object
+    /// (refused: 403, 400, 405, 501; an answer that breaks the protocol)
+    /// becomes an `error` record and the scan goes on. Everything else ends
+    /// the shard's pass instead of marking the object: errors about the
+    /// client (credentials, configuration), which every HEAD would meet,
+    /// and transient failures that outlasted the retries (throttling, 5xx,
+    /// timeouts, resets), after which the shard resumes at this key.
     pub async fn head_listed(&self, obj: ListedObject) -> Result<Record, S3Error> {
         let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
         self.head_object(obj).await
@@ -516,11 +567,19 @@ impl Engine {
                     http_status: None,
                 }
             }
+            Ok(None) if self.still_listed(&obj.key).await? => {
+                self.counters.errors.fetch_add(1, Relaxed);
+                Record {
+                    error: Some("listed but HEAD answered 404: the listing still shows the key".into()),
+                    http_status: Some(404),
+                    ..listed_record(obj, Status::Error)
+                }
+            }
             Ok(None) => {
                 self.counters.vanished.fetch_add(1, Relaxed);
                 listed_record(obj, Status::Vanished)
             }
-            Err(e) if e.affects_every_request() => return Err(e),
+            Err(e) if e.affects_every_request() || e.is_retryable() => return Err(e),
             Err(e) => {
                 self.counters.errors.fetch_add(1, Relaxed);
                 Record {
@@ -531,6 +590,22 @@ impl Engine {
             }
         };
         Ok(record)
+    }
+}
+
+impl Engine {
+    /// Does a LIST still show `key`? A HEAD's 404 for a listed key is
+    /// checked so: gone from the listing too, the object was deleted during
+    /// the scan (`vanished`); still listed, the store disagrees with itself
+    /// and the record says so (an `error`, not an object quietly dropped).
+    async fn still_listed(&self, key: &str) -> Result<bool, S3Error> {
+        let req = ListRequest {
+            prefix: key.to_string(),
+            max_keys: 1,
+            ..ListRequest::default()
+        };
+        let page = self.s3.list_page(&self.opts.bucket, &req).await?;
+        Ok(page.objects.first().is_some_and(|o| o.key == key))
     }
 }
 

@@ -13,6 +13,7 @@ pub mod output;
 pub mod parquet;
 pub mod partition;
 pub mod record;
+pub mod resume;
 pub mod single;
 
 pub use record::{Record, Status};

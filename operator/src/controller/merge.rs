@@ -6,6 +6,7 @@ use super::children::{apply_params, ensure_redis_secret};
 use super::context::{Context, Error, ACTIVE_REQUEUE};
 use super::finish::{fail, finished};
 use super::health::job_pod_problem;
+use super::planning::transient_exit;
 use super::report::{publish, write_status};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
@@ -14,7 +15,7 @@ use crate::status::{self, COMPLETE};
 use bucketscan_core::fleet::merge::Manifest;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch};
+use kube::api::{Api, DeleteParams, Patch};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
@@ -33,6 +34,19 @@ pub(super) async fn merging(
         None => {
             st.phase = Phase::Merging;
             let job = ensure_merge_job(scan, ctx).await?;
+            if let Some(again) = merge_again(scan, ctx, job.as_ref()).await? {
+                status::set_condition(
+                    &mut st.conditions,
+                    COMPLETE,
+                    false,
+                    "Merging",
+                    &again,
+                    generation,
+                    now,
+                );
+                write_status(ctx, scan, before, &st).await?;
+                return Ok(Action::requeue(ACTIVE_REQUEUE));
+            }
             if let Some(reason) = merge_job_failure(job.as_ref()) {
                 return fail(scan, ctx, st, "MergeFailed", &reason, now).await;
             }
@@ -71,22 +85,25 @@ pub(super) async fn merging(
             st.completion_time = Some(now.clone());
             st.eta = None;
             st.numbers.eta_seconds = None;
-            let msg = format!(
-                "{} objects in {}",
-                m.counts.get("objects").copied().unwrap_or(0),
-                m.result
-            );
+            let done = status::completed(&m.counts, &m.result);
+            // The manifest's count is exact; the live one may count a
+            // record twice (a part scanned again after a crash).
+            st.objects.get_or_insert_with(Default::default).errors = done.unreadable;
             status::set_condition(
                 &mut st.conditions,
                 COMPLETE,
                 true,
-                "Merged",
-                &msg,
+                done.reason,
+                &done.message,
                 generation,
                 now,
             );
             write_status(ctx, scan, before, &st).await?;
-            publish(ctx, scan, EventType::Normal, "Complete", &msg).await;
+            let (kind, reason) = match done.unreadable {
+                0 => (EventType::Normal, "Complete"),
+                _ => (EventType::Warning, "CompleteWithUnreadableObjects"),
+            };
+            publish(ctx, scan, kind, reason, &done.message).await;
             finished(scan, ctx).await
         }
     }
@@ -114,6 +131,43 @@ async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<Option<Job
     )
     .await;
     Ok(None)
+}
+
+/// How long a merge Job that failed for a cause that may pass stays before
+/// it is replaced.
+const MERGE_RETRY_WAIT: i64 = 10;
+
+/// A merge Job that ended without a manifest in Redis, for a cause that
+/// passes: it is deleted (the next look starts a new one) and the message
+/// says why. A Job that succeeded while Redis lost its manifest since (a
+/// restart, a failover): the new merge adopts the `manifest.json` it wrote.
+/// A Job whose pod exited 75 (the scan not finished after a rollback, the
+/// store or Redis away): merged again after [`MERGE_RETRY_WAIT`] seconds.
+/// `None`: neither; the Job runs, or failed for good.
+async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Result<Option<String>, Error> {
+    let Some(job) = job else { return Ok(None) };
+    let name = job.name_any();
+    let why = match job_outcome(job) {
+        None => return Ok(None),
+        Some(Ok(())) => format!("merge Job {name} finished but Redis holds no manifest (it lost it since)"),
+        Some(Err(_)) => match transient_exit(scan, ctx, &name).await? {
+            None => return Ok(None),
+            Some(cause) => {
+                let now = k8s_openapi::jiff::Timestamp::now().as_second();
+                let left = crate::pods::failed_at(job).unwrap_or(0) + MERGE_RETRY_WAIT - now;
+                let cause = format!("merge Job {name} failed for a cause that may pass ({cause})");
+                if left > 0 {
+                    return Ok(Some(format!("{cause}; merging again in {left} s")));
+                }
+                cause
+            }
+        },
+    };
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    jobs.delete(&name, &DeleteParams::background()).await?;
+    let message = format!("{why}; merging again");
+    publish(ctx, scan, EventType::Warning, "MergeRetrying", &message).await;
+    Ok(Some(message))
 }
 
 /// The merge Job's failure, once it gave up.

@@ -10,6 +10,7 @@ use bucketscan_core::fleet::spec::ScanSpec;
 
 /// Everything known about a scan in Redis.
 pub(super) struct Observed {
+    /// The plan is complete (spec, every shard and the mark stored).
     pub planned: bool,
     pub shards: ShardCounts,
     pub counters: std::collections::BTreeMap<String, u64>,
@@ -20,7 +21,9 @@ pub(super) struct Observed {
 }
 
 pub(super) async fn observe(queue: &Queue) -> Result<Observed, Error> {
-    let planned = queue.spec::<ScanSpec>().await?.is_some();
+    // Planned once the plan is whole: a spec and some shards are what a
+    // planner that died midway leaves, and planning again completes them.
+    let planned = queue.spec::<ScanSpec>().await?.is_some() && queue.plan_complete().await?.is_some();
     let counts = queue.counts().await?;
     let total = queue.shard_count().await?;
     let rate = queue

@@ -107,7 +107,11 @@ pub(super) async fn job_gate(
 
 /// The termination message of the Job's last pod when it exited with
 /// [`desired::EXIT_TRANSIENT`] (a cause that may pass by itself).
-async fn transient_exit(scan: &BucketScan, ctx: &Context, job: &str) -> Result<Option<String>, Error> {
+pub(super) async fn transient_exit(
+    scan: &BucketScan,
+    ctx: &Context,
+    job: &str,
+) -> Result<Option<String>, Error> {
     Ok(last_exit(&job_pods(scan, ctx, job).await?)
         .filter(|(code, _)| *code == desired::EXIT_TRANSIENT)
         .map(|(_, message)| message))
@@ -132,15 +136,7 @@ async fn retry_after_transient(
         .copied()
         .unwrap_or(0);
     let wait = status::retry_wait(retries + 1);
-    let failed_at = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.type_ == "Failed")
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map_or(0, |t| t.0.as_second());
+    let failed_at = crate::pods::failed_at(job).unwrap_or(0);
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let left = (failed_at + wait.as_secs() as i64 - now).max(0);
     let cause = format!("planning Job {name} failed for a cause that may pass ({why})");

@@ -6,8 +6,9 @@
 #![allow(dead_code)]
 
 use super::common::{temp_path, worker_bin};
-use k8s_openapi::api::core::v1::{Container, Secret};
-use kube::api::Api;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use std::process::{Child, Command, Stdio};
 
@@ -73,4 +74,64 @@ pub fn terminate(child: &Child) {
         .status()
         .unwrap();
     assert!(status.success(), "kill -TERM {}", child.id());
+}
+
+// What the job controller and the kubelet report of a Job and its pod.
+
+/// What the job controller writes when the Job's pod succeeded.
+pub async fn complete(jobs: &Api<Job>, name: &str) {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = serde_json::json!({"status": {
+        "startTime": now, "completionTime": now, "succeeded": 1,
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
+            {"type": "Complete", "status": "True", "lastTransitionTime": now}
+        ]
+    }});
+    jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// What the job controller writes when the Job's pods failed past its
+/// backoff limit.
+pub async fn fail(jobs: &Api<Job>, name: &str) {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let failed = serde_json::json!({"status": {"startTime": now, "failed": 4, "conditions": [
+        {"type": "FailureTarget", "status": "True", "lastTransitionTime": now},
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastTransitionTime": now}]}});
+    jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(&failed))
+        .await
+        .unwrap();
+}
+
+/// The pod of Job `job` as the kubelet reports it once its container exited
+/// with `code`, its log's tail the termination message (the container's
+/// `FallbackToLogsOnError`).
+pub async fn ended_pod(client: &kube::Client, ns: &str, name: &str, job: &str, code: i32, log: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"job-name": job}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "worker", "image": "bucketscan"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let tail: String = log
+        .lines()
+        .rev()
+        .take(5)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = serde_json::json!({"status": {"phase": "Failed", "containerStatuses": [{
+        "name": "worker", "image": "bucketscan", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": code, "reason": "Error", "message": tail,
+                                 "startedAt": now, "finishedAt": now}}}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
 }

@@ -307,6 +307,9 @@ pub struct Commit<'a> {
     pub counts: &'a [(&'a str, u64)],
 }
 
+/// The `meta` field that marks a plan complete.
+const PLAN_COMPLETE: &str = "planned";
+
 /// How a lease ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finish {
@@ -856,6 +859,18 @@ impl Queue {
             })
     }
 
+    /// What the planner recorded when its plan was complete (every shard
+    /// stored; see `plan`), `None` before that.
+    pub async fn plan_complete(&self) -> Result<Option<String>, QueueError> {
+        self.meta_field(PLAN_COMPLETE).await
+    }
+
+    /// Mark the plan complete, with the planner's summary (JSON). Written
+    /// after the last shard.
+    pub async fn mark_plan_complete(&self, summary_json: &str) -> Result<(), QueueError> {
+        self.set_meta_field(PLAN_COMPLETE, summary_json).await
+    }
+
     /// A meta field (`created`, `merged`, ...).
     pub async fn meta_field(&self, field: &str) -> Result<Option<String>, QueueError> {
         let mut con = self.con.clone();
@@ -988,7 +1003,15 @@ impl Queue {
         self.shard_records_of(ids).await
     }
 
+    /// The ranges of every shard stored, in key order.
+    pub async fn shard_ranges(&self) -> Result<Vec<Shard>, QueueError> {
+        Ok(self.shard_records().await?.into_iter().map(|r| r.shard).collect())
+    }
+
     async fn shard_records_of(&self, ids: Vec<String>) -> Result<Vec<ShardRecord>, QueueError> {
+        if ids.is_empty() {
+            return Ok(vec![]); // an empty pipeline is no command to Redis
+        }
         let mut con = self.con.clone();
         let mut pipe = redis::pipe();
         for id in &ids {
@@ -1014,7 +1037,7 @@ impl Queue {
                 id,
             });
         }
-        out.sort_by(|a, b| a.shard.lower_bound().cmp(b.shard.lower_bound()));
+        out.sort_by(|a, b| a.shard.cmp_in_key_order(&b.shard));
         Ok(out)
     }
 

@@ -1,0 +1,819 @@
+//! The fault-schedule simulator. Each run draws everything from one seed:
+//! a bucket (flat, deep and skewed prefixes, odd characters, prefixes of
+//! exactly a page of keys and one more, objects with and without metadata),
+//! a fleet (`plan`, W workers with several shards in flight, `merge`: the
+//! library code the operator's Jobs and pods run, here as tasks of this
+//! process, so that a killed worker is a task dropped between any two
+//! awaits) and a schedule of faults over a real redis-server and versitygw
+//! behind a fault proxy:
+//!
+//! - workers killed at any step and started again;
+//! - Redis killed and restarted from its AOF (`appendfsync everysec`: the
+//!   last second of writes may be lost), and Redis put back to a snapshot
+//!   taken earlier (a failover to a lagging replica), at any moment,
+//!   during the merge too;
+//! - S3 throttle storms longer than a request's retries, bursts of 500s
+//!   past the retries on one key, a 404 for a listed key (a listing ahead
+//!   of its objects), a 403 for one object;
+//! - the bucket changing: objects created, deleted, their metadata replaced.
+//!
+//! The invariant, checked after every run (`check`): either the scan is
+//! complete and its result holds every key that existed for the whole scan
+//! exactly once, in key order, with the metadata a HEAD gives, keys created
+//! or deleted during the scan at most once, and no `error` record but for
+//! an object-specific answer; or it is not complete, with the reason. No run
+//! may outlast its bound (a hang). A failing seed prints the command that
+//! runs it again.
+//!
+//! What a seed does not fix: how tasks interleave (they race as a real
+//! fleet's processes do), so a replay runs the same bucket and schedule and
+//! usually, not always, the same interleaving. Faults this harness does not
+//! inject (their own tests cover them): listings out of order or repeated
+//! (`core/src/s3/pages.rs`), clock skew (`s3_faults.rs`, `core/src/s3/clock.rs`),
+//! a planner killed between batches (`fleet.rs`
+//! `a_plan_that_died_midway_is_completed_not_tiled_again`), Redis out of memory.
+//!
+//! `just test` runs [`FIXED_SEEDS`] and checks that they inject every kind
+//! of fault; `just torture N` runs N seeds from a random start and prints
+//! seeds run, faults by kind and violations.
+
+mod common;
+#[path = "common/fault_proxy.rs"]
+mod fault_proxy;
+#[path = "../../core/tests/support/snapshot.rs"]
+mod snapshot;
+
+use bucketscan_core::fleet::merge::{merge, Manifest, MergeError};
+use bucketscan_core::fleet::plan::plan_scan;
+use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+use bucketscan_core::fleet::run::{RunOptions, Runner};
+use bucketscan_core::fleet::spec::ScanSpec;
+use bucketscan_core::keyspace::planner::PlanOptions;
+use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
+use bucketscan_core::scan::engine::{Engine, EngineOptions};
+use bucketscan_core::scan::record::{Record, Status};
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Seeds `just test` runs: together they inject every kind of fault (the
+/// test checks it).
+const FIXED_SEEDS: [u64; 5] = [1, 4, 6, 7, 8];
+
+/// How long one run may take before it counts as a hang.
+const RUN_BOUND: Duration = Duration::from_secs(240);
+
+/// The kinds of fault, as counted.
+const KINDS: [&str; 10] = [
+    "worker killed",
+    "redis restarted (aof everysec)",
+    "redis rolled back",
+    "rolled back during the merge",
+    "throttle storm",
+    "500s past the retries",
+    "404 for a listed key",
+    "403 for an object",
+    "object created",
+    "object deleted or replaced",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_seeds_keep_the_invariant() {
+    let mut faults = BTreeMap::new();
+    let mut violations = vec![];
+    for seed in FIXED_SEEDS {
+        let run = run_seed(seed).await;
+        for (kind, n) in &run.faults {
+            *faults.entry(*kind).or_insert(0) += n;
+        }
+        violations.extend(
+            run.violation
+                .map(|v| format!("seed {seed}: {v}\n  replay: {}", replay(seed))),
+        );
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    let missing: Vec<&str> = KINDS
+        .iter()
+        .filter(|k| !faults.contains_key(*k))
+        .copied()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the fixed seeds no longer inject {missing:?}: {faults:?}"
+    );
+}
+
+/// `just torture N`: N seeds from `BUCKETSCAN_TORTURE_FIRST` (default: a
+/// random start), or the one seed `BUCKETSCAN_TORTURE_SEED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by `just torture N`"]
+async fn torture() {
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let (first, count) = match env("BUCKETSCAN_TORTURE_SEED") {
+        Some(seed) => (seed, 1),
+        None => (
+            env("BUCKETSCAN_TORTURE_FIRST").unwrap_or_else(|| rand::rng().random_range(1_000..1_000_000_000)),
+            env("BUCKETSCAN_TORTURE_SEEDS").unwrap_or(20),
+        ),
+    };
+    let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut violations = vec![];
+    let mut failed = vec![];
+    for seed in first..first + count {
+        let started = Instant::now();
+        let run = run_seed(seed).await;
+        for (kind, n) in &run.faults {
+            *faults.entry(*kind).or_insert(0) += n;
+        }
+        let verdict = match (&run.violation, &run.failed) {
+            (Some(v), _) => format!("VIOLATION {v}"),
+            (None, Some(reason)) => format!("not complete: {reason}"),
+            (None, None) => "complete, exact".to_string(),
+        };
+        let kinds: Vec<String> = run.faults.iter().map(|(k, n)| format!("{k} x{n}")).collect();
+        eprintln!(
+            "seed {seed}: {verdict} ({:.0} s; {})",
+            started.elapsed().as_secs_f64(),
+            kinds.join(", ")
+        );
+        if let Some(v) = run.violation {
+            violations.push(format!("seed {seed}: {v}\n  replay: {}", replay(seed)));
+        }
+        if let Some(reason) = run.failed {
+            failed.push(format!("seed {seed}: {reason}"));
+        }
+    }
+    eprintln!("\nseeds run: {count} (from {first})");
+    eprintln!("faults injected by kind:");
+    for kind in KINDS {
+        eprintln!("  {kind}: {}", faults.get(kind).copied().unwrap_or(0));
+    }
+    eprintln!("not complete, with a reason: {}", failed.len());
+    for f in &failed {
+        eprintln!("  {f}");
+    }
+    eprintln!("violations: {}", violations.len());
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+fn replay(seed: u64) -> String {
+    format!("BUCKETSCAN_TORTURE_SEED={seed} just torture")
+}
+
+/// What one seed did.
+#[derive(Default)]
+struct Run {
+    faults: BTreeMap<&'static str, u64>,
+    /// The scan ended not complete, and why (allowed by the invariant).
+    failed: Option<String>,
+    violation: Option<String>,
+}
+
+/// The proxy's share of the schedule: what it answers instead of versitygw.
+#[derive(Default)]
+struct ProxyFaults {
+    storm_until: Option<Instant>,
+    /// Key → HEADs still to answer 500.
+    failing: BTreeMap<String, u32>,
+    /// Keys whose next HEAD answers 404 (once), and all that were drawn so.
+    lagging: BTreeSet<String>,
+    lagged: BTreeSet<String>,
+    /// Keys whose HEAD always answers 403.
+    denied: BTreeSet<String>,
+    served: BTreeMap<&'static str, u64>,
+}
+
+impl ProxyFaults {
+    fn answer(
+        &mut self,
+        req: &http::request::Parts,
+    ) -> Option<http::Response<http_body_util::Full<bytes::Bytes>>> {
+        if self.storm_until.is_some_and(|until| Instant::now() < until) {
+            return Some(fault_proxy::error_document(
+                503,
+                "SlowDown",
+                "Please reduce your request rate.",
+                &[],
+            ));
+        }
+        if req.method != "HEAD" {
+            return None;
+        }
+        let key = fault_proxy::object_key(req)?;
+        if self.denied.contains(&key) {
+            *self.served.entry("403 for an object").or_insert(0) += 1;
+            return Some(fault_proxy::answer(403, &[], ""));
+        }
+        if self.lagging.remove(&key) {
+            *self.served.entry("404 for a listed key").or_insert(0) += 1;
+            return Some(fault_proxy::answer(404, &[], ""));
+        }
+        let left = self.failing.get_mut(&key)?;
+        if *left == 0 {
+            return None;
+        }
+        *left -= 1;
+        *self.served.entry("500s past the retries").or_insert(0) += 1;
+        Some(fault_proxy::error_document(500, "InternalError", "emulated", &[]))
+    }
+}
+
+/// What the schedule does at a moment of the run.
+#[derive(Clone, Debug)]
+enum Event {
+    KillWorker(usize),
+    RestartRedis {
+        down_ms: u64,
+    },
+    Snapshot,
+    Rollback,
+    /// A rollback this long after the merge starts (to the snapshot).
+    RollbackDuringMerge {
+        delay_ms: u64,
+    },
+    Storm {
+        ms: u64,
+    },
+    Create(String, Seeded),
+    Delete(String),
+    Replace(String, Seeded),
+}
+
+/// The bucket a seed draws.
+fn draw_bucket(rng: &mut StdRng, page: usize) -> BTreeMap<String, Seeded> {
+    const ODD: [&str; 10] = ["a", "b-", "_c", "d.e", "f g", "h+i", "j=k", "é", "日本", "~z"];
+    let mut keys = BTreeMap::new();
+    let mut object = |rng: &mut StdRng, key: String| {
+        let metadata = if rng.random_bool(0.4) {
+            (0..rng.random_range(1..=3))
+                .map(|m| {
+                    (
+                        format!("m{m}"),
+                        format!("v{}-{}", rng.random_range(0..1000), ODD[m % 7]),
+                    )
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let seeded = Seeded {
+            size: rng.random_range(0..64),
+            metadata,
+        };
+        keys.insert(key, seeded);
+    };
+    // Files are `f…`, directories `d…/`: versitygw keeps objects as files,
+    // and a key cannot also be a directory of other keys.
+    let flat = rng.random_range(0..80);
+    for i in 0..flat {
+        let name = format!("f{i:03}{}", ODD[i % ODD.len()]);
+        object(rng, name);
+    }
+    for d in 0..rng.random_range(1..5) {
+        for i in 0..rng.random_range(0..60) {
+            let name = format!("d{d}/d{}/f{i:03}{}", i % 3, ODD[(i + d) % ODD.len()]);
+            object(rng, name);
+        }
+    }
+    // Skew: one prefix holds most keys.
+    let hot = rng.random_range(50..400);
+    for i in 0..hot {
+        let name = format!("dhot/f{i:04}");
+        object(rng, name);
+    }
+    // A page of keys exactly, and one more.
+    for (dir, extra) in [("dpage", 0), ("dpage1", 1)] {
+        for i in 0..page + extra {
+            let name = format!("{dir}/f{i:04}");
+            object(rng, name);
+        }
+    }
+    keys
+}
+
+async fn run_seed(seed: u64) -> Run {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let page = *[7usize, 50, 1000].get(rng.random_range(0..3)).unwrap();
+    let seeded = draw_bucket(&mut rng, page.min(60));
+    let server = versitygw();
+    let bucket = server.bucket(&format!("t{seed}")).await;
+    let output = server.bucket(&format!("t{seed}-out")).await;
+    server.seed(&bucket, &seeded).await;
+
+    // The proxy's faults, on keys drawn now.
+    let keys: Vec<String> = seeded.keys().cloned().collect();
+    let mut faults = ProxyFaults::default();
+    let pick = |rng: &mut StdRng| keys[rng.random_range(0..keys.len())].clone();
+    if rng.random_bool(0.5) {
+        for _ in 0..rng.random_range(1..3) {
+            faults.failing.insert(pick(&mut rng), rng.random_range(11..14));
+        }
+    }
+    if rng.random_bool(0.4) {
+        let key = pick(&mut rng);
+        faults.lagging.insert(key.clone());
+        faults.lagged.insert(key);
+    }
+    if rng.random_bool(0.4) {
+        faults.denied.insert(pick(&mut rng));
+    }
+    let proxy_faults = Arc::new(Mutex::new(faults));
+    let proxy = {
+        let faults = proxy_faults.clone();
+        fault_proxy::start(
+            server.endpoint.clone(),
+            move |req| faults.lock().unwrap().answer(req),
+            |_, _| {},
+        )
+        .await
+    };
+    let via_proxy = Server {
+        endpoint: proxy.url.clone(),
+        ..server.clone()
+    };
+    let s3 = via_proxy.s3().await;
+
+    // The schedule, in milliseconds from the first worker's start.
+    let workers = rng.random_range(1..=3usize);
+    let mut schedule: Vec<(u64, Event)> = vec![];
+    for _ in 0..rng.random_range(0..4) {
+        schedule.push((
+            rng.random_range(0..6_000),
+            Event::KillWorker(rng.random_range(0..workers)),
+        ));
+    }
+    if rng.random_bool(0.4) {
+        schedule.push((
+            rng.random_range(200..6_000),
+            Event::RestartRedis {
+                down_ms: rng.random_range(0..1_500),
+            },
+        ));
+    }
+    if rng.random_bool(0.6) {
+        let at = rng.random_range(0..5_000);
+        schedule.push((at, Event::Snapshot));
+        let rollback = if rng.random_bool(0.5) {
+            Event::Rollback
+        } else {
+            Event::RollbackDuringMerge {
+                delay_ms: rng.random_range(0..400),
+            }
+        };
+        schedule.push((at + rng.random_range(300..8_000), rollback));
+    }
+    if rng.random_bool(0.5) {
+        schedule.push((
+            rng.random_range(0..5_000),
+            Event::Storm {
+                ms: rng.random_range(1_000..4_000),
+            },
+        ));
+    }
+    let mut changed = BTreeSet::new();
+    if rng.random_bool(0.5) {
+        for i in 0..rng.random_range(1..20) {
+            let key = format!("dhot/fnew{seed}-{i:03}");
+            changed.insert(key.clone());
+            let obj = Seeded {
+                size: 3,
+                metadata: BTreeMap::from([("new".to_string(), "1".to_string())]),
+            };
+            schedule.push((rng.random_range(0..5_000), Event::Create(key, obj)));
+        }
+        for _ in 0..rng.random_range(1..10) {
+            let key = pick(&mut rng);
+            changed.insert(key.clone());
+            let event = if rng.random_bool(0.5) {
+                Event::Delete(key)
+            } else {
+                let obj = Seeded {
+                    size: 5,
+                    metadata: BTreeMap::from([("replaced".to_string(), "yes".to_string())]),
+                };
+                Event::Replace(key, obj)
+            };
+            schedule.push((rng.random_range(0..5_000), event));
+        }
+    }
+    schedule.sort_by_key(|(at, _)| *at);
+
+    let redis_dir = temp_path(&format!("torture-redis-{seed}-{}", std::process::id()));
+    std::fs::create_dir_all(&redis_dir).unwrap();
+    let redis = PrivateRedis::start_with(|port| {
+        vec![
+            "--port".into(),
+            port.to_string(),
+            "--appendonly".into(),
+            "yes".into(),
+            "--appendfsync".into(),
+            "everysec".into(),
+            "--dir".into(),
+            redis_dir.to_str().unwrap().into(),
+        ]
+    });
+    let url = redis.url();
+    let redis = Arc::new(Mutex::new(redis));
+    let scan = format!("t{seed}");
+    let spec = ScanSpec {
+        bucket: bucket.clone(),
+        prefix: String::new(),
+        output_bucket: output.clone(),
+        output_prefix: "r/".into(),
+        gzip: false,
+        only_with_metadata: false,
+        max_failures: 5,
+        format: Default::default(),
+        layout: Default::default(),
+        file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
+    };
+    let fleet = Fleet {
+        url: url.clone(),
+        scan: scan.clone(),
+        spec: spec.clone(),
+        s3: s3.clone(),
+        page: page as i32,
+        part_records: rng.random_range(5..200),
+        shards_in_flight: rng.random_range(1..=3),
+    };
+
+    let mut run = Run::default();
+    let outcome = tokio::time::timeout(
+        RUN_BOUND,
+        drive(
+            &fleet,
+            workers,
+            schedule,
+            &server,
+            &bucket,
+            redis.clone(),
+            &proxy_faults,
+            &mut run,
+        ),
+    )
+    .await;
+    run.faults
+        .extend(proxy_faults.lock().unwrap().served.iter().map(|(k, n)| (*k, *n)));
+    let denied = proxy_faults.lock().unwrap().denied.clone();
+    let lagged = proxy_faults.lock().unwrap().lagged.clone();
+    match outcome {
+        Err(_) => {
+            run.violation = Some(format!("no end within {RUN_BOUND:?} (a hang)"));
+        }
+        Ok(Err(reason)) => run.failed = Some(reason),
+        Ok(Ok(())) => {
+            let result = server.read(&output, "r/result.jsonl").await;
+            if let Err(v) = check(&result, &seeded, &changed, &denied, &lagged) {
+                run.violation = Some(v);
+            }
+        }
+    }
+    std::fs::remove_dir_all(&redis_dir).ok();
+    run
+}
+
+/// A fleet's settings for one seed.
+struct Fleet {
+    url: String,
+    scan: String,
+    spec: ScanSpec,
+    s3: Arc<bucketscan_core::s3::S3>,
+    page: i32,
+    part_records: u64,
+    shards_in_flight: usize,
+}
+
+impl Fleet {
+    async fn queue(&self, owner: &str) -> Result<Queue, String> {
+        connect(&self.url, &self.scan, owner).await
+    }
+
+    /// A worker as a task: `run` until nothing is left (its result), or
+    /// until the task is aborted (killed).
+    fn spawn_worker(&self, name: String) -> tokio::task::JoinHandle<Result<(), String>> {
+        let (s3, spec, page) = (self.s3.clone(), self.spec.clone(), self.page);
+        let opts = RunOptions {
+            reap: true,
+            part_records: self.part_records,
+            part_age: Duration::from_millis(700),
+            progress_every: Duration::from_millis(300),
+            split: true,
+            shards_in_flight: self.shards_in_flight,
+            govern_every: Some(Duration::from_millis(500)),
+        };
+        let (url, scan) = (self.url.clone(), self.scan.clone());
+        tokio::spawn(async move {
+            let queue = connect(&url, &scan, &name).await?;
+            let head = HeadClient::new(HeadClientKind::Fast, &s3).map_err(|e| e.to_string())?;
+            let engine = Engine::new(
+                s3,
+                head,
+                EngineOptions {
+                    bucket: spec.bucket.clone(),
+                    concurrency: 16,
+                    only_with_metadata: false,
+                    page_size: page,
+                    max_rate: None,
+                    metadata_source: Default::default(),
+                },
+            );
+            let runner = Runner {
+                queue,
+                engine,
+                spec,
+                opts,
+                stop: CancellationToken::new(),
+            };
+            runner.run().await.map(|_| ()).map_err(|e| e.to_string())
+        })
+    }
+}
+
+async fn connect(url: &str, scan: &str, owner: &str) -> Result<Queue, String> {
+    let config = RedisConfig {
+        patience: Duration::from_secs(20),
+        ..RedisConfig::new(url)
+    };
+    Queue::connect(&config, scan, owner, Duration::from_secs(2))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Plan, run the workers through the schedule, merge: `Ok` when the scan
+/// completed, `Err(reason)` when it ended not complete. Events keep coming
+/// while the merge runs, as they would against a real merge Job.
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    fleet: &Fleet,
+    workers: usize,
+    schedule: Vec<(u64, Event)>,
+    server: &Server,
+    bucket: &str,
+    redis: Arc<Mutex<PrivateRedis>>,
+    proxy: &Arc<Mutex<ProxyFaults>>,
+    run: &mut Run,
+) -> Result<(), String> {
+    let planner = fleet.queue("planner").await?;
+    let opts = PlanOptions {
+        target_shards: 8,
+        min_shard_objects: 20,
+        page_size: fleet.page,
+        ..PlanOptions::default()
+    };
+    let mut tries = 0;
+    loop {
+        match plan_scan(&fleet.s3, &fleet.spec, &opts, &planner).await {
+            Ok(_) => break,
+            Err(e) if e.is_transient() && tries < 20 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(format!("plan: {e}")),
+        }
+    }
+    let mut names = 0usize;
+    let mut next_name = move || {
+        names += 1;
+        format!("w{names}")
+    };
+    let mut tasks: Vec<Task> = (0..workers).map(|_| fleet.spawn_worker(next_name())).collect();
+    let start = Instant::now();
+    let mut events = schedule.into_iter().peekable();
+    let mut world = World {
+        server,
+        bucket,
+        redis,
+        proxy,
+        client: redis::Client::open(fleet.url.as_str()).unwrap(),
+        snapshot: None,
+    };
+    let mut merging: Option<tokio::task::JoinHandle<Result<Manifest, MergeError>>> = None;
+    let mut merges = 0;
+    // A rollback held for the merge, and when the merge started.
+    let mut at_merge: Option<u64> = None;
+    let mut merge_started: Option<Instant> = None;
+    loop {
+        while let Some((at, _)) = events.peek() {
+            if start.elapsed() < Duration::from_millis(*at) {
+                break;
+            }
+            let (_, event) = events.next().unwrap();
+            if let Event::RollbackDuringMerge { delay_ms } = event {
+                at_merge = Some(delay_ms);
+                continue;
+            }
+            world
+                .apply(event, fleet, &mut tasks, &mut next_name, merging.is_some(), run)
+                .await;
+        }
+        if let (Some(started), Some(delay_ms)) = (merge_started.filter(|_| merging.is_some()), at_merge) {
+            if started.elapsed() >= Duration::from_millis(delay_ms) {
+                at_merge = None;
+                world
+                    .apply(Event::Rollback, fleet, &mut tasks, &mut next_name, true, run)
+                    .await;
+            }
+        }
+        if let Some(task) = merging.as_ref().filter(|t| t.is_finished()) {
+            let _ = task;
+            let merged = merging
+                .take()
+                .unwrap()
+                .await
+                .map_err(|e| format!("merge task: {e}"))?;
+            match merged {
+                Ok(m) if m.shards_dead > 0 => {
+                    let first = &m.dead[0];
+                    return Err(format!(
+                        "{} shards dead; first {} ({:?})",
+                        m.shards_dead, first.range, first.last_error
+                    ));
+                }
+                // Merged before the schedule ran out: the rest of it (a
+                // rollback after the merge) still runs, then the scan is
+                // looked at again, as the operator would.
+                Ok(_) if events.peek().is_some() || at_merge.is_some() => {
+                    if at_merge.take().is_some() {
+                        // The merge ended before the held rollback: it
+                        // comes now, after it.
+                        world
+                            .apply(Event::Rollback, fleet, &mut tasks, &mut next_name, false, run)
+                            .await;
+                    }
+                    tasks.push(fleet.spawn_worker(next_name()))
+                }
+                Ok(_) => return Ok(()),
+                // Not finished (a rollback brought shards back): the
+                // operator keeps workers running.
+                Err(e) if e.is_transient() && merges < 50 => tasks.push(fleet.spawn_worker(next_name())),
+                Err(e) => return Err(format!("merge: {e}")),
+            }
+        } else if merging.is_none() && tasks.iter().all(|t| t.is_finished()) {
+            let results = futures::future::join_all(tasks.drain(..)).await;
+            if results.iter().any(|r| !matches!(r, Ok(Ok(())))) {
+                // A worker that failed is started again, as its pod would be.
+                tasks.push(fleet.spawn_worker(next_name()));
+            } else {
+                merges += 1;
+                let (scan, s3) = (fleet.scan.clone(), fleet.s3.clone());
+                let merger = fleet.queue("merger").await?;
+                // On a thread of its own, as the merge Job is a process of
+                // its own (and its future is not `Send`).
+                let runtime = tokio::runtime::Handle::current();
+                merging = Some(tokio::task::spawn_blocking(move || {
+                    runtime.block_on(merge(&scan, &merger, &s3))
+                }));
+                merge_started = Some(Instant::now());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+type Task = tokio::task::JoinHandle<Result<(), String>>;
+
+/// What the schedule acts on.
+struct World<'a> {
+    server: &'a Server,
+    bucket: &'a str,
+    redis: Arc<Mutex<PrivateRedis>>,
+    proxy: &'a Arc<Mutex<ProxyFaults>>,
+    client: redis::Client,
+    snapshot: Option<snapshot::Snapshot>,
+}
+
+impl World<'_> {
+    async fn apply(
+        &mut self,
+        event: Event,
+        fleet: &Fleet,
+        tasks: &mut Vec<Task>,
+        next_name: &mut impl FnMut() -> String,
+        merging: bool,
+        run: &mut Run,
+    ) {
+        let mut count = |kind: &'static str| *run.faults.entry(kind).or_insert(0) += 1;
+        match event {
+            Event::KillWorker(i) => {
+                let live: Vec<usize> = (0..tasks.len()).filter(|t| !tasks[*t].is_finished()).collect();
+                if let Some(t) = live.get(i % live.len().max(1)) {
+                    tasks[*t].abort();
+                    count("worker killed");
+                    tasks.push(fleet.spawn_worker(next_name()));
+                }
+            }
+            Event::RollbackDuringMerge { .. } => unreachable!("held until the merge starts"),
+            Event::RestartRedis { down_ms } => {
+                let redis = self.redis.clone();
+                tokio::task::spawn_blocking(move || {
+                    redis
+                        .lock()
+                        .unwrap()
+                        .crash_and_restart(Duration::from_millis(down_ms));
+                })
+                .await
+                .unwrap();
+                count("redis restarted (aof everysec)");
+            }
+            Event::Snapshot => {
+                if let Ok(mut con) = self.client.get_multiplexed_async_connection().await {
+                    self.snapshot = Some(snapshot::Snapshot::take(&mut con, &fleet.scan).await);
+                }
+            }
+            Event::Rollback => {
+                let con = self.client.get_multiplexed_async_connection().await;
+                if let (Some(s), Ok(mut con)) = (self.snapshot.take(), con) {
+                    s.restore(&mut con).await;
+                    count("redis rolled back");
+                    if merging {
+                        count("rolled back during the merge");
+                    }
+                }
+            }
+            Event::Storm { ms } => {
+                self.proxy.lock().unwrap().storm_until = Some(Instant::now() + Duration::from_millis(ms));
+                count("throttle storm");
+            }
+            Event::Create(key, obj) => {
+                self.server.seed(self.bucket, &BTreeMap::from([(key, obj)])).await;
+                count("object created");
+            }
+            Event::Delete(key) => {
+                self.server.delete(self.bucket, &key).await;
+                count("object deleted or replaced");
+            }
+            Event::Replace(key, obj) => {
+                self.server.seed(self.bucket, &BTreeMap::from([(key, obj)])).await;
+                count("object deleted or replaced");
+            }
+        }
+    }
+}
+
+/// The invariant on a complete scan's result.
+fn check(
+    result: &[u8],
+    seeded: &BTreeMap<String, Seeded>,
+    changed: &BTreeSet<String>,
+    denied: &BTreeSet<String>,
+    lagging: &BTreeSet<String>,
+) -> Result<(), String> {
+    let mut records: Vec<Record> = vec![];
+    for line in result.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let record: Record =
+            serde_json::from_slice(line).map_err(|e| format!("a result line is no record ({e})"))?;
+        records.push(record);
+    }
+    if let Some(w) = records.windows(2).find(|w| w[0].key >= w[1].key) {
+        return Err(format!(
+            "{:?} then {:?}: twice or out of key order",
+            w[0].key, w[1].key
+        ));
+    }
+    let by_key: BTreeMap<&str, &Record> = records.iter().map(|r| (r.key.as_str(), r)).collect();
+    for (key, seed) in seeded.iter().filter(|(k, _)| !changed.contains(*k)) {
+        let Some(record) = by_key.get(key.as_str()) else {
+            return Err(format!("{key:?} is missing"));
+        };
+        if denied.contains(key) {
+            if record.status != Status::Error || record.http_status != Some(403) {
+                return Err(format!("{key:?} was refused (403), recorded {record:?}"));
+            }
+            continue;
+        }
+        if lagging.contains(key) && record.status == Status::Error && record.http_status == Some(404) {
+            continue; // the listing showed it while HEAD answered 404
+        }
+        if record.status != Status::Ok
+            || record.size != seed.size as u64
+            || record.metadata != lowercase(&seed.metadata)
+        {
+            return Err(format!("{key:?}: seeded {seed:?}, recorded {record:?}"));
+        }
+    }
+    for record in &records {
+        let known = seeded.contains_key(&record.key) || changed.contains(&record.key);
+        if !known {
+            return Err(format!(
+                "{:?} is in the result but never was in the bucket",
+                record.key
+            ));
+        }
+        let object_specific = denied.contains(&record.key) || lagging.contains(&record.key);
+        if record.status == Status::Error && !object_specific {
+            return Err(format!("an error record for a passing fault: {record:?}"));
+        }
+    }
+    Ok(())
+}
+
+fn lowercase(metadata: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    metadata
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .collect()
+}
