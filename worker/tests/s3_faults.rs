@@ -841,3 +841,35 @@ async fn a_listing_that_is_not_utf8_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("a listing that is not valid UTF-8"), "{err}");
 }
+
+/// Emulates a store that fails one object's HEAD for good (a gateway's 502
+/// for some names, an object that lost its read quorum) with 500s: the
+/// shard's passes end at that key, and after three of them the object is
+/// an `error` record and the scan completes (exit 3) with everything else
+/// exact, where ending every pass there would have failed the whole shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_whose_head_always_fails_is_an_error_record_after_three_passes() {
+    let server = versitygw();
+    let bucket = server.bucket("always-500").await;
+    let seeded = objects(120);
+    server.seed(&bucket, &seeded).await;
+    let broken = failing_for_a_while(usize::MAX, 500, "InternalError", head_of("obj-00042"));
+    let proxy = fault_proxy::start(versitygw().endpoint, broken, |_, _| {}).await;
+    let (out, out_file) = scan_to_file(&proxy.url, &bucket, "always-500", &[]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let mut records = parse_records(&std::fs::read(&out_file).unwrap());
+    let rec = records.remove("obj-00042").unwrap();
+    assert_eq!(
+        (rec.status, rec.http_status),
+        (Status::Error, Some(500)),
+        "{rec:?}"
+    );
+    assert!(
+        rec.error.as_deref().unwrap().contains("in 3 passes of its shard"),
+        "{rec:?}"
+    );
+    let mut rest = seeded.clone();
+    rest.remove("obj-00042");
+    assert_matches_seed(&records, &rest);
+}

@@ -131,7 +131,7 @@ async fn complete(
     let mut start = range.start;
     while start < range.end {
         let end = (start + part_objects).min(range.end);
-        let key = spec.part_key(&lease.id, lease.token, lease.checkpoint.as_deref());
+        let key = spec.part_key(&lease.id, lease.token, 0, lease.checkpoint.as_deref());
         let (first, last) = (keyspace.key(start), keyspace.key(end - 1));
         let records = end - start;
         let stats = PartStats {

@@ -134,7 +134,7 @@ async fn record_parts(s3: &Arc<S3>, queue: &Queue, spec: &ScanSpec, n: usize) ->
     let keys: Vec<String> = (0..n)
         .map(|i| {
             let after = (i > 0).then(|| record(i - 1, RECORDS - 1).key);
-            spec.part_key(&id, token, after.as_deref())
+            spec.part_key(&id, token, 0, after.as_deref())
         })
         .collect();
     stream::iter(keys.iter().enumerate())

@@ -32,6 +32,7 @@ use crate::s3::error::S3Error;
 use crate::s3::types::ListRequest;
 use crate::s3::upload::MAX_OBJECT_SIZE;
 use crate::s3::S3;
+use crate::s3::{BucketLister, Pages};
 use crate::scan::format::{record_keys, Format, Layout};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -311,19 +312,17 @@ async fn describe_parts(
 
 async fn list_sizes(s3: &S3, bucket: &str, prefix: &str) -> Result<HashMap<String, u64>, S3Error> {
     let mut sizes = HashMap::new();
-    let mut req = ListRequest {
+    let req = ListRequest {
         prefix: prefix.to_string(),
         max_keys: 1000,
         ..ListRequest::default()
     };
-    loop {
-        let page = s3.list_page(bucket, &req).await?;
+    let lister = BucketLister { s3, bucket };
+    let mut pages = Pages::new(&lister, req);
+    while let Some(page) = pages.next().await? {
         sizes.extend(page.objects.into_iter().map(|o| (o.key, o.size)));
-        match page.next {
-            Some(next) => req.continuation = Some(next),
-            None => return Ok(sizes),
-        }
     }
+    Ok(sizes)
 }
 
 /// A part's stats from its content: for parts Redis has none for (it lost

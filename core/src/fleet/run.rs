@@ -274,9 +274,10 @@ impl Runner {
         // It ends with this function, however it ends (`?`, panic).
         let _heartbeat = self.spawn_heartbeat(&lease, lost.clone());
         let mut resumption = Resumption::new(self.engine.resume.clone());
+        let mut pass = 0;
         loop {
             let checkpoint = lease.checkpoint.clone();
-            let e = match self.pass(&mut lease, split_wanted, &lost).await? {
+            let e = match self.pass(&mut lease, pass, split_wanted, &lost).await? {
                 Pass::Ended(ended) => return Ok(ended),
                 Pass::Failed(e) => e,
             };
@@ -286,9 +287,16 @@ impl Runner {
                 .flatten();
             let Some(pause) = pause else {
                 tracing::warn!(shard = %lease.shard, error = %e, "shard failed");
+                // A listing out of order may have skipped keys before the
+                // checkpoint: no later attempt can find them, so the shard
+                // is dead at once and the scan cannot say Complete.
+                let max_failures = match e {
+                    S3Error::ListingOutOfOrder(_) => 1,
+                    _ => self.spec.max_failures,
+                };
                 let fail = Finish::Fail {
                     error: e.to_string(),
-                    max_failures: self.spec.max_failures,
+                    max_failures,
                 };
                 self.queue.finish(&lease, &fail).await?;
                 return Ok(Ended::Failed);
@@ -310,6 +318,7 @@ impl Runner {
                 }
                 _ = tokio::time::sleep(pause) => {}
             }
+            pass += 1;
         }
     }
 
@@ -319,6 +328,7 @@ impl Runner {
     async fn pass(
         &self,
         lease: &mut Lease,
+        pass: u32,
         split_wanted: &Notify,
         lost: &CancellationToken,
     ) -> Result<Pass, RunError> {
@@ -334,7 +344,7 @@ impl Runner {
                 engine.scan_shard_live(&range, frontier, &tx).await
             }))
         };
-        let mut part = Part::new(lease.checkpoint.clone());
+        let mut part = Part::new(lease.checkpoint.clone(), pass);
         let mut stopped = false;
         let mut lease_lost = false;
         let mut written = Ok(());
@@ -688,6 +698,8 @@ impl PartCounts {
 /// The part being written: records after `resume_after`, up to `last_key`.
 struct Part {
     resume_after: Option<String>,
+    /// The lease's pass over its shard (see `ScanSpec::part_key`).
+    pass: u32,
     writer: Option<RecordWriter>,
     key: Option<String>,
     last_key: Option<String>,
@@ -705,9 +717,10 @@ impl Part {
         self.last_key.clone().or_else(|| self.resume_after.clone())
     }
 
-    fn new(resume_after: Option<String>) -> Part {
+    fn new(resume_after: Option<String>, pass: u32) -> Part {
         Part {
             resume_after,
+            pass,
             writer: None,
             key: None,
             last_key: None,
@@ -728,7 +741,7 @@ impl Part {
     ) -> Result<(), S3Error> {
         if keep {
             if self.writer.is_none() {
-                let key = spec.part_key(&lease.id, lease.token, self.resume_after.as_deref());
+                let key = spec.part_key(&lease.id, lease.token, self.pass, self.resume_after.as_deref());
                 let dest = Destination::S3 {
                     bucket: spec.output_bucket.clone(),
                     key: key.clone(),
@@ -769,7 +782,7 @@ impl Part {
     }
 
     fn reopen_after(&mut self, checkpoint: String) {
-        *self = Part::new(Some(checkpoint));
+        *self = Part::new(Some(checkpoint), self.pass);
     }
 
     async fn abort(&mut self) {

@@ -133,17 +133,24 @@ impl ScanSpec {
     }
 
     /// The key of one output part: the part of shard `shard_id` that lease
-    /// `token` wrote after `resume_after` (none: from the shard's start). The
-    /// same attempt resuming from the same point writes the same key; a part
-    /// of an attempt that died before recording it is never read by the merge
-    /// (which reads only recorded parts) and is deleted with the rest.
-    pub fn part_key(&self, shard_id: &str, token: u64, resume_after: Option<&str>) -> String {
+    /// `token` wrote in its pass `pass` over the shard (0: the first; a lease
+    /// makes another after a transient failure) after `resume_after` (none:
+    /// from the shard's start). Each pass writes keys of its own: an upload of
+    /// a pass that failed, applied late by the store, can then never land on
+    /// a part a later pass recorded. A part of an attempt that died before
+    /// recording it is never read by the merge (which reads only recorded
+    /// parts) and is deleted with the rest.
+    pub fn part_key(&self, shard_id: &str, token: u64, pass: u32, resume_after: Option<&str>) -> String {
         let segment = match resume_after {
             None => "start".to_string(),
             Some(after) => crate::keyspace::shard::Shard::prefix(after).id(),
         };
+        let attempt = match pass {
+            0 => token.to_string(),
+            n => format!("{token}.{n}"),
+        };
         format!(
-            "{}parts/{shard_id}/{token}-{segment}.{}",
+            "{}parts/{shard_id}/{attempt}-{segment}.{}",
             self.output_prefix,
             self.extension()
         )
@@ -210,24 +217,33 @@ mod tests {
             file_size: DEFAULT_FILE_SIZE,
         };
         assert_eq!(
-            spec.part_key("abc", 1, None),
+            spec.part_key("abc", 1, 0, None),
             "scans/1/parts/abc/1-start.jsonl.gz"
         );
         assert_eq!(
-            spec.part_key("abc", 2, Some("k1")),
-            spec.part_key("abc", 2, Some("k1"))
+            spec.part_key("abc", 2, 0, Some("k1")),
+            spec.part_key("abc", 2, 0, Some("k1"))
         );
         assert_ne!(
-            spec.part_key("abc", 2, Some("k1")),
-            spec.part_key("abc", 2, Some("k2"))
+            spec.part_key("abc", 2, 0, Some("k1")),
+            spec.part_key("abc", 2, 0, Some("k2"))
         );
         assert_ne!(
-            spec.part_key("abc", 2, Some("k1")),
-            spec.part_key("abc", 3, Some("k1"))
+            spec.part_key("abc", 2, 0, Some("k1")),
+            spec.part_key("abc", 3, 0, Some("k1"))
         );
         assert!(spec
-            .part_key("abc", 1, Some("k1"))
+            .part_key("abc", 1, 0, Some("k1"))
             .starts_with(&spec.parts_prefix()));
+        // Each pass of a lease writes keys of its own.
+        assert_ne!(
+            spec.part_key("abc", 2, 0, Some("k1")),
+            spec.part_key("abc", 2, 1, Some("k1"))
+        );
+        assert_eq!(
+            spec.part_key("abc", 2, 1, None),
+            "scans/1/parts/abc/2.1-start.jsonl.gz"
+        );
         assert_eq!(spec.result_key(), "scans/1/result.jsonl.gz");
         assert_eq!(spec.data_key(3), "scans/1/data/000003.jsonl.gz");
     }

@@ -51,12 +51,15 @@ pub enum S3Error {
     /// more than it allows; the clock was corrected and the request is sent again.
     #[error("this machine's clock is {offset_secs} s off the S3 server's; signing with the server's time")]
     ClockSkew { offset_secs: i64 },
-    /// A listing that broke S3's rules: keys out of order, a continuation
-    /// token answered again, pages that never get anywhere. Worth another
-    /// try from the last good record (a page can be served twice once); a
-    /// store that does it every time fails the shard with this text.
+    /// A listing that never gets anywhere (a continuation token that keeps
+    /// coming back). Worth another try from the last good record; a store
+    /// that does it every time fails the shard with this text.
     #[error("the listing is inconsistent: {0}")]
     BadListing(String),
+    /// A listing whose keys went backwards: what it skipped cannot be told,
+    /// so no resume can be trusted. Final for the shard (see `fleet::run`).
+    #[error("the listing is out of order: {0}")]
+    ListingOutOfOrder(String),
     #[error("{0}")]
     Other(String),
 }

@@ -7,11 +7,15 @@
 //!
 //! It also holds the listing to S3's order, which everything downstream
 //! relies on (checkpoints are "the last key written"): keys strictly
-//! increase. A key listed again (a page served twice, a key repeated across
-//! pages) is dropped; a key that goes backwards and a run of pages that list
-//! nothing new (a continuation token answered with itself, forever) end the
-//! listing with [`S3Error::BadListing`], which the scan retries from its last
-//! good record.
+//! increase. A key listed again (a key repeated across pages) is dropped. A
+//! key that goes backwards is [`S3Error::ListingOutOfOrder`], final for the
+//! listing: the keys after it may have been skipped by a page that jumped
+//! ahead, and the ones before it are already written, so no resume from the
+//! last record could find them. A continuation token answered with itself
+//! [`MAX_SAME_TOKEN`] times in a row (a listing that would never end) is
+//! [`S3Error::BadListing`], retried from the last good record. Empty pages
+//! under new tokens go on for as long as they come (S3 sends them over long
+//! runs of delete markers).
 //!
 //! May import: `client` and the bottom of `s3` (types, error).
 
@@ -21,9 +25,9 @@ use super::types::{ListPage, ListRequest};
 use std::cmp::Ordering;
 use std::future::Future;
 
-/// Pages in a row without a new key or prefix after which a listing counts
-/// as stuck (a server may send empty pages, but not forever).
-pub const MAX_EMPTY_PAGES: u32 = 1_000;
+/// Times in a row a continuation token may come back as the next one before
+/// the listing counts as stuck.
+pub const MAX_SAME_TOKEN: u32 = 100;
 
 /// Whatever can answer a ListObjectsV2 request: S3 itself, or an in-memory
 /// keyspace in unit tests of the planning logic.
@@ -50,7 +54,7 @@ pub struct Pages<'a, L> {
     ended: bool,
     /// The last key listed, or the request's StartAfter: keys come after it.
     last_key: Option<String>,
-    empty_pages: u32,
+    same_token: u32,
 }
 
 impl<'a, L: Lister> Pages<'a, L> {
@@ -61,7 +65,7 @@ impl<'a, L: Lister> Pages<'a, L> {
             last_key: req.start_after.clone(),
             req,
             ended: false,
-            empty_pages: 0,
+            same_token: 0,
         }
     }
 
@@ -77,23 +81,21 @@ impl<'a, L: Lister> Pages<'a, L> {
         }
         let mut page = self.lister.list(&self.req).await?;
         self.keep_in_order(&mut page)?;
-        // A token answered with itself is not refused at once (a server
-        // may send an empty page and the same token); with keys, they
-        // repeat or go backwards (above), without, the pages count as empty.
         match &page.next {
-            Some(token) => self.req.continuation = Some(token.clone()),
-            None => self.ended = true,
-        }
-        if page.objects.is_empty() && page.common_prefixes.is_empty() && !self.ended {
-            self.empty_pages += 1;
-            if self.empty_pages >= MAX_EMPTY_PAGES {
-                return Err(S3Error::BadListing(format!(
-                    "{MAX_EMPTY_PAGES} pages in a row listed nothing new after {:?}",
-                    self.last_key.as_deref().unwrap_or_default()
-                )));
+            Some(token) if self.req.continuation.as_ref() == Some(token) => {
+                self.same_token += 1;
+                if self.same_token >= MAX_SAME_TOKEN {
+                    return Err(S3Error::BadListing(format!(
+                        "the continuation token {token:?} came back as the next one {MAX_SAME_TOKEN} times in a row, after {:?}: the listing would never end",
+                        self.last_key.as_deref().unwrap_or_default()
+                    )));
+                }
             }
-        } else {
-            self.empty_pages = 0;
+            Some(token) => {
+                self.same_token = 0;
+                self.req.continuation = Some(token.clone());
+            }
+            None => self.ended = true,
         }
         Ok(Some(page))
     }
@@ -106,8 +108,8 @@ impl<'a, L: Lister> Pages<'a, L> {
         for o in &page.objects {
             match before.map(|b| o.key.as_str().cmp(b)) {
                 Some(Ordering::Less) => {
-                    return Err(S3Error::BadListing(format!(
-                        "key {:?} was listed after {:?}: S3 lists keys in UTF-8 byte order",
+                    return Err(S3Error::ListingOutOfOrder(format!(
+                        "key {:?} was listed after {:?}; S3 lists keys in UTF-8 byte order, and keys this listing skipped cannot be told",
                         o.key,
                         before.unwrap_or_default()
                     )));
@@ -199,20 +201,24 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_key_that_goes_backwards_or_a_token_that_repeats_ends_the_listing() {
-        let e = keys(vec![page(&["a", "c"], Some("t1")), page(&["b", "d"], None)], None)
-            .await
-            .unwrap_err();
-        assert!(matches!(e, S3Error::BadListing(_)) && e.is_retryable(), "{e}");
-        assert!(e.to_string().contains("key \"b\" was listed after \"c\""), "{e}");
-        // A token answered with itself and the same page again: backwards.
+    async fn a_key_that_goes_backwards_ends_the_listing_for_good() {
+        // A page that jumped ahead, then the skipped keys: c and d would be
+        // lost by a resume after f, so the listing fails and is not retried.
         let e = keys(
-            vec![page(&["a", "b"], Some("t1")), page(&["a", "b"], Some("t1"))],
+            vec![
+                page(&["a", "b"], Some("t1")),
+                page(&["e", "f"], Some("t2")),
+                page(&["c", "d"], None),
+            ],
             None,
         )
         .await
         .unwrap_err();
-        assert!(matches!(e, S3Error::BadListing(_)), "{e}");
+        assert!(
+            matches!(e, S3Error::ListingOutOfOrder(_)) && !e.is_retryable(),
+            "{e}"
+        );
+        assert!(e.to_string().contains("key \"c\" was listed after \"f\""), "{e}");
         // A page served again under a new token goes backwards too.
         let e = keys(
             vec![page(&["a", "b"], Some("t1")), page(&["a", "b"], Some("t2"))],
@@ -220,29 +226,21 @@ mod tests {
         )
         .await
         .unwrap_err();
-        assert!(matches!(e, S3Error::BadListing(_)), "{e}");
-        // A token answered with itself and an empty page, for ever: stuck.
-        let mut pages: Vec<ListPage> = (0..MAX_EMPTY_PAGES).map(|_| page(&[], Some("t1"))).collect();
-        pages.insert(0, page(&["a"], Some("t1")));
-        let e = keys(pages, None).await.unwrap_err();
-        assert!(e.to_string().contains("listed nothing new"), "{e}");
+        assert!(matches!(e, S3Error::ListingOutOfOrder(_)), "{e}");
     }
 
     #[tokio::test]
-    async fn a_listing_stuck_on_empty_pages_ends() {
-        let mut pages: Vec<ListPage> = (0..MAX_EMPTY_PAGES)
+    async fn a_token_that_keeps_coming_back_ends_the_listing_and_empty_pages_do_not() {
+        let mut pages: Vec<ListPage> = (0..MAX_SAME_TOKEN).map(|_| page(&[], Some("t1"))).collect();
+        pages.insert(0, page(&["a"], Some("t1")));
+        let e = keys(pages, None).await.unwrap_err();
+        assert!(matches!(e, S3Error::BadListing(_)) && e.is_retryable(), "{e}");
+        assert!(e.to_string().contains("came back as the next one"), "{e}");
+        // Empty pages under new tokens (a long run of delete markers): on.
+        let mut pages: Vec<ListPage> = (0..3 * MAX_SAME_TOKEN)
             .map(|i| page(&[], Some(&format!("t{i}"))))
             .collect();
-        pages.insert(0, page(&["a"], Some("first")));
-        let e = keys(pages, None).await.unwrap_err();
-        assert!(e.to_string().contains("listed nothing new after \"a\""), "{e}");
-        // Empty pages that end are fine.
-        let got = keys(
-            vec![page(&[], Some("t")), page(&["a"], Some("u")), page(&[], None)],
-            None,
-        )
-        .await
-        .unwrap();
-        assert_eq!(got, ["a"]);
+        pages.push(page(&["z"], None));
+        assert_eq!(keys(pages, None).await.unwrap(), ["z"]);
     }
 }

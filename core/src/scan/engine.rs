@@ -139,7 +139,20 @@ pub struct Engine {
     pub partitions: Partitions,
     /// What a shard scan does after a transient failure (`scan_shard`).
     pub resume: ResumePolicy,
+    /// Keys whose HEAD used up its retries on a transient failure, and in
+    /// how many passes (see [`HEAD_PASSES`]); `failing` counts them, so a
+    /// HEAD that succeeds looks at the map only when it holds something.
+    head_failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    failing: AtomicU64,
 }
+
+/// Passes of a shard in which one object's HEAD may use up its retries on
+/// transient failures before its record says it could not be read. A store
+/// that fails for one object only (a gateway's 502 for some names, an object
+/// that lost its read quorum) would otherwise end every pass at that key and
+/// fail the whole shard: what such an object gets is an `error` record, as
+/// any object-specific refusal does.
+pub const HEAD_PASSES: u32 = 3;
 
 /// Where a shard's scan must stop, shared with a worker that splits the
 /// shard while it is being scanned: lowering the end stops the listing there
@@ -188,6 +201,8 @@ impl Engine {
             listing_metadata_refused: Default::default(),
             partitions: Partitions::default(),
             resume: ResumePolicy::default(),
+            head_failures: Default::default(),
+            failing: AtomicU64::new(0),
         })
     }
 
@@ -547,6 +562,7 @@ impl Engine {
         self.counters.heads.fetch_add(1, Relaxed);
         let record = match result {
             Ok(Some(info)) => {
+                self.head_read(&obj.key);
                 self.counters.bytes.fetch_add(info.size, Relaxed);
                 if !info.metadata.is_empty() {
                     self.counters.with_metadata.fetch_add(1, Relaxed);
@@ -579,7 +595,21 @@ impl Engine {
                 self.counters.vanished.fetch_add(1, Relaxed);
                 listed_record(obj, Status::Vanished)
             }
-            Err(e) if e.affects_every_request() || e.is_retryable() => return Err(e),
+            Err(e) if e.affects_every_request() => return Err(e),
+            Err(e) if e.is_retryable() => {
+                let passes = self.head_failed(&obj.key);
+                if passes < HEAD_PASSES {
+                    return Err(e); // the shard's pass ends; it resumes at this key
+                }
+                self.counters.errors.fetch_add(1, Relaxed);
+                Record {
+                    error: Some(format!(
+                        "{e} (this object's HEAD used up its retries in {passes} passes of its shard)"
+                    )),
+                    http_status: e.http_status(),
+                    ..listed_record(obj, Status::Error)
+                }
+            }
             Err(e) => {
                 self.counters.errors.fetch_add(1, Relaxed);
                 Record {
@@ -594,6 +624,29 @@ impl Engine {
 }
 
 impl Engine {
+    /// Count a pass in which `key`'s HEAD used up its retries; returns the
+    /// passes so far.
+    fn head_failed(&self, key: &str) -> u32 {
+        let mut failures = self.head_failures.lock().expect("lock");
+        let passes = {
+            let passes = failures.entry(key.to_string()).or_insert(0);
+            *passes += 1;
+            *passes
+        };
+        self.failing.store(failures.len() as u64, Relaxed);
+        passes
+    }
+
+    /// `key` was read: its failed passes no longer count.
+    fn head_read(&self, key: &str) {
+        if self.failing.load(Relaxed) == 0 {
+            return;
+        }
+        let mut failures = self.head_failures.lock().expect("lock");
+        failures.remove(key);
+        self.failing.store(failures.len() as u64, Relaxed);
+    }
+
     /// Does a LIST still show `key`? A HEAD's 404 for a listed key is
     /// checked so: gone from the listing too, the object was deleted during
     /// the scan (`vanished`); still listed, the store disagrees with itself

@@ -126,6 +126,9 @@ pub struct Context {
     /// backoff between them grows; forgotten on restart, which starts the
     /// backoff over).
     pub(super) plan_retries: Mutex<HashMap<String, u32>>,
+    /// Merge Jobs started again (after a pod that exited 75, or one that
+    /// succeeded while Redis lost its manifest since), per scan, likewise.
+    pub(super) merge_retries: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
@@ -153,6 +156,7 @@ impl Context {
             last_status: Mutex::default(),
             blocked: Mutex::default(),
             plan_retries: Mutex::default(),
+            merge_retries: Mutex::default(),
         })
     }
 }

@@ -3,7 +3,7 @@
 //! scan as Complete, or Failed with the dead shards' first error.
 
 use super::children::{apply_params, ensure_redis_secret};
-use super::context::{Context, Error, ACTIVE_REQUEUE};
+use super::context::{key_of, Context, Error, ACTIVE_REQUEUE};
 use super::finish::{fail, finished};
 use super::health::job_pod_problem;
 use super::planning::transient_exit;
@@ -104,6 +104,7 @@ pub(super) async fn merging(
                 _ => (EventType::Warning, "CompleteWithUnreadableObjects"),
             };
             publish(ctx, scan, kind, reason, &done.message).await;
+            ctx.merge_retries.lock().expect("lock").remove(&key_of(scan));
             finished(scan, ctx).await
         }
     }
@@ -133,20 +134,24 @@ async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<Option<Job
     Ok(None)
 }
 
-/// How long a merge Job that failed for a cause that may pass stays before
-/// it is replaced.
-const MERGE_RETRY_WAIT: i64 = 10;
-
 /// A merge Job that ended without a manifest in Redis, for a cause that
 /// passes: it is deleted (the next look starts a new one) and the message
 /// says why. A Job that succeeded while Redis lost its manifest since (a
 /// restart, a failover): the new merge adopts the `manifest.json` it wrote.
 /// A Job whose pod exited 75 (the scan not finished after a rollback, the
-/// store or Redis away): merged again after [`MERGE_RETRY_WAIT`] seconds.
+/// store or Redis away): merged again once the backoff since its failure is
+/// over (5 s, doubling up to 5 minutes per retry, as for plan Jobs).
 /// `None`: neither; the Job runs, or failed for good.
 async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Result<Option<String>, Error> {
     let Some(job) = job else { return Ok(None) };
     let name = job.name_any();
+    let retries = ctx
+        .merge_retries
+        .lock()
+        .expect("lock")
+        .get(&key_of(scan))
+        .copied()
+        .unwrap_or(0);
     let why = match job_outcome(job) {
         None => return Ok(None),
         Some(Ok(())) => format!("merge Job {name} finished but Redis holds no manifest (it lost it since)"),
@@ -154,7 +159,8 @@ async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Res
             None => return Ok(None),
             Some(cause) => {
                 let now = k8s_openapi::jiff::Timestamp::now().as_second();
-                let left = crate::pods::failed_at(job).unwrap_or(0) + MERGE_RETRY_WAIT - now;
+                let wait = status::retry_wait(retries + 1).as_secs() as i64;
+                let left = crate::pods::failed_at(job).unwrap_or(0) + wait - now;
                 let cause = format!("merge Job {name} failed for a cause that may pass ({cause})");
                 if left > 0 {
                     return Ok(Some(format!("{cause}; merging again in {left} s")));
@@ -165,7 +171,11 @@ async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Res
     };
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     jobs.delete(&name, &DeleteParams::background()).await?;
-    let message = format!("{why}; merging again");
+    ctx.merge_retries
+        .lock()
+        .expect("lock")
+        .insert(key_of(scan), retries + 1);
+    let message = format!("{why}; merging again (retry {})", retries + 1);
     publish(ctx, scan, EventType::Warning, "MergeRetrying", &message).await;
     Ok(Some(message))
 }
