@@ -57,11 +57,13 @@ cluster-down *ARGS:
 test-one FILTER: deps
     BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh cargo nextest run --workspace --no-fail-fast {{FILTER}}
 
-# The fault-schedule simulator on N seeds from a random start (or
-# BUCKETSCAN_TORTURE_FIRST; one seed: BUCKETSCAN_TORTURE_SEED=S just torture):
-# seeds run, faults injected by kind, violations. `just test` runs its fixed
-# seeds. See worker/tests/torture.rs and docs/testing.md.
-torture N="20": deps
+# Seeds from a random start, or BUCKETSCAN_TORTURE_FIRST; one seed:
+# BUCKETSCAN_TORTURE_SEED=S just torture. `just test` runs its fixed seeds.
+# See worker/tests/torture.rs and docs/testing.md.
+# The fault-schedule simulator on N seeds: seeds run, faults by kind, violations.
+torture N="20":
+    scripts/install-deps.sh
+    scripts/install-servers.sh
     BUCKETSCAN_TORTURE_SEEDS={{N}} scripts/with-test-servers.sh cargo nextest run -p bucketscan-worker --test torture --run-ignored only --no-capture
 
 # Write crds/ (and the chart's copy, which templates/crds.yaml reads) from the Rust types.
