@@ -216,6 +216,12 @@ pub fn failed_at(job: &Job) -> Option<i64> {
         .map(|t| t.0.as_second())
 }
 
+/// Seconds until a Job that failed for a cause that may pass is replaced:
+/// `wait` after its Failed condition (0 or less: now; `now` in Unix seconds).
+pub fn seconds_until_retry(job: &Job, wait: Duration, now: i64) -> i64 {
+    failed_at(job).unwrap_or(0) + wait.as_secs() as i64 - now
+}
+
 /// A plan or merge Job's end: `Some(Ok)` once it succeeded, `Some(Err(why))`
 /// (its Failed condition's reason and message) once it gave up.
 pub fn job_outcome(job: &Job) -> Option<Result<(), String>> {

@@ -159,8 +159,7 @@ async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Res
             None => return Ok(None),
             Some(cause) => {
                 let now = k8s_openapi::jiff::Timestamp::now().as_second();
-                let wait = status::retry_wait(retries + 1).as_secs() as i64;
-                let left = crate::pods::failed_at(job).unwrap_or(0) + wait - now;
+                let left = crate::pods::seconds_until_retry(job, status::retry_wait(retries + 1), now);
                 let cause = format!("merge Job {name} failed for a cause that may pass ({cause})");
                 if left > 0 {
                     return Ok(Some(format!("{cause}; merging again in {left} s")));

@@ -135,10 +135,8 @@ async fn retry_after_transient(
         .get(&key_of(scan))
         .copied()
         .unwrap_or(0);
-    let wait = status::retry_wait(retries + 1);
-    let failed_at = crate::pods::failed_at(job).unwrap_or(0);
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let left = (failed_at + wait.as_secs() as i64 - now).max(0);
+    let left = crate::pods::seconds_until_retry(job, status::retry_wait(retries + 1), now).max(0);
     let cause = format!("planning Job {name} failed for a cause that may pass ({why})");
     if left > 0 {
         return Ok(Gate::Wait(format!("{cause}; planning again in {left} s")));
