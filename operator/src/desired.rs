@@ -509,6 +509,7 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
         format: scan.spec.output.format.into(),
         layout: scan.spec.output.layout.into(),
         file_size: scan.spec.output.file_size_bytes.unwrap_or(DEFAULT_FILE_SIZE),
+        scan_id: scan_id(scan),
     }
 }
 
@@ -594,6 +595,8 @@ pub fn cleanup_job(scan: &BucketScan, settings: &Settings) -> Job {
     args.extend([
         "--output".into(),
         format!("s3://{}/{}", spec.output_bucket, spec.output_prefix),
+        "--scan".into(),
+        spec.scan_id,
     ]);
     let mut pod = pod_spec(scan, settings, args, false);
     for c in &mut pod.containers {
@@ -951,8 +954,13 @@ mod tests {
         let c = &pod.containers[0];
         let args = c.args.clone().unwrap();
         assert_eq!(args[0], "delete-parts");
-        assert!(!args.contains(&"--scan".to_string()));
-        assert!(args.ends_with(&["--output".into(), "s3://results/runs/a/".into()]));
+        // Only this scan's parts: a shared output prefix keeps the others'.
+        assert!(args.ends_with(&[
+            "--output".into(),
+            "s3://results/runs/a/".into(),
+            "--scan".into(),
+            scan_id(&s)
+        ]));
         assert!(
             !c.env.iter().flatten().any(|e| e.name == "BUCKETSCAN_REDIS_URL"),
             "the scan's Redis Secret goes with it"

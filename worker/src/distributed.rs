@@ -80,6 +80,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         format: args.format,
         layout: args.layout,
         file_size: args.file_size,
+        scan_id: args.queue.scan.clone(),
     };
     // Before Redis or S3 is asked anything (the estimate comes with planning).
     check_output(spec.format, spec.layout, spec.file_size, spec.gzip, 0).map_err(anyhow::Error::msg)?;
@@ -171,7 +172,7 @@ pub async fn delete_parts(args: DeletePartsArgs) -> anyhow::Result<()> {
             args.output
         );
     };
-    let parts = bucketscan_core::fleet::spec::parts_prefix_of(&prefix);
+    let parts = bucketscan_core::fleet::spec::parts_prefix_of(&prefix, &args.scan);
     let s3 = args.endpoint.connect(16).await?;
     bucketscan_core::s3::delete::delete_prefix(&s3, &bucket, &parts)
         .await

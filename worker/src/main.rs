@@ -220,9 +220,13 @@ struct PlanArgs {
 struct DeletePartsArgs {
     #[command(flatten)]
     endpoint: EndpointArgs,
-    /// The scan's output: s3://BUCKET/PREFIX/ (its parts are under PREFIX/parts/).
+    /// The scan's output: s3://BUCKET/PREFIX/ (its parts are under
+    /// PREFIX/parts/SCAN/).
     #[arg(long)]
     output: String,
+    /// The scan's id (as `plan --scan`): only its own parts are deleted.
+    #[arg(long)]
+    scan: String,
 }
 
 #[derive(Args)]

@@ -105,6 +105,8 @@ async fn large_output_is_a_streamed_multipart_upload() {
             content_type: None,
             // Random hex values, so even the gzip output outgrows one part.
             metadata: (0..6).map(|m| (format!("h{m}"), random_hex(&mut rng))).collect(),
+            binary_metadata: Vec::new(),
+            missing_metadata: None,
             error: None,
             http_status: None,
         })

@@ -612,6 +612,7 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
         format: Default::default(),
         layout: Default::default(),
         file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
+        scan_id: "lost".into(),
     };
     let client_s3 = s3.s3().await;
     let queue = Queue::connect(&RedisConfig::new(&url), "lost", "test", Duration::from_secs(30))
@@ -760,6 +761,7 @@ async fn a_part_upload_that_fails_for_good_fails_its_shard_not_the_worker() {
         format: Default::default(),
         layout: Default::default(),
         file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
+        scan_id: scan.clone(),
     };
     let lease = Duration::from_millis(900);
     let queue = Queue::connect(&RedisConfig::new(redis_url()), &scan, "w", lease)
@@ -1083,4 +1085,157 @@ async fn a_plan_that_died_midway_is_completed_not_tiled_again() {
         .all(|k| seeded.contains_key(k) || added.contains_key(k)));
     records.retain(|k, _| seeded.contains_key(k));
     assert_matches_seed(&records, &seeded);
+}
+
+/// A scan writing at the root of a bucket (`--output s3://OUT/`, the CRD's
+/// `output.prefix: ""`) that also holds the user's own `data/` and `parts/`:
+/// the merge deletes only what the scan wrote (its parts are under
+/// `parts/SCAN/`); a dataset beside objects bucketscan did not write is
+/// refused before any object is read, and nothing is deleted. Before the
+/// fix, the merge deleted everything under `parts/` and the dataset merge
+/// everything under `data/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_at_the_root_of_a_shared_bucket_deletes_only_what_it_wrote() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("root-src").await;
+    let out = s3.bucket("root-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..300)
+        .map(|i| (format!("k/{i:04}"), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let theirs: BTreeMap<String, Seeded> = ["data/mine.csv", "parts/mine.txt", "parts/s1/done.json"]
+        .into_iter()
+        .map(|k| {
+            (
+                k.to_string(),
+                Seeded {
+                    size: 5,
+                    ..Seeded::default()
+                },
+            )
+        })
+        .collect();
+    s3.seed(&out, &theirs).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("root-{}", std::process::id()),
+    };
+    let root = format!("s3://{out}/");
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &root,
+        "--target-shards",
+        "4",
+    ]);
+    let mut worker = fleet.spawn_worker("only", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(300)).success());
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(&parse_records(&s3.read(&out, "result.jsonl").await), &seeded);
+    for key in theirs.keys() {
+        assert_eq!(s3.read(&out, key).await.len(), 5, "{key} is the user's: kept");
+    }
+    assert_eq!(s3.key_count(&out, &format!("parts/{}/", fleet.scan)).await, 0);
+
+    // A dataset at the root would mix its files with data/mine.csv.
+    let dataset = Fleet {
+        scan: format!("root-ds-{}", std::process::id()),
+        ..fleet
+    };
+    let refused = dataset
+        .command(&[
+            "plan", "--bucket", &bucket, "--output", &root, "--layout", "dataset",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = stderr(&refused);
+    assert!(
+        said.contains("data/mine.csv") && said.contains("bucketscan did not write it"),
+        "{said}"
+    );
+    for key in theirs.keys() {
+        assert_eq!(s3.read(&out, key).await.len(), 5, "{key} is the user's: kept");
+    }
+}
+
+/// A dataset scan written where an earlier scan's dataset is: the new files
+/// replace the old, and the old files the new ones do not overwrite (named
+/// in the earlier result's manifest) are deleted, so readers of `data/` see
+/// only the new result; an object there that no bucketscan result names
+/// stops the merge before it writes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dataset_replaces_an_earlier_result_and_nothing_else() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("repl-src").await;
+    let out = s3.bucket("repl-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..200)
+        .map(|i| (format!("k{i:04}"), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    // An earlier result of 4 files (the new one has 1).
+    let earlier: BTreeMap<String, Seeded> = (0..4)
+        .map(|n| {
+            (
+                format!("ds/data/{n:06}.jsonl"),
+                Seeded {
+                    size: 3,
+                    ..Seeded::default()
+                },
+            )
+        })
+        .collect();
+    s3.seed(&out, &earlier).await;
+    let files: Vec<serde_json::Value> = earlier
+        .keys()
+        .map(|k| serde_json::json!({ "location": format!("s3://{out}/{k}") }))
+        .collect();
+    let manifest = serde_json::json!({ "scan": "earlier", "files": files });
+    let client = s3.client();
+    let put =
+        |key: &'static str, body: Vec<u8>| client.put_object().bucket(&out).key(key).body(body.into()).send();
+    put("ds/manifest.json", serde_json::to_vec(&manifest).unwrap())
+        .await
+        .unwrap();
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("repl-{}", std::process::id()),
+    };
+    let to = format!("s3://{out}/ds/");
+    let plan = [
+        "plan", "--bucket", &bucket, "--output", &to, "--layout", "dataset",
+    ];
+    fleet.run_ok(&plan);
+    let mut worker = fleet.spawn_worker("only", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(300)).success());
+    // Someone puts a file of their own there before the merge: refused,
+    // nothing deleted.
+    put("ds/data/theirs.jsonl", b"{}\n".to_vec()).await.unwrap();
+    let refused = fleet.command(&["merge"]).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("ds/data/theirs.jsonl"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(s3.key_count(&out, "ds/data/").await, 5);
+    s3.delete(&out, "ds/data/theirs.jsonl").await;
+    fleet.run_ok(&["merge"]);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "ds/manifest.json").await).unwrap();
+    let files = manifest["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{manifest}");
+    assert_eq!(
+        s3.key_count(&out, "ds/data/").await,
+        1,
+        "the earlier result's other files are gone"
+    );
+    assert_matches_seed(
+        &parse_records(&s3.read(&out, "ds/data/000000.jsonl").await),
+        &seeded,
+    );
 }

@@ -430,6 +430,7 @@ async fn run_seed(seed: u64) -> Run {
         format: Default::default(),
         layout: Default::default(),
         file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
+        scan_id: scan.clone(),
     };
     let fleet = Fleet {
         url: url.clone(),

@@ -49,6 +49,8 @@ fn record(part: usize, n: usize) -> Record {
         storage_class: Some("STANDARD".into()),
         content_type: Some("application/octet-stream".into()),
         metadata: [("owner".to_string(), format!("team-{}", part % 7))].into(),
+        binary_metadata: Vec::new(),
+        missing_metadata: None,
         error: None,
         http_status: None,
     }
@@ -98,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
             format,
             layout: Layout::Dataset,
             file_size: 1 << 30,
+            scan_id: scan.clone(),
         };
         s3.send_retried(&scan, |sdk| sdk.create_bucket().bucket(&scan).send())
             .await?;

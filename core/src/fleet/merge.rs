@@ -16,6 +16,7 @@
 //!
 //! May import: `spec`, `queue`, `merge_plan`, `rewrite`, `scan` (the output format), `keyspace` and `s3`.
 
+use crate::fleet::data_files::{self, DataFilesError};
 use crate::fleet::merge_plan::{
     files_fit_one_object, plan_copy, plan_files, plan_from_files, plan_parquet_files, plan_single,
     single_size, FilePlan, PartIn, SinglePlan,
@@ -27,12 +28,11 @@ use crate::fleet::spec::ScanSpec;
 use crate::keyspace::coverage::{overlapping, uncovered};
 use crate::keyspace::shard::Shard;
 use crate::s3::compose::{compose, Composed, Piece, Target};
-use crate::s3::delete::delete_prefix;
+use crate::s3::delete::{delete_listed, delete_prefix};
 use crate::s3::error::S3Error;
-use crate::s3::types::ListRequest;
+use crate::s3::pages::list_all;
 use crate::s3::upload::MAX_OBJECT_SIZE;
 use crate::s3::S3;
-use crate::s3::{BucketLister, Pages};
 use crate::scan::format::{record_keys, Format, Layout};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -51,6 +51,8 @@ pub enum MergeError {
     Queue(#[from] QueueError),
     #[error(transparent)]
     S3(#[from] S3Error),
+    #[error(transparent)]
+    DataFiles(DataFilesError),
     #[error("scan {0:?} is not planned (no spec in Redis)")]
     NotPlanned(String),
     #[error("scan is not finished: {pending} shards pending, {leased} being scanned")]
@@ -69,6 +71,15 @@ pub enum MergeError {
     TooBigForSingle { files: usize, file_size: u64 },
     #[error("the result would be {bytes} bytes, more than S3's largest object (5 TiB): scan with layout dataset (nothing was written; the parts are kept)")]
     OverMaxObject { bytes: u64 },
+}
+
+impl From<DataFilesError> for MergeError {
+    fn from(e: DataFilesError) -> Self {
+        match e {
+            DataFilesError::S3(e) => MergeError::S3(e),
+            refused => MergeError::DataFiles(refused),
+        }
+    }
 }
 
 impl MergeError {
@@ -169,8 +180,6 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         keys.extend(queue.parts(&shard.id).await?);
     }
     let parts = describe_parts(s3, queue, &spec, keys).await?;
-    // What an earlier attempt that died left under data/ is written again.
-    delete_prefix(s3, &spec.output_bucket, &spec.data_prefix()).await?;
     let files = write_result(s3, &spec, &parts).await?;
     let dead: Vec<DeadShard> = shards
         .iter()
@@ -311,18 +320,8 @@ async fn describe_parts(
 }
 
 async fn list_sizes(s3: &S3, bucket: &str, prefix: &str) -> Result<HashMap<String, u64>, S3Error> {
-    let mut sizes = HashMap::new();
-    let req = ListRequest {
-        prefix: prefix.to_string(),
-        max_keys: 1000,
-        ..ListRequest::default()
-    };
-    let lister = BucketLister { s3, bucket };
-    let mut pages = Pages::new(&lister, req);
-    while let Some(page) = pages.next().await? {
-        sizes.extend(page.objects.into_iter().map(|o| (o.key, o.size)));
-    }
-    Ok(sizes)
+    let objects = list_all(s3, bucket, prefix).await?;
+    Ok(objects.into_iter().map(|o| (o.key, o.size)).collect())
 }
 
 /// A part's stats from its content: for parts Redis has none for (it lost
@@ -375,12 +374,36 @@ async fn write_result(
         single_fits(&inputs, &lead)?;
     }
     match (spec.format, spec.layout) {
-        (Format::Parquet, _) => write_parquet(s3, spec, parts).await,
+        (Format::Parquet, Layout::Dataset) => {
+            let groups = plan_parquet_files(&inputs, spec.file_size);
+            replacing(s3, spec, groups.len(), write_parquet(s3, spec, parts, groups)).await
+        }
+        (Format::Parquet, Layout::Single) => {
+            write_parquet(s3, spec, parts, std::iter::once(0..parts.len()).collect()).await
+        }
         (_, Layout::Dataset) => {
-            write_files(s3, spec, parts, plan_files(&inputs, &lead, spec.file_size)).await
+            let plans = plan_files(&inputs, &lead, spec.file_size);
+            let count = plans.len();
+            let write = write_files(s3, spec, parts, plans, |n| spec.data_key(n));
+            replacing(s3, spec, count, write).await
         }
         (_, Layout::Single) => write_single(s3, spec, parts, &inputs, &lead).await,
     }
+}
+
+/// Write a dataset of `files` files under `data/` (`write`), then delete
+/// the files there that the new ones did not replace: only bucketscan's
+/// (see `data_files`).
+async fn replacing(
+    s3: &S3,
+    spec: &ScanSpec,
+    files: usize,
+    write: impl std::future::Future<Output = Result<Vec<DataFile>, MergeError>>,
+) -> Result<Vec<DataFile>, MergeError> {
+    let stale = data_files::prepare(s3, spec, files).await?;
+    let written = write.await?;
+    delete_listed(s3, &spec.output_bucket, &stale).await?;
+    Ok(written)
 }
 
 /// The single result: straight from the parts, or from data files first.
@@ -397,21 +420,21 @@ async fn write_single(
             Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
         }
         SinglePlan::TwoLevel(plans) => {
-            if !files_fit_one_object(&plans, lead, |i| spec.data_key(i)) {
+            if !files_fit_one_object(&plans, lead, |i| spec.staging_key(i)) {
                 return Err(MergeError::TooBigForSingle {
                     files: plans.len(),
                     file_size: spec.file_size,
                 });
             }
-            let files = write_files(s3, spec, parts, plans).await?;
-            let keys: Vec<String> = (0..files.len()).map(|i| spec.data_key(i)).collect();
+            // Staged among the scan's parts, deleted with them.
+            let files = write_files(s3, spec, parts, plans, |n| spec.staging_key(n)).await?;
+            let keys: Vec<String> = (0..files.len()).map(|i| spec.staging_key(i)).collect();
             let sizes: Vec<u64> = files.iter().map(|f| f.bytes).collect();
             let pieces = plan_from_files(&keys, &sizes, lead).ok_or(MergeError::TooBigForSingle {
                 files: files.len(),
                 file_size: spec.file_size,
             })?;
             let composed = put_file(s3, spec, &spec.result_key(), pieces).await?;
-            delete_prefix(s3, &spec.output_bucket, &spec.data_prefix()).await?;
             Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
         }
     }
@@ -432,14 +455,8 @@ async fn write_parquet(
     s3: &Arc<S3>,
     spec: &ScanSpec,
     parts: &[Described],
+    groups: Vec<std::ops::Range<usize>>,
 ) -> Result<Vec<DataFile>, MergeError> {
-    let groups = match spec.layout {
-        Layout::Dataset => {
-            let inputs: Vec<PartIn> = parts.iter().map(|d| d.part.clone()).collect();
-            plan_parquet_files(&inputs, spec.file_size)
-        }
-        Layout::Single => std::iter::once(0..parts.len()).collect(),
-    };
     let mut files = Vec::with_capacity(groups.len());
     for (n, group) in groups.into_iter().enumerate() {
         let key = match spec.layout {
@@ -464,10 +481,11 @@ async fn write_files(
     spec: &ScanSpec,
     parts: &[Described],
     plans: Vec<FilePlan>,
+    key_of: impl Fn(usize) -> String,
 ) -> Result<Vec<DataFile>, MergeError> {
     let mut files = Vec::with_capacity(plans.len());
     for (n, plan) in plans.into_iter().enumerate() {
-        let key = spec.data_key(n);
+        let key = key_of(n);
         let composed = put_file(s3, spec, &key, plan.pieces).await?;
         files.push(describe_file(spec, &key, &parts[plan.parts], composed));
     }

@@ -5,11 +5,12 @@
 //! result. The top layer of the crate; the worker and the operator binaries
 //! sit above it.
 //!
-//! Inside, files form layers: `spec`, `governor`; `queue`; `recovery`, `governed`, `rewrite`; `plan`, `run`,
+//! Inside, files form layers: `spec`, `governor`; `queue`; `recovery`, `governed`, `rewrite`, `data_files`; `plan`, `run`,
 //! `merge`.
 //!
 //! May import: `s3`, `keyspace` and `scan`.
 
+pub mod data_files;
 pub mod governed;
 pub mod governor;
 pub mod merge;

@@ -12,12 +12,14 @@
 //!
 //! May import: `spec`, `queue`, `keyspace` and `s3`.
 
+use crate::fleet::data_files::{self, DataFilesError};
 use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::{check_output, ScanSpec};
 use crate::keyspace::coverage::uncovered;
 use crate::keyspace::planner::{plan, BucketLister, PlanOptions};
 use crate::s3::error::S3Error;
 use crate::s3::S3;
+use crate::scan::format::Layout;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -82,6 +84,15 @@ pub async fn plan_scan(
             bucket: spec.output_bucket.clone(),
             source,
         })?;
+    if spec.layout == Layout::Dataset {
+        data_files::check(s3, spec).await.map_err(|e| match e {
+            DataFilesError::S3(source) => PlanError::Output {
+                bucket: spec.output_bucket.clone(),
+                source,
+            },
+            refused => PlanError::Settings(refused.to_string()),
+        })?;
+    }
     if let Some(done) = plan_of(queue).await? {
         return Ok(Planned { added: 0, ..done });
     }

@@ -44,6 +44,12 @@ pub struct ScanSpec {
     /// Bound on one data file of the result, in bytes (compressed size).
     #[serde(default = "default_file_size")]
     pub file_size: u64,
+    /// The scan's id: its parts and the merge's own files go under a
+    /// prefix of their own (`parts/ID/`), so what the scan deletes is only
+    /// what it wrote, whatever else shares the output prefix. Empty in specs
+    /// stored by releases before it (their parts are under `parts/`).
+    #[serde(default)]
+    pub scan_id: String,
 }
 
 /// The fewest bytes a record takes in the result: a JSONL record of an
@@ -150,19 +156,32 @@ impl ScanSpec {
             n => format!("{token}.{n}"),
         };
         format!(
-            "{}parts/{shard_id}/{attempt}-{segment}.{}",
-            self.output_prefix,
+            "{}{shard_id}/{attempt}-{segment}.{}",
+            self.parts_prefix(),
             self.extension()
         )
     }
 
     /// The record of a finished shard (see `recovery`).
     pub fn done_key(&self, shard_id: &str) -> String {
-        format!("{}parts/{shard_id}/done.json", self.output_prefix)
+        format!("{}{shard_id}/done.json", self.parts_prefix())
     }
 
     pub fn parts_prefix(&self) -> String {
-        parts_prefix_of(&self.output_prefix)
+        parts_prefix_of(&self.output_prefix, &self.scan_id)
+    }
+
+    /// Staged file `n` of a single result made in two steps (data files
+    /// first, then joined): among the scan's parts, deleted with them.
+    pub fn staging_key(&self, n: usize) -> String {
+        let name = crate::scan::dataset::sortable(n, 6);
+        format!("{}merge/{name}.{}", self.parts_prefix(), self.extension())
+    }
+
+    /// What the merge says it is about to write (see `fleet::merge`), so an
+    /// attempt after one that died knows which data files were its own.
+    pub fn merge_intent_key(&self) -> String {
+        format!("{}merge.json", self.parts_prefix())
     }
 
     /// The merged result.
@@ -175,9 +194,12 @@ impl ScanSpec {
     }
 }
 
-/// Where the parts of a scan writing under `output_prefix` go.
-pub fn parts_prefix_of(output_prefix: &str) -> String {
-    format!("{output_prefix}parts/")
+/// Where the parts of scan `scan_id` writing under `output_prefix` go.
+pub fn parts_prefix_of(output_prefix: &str, scan_id: &str) -> String {
+    match scan_id {
+        "" => format!("{output_prefix}parts/"),
+        id => format!("{output_prefix}parts/{id}/"),
+    }
 }
 
 #[cfg(test)]
@@ -215,10 +237,11 @@ mod tests {
             format: Format::Jsonl,
             layout: Layout::Single,
             file_size: DEFAULT_FILE_SIZE,
+            scan_id: "ns.s.1234".into(),
         };
         assert_eq!(
             spec.part_key("abc", 1, 0, None),
-            "scans/1/parts/abc/1-start.jsonl.gz"
+            "scans/1/parts/ns.s.1234/abc/1-start.jsonl.gz"
         );
         assert_eq!(
             spec.part_key("abc", 2, 0, Some("k1")),
@@ -242,10 +265,14 @@ mod tests {
         );
         assert_eq!(
             spec.part_key("abc", 2, 1, None),
-            "scans/1/parts/abc/2.1-start.jsonl.gz"
+            "scans/1/parts/ns.s.1234/abc/2.1-start.jsonl.gz"
         );
         assert_eq!(spec.result_key(), "scans/1/result.jsonl.gz");
         assert_eq!(spec.data_key(3), "scans/1/data/000003.jsonl.gz");
+        // What the scan writes besides its result is under its own prefix.
+        for own in [spec.done_key("abc"), spec.staging_key(2), spec.merge_intent_key()] {
+            assert!(own.starts_with("scans/1/parts/ns.s.1234/"), "{own}");
+        }
     }
 
     #[test]
@@ -255,6 +282,9 @@ mod tests {
         assert_eq!((spec.format, spec.layout), (Format::Jsonl, Layout::Single));
         assert_eq!(spec.file_size, DEFAULT_FILE_SIZE);
         assert_eq!(spec.result_key(), "result.jsonl");
+        // Parts stay where that release put them.
+        assert_eq!(spec.parts_prefix(), "parts/");
+        assert_eq!(spec.done_key("x"), "parts/x/done.json");
     }
 
     #[test]

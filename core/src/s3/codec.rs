@@ -6,6 +6,7 @@
 
 use super::error::S3Error;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use std::collections::BTreeMap;
 
 /// S3 keys are at most 1,024 bytes of UTF-8.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -173,21 +174,77 @@ pub fn format_time(t: &aws_smithy_types::DateTime) -> String {
 
 /// Decode a metadata value. S3 returns values that are not plain ASCII in RFC
 /// 2047 form (`=?UTF-8?B?...?=` or `=?UTF-8?Q?...?=`); some servers send raw
-/// UTF-8 bytes instead. Both come back as the original text.
+/// UTF-8 bytes instead. Both come back as the original text. (For listings,
+/// whose XML is text already; a HEAD answer goes through [`MetadataReader`],
+/// which keeps bytes that are not UTF-8.)
 pub fn decode_metadata_value(raw: &[u8]) -> String {
-    let text = String::from_utf8_lossy(raw);
-    decode_rfc2047(text.trim()).unwrap_or_else(|| text.into_owned())
+    String::from_utf8_lossy(&decode_metadata_bytes(raw)).into_owned()
 }
 
-fn decode_rfc2047(s: &str) -> Option<String> {
+/// A value's bytes: RFC 2047 decoded where it is in that form, else the
+/// bytes sent, surrounding whitespace trimmed as HTTP does.
+fn decode_metadata_bytes(raw: &[u8]) -> Vec<u8> {
+    let trimmed = raw.trim_ascii();
+    std::str::from_utf8(trimmed)
+        .ok()
+        .and_then(decode_rfc2047)
+        .unwrap_or_else(|| trimmed.to_vec())
+}
+
+/// User metadata from a HEAD answer's `x-amz-meta-*` headers, header by
+/// header, without losing any: a name sent more than once keeps every value,
+/// joined by `,` in the order sent (as HTTP combines repeated fields, RFC
+/// 9110 section 5.3); a value that is not UTF-8 is kept as the base64 of its
+/// bytes and its name listed in [`UserMetadata::binary`].
+#[derive(Debug, Default)]
+pub struct MetadataReader {
+    values: BTreeMap<String, Vec<u8>>,
+}
+
+/// What [`MetadataReader`] read.
+#[derive(Debug, Default, PartialEq)]
+pub struct UserMetadata {
+    pub values: BTreeMap<String, String>,
+    /// Names whose value is the base64 of bytes that are not UTF-8.
+    pub binary: Vec<String>,
+}
+
+impl MetadataReader {
+    /// One header: `name` lower case without the `x-amz-meta-` prefix.
+    pub fn add(&mut self, name: &str, raw: &[u8]) {
+        let value = decode_metadata_bytes(raw);
+        match self.values.get_mut(name) {
+            Some(earlier) => {
+                earlier.push(b',');
+                earlier.extend_from_slice(&value);
+            }
+            None => {
+                self.values.insert(name.to_string(), value);
+            }
+        }
+    }
+
+    pub fn finish(self) -> UserMetadata {
+        let mut out = UserMetadata::default();
+        for (name, bytes) in self.values {
+            let value = String::from_utf8(bytes).unwrap_or_else(|e| {
+                out.binary.push(name.clone());
+                aws_smithy_types::base64::encode(e.as_bytes())
+            });
+            out.values.insert(name, value);
+        }
+        out
+    }
+}
+
+/// The bytes an RFC 2047 encoded word stands for, when `s` is one in UTF-8
+/// or ISO-8859-1 (the charsets S3 and its clients use).
+fn decode_rfc2047(s: &str) -> Option<Vec<u8>> {
     let inner = s.strip_prefix("=?")?.strip_suffix("?=")?;
     let mut parts = inner.splitn(3, '?');
     let charset = parts.next()?;
     let encoding = parts.next()?;
     let payload = parts.next()?;
-    if !charset.eq_ignore_ascii_case("utf-8") {
-        return None;
-    }
     let bytes = match encoding {
         "B" | "b" => base64_decode(payload)?,
         "Q" | "q" => {
@@ -208,7 +265,20 @@ fn decode_rfc2047(s: &str) -> Option<String> {
         }
         _ => return None,
     };
-    String::from_utf8(bytes).ok()
+    if charset.eq_ignore_ascii_case("utf-8") {
+        Some(bytes)
+    } else if charset.eq_ignore_ascii_case("iso-8859-1") {
+        // Each byte is the code point of the same number.
+        Some(
+            bytes
+                .iter()
+                .map(|&b| char::from(b))
+                .collect::<String>()
+                .into_bytes(),
+        )
+    } else {
+        None
+    }
 }
 
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
@@ -330,6 +400,29 @@ mod tests {
         assert_eq!(decode_metadata_value("Grüße".as_bytes()), "Grüße");
         assert_eq!(decode_metadata_value(b"=?UTF-8?B?R3LDvMOfZQ==?="), "Grüße");
         assert_eq!(decode_metadata_value(b"=?UTF-8?Q?Gr=C3=BC=C3=9Fe_x?="), "Grüße x");
-        assert_eq!(decode_metadata_value(b"=?ISO-8859-1?Q?x?="), "=?ISO-8859-1?Q?x?=");
+        assert_eq!(decode_metadata_value(b"=?ISO-8859-1?Q?Gr=FC=DFe?="), "Grüße");
+        assert_eq!(decode_metadata_value(b"=?KOI8-R?Q?x?="), "=?KOI8-R?Q?x?=");
+        assert_eq!(decode_metadata_value(b" \tpadded \t"), "padded");
+    }
+
+    /// Repeated headers keep every value; bytes that are not UTF-8 are kept
+    /// (base64) and flagged, never replaced by U+FFFD.
+    #[test]
+    fn metadata_headers_lose_nothing() {
+        let mut reader = MetadataReader::default();
+        reader.add("tag", b"a");
+        reader.add("raw", b"caf\xe9 \xff");
+        reader.add("tag", b"=?UTF-8?B?R3LDvMOfZQ==?=");
+        reader.add("plain", "Grüße".as_bytes());
+        reader.add("bad-word", b"=?UTF-8?B?/w==?=");
+        let read = reader.finish();
+        assert_eq!(read.values["tag"], "a,Grüße");
+        assert_eq!(read.values["plain"], "Grüße");
+        assert_eq!(
+            read.values["raw"],
+            aws_smithy_types::base64::encode(b"caf\xe9 \xff")
+        );
+        assert_eq!(read.values["bad-word"], aws_smithy_types::base64::encode(b"\xff"));
+        assert_eq!(read.binary, ["bad-word", "raw"]);
     }
 }

@@ -30,6 +30,15 @@ pub async fn delete_prefix(s3: &S3, bucket: &str, prefix: &str) -> Result<u64, S
     Ok(deleted)
 }
 
+/// Delete the objects `keys` (any number; a missing one is no error).
+pub async fn delete_listed(s3: &S3, bucket: &str, keys: &[String]) -> Result<(), S3Error> {
+    for chunk in keys.chunks(1000) {
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        delete_keys(s3, bucket, &chunk).await?;
+    }
+    Ok(())
+}
+
 /// Rounds of DeleteObjects for the keys a round could not delete: a key
 /// that still fails after these is reported, never retried forever (an object
 /// lock or a deny policy does not go away by asking again).

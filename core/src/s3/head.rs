@@ -6,7 +6,7 @@
 
 use super::client::{sdk_error, S3};
 use super::codec::{
-    decode_metadata_value, encode_key, format_time, http_date_to_rfc3339, retry_after, strip_quotes,
+    encode_key, format_time, http_date_to_rfc3339, retry_after, strip_quotes, MetadataReader,
 };
 use super::error::S3Error;
 use super::signed::SignedClient;
@@ -69,21 +69,31 @@ pub fn head_error(status: u16, bucket: &str) -> S3Error {
 pub fn head_info(headers: &HeaderMap) -> Result<HeadInfo, S3Error> {
     // Borrowed: each value is copied at most once, into the record.
     let text = |name: &str| headers.get(name).map(|v| String::from_utf8_lossy(v.as_bytes()));
-    let metadata = headers
-        .iter()
-        .filter_map(|(name, value)| {
-            let meta = name.as_str().strip_prefix("x-amz-meta-")?;
-            Some((meta.to_string(), decode_metadata_value(value.as_bytes())))
-        })
-        .collect();
+    let mut metadata = MetadataReader::default();
+    for (name, value) in headers {
+        if let Some(meta) = name.as_str().strip_prefix("x-amz-meta-") {
+            metadata.add(meta, value.as_bytes());
+        }
+    }
+    let metadata = metadata.finish();
     Ok(HeadInfo {
         size: content_length(text("content-length").as_deref())?,
         etag: text("etag").map(|e| strip_quotes(&e)),
         last_modified: text("last-modified").and_then(|v| http_date_to_rfc3339(&v)),
         storage_class: text("x-amz-storage-class").map(Cow::into_owned),
         content_type: text("content-type").map(Cow::into_owned),
-        metadata,
+        metadata: metadata.values,
+        binary_metadata: metadata.binary,
+        missing_metadata: missing_metadata(text("x-amz-missing-meta").as_deref()),
     })
+}
+
+/// `x-amz-missing-meta`: how many metadata entries the answer left out
+/// (S3 omits values that HTTP headers cannot carry). A value that is not a
+/// count still says some are missing.
+fn missing_metadata(value: Option<&str>) -> Option<u32> {
+    let value = value?.trim();
+    Some(value.parse().unwrap_or(1)).filter(|n| *n > 0)
 }
 
 /// The object's size from a Content-Length header value.
@@ -142,12 +152,8 @@ async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
             last_modified: out.last_modified().map(format_time),
             storage_class: out.storage_class().map(|s| s.as_str().to_string()),
             content_type: out.content_type().map(str::to_string),
-            metadata: out
-                .metadata()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.to_ascii_lowercase(), decode_metadata_value(v.as_bytes())))
-                .collect(),
+            missing_metadata: missing_metadata(out.missing_meta().map(|n| n.to_string()).as_deref()),
+            ..sdk_metadata(out.metadata())
         })),
         Err(e) => match e.raw_response().map(|r| r.status().as_u16()) {
             _ if let Some(corrected) = s3.correction(&e, bucket, &region) => Err(corrected),
@@ -162,6 +168,21 @@ async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
             }
             _ => Err(sdk_error(e, bucket)),
         },
+    }
+}
+
+/// The SDK's metadata map read as the fast path reads headers (the SDK
+/// has already joined repeated headers and refused bytes that are not UTF-8).
+fn sdk_metadata(map: Option<&std::collections::HashMap<String, String>>) -> HeadInfo {
+    let mut metadata = MetadataReader::default();
+    for (name, value) in map.into_iter().flatten() {
+        metadata.add(&name.to_ascii_lowercase(), value.as_bytes());
+    }
+    let metadata = metadata.finish();
+    HeadInfo {
+        metadata: metadata.values,
+        binary_metadata: metadata.binary,
+        ..HeadInfo::default()
     }
 }
 
@@ -196,6 +217,28 @@ mod tests {
         assert!(sdk_size(None, "HEAD answer").is_err());
         assert!(sdk_size(Some(-3), "HEAD answer").is_err());
         assert_eq!(sdk_size(Some(5), "HEAD answer").unwrap(), 5);
+    }
+
+    /// What a HEAD answer says of its metadata reaches the record whole:
+    /// repeated headers, bytes that are not UTF-8, entries it left out.
+    #[test]
+    fn a_head_answer_keeps_all_its_metadata_and_says_what_it_left_out() {
+        let mut map = headers(&[("content-length", "3"), ("x-amz-meta-tag", "one")]);
+        map.append("x-amz-meta-tag", "two".parse().unwrap());
+        map.append(
+            "x-amz-meta-raw",
+            http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        );
+        let info = head_info(&map).unwrap();
+        assert_eq!(info.metadata["tag"], "one,two");
+        assert_eq!(info.binary_metadata, ["raw"]);
+        assert_eq!(info.missing_metadata, None);
+        map.insert("x-amz-missing-meta", "2".parse().unwrap());
+        assert_eq!(head_info(&map).unwrap().missing_metadata, Some(2));
+        map.insert("x-amz-missing-meta", "some".parse().unwrap());
+        assert_eq!(head_info(&map).unwrap().missing_metadata, Some(1));
+        map.insert("x-amz-missing-meta", "0".parse().unwrap());
+        assert_eq!(head_info(&map).unwrap().missing_metadata, None);
     }
 
     #[test]

@@ -21,7 +21,7 @@
 
 use super::client::S3;
 use super::error::S3Error;
-use super::types::{ListPage, ListRequest};
+use super::types::{ListPage, ListRequest, ListedObject};
 use std::cmp::Ordering;
 use std::future::Future;
 
@@ -55,6 +55,23 @@ pub struct Pages<'a, L> {
     /// The last key listed, or the request's StartAfter: keys come after it.
     last_key: Option<String>,
     same_token: u32,
+}
+
+/// Every object under `prefix`, listed to the end (for prefixes the
+/// caller knows are small: a scan's parts, a dataset's files).
+pub async fn list_all(s3: &S3, bucket: &str, prefix: &str) -> Result<Vec<ListedObject>, S3Error> {
+    let req = ListRequest {
+        prefix: prefix.to_string(),
+        max_keys: 1000,
+        ..ListRequest::default()
+    };
+    let lister = BucketLister { s3, bucket };
+    let mut pages = Pages::new(&lister, req);
+    let mut objects = Vec::new();
+    while let Some(page) = pages.next().await? {
+        objects.extend(page.objects);
+    }
+    Ok(objects)
 }
 
 impl<'a, L: Lister> Pages<'a, L> {

@@ -98,6 +98,11 @@ pub struct HeadInfo {
     pub storage_class: Option<String>,
     pub content_type: Option<String>,
     pub metadata: std::collections::BTreeMap<String, String>,
+    /// Names in `metadata` whose value is the base64 of bytes that are not
+    /// UTF-8.
+    pub binary_metadata: Vec<String>,
+    /// `x-amz-missing-meta`: entries the answer could not carry.
+    pub missing_metadata: Option<u32>,
 }
 
 /// `None` when the object is gone (404).

@@ -579,6 +579,8 @@ impl Engine {
                         .or(Some("STANDARD".into())),
                     content_type: info.content_type,
                     metadata: info.metadata,
+                    binary_metadata: info.binary_metadata,
+                    missing_metadata: info.missing_metadata,
                     error: None,
                     http_status: None,
                 }
@@ -680,6 +682,8 @@ fn listed_record(obj: ListedObject, status: Status) -> Record {
         storage_class: obj.storage_class,
         content_type: None,
         metadata: Default::default(),
+        binary_metadata: Vec::new(),
+        missing_metadata: None,
         error: None,
         http_status: None,
     }

@@ -61,7 +61,7 @@ impl FromStr for Layout {
 }
 
 /// The CSV columns, named after Amazon S3 Metadata tables where they exist.
-pub const CSV_COLUMNS: [&str; 12] = [
+pub const CSV_COLUMNS: [&str; 14] = [
     "bucket",
     "key",
     "status",
@@ -74,6 +74,8 @@ pub const CSV_COLUMNS: [&str; 12] = [
     "error",
     "http_status",
     "version_id",
+    "binary_metadata",
+    "missing_metadata",
 ];
 
 impl Format {
@@ -137,7 +139,11 @@ impl Format {
 fn write_csv_row(r: &Record, bucket: &str, out: &mut Vec<u8>) {
     let metadata = serde_json::to_string(&r.metadata).expect("a map serializes");
     let status = serde_json::to_value(r.status).expect("a status serializes");
-    let fields: [&str; 12] = [
+    let binary = match r.binary_metadata.is_empty() {
+        true => String::new(),
+        false => serde_json::to_string(&r.binary_metadata).expect("names serialize"),
+    };
+    let fields: [&str; 14] = [
         bucket,
         &r.key,
         status.as_str().unwrap_or_default(),
@@ -152,6 +158,8 @@ fn write_csv_row(r: &Record, bucket: &str, out: &mut Vec<u8>) {
         // Scans read the current version; the column is there so a dataset
         // of a versioned scan keeps the same schema.
         "",
+        &binary,
+        &r.missing_metadata.map(|n| n.to_string()).unwrap_or_default(),
     ];
     for (i, field) in fields.iter().enumerate() {
         if i > 0 {
@@ -250,6 +258,8 @@ mod tests {
             storage_class: None,
             content_type: None,
             metadata: BTreeMap::from([("k".into(), "v,\"x\"\r\n".into())]),
+            binary_metadata: vec!["k".into()],
+            missing_metadata: Some(2),
             error: None,
             http_status: None,
         }
@@ -272,6 +282,8 @@ mod tests {
             assert_eq!(row[5], "\"abc\"");
             let meta: BTreeMap<String, String> = serde_json::from_str(&row[8]).unwrap();
             assert_eq!(meta["k"], "v,\"x\"\r\n");
+            assert_eq!(row[12], "[\"k\"]");
+            assert_eq!(row[13], "2");
         }
         assert_eq!(record_keys(Format::Csv, &body).unwrap(), keys);
         let header = Format::Csv.header();

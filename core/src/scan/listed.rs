@@ -84,6 +84,8 @@ pub fn record_from_listing(obj: &ListedObject) -> Option<Record> {
         storage_class: obj.storage_class.clone().or(Some("STANDARD".into())),
         content_type: listed.content_type.clone(),
         metadata: listed.metadata.clone(),
+        binary_metadata: Vec::new(),
+        missing_metadata: None,
         error: None,
         http_status: None,
     })

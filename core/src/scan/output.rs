@@ -386,6 +386,8 @@ mod tests {
             storage_class: None,
             content_type: None,
             metadata: Default::default(),
+            binary_metadata: Vec::new(),
+            missing_metadata: None,
             error: None,
             http_status: None,
         }

@@ -7,7 +7,10 @@
 //! `bucket, key, status, size (int64), last_modified_date (timestamp ms UTC),
 //! e_tag, storage_class, content_type, user_metadata (map<string,string>),
 //! error, http_status (int32), version_id` (null: scans read the current
-//! version; the column keeps one schema for a later versioned scan).
+//! version; the column keeps one schema for a later versioned scan), then
+//! two of our own: `binary_metadata` (list<string>: names whose value is the
+//! base64 of bytes that are not UTF-8) and `missing_metadata` (int32: entries
+//! the store left out, `x-amz-missing-meta`).
 //!
 //! Memory: the writer only appends (the footer comes last and needs no
 //! seek), so a file streams to stdout or S3 like the text formats. What it
@@ -19,7 +22,8 @@
 
 use crate::scan::record::{Record, Status};
 use arrow_array::builder::{
-    Int32Builder, Int64Builder, MapBuilder, MapFieldNames, StringBuilder, TimestampMillisecondBuilder,
+    Int32Builder, Int64Builder, ListBuilder, MapBuilder, MapFieldNames, StringBuilder,
+    TimestampMillisecondBuilder,
 };
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
@@ -44,7 +48,7 @@ pub const ROW_GROUP_BYTES: usize = 128 << 20;
 /// Records gathered before they are encoded as one Arrow batch.
 pub const BATCH_ROWS: usize = 8192;
 
-pub const COLUMNS: [&str; 12] = [
+pub const COLUMNS: [&str; 14] = [
     "bucket",
     "key",
     "status",
@@ -57,6 +61,8 @@ pub const COLUMNS: [&str; 12] = [
     "error",
     "http_status",
     "version_id",
+    "binary_metadata",
+    "missing_metadata",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +96,10 @@ fn metadata_type() -> DataType {
     )
 }
 
+fn names_type() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, false)))
+}
+
 /// The result's Arrow schema.
 pub fn schema() -> SchemaRef {
     static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
@@ -113,6 +123,8 @@ pub fn schema() -> SchemaRef {
                 text("error", true),
                 Field::new("http_status", DataType::Int32, true),
                 text("version_id", true),
+                Field::new("binary_metadata", names_type(), false),
+                Field::new("missing_metadata", DataType::Int32, true),
             ]))
         })
         .clone()
@@ -132,6 +144,8 @@ struct Columns {
     error: StringBuilder,
     http_status: Int32Builder,
     version_id: StringBuilder,
+    binary_metadata: ListBuilder<StringBuilder>,
+    missing_metadata: Int32Builder,
     rows: usize,
 }
 
@@ -153,6 +167,9 @@ impl Columns {
             error: StringBuilder::new(),
             http_status: Int32Builder::new(),
             version_id: StringBuilder::new(),
+            binary_metadata: ListBuilder::new(StringBuilder::new())
+                .with_field(Arc::new(Field::new_list_field(DataType::Utf8, false))),
+            missing_metadata: Int32Builder::new(),
             rows: 0,
         }
     }
@@ -175,6 +192,12 @@ impl Columns {
         self.error.append_option(r.error.as_deref());
         self.http_status.append_option(r.http_status.map(i32::from));
         self.version_id.append_null();
+        for name in &r.binary_metadata {
+            self.binary_metadata.values().append_value(name);
+        }
+        self.binary_metadata.append(true);
+        self.missing_metadata
+            .append_option(r.missing_metadata.map(|n| i32::try_from(n).unwrap_or(i32::MAX)));
         self.rows += 1;
         Ok(())
     }
@@ -194,6 +217,8 @@ impl Columns {
             Arc::new(self.error.finish()),
             Arc::new(self.http_status.finish()),
             Arc::new(self.version_id.finish()),
+            Arc::new(self.binary_metadata.finish()),
+            Arc::new(self.missing_metadata.finish()),
         ];
         Ok(RecordBatch::try_new(schema(), columns)?)
     }
@@ -308,6 +333,8 @@ fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, ParquetError> {
     let modified = batch.column(4).as_primitive::<TimestampMillisecondType>();
     let metadata = batch.column(8).as_map();
     let http = batch.column(10).as_primitive::<Int32Type>();
+    let binary = batch.column(12).as_list::<i32>();
+    let missing = batch.column(13).as_primitive::<Int32Type>();
     let opt = |a: &arrow_array::StringArray, row| a.is_valid(row).then(|| a.value(row).to_string());
     (0..batch.num_rows())
         .map(|row| {
@@ -335,6 +362,13 @@ fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, ParquetError> {
                 metadata,
                 error: opt(error, row),
                 http_status: http.is_valid(row).then(|| http.value(row) as u16),
+                binary_metadata: binary
+                    .value(row)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|name| name.unwrap_or_default().to_string())
+                    .collect(),
+                missing_metadata: missing.is_valid(row).then(|| missing.value(row).max(0) as u32),
             })
         })
         .collect()
@@ -362,6 +396,8 @@ mod tests {
             metadata: (0..i % 4)
                 .map(|n| (format!("m{n}"), format!("v,\"{n}\"\r\n\t ü")))
                 .collect(),
+            binary_metadata: (i % 4 >= 2).then(|| "m1".to_string()).into_iter().collect(),
+            missing_metadata: (i % 7 == 3).then_some(i as u32 % 5 + 1),
             error: (i % 3 == 2).then(|| "AccessDenied".into()),
             http_status: (i % 3 == 2).then_some(403),
         }

@@ -36,6 +36,14 @@ pub struct Record {
     /// HTTP header names are case-insensitive and S3 stores them lower-cased.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    /// Names in `metadata` whose value was not UTF-8: it is the base64 of
+    /// the bytes the store sent, so nothing is lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binary_metadata: Vec<String>,
+    /// How many metadata entries the store left out of its answer
+    /// (`x-amz-missing-meta`): `metadata` is then incomplete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_metadata: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The HTTP status of the failed HEAD, for `error` records that had one.
@@ -74,6 +82,8 @@ mod tests {
                 storage_class: None,
                 content_type: None,
                 metadata: BTreeMap::from([("Name".into(), "välue\n\"x\"".into())]),
+                binary_metadata: Vec::new(),
+                missing_metadata: None,
                 error: None,
                 http_status: None,
             };
