@@ -7,14 +7,14 @@
 
 use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::ScanSpec;
-use crate::keyspace::coverage::uncovered;
+use crate::keyspace::coverage::{overlapping, uncovered};
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::s3::{BucketLister, ListRequest, Pages, S3};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A finished shard as S3 remembers it: `{output_prefix}parts/{id}/done.json`.
+/// A finished shard as S3 remembers it: `{parts}/{id}/done.{token}.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DoneRecord {
     pub id: String,
@@ -47,11 +47,25 @@ impl RecoveryError {
     }
 }
 
-pub async fn write_done(s3: &S3, spec: &ScanSpec, record: &DoneRecord) -> Result<(), S3Error> {
+/// Write the record of lease `token`'s finished shard: under a key of the
+/// lease's own, so a lease that lost the shard and finished it anyway can
+/// never overwrite the record of the lease that won it.
+pub async fn write_done(s3: &S3, spec: &ScanSpec, record: &DoneRecord, token: u64) -> Result<(), S3Error> {
     let body = serde_json::to_vec(record).expect("a done record serializes");
-    let key = spec.done_key(&record.id);
+    let key = spec.done_key(&record.id, token);
     s3.put(&spec.output_bucket, &key, "application/json", body.into())
         .await
+}
+
+/// `ID/done.json` (releases before the lease's token was in the name) or
+/// `ID/done.TOKEN.json`.
+fn is_done_record(key: &str) -> bool {
+    let name = key.rsplit('/').next().unwrap_or_default();
+    name == "done.json"
+        || name
+            .strip_prefix("done.")
+            .and_then(|rest| rest.strip_suffix(".json"))
+            .is_some_and(|token| !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Every done record under the scan's parts.
@@ -66,7 +80,7 @@ pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, Reco
     let mut pages = Pages::new(&lister, req);
     let mut records = Vec::new();
     while let Some(page) = pages.next().await? {
-        for object in page.objects.iter().filter(|o| o.key.ends_with("/done.json")) {
+        for object in page.objects.iter().filter(|o| is_done_record(&o.key)) {
             let body = s3.get(bucket, &object.key, None).await?;
             records.push(
                 serde_json::from_slice(&body).map_err(|source| RecoveryError::Corrupt {
@@ -94,7 +108,7 @@ pub async fn replan(s3: &S3, spec: &ScanSpec, queue: &Queue) -> Result<(usize, u
         mark(queue, stored.len() + gaps.len()).await?;
         return Ok((0, gaps.len()));
     }
-    let done = read_done(s3, spec).await?;
+    let done = disjoint(read_done(s3, spec).await?);
     for record in &done {
         queue
             .restore_done(&record.id, &record.range, &record.parts, &record.counts)
@@ -108,8 +122,85 @@ pub async fn replan(s3: &S3, spec: &ScanSpec, queue: &Queue) -> Result<(usize, u
     Ok((done.len(), gaps.len()))
 }
 
+/// Records whose ranges do not overlap, chosen in key order. Each record
+/// is whole in itself (its parts cover its range), but two may overlap: a
+/// lease that lost its shard and still finished it wrote one for the range
+/// it had, while the next lease of the shard split part of it off. Any
+/// disjoint choice is exact, since what no chosen record covers is queued
+/// and scanned again.
+fn disjoint(mut records: Vec<DoneRecord>) -> Vec<DoneRecord> {
+    records.sort_by(|a, b| a.range.cmp_in_key_order(&b.range));
+    let mut chosen: Vec<DoneRecord> = Vec::with_capacity(records.len());
+    for record in records {
+        let clashes = chosen
+            .iter()
+            .any(|c| c.id == record.id || overlapping(&[c.range.clone(), record.range.clone()]).is_some());
+        if !clashes {
+            chosen.push(record);
+        }
+    }
+    chosen
+}
+
 /// Mark the plan complete (as `plan::mark_planned` does, in its terms).
 async fn mark(queue: &Queue, shards: usize) -> Result<(), QueueError> {
     let summary = serde_json::json!({"shards": shards, "added": 0, "estimated_objects": 0});
     queue.mark_plan_complete(&summary.to_string()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, start_after: Option<&str>, end: Option<&str>) -> DoneRecord {
+        DoneRecord {
+            id: id.into(),
+            range: Shard {
+                prefix: String::new(),
+                start_after: start_after.map(str::to_string),
+                end: end.map(str::to_string),
+            },
+            parts: vec![format!("{id}.part")],
+            counts: BTreeMap::new(),
+        }
+    }
+
+    /// A lease that lost shard x finished [a, c) while the next lease of x
+    /// split it into x [a, b) and y [b, c), both finished: restoring all
+    /// three would hold [b, c) twice. The choice is disjoint, whatever order
+    /// the listing gives, and what it leaves out is a gap to scan again.
+    #[test]
+    fn overlapping_done_records_are_never_restored_together() {
+        let zombie = record("x", Some("a"), Some("c"));
+        let winner = record("x", Some("a"), Some("b"));
+        let sibling = record("y", Some("b"), Some("c"));
+        for order in [
+            vec![zombie.clone(), winner.clone(), sibling.clone()],
+            vec![sibling.clone(), zombie.clone(), winner.clone()],
+            vec![zombie.clone(), sibling.clone()],
+        ] {
+            let chosen = disjoint(order.clone());
+            let ranges: Vec<Shard> = chosen.iter().map(|r| r.range.clone()).collect();
+            assert_eq!(overlapping(&ranges), None, "{order:?}");
+            let ids: std::collections::BTreeSet<&str> = chosen.iter().map(|r| r.id.as_str()).collect();
+            assert_eq!(ids.len(), chosen.len(), "one record per shard: {chosen:?}");
+        }
+        // Nothing overlapping: all of them.
+        let apart = vec![record("p", None, Some("m")), record("q", Some("m"), None)];
+        assert_eq!(disjoint(apart.clone()), apart);
+    }
+
+    #[test]
+    fn done_records_are_named_by_their_lease() {
+        for name in ["parts/s/x/done.json", "parts/s/x/done.12345.json"] {
+            assert!(is_done_record(name), "{name}");
+        }
+        for name in [
+            "parts/s/x/done..json",
+            "parts/s/x/done.1a.json",
+            "parts/s/x/1-start.json",
+        ] {
+            assert!(!is_done_record(name), "{name}");
+        }
+    }
 }

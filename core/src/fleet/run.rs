@@ -446,7 +446,7 @@ impl Runner {
             parts: recorded.parts,
             counts: recorded.counts,
         };
-        write_done(&self.engine.s3, &self.spec, &record).await?;
+        write_done(&self.engine.s3, &self.spec, &record, lease.token).await?;
         Ok(())
     }
 

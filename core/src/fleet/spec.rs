@@ -162,9 +162,10 @@ impl ScanSpec {
         )
     }
 
-    /// The record of a finished shard (see `recovery`).
-    pub fn done_key(&self, shard_id: &str) -> String {
-        format!("{}{shard_id}/done.json", self.parts_prefix())
+    /// The record of shard `shard_id` finished by lease `token` (see
+    /// `recovery`).
+    pub fn done_key(&self, shard_id: &str, token: u64) -> String {
+        format!("{}{shard_id}/done.{token}.json", self.parts_prefix())
     }
 
     pub fn parts_prefix(&self) -> String {
@@ -270,7 +271,11 @@ mod tests {
         assert_eq!(spec.result_key(), "scans/1/result.jsonl.gz");
         assert_eq!(spec.data_key(3), "scans/1/data/000003.jsonl.gz");
         // What the scan writes besides its result is under its own prefix.
-        for own in [spec.done_key("abc"), spec.staging_key(2), spec.merge_intent_key()] {
+        for own in [
+            spec.done_key("abc", 7),
+            spec.staging_key(2),
+            spec.merge_intent_key(),
+        ] {
             assert!(own.starts_with("scans/1/parts/ns.s.1234/"), "{own}");
         }
     }
@@ -284,7 +289,7 @@ mod tests {
         assert_eq!(spec.result_key(), "result.jsonl");
         // Parts stay where that release put them.
         assert_eq!(spec.parts_prefix(), "parts/");
-        assert_eq!(spec.done_key("x"), "parts/x/done.json");
+        assert_eq!(spec.done_key("x", 5), "parts/x/done.5.json");
     }
 
     #[test]
