@@ -873,3 +873,93 @@ async fn an_object_whose_head_always_fails_is_an_error_record_after_three_passes
     rest.remove("obj-00042");
     assert_matches_seed(&records, &rest);
 }
+
+/// One node (or a proxy) answers one object's HEAD with 400 and another
+/// region's `x-amz-bucket-region`, without a body: no S3 error code says
+/// the bucket moved, and HeadBucket does not confirm it, so nothing is
+/// learnt: every request stays signed for the bucket's own region, the
+/// object is an error record (HTTP 400) and every other object is read.
+/// Before: the header alone taught the client eu-west-1, and requests were
+/// signed for it until the store refused them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_named_by_one_bodiless_answer_is_not_learnt() {
+    let server = versitygw();
+    let bucket = server.bucket("lone-node").await;
+    let seeded = objects(60);
+    server.seed(&bucket, &seeded).await;
+    let odd = seeded.keys().nth(13).unwrap().clone();
+    let refused = odd.clone();
+    let proxy = fault_proxy::start(
+        server.endpoint.clone(),
+        move |req| {
+            let refuse = req.method == "HEAD" && fault_proxy::object_key(req).as_deref() == Some(&refused);
+            refuse.then(|| fault_proxy::answer(400, &[("x-amz-bucket-region", "eu-west-1")], ""))
+        },
+        |_, _| {},
+    )
+    .await;
+    let out = run(worker_command(
+        &proxy.url,
+        &["scan", "--bucket", &bucket, "--quiet"],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let records = parse_records(&out.stdout);
+    assert_eq!(records.len(), seeded.len());
+    for (key, record) in &records {
+        if *key == odd {
+            assert_eq!((record.status, record.http_status), (Status::Error, Some(400)));
+        } else {
+            assert_eq!(record.status, Status::Ok, "{key}");
+        }
+    }
+    for seen in proxy.requests() {
+        let region = signed_region(seen.authorization.as_deref().unwrap());
+        assert_eq!(region, "us-east-1", "{} {}", seen.method, seen.target);
+    }
+}
+
+/// A store that answers a LIST and a HEAD with 307 Temporary Redirect to
+/// another address of itself (as AWS's global endpoint does for a bucket
+/// created moments ago): the request is sent again there, signed for the
+/// new host, and the result is exact. Before: the listing failed (HTTP 307).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_temporary_redirect_is_followed() {
+    let server = versitygw();
+    let bucket = server.bucket("moved-for-now").await;
+    let seeded = objects(40);
+    server.seed(&bucket, &seeded).await;
+    let real = server.endpoint.clone();
+    let redirected = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let seen = redirected.clone();
+    let proxy = fault_proxy::start(
+        server.endpoint.clone(),
+        move |req| {
+            // Each kind of request once: the first LIST and the first HEAD.
+            let kind = req.method.to_string();
+            let object = fault_proxy::object_key(req).is_some();
+            let first = (req.method == "GET" && !object) || req.method == "HEAD" && object;
+            if !first || !seen.lock().unwrap().insert(kind) {
+                return None;
+            }
+            let target = req.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+            let location = format!("{real}{target}");
+            Some(fault_proxy::answer(307, &[("location", location.as_str())], ""))
+        },
+        |_, _| {},
+    )
+    .await;
+    let out = run(worker_command(
+        &proxy.url,
+        &["scan", "--bucket", &bucket, "--quiet"],
+    ))
+    .await;
+    assert_success(&out);
+    assert_matches_seed(&parse_records(&out.stdout), &seeded);
+    let followed = redirected.lock().unwrap().clone();
+    assert_eq!(
+        followed.len(),
+        2,
+        "a LIST and a HEAD were redirected: {followed:?}"
+    );
+}

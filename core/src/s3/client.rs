@@ -286,13 +286,11 @@ impl S3 {
         let raw = err.raw_response()?;
         let status = raw.status().as_u16();
         let body = raw.body().bytes().map(String::from_utf8_lossy);
-        let region_in_body = body
-            .as_deref()
-            .filter(|xml| element(xml, "Code") == Some("AuthorizationHeaderMalformed"))
-            .and_then(|xml| element(xml, "Region"));
+        let code = body.as_deref().and_then(|xml| element(xml, "Code"));
+        let region_in_body = body.as_deref().and_then(|xml| element(xml, "Region"));
         let header = |name: &str| raw.headers().get(name);
         self.learnt
-            .correction(status, header, region_in_body, bucket, signed_for, None)
+            .correction(status, header, code, region_in_body, bucket, signed_for, None)
     }
 
     /// Check that the bucket exists and that we may list it: turns a missing

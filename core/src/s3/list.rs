@@ -91,17 +91,16 @@ impl SignedClient {
             Err(_) => String::from_utf8_lossy(&body),
         };
         if status != StatusCode::OK {
-            // Regions launched after 2019 answer a wrongly signed request with
-            // a 400 naming the region only in the document.
-            if element(&xml, "Code") == Some("AuthorizationHeaderMalformed") {
-                let named = element(&xml, "Region").map(unescape);
-                let header = |name: &str| headers.get(name)?.to_str().ok();
-                let learnt = self.learnt();
-                if let Some(e) =
-                    learnt.correction(status.as_u16(), header, named.as_deref(), bucket, &region, None)
-                {
-                    return Err(e);
-                }
+            // A wrong region, said by an S3 error code: regions launched
+            // after 2019 name the region only in the document.
+            let code = element(&xml, "Code");
+            let named = element(&xml, "Region").map(unescape);
+            let header = |name: &str| headers.get(name)?.to_str().ok();
+            let learnt = self.learnt();
+            let (code_num, at) = (status.as_u16(), None);
+            if let Some(e) = learnt.correction(code_num, header, code, named.as_deref(), bucket, &region, at)
+            {
+                return Err(e);
             }
             let wait = retry_after(|name| headers.get(name)?.to_str().ok());
             return Err(error_document(status, &xml, bucket).with_retry_after(wait));

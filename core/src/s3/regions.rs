@@ -3,7 +3,9 @@
 //! region with a redirect naming the right one (`x-amz-bucket-region` on a
 //! 301 or 400, or `<Region>` in an `AuthorizationHeaderMalformed` document),
 //! and every later request for that bucket is signed (and, on AWS, addressed)
-//! for the region learnt here. Source and output buckets may differ.
+//! for the region learnt here. Source and output buckets may differ. A
+//! region is learnt only when an S3 error code says so, or, for a bodiless
+//! HEAD answer, when HeadBucket confirms it (`signed`).
 //!
 //! May import: nothing of the crate.
 

@@ -26,6 +26,15 @@ use std::time::Duration;
 
 type HttpsClient = Client<HttpsConnector, Empty<Bytes>>;
 
+/// Where one request goes.
+#[derive(Clone, Copy)]
+struct Destination<'a> {
+    scheme: &'a str,
+    host: &'a str,
+    path: &'a str,
+    query: &'a str,
+}
+
 /// Signs and sends the fast paths' requests to one endpoint.
 pub struct SignedClient {
     client: HttpsClient,
@@ -61,13 +70,22 @@ impl Learnt {
     /// A refusal that names the bucket's region (other than the one the
     /// request was signed for) or shows a skewed clock: learn it and return
     /// the error that makes the caller send the request again. `header` reads
-    /// the answer's headers; `region_in_body` is the `<Region>` of an
-    /// `AuthorizationHeaderMalformed` document, when the answer had one.
+    /// the answer's headers; `code` is the S3 error code of its document and
+    /// `region_in_body` the document's `<Region>`, when it had them.
     /// `signed_at`: when the refused request was signed, if known.
+    ///
+    /// A region is learnt only from a refusal whose S3 error code says the
+    /// request went to the wrong region ([`REGION_CODES`]): a header alone,
+    /// from one node or a proxy, is not enough (a bodiless HEAD answer is
+    /// confirmed with HeadBucket instead, see `SignedClient::send`). A region
+    /// already learnt is a retry at once: the request was signed before it
+    /// was learnt.
+    #[allow(clippy::too_many_arguments)]
     pub fn correction<'a>(
         &self,
         status: u16,
         header: impl Fn(&str) -> Option<&'a str>,
+        code: Option<&str>,
         region_in_body: Option<&str>,
         bucket: &str,
         signed_for: &str,
@@ -80,11 +98,15 @@ impl Learnt {
                 .or(region_in_body)
                 .and_then(valid_region);
             if let Some(region) = named.filter(|r| *r != signed_for) {
-                self.regions.learn(bucket, region);
-                return Some(S3Error::WrongRegion {
-                    bucket: bucket.to_string(),
-                    region: region.to_string(),
-                });
+                let known = *self.regions.of(bucket) == *region;
+                let told = code.is_some_and(|c| REGION_CODES.contains(&c));
+                if known || told {
+                    self.regions.learn(bucket, region);
+                    return Some(S3Error::WrongRegion {
+                        bucket: bucket.to_string(),
+                        region: region.to_string(),
+                    });
+                }
             }
         }
         if status == 403 {
@@ -94,6 +116,14 @@ impl Learnt {
         None
     }
 }
+
+/// S3 error codes that say a request went to the wrong region.
+pub const REGION_CODES: [&str; 4] = [
+    "PermanentRedirect",
+    "TemporaryRedirect",
+    "AuthorizationHeaderMalformed",
+    "IllegalLocationConstraintException",
+];
 
 impl SignedClient {
     pub fn new(
@@ -128,9 +158,10 @@ impl SignedClient {
 
     /// Sign and send one bodiless request for `encoded_key` in `bucket` (the
     /// bucket itself when the key is empty) with a canonical `query`, for the
-    /// bucket's region (returned with the answer). A redirect to another
-    /// region or a refusal for clock skew is learnt and returned as the error
-    /// that makes the caller's retry loop send the request again at once.
+    /// bucket's region (returned with the answer). A 307 is followed once
+    /// (see [`SignedClient::redirect`]). A redirect to another region or a
+    /// refusal for clock skew is learnt and returned as the error that makes
+    /// the caller's retry loop send the request again at once.
     pub(crate) async fn send(
         &self,
         method: &str,
@@ -140,21 +171,147 @@ impl SignedClient {
     ) -> Result<(http::Response<hyper::body::Incoming>, Arc<str>), S3Error> {
         let region = self.learnt.regions.of(bucket);
         let (host, path) = self.address(bucket, encoded_key, &region);
+        let to = Destination {
+            scheme: &self.scheme,
+            host: &host,
+            path: &path,
+            query,
+        };
+        let (mut resp, mut signed_at) = self.sign_and_send(method, &to, &region).await?;
+        if let Some((scheme, host, path_and_query)) = self.redirect(&resp) {
+            let (path, query) = path_and_query.split_once('?').unwrap_or((&path_and_query, ""));
+            let to = Destination {
+                scheme: &scheme,
+                host: &host,
+                path,
+                query,
+            };
+            (resp, signed_at) = self.sign_and_send(method, &to, &region).await?;
+        }
+        let status = resp.status().as_u16();
+        if matches!(status, 301 | 307 | 400 | 403) {
+            let header = |name: &str| resp.headers().get(name)?.to_str().ok();
+            if let Some(e) =
+                self.learnt
+                    .correction(status, header, None, None, bucket, &region, Some(signed_at))
+            {
+                return Err(e);
+            }
+            if method == "HEAD" {
+                if let Some(e) = self.confirmed_region(status, header, bucket, &region).await {
+                    return Err(e);
+                }
+            }
+        }
+        Ok((resp, region))
+    }
+
+    /// A HEAD answer has no body, so no S3 error code says a region it
+    /// names is the bucket's: a single node may name a wrong one. HeadBucket,
+    /// the call S3 documents for a bucket's region, confirms it before it is
+    /// learnt; unconfirmed, the answer stands as it is.
+    async fn confirmed_region<'a>(
+        &self,
+        status: u16,
+        header: impl Fn(&str) -> Option<&'a str>,
+        bucket: &str,
+        signed_for: &str,
+    ) -> Option<S3Error> {
+        if !matches!(status, 301 | 307 | 400) {
+            return None;
+        }
+        let named = header("x-amz-bucket-region").and_then(valid_region)?;
+        if named == signed_for {
+            return None;
+        }
+        let (host, path) = self.address(bucket, "", signed_for);
+        let to = Destination {
+            scheme: &self.scheme,
+            host: &host,
+            path: &path,
+            query: "",
+        };
+        let (answer, _) = self.sign_and_send("HEAD", &to, signed_for).await.ok()?;
+        let home = answer.headers().get("x-amz-bucket-region")?.to_str().ok();
+        if home.and_then(valid_region) != Some(named) {
+            tracing::warn!(
+                bucket,
+                named,
+                home,
+                "a HEAD answer named a region HeadBucket does not confirm: not learnt"
+            );
+            return None;
+        }
+        self.learnt.regions.learn(bucket, named);
+        Some(S3Error::WrongRegion {
+            bucket: bucket.to_string(),
+            region: named.to_string(),
+        })
+    }
+
+    /// Where a 307 Temporary Redirect sends the request: its `Location`,
+    /// when that is this endpoint's host (any port) or an AWS S3 host; a
+    /// redirect elsewhere is not followed (signed requests stay on the
+    /// store the user named). Returns scheme, host and path with query.
+    fn redirect(&self, resp: &http::Response<hyper::body::Incoming>) -> Option<(String, String, String)> {
+        if resp.status() != http::StatusCode::TEMPORARY_REDIRECT {
+            return None;
+        }
+        let location: http::Uri = resp
+            .headers()
+            .get(http::header::LOCATION)?
+            .to_str()
+            .ok()?
+            .parse()
+            .ok()?;
+        let scheme = location.scheme_str()?.to_string();
+        let authority = location.authority()?;
+        let ours = self
+            .authority
+            .rsplit_once(':')
+            .map_or(self.authority.as_str(), |(h, _)| h);
+        let host = authority.host();
+        let allowed = host == ours
+            || host.ends_with(&format!(".{ours}"))
+            || (self.aws_regional && host.ends_with(".amazonaws.com") && scheme == "https");
+        if !allowed || (scheme == "http" && self.scheme == "https") {
+            tracing::warn!(location = %location, "a 307 to another host is not followed");
+            return None;
+        }
+        let path_and_query = location.path_and_query()?.as_str().to_string();
+        Some((scheme, authority.as_str().to_string(), path_and_query))
+    }
+
+    /// Sign one request for `region` and send it; returns the answer and
+    /// when the request was signed.
+    async fn sign_and_send(
+        &self,
+        method: &str,
+        to: &Destination<'_>,
+        region: &str,
+    ) -> Result<(http::Response<hyper::body::Incoming>, std::time::SystemTime), S3Error> {
+        let Destination {
+            scheme,
+            host,
+            path,
+            query,
+        } = *to;
         let now = self.learnt.clock.now();
         let amz_date = amz_date(now);
-        let state = self.signer.state(now, &amz_date[..8], &region).await?;
-        let authorization = state.authorization(method, &host, &path, query, &amz_date);
+        let state = self.signer.state(now, &amz_date[..8], region).await?;
+        let authorization = state.authorization(method, host, path, query, &amz_date);
         let sep = if query.is_empty() { "" } else { "?" };
-        // HEADs go on the client's own connections (`connections`), which
-        // take the URI in origin form; the pooled client wants it absolute.
-        let head = method == "HEAD";
-        let mut uri = String::with_capacity(self.scheme.len() + 4 + host.len() + path.len() + query.len());
-        if !head {
-            for part in [&self.scheme, "://", &host] {
+        // HEADs go on the client's own connections (`connections`, one
+        // scheme), which take the URI in origin form; the pooled client
+        // wants it absolute.
+        let own = method == "HEAD" && scheme == self.scheme;
+        let mut uri = String::with_capacity(scheme.len() + 4 + host.len() + path.len() + query.len());
+        if !own {
+            for part in [scheme, "://", host] {
                 uri.push_str(part);
             }
         }
-        for part in [&path, sep, query] {
+        for part in [path, sep, query] {
             uri.push_str(part);
         }
         // Built in place rather than through `Request::builder`, which
@@ -170,7 +327,7 @@ impl SignedClient {
         headers.reserve(5);
         headers.insert(
             http::header::HOST,
-            http::HeaderValue::from_str(&host).map_err(|e| bad(&e))?,
+            http::HeaderValue::from_str(host).map_err(|e| bad(&e))?,
         );
         headers.insert("x-amz-date", value(amz_date)?);
         headers.insert(
@@ -185,28 +342,18 @@ impl SignedClient {
             );
         }
         let sent = async {
-            if head {
-                return self.connections.send(&host, req).await;
+            if own {
+                return self.connections.send(host, req).await;
             }
             self.client
                 .request(req)
                 .await
-                .map_err(|e| connection_failed(&self.scheme, &host, &e))
+                .map_err(|e| connection_failed(scheme, host, &e))
         };
         let resp = tokio::time::timeout(self.timeout, sent)
             .await
             .map_err(|_| S3Error::Timeout(self.timeout))??;
-        let status = resp.status().as_u16();
-        if matches!(status, 301 | 307 | 400 | 403) {
-            let header = |name: &str| resp.headers().get(name)?.to_str().ok();
-            if let Some(e) = self
-                .learnt
-                .correction(status, header, None, bucket, &region, Some(now))
-            {
-                return Err(e);
-            }
-        }
-        Ok((resp, region))
+        Ok((resp, now))
     }
 
     /// What this client learnt, for a caller that reads a refusal's body.
@@ -287,26 +434,60 @@ mod tests {
     fn a_refusal_naming_another_region_is_learnt_once() {
         let learnt = Learnt::new("us-east-1");
         let eu = |name: &str| (name == "x-amz-bucket-region").then_some("eu-west-1");
-        let e = learnt.correction(301, eu, None, "b", "us-east-1", None).unwrap();
+        let redirect = Some("PermanentRedirect");
+        let e = learnt
+            .correction(301, eu, redirect, None, "b", "us-east-1", None)
+            .unwrap();
         assert!(matches!(&e, S3Error::WrongRegion { region, .. } if region == "eu-west-1"));
         assert!(e.is_retryable() && e.is_corrected());
         assert_eq!(&*learnt.regions.of("b"), "eu-west-1");
         // The server names the region the request was signed for: a real refusal.
-        assert!(learnt.correction(301, eu, None, "b", "eu-west-1", None).is_none());
+        assert!(learnt
+            .correction(301, eu, redirect, None, "b", "eu-west-1", None)
+            .is_none());
+        // A request signed before the region was learnt: sent again, with
+        // or without a code (a bodiless HEAD answer).
+        assert!(learnt
+            .correction(301, eu, None, None, "b", "us-east-1", None)
+            .is_some());
         // The region may come in the document only (400 AuthorizationHeaderMalformed).
         let none = |_: &str| None;
+        let malformed = Some("AuthorizationHeaderMalformed");
         let e = learnt
-            .correction(400, none, Some("ap-south-1"), "c", "us-east-1", None)
+            .correction(400, none, malformed, Some("ap-south-1"), "c", "us-east-1", None)
             .unwrap();
         assert!(matches!(e, S3Error::WrongRegion { .. }));
         assert_eq!(&*learnt.regions.of("c"), "ap-south-1");
         // Success or other statuses teach nothing; a garbled name is ignored.
-        assert!(learnt.correction(200, eu, None, "d", "us-east-1", None).is_none());
+        assert!(learnt
+            .correction(200, eu, redirect, None, "d", "us-east-1", None)
+            .is_none());
         let garbled = |_: &str| Some("EU WEST");
         assert!(learnt
-            .correction(301, garbled, None, "d", "us-east-1", None)
+            .correction(301, garbled, redirect, None, "d", "us-east-1", None)
             .is_none());
         assert_eq!(&*learnt.regions.of("d"), "us-east-1");
+    }
+
+    /// A header alone does not move a bucket: a 400 for one object (an
+    /// SSE-C key missing, say) from a node or proxy that adds another
+    /// region's `x-amz-bucket-region`, or a refusal whose code is about
+    /// something else, is the answer it is.
+    #[test]
+    fn a_region_named_without_a_region_code_is_not_learnt() {
+        let learnt = Learnt::new("us-east-1");
+        let eu = |name: &str| (name == "x-amz-bucket-region").then_some("eu-west-1");
+        for code in [None, Some("InvalidRequest"), Some("AccessDenied")] {
+            for status in [301, 307, 400] {
+                assert!(
+                    learnt
+                        .correction(status, eu, code, None, "b", "us-east-1", None)
+                        .is_none(),
+                    "{status} {code:?}"
+                );
+            }
+        }
+        assert_eq!(&*learnt.regions.of("b"), "us-east-1");
     }
 
     #[test]
@@ -318,12 +499,12 @@ mod tests {
                 .unwrap();
         let dated = |name: &str| (name == "date").then_some(later.as_str());
         let e = learnt
-            .correction(403, dated, None, "b", "us-east-1", None)
+            .correction(403, dated, None, None, "b", "us-east-1", None)
             .unwrap();
         assert!(matches!(e, S3Error::ClockSkew { .. }) && e.is_corrected());
         // Corrected: the same refusal again is a real one (an ACL, a policy).
         assert!(learnt
-            .correction(403, dated, None, "b", "us-east-1", None)
+            .correction(403, dated, None, None, "b", "us-east-1", None)
             .is_none());
         let now = aws_smithy_types::DateTime::from(std::time::SystemTime::now())
             .fmt(aws_smithy_types::date_time::Format::HttpDate)
@@ -333,6 +514,7 @@ mod tests {
             .correction(
                 403,
                 |n| (n == "date").then_some(now.as_str()),
+                None,
                 None,
                 "b",
                 "us-east-1",
