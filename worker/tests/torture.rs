@@ -12,9 +12,15 @@
 //!   last second of writes may be lost), and Redis put back to a snapshot
 //!   taken earlier (a failover to a lagging replica), at any moment,
 //!   during the merge too;
+//! - the planner killed at a random moment and run again (as its Job is);
+//! - Redis out of memory for a while (`maxmemory` lowered: writes refused);
 //! - S3 throttle storms longer than a request's retries, bursts of 500s
 //!   past the retries on one key, a 404 for a listed key (a listing ahead
-//!   of its objects), a 403 for one object;
+//!   of its objects), a 403 for one object, one node answering an object's
+//!   HEAD with 400 and another region's name, connections reset;
+//! - listings that misbehave: a key repeated at the start of the next page,
+//!   a continuation token repeated (the same page again), two keys out of
+//!   order;
 //! - the bucket changing: objects created, deleted, their metadata replaced.
 //!
 //! The invariant, checked after every run (`check`): either the scan is
@@ -28,10 +34,10 @@
 //! What a seed does not fix: how tasks interleave (they race as a real
 //! fleet's processes do), so a replay runs the same bucket and schedule and
 //! usually, not always, the same interleaving. Faults this harness does not
-//! inject (their own tests cover them): listings out of order or repeated
-//! (`core/src/s3/pages.rs`), clock skew (`s3_faults.rs`, `core/src/s3/clock.rs`),
-//! a planner killed between batches (`fleet.rs`
-//! `a_plan_that_died_midway_is_completed_not_tiled_again`), Redis out of memory.
+//! inject (their own tests cover them): the client's clock stepped (one
+//! process here: `s3_faults.rs` runs the worker under libfaketime, and
+//! `core/src/s3/clock.rs`), a bucket whose region changes (versitygw has one
+//! region: `s3_faults.rs`), requests that time out (30 s each: `s3_faults.rs`).
 //!
 //! `just test` runs [`FIXED_SEEDS`] and checks that they inject every kind
 //! of fault; `just torture N` runs N seeds from a random start and prints
@@ -62,14 +68,21 @@ use tokio_util::sync::CancellationToken;
 
 /// Seeds `just test` runs: together they inject every kind of fault (the
 /// test checks it).
-const FIXED_SEEDS: [u64; 5] = [1, 4, 6, 7, 8];
+const FIXED_SEEDS: [u64; 5] = [2, 3, 6, 9, 10];
 
 /// How long one run may take before it counts as a hang.
 const RUN_BOUND: Duration = Duration::from_secs(240);
 
 /// The kinds of fault, as counted.
-const KINDS: [&str; 10] = [
+const KINDS: [&str; 17] = [
     "worker killed",
+    "planner killed",
+    "redis out of memory",
+    "connection reset",
+    "a node naming another region",
+    "key repeated in a listing",
+    "continuation token repeated",
+    "listing out of order",
     "redis restarted (aof everysec)",
     "redis rolled back",
     "rolled back during the merge",
@@ -184,7 +197,32 @@ struct ProxyFaults {
     lagged: BTreeSet<String>,
     /// Keys whose HEAD always answers 403.
     denied: BTreeSet<String>,
+    /// Keys whose HEAD always answers 400 naming another region, bodiless
+    /// (one node that believes the bucket lives elsewhere).
+    misdirected: BTreeSet<String>,
+    /// Until then, every third request's connection is reset.
+    resets_until: Option<Instant>,
+    requests: u64,
+    /// LIST answers seen, and the anomaly to make of the answer with that
+    /// number (or of the next one it applies to).
+    lists: u64,
+    list_faults: BTreeMap<u64, ListFault>,
+    /// Per listing (its query without the token): the last page's next
+    /// token and last `<Contents>` element, as sent.
+    last_page: BTreeMap<String, (String, String)>,
     served: BTreeMap<&'static str, u64>,
+}
+
+/// What a listing does wrong, once.
+#[derive(Clone, Copy, Debug)]
+enum ListFault {
+    /// The previous page's last key again, first in the next page.
+    RepeatKey,
+    /// The next token is the one the page was asked with: the same page
+    /// comes again.
+    RepeatToken,
+    /// Two keys of a page swapped.
+    OutOfOrder,
 }
 
 impl ProxyFaults {
@@ -200,6 +238,11 @@ impl ProxyFaults {
                 &[],
             ));
         }
+        self.requests += 1;
+        if self.resets_until.is_some_and(|until| Instant::now() < until) && self.requests.is_multiple_of(3) {
+            *self.served.entry("connection reset").or_insert(0) += 1;
+            return Some(fault_proxy::reset());
+        }
         if req.method != "HEAD" {
             return None;
         }
@@ -207,6 +250,14 @@ impl ProxyFaults {
         if self.denied.contains(&key) {
             *self.served.entry("403 for an object").or_insert(0) += 1;
             return Some(fault_proxy::answer(403, &[], ""));
+        }
+        if self.misdirected.contains(&key) {
+            *self.served.entry("a node naming another region").or_insert(0) += 1;
+            return Some(fault_proxy::answer(
+                400,
+                &[("x-amz-bucket-region", "eu-west-1")],
+                "",
+            ));
         }
         if self.lagging.remove(&key) {
             *self.served.entry("404 for a listed key").or_insert(0) += 1;
@@ -220,6 +271,123 @@ impl ProxyFaults {
         *self.served.entry("500s past the retries").or_insert(0) += 1;
         Some(fault_proxy::error_document(500, "InternalError", "emulated", &[]))
     }
+
+    /// Make a LIST answer misbehave, when one is due.
+    fn rewrite(&mut self, req: &http::request::Parts, status: http::StatusCode, body: &mut bytes::Bytes) {
+        let query = req.uri.query().unwrap_or_default();
+        if req.method != "GET" || status != 200 || !query.contains("list-type=2") {
+            return;
+        }
+        let Ok(xml) = std::str::from_utf8(body) else {
+            return;
+        };
+        let mut xml = xml.to_string();
+        let mut token = None;
+        let mut rest = vec![];
+        for pair in query.split('&') {
+            match pair.strip_prefix("continuation-token=") {
+                Some(t) => {
+                    token = Some(
+                        percent_encoding::percent_decode_str(t)
+                            .decode_utf8_lossy()
+                            .into_owned(),
+                    )
+                }
+                None => rest.push(pair),
+            }
+        }
+        let listing = rest.join("&");
+        let asked_with = token.as_deref().map(xml_escape);
+        let n = self.lists;
+        self.lists += 1;
+        if let Some(fault) = self.list_faults.remove(&n) {
+            let done = match fault {
+                ListFault::RepeatKey => {
+                    let previous = self.last_page.get(&listing);
+                    match (previous, asked_with.as_deref(), xml.find("<Contents>")) {
+                        (Some((next, contents)), Some(asked), Some(at)) if next == asked => {
+                            xml.insert_str(at, contents);
+                            Some("key repeated in a listing")
+                        }
+                        _ => None,
+                    }
+                }
+                ListFault::RepeatToken => {
+                    match (asked_with.as_deref(), element(&xml, "NextContinuationToken")) {
+                        (Some(asked), Some(next)) => {
+                            xml = xml.replacen(
+                                &format!("<NextContinuationToken>{next}</NextContinuationToken>"),
+                                &format!("<NextContinuationToken>{asked}</NextContinuationToken>"),
+                                1,
+                            );
+                            Some("continuation token repeated")
+                        }
+                        _ => None,
+                    }
+                }
+                ListFault::OutOfOrder => {
+                    let contents = contents_of(&xml);
+                    let adjacent = contents.len() >= 2 && {
+                        let at = xml.find(contents[0]).unwrap() + contents[0].len();
+                        xml[at..].starts_with(contents[1])
+                    };
+                    if adjacent {
+                        let (a, b) = (contents[0].to_string(), contents[1].to_string());
+                        let at = xml.find(&a).unwrap();
+                        xml.replace_range(at..at + a.len() + b.len(), &format!("{b}{a}"));
+                        Some("listing out of order")
+                    } else {
+                        None
+                    }
+                }
+            };
+            match done {
+                Some(kind) => *self.served.entry(kind).or_insert(0) += 1,
+                // Not applicable to this page: the next LIST answer.
+                None => {
+                    self.list_faults.entry(n + 1).or_insert(fault);
+                }
+            }
+        }
+        if let (Some(next), Some(last)) = (element(&xml, "NextContinuationToken"), contents_of(&xml).last()) {
+            self.last_page
+                .insert(listing, (next.to_string(), last.to_string()));
+        }
+        *body = bytes::Bytes::from(xml);
+    }
+}
+
+/// The text of the first `<name>` element.
+fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = start + xml[start..].find(&format!("</{name}>"))?;
+    Some(&xml[start..end])
+}
+
+/// Every `<Contents>...</Contents>` element, adjacent ones as they are sent.
+fn contents_of(xml: &str) -> Vec<&str> {
+    let mut out = vec![];
+    let mut from = 0;
+    while let Some(start) = xml[from..].find("<Contents>").map(|s| s + from) {
+        let Some(end) = xml[start..]
+            .find("</Contents>")
+            .map(|e| start + e + "</Contents>".len())
+        else {
+            break;
+        };
+        out.push(&xml[start..end]);
+        from = end;
+    }
+    out
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
 }
 
 /// What the schedule does at a moment of the run.
@@ -238,6 +406,13 @@ enum Event {
     Storm {
         ms: u64,
     },
+    /// Every third request's connection reset, for this long.
+    Resets {
+        ms: u64,
+    },
+    /// Redis refuses writes (out of memory) until `OomEnds`.
+    Oom,
+    OomEnds,
     Create(String, Seeded),
     Delete(String),
     Replace(String, Seeded),
@@ -321,13 +496,26 @@ async fn run_seed(seed: u64) -> Run {
     if rng.random_bool(0.4) {
         faults.denied.insert(pick(&mut rng));
     }
+    if rng.random_bool(0.25) {
+        faults.misdirected.insert(pick(&mut rng));
+    }
+    for (p, fault) in [
+        (0.35, ListFault::RepeatKey),
+        (0.35, ListFault::RepeatToken),
+        (0.1, ListFault::OutOfOrder),
+    ] {
+        if rng.random_bool(p) {
+            let at = rng.random_range(0..30);
+            faults.list_faults.entry(at).or_insert(fault);
+        }
+    }
     let proxy_faults = Arc::new(Mutex::new(faults));
     let proxy = {
-        let faults = proxy_faults.clone();
-        fault_proxy::start(
+        let (faults, lists) = (proxy_faults.clone(), proxy_faults.clone());
+        fault_proxy::start_rewriting(
             server.endpoint.clone(),
             move |req| faults.lock().unwrap().answer(req),
-            |_, _| {},
+            move |req, resp, body| lists.lock().unwrap().rewrite(req, resp.status, body),
         )
         .await
     };
@@ -374,6 +562,20 @@ async fn run_seed(seed: u64) -> Run {
             },
         ));
     }
+    if rng.random_bool(0.35) {
+        schedule.push((
+            rng.random_range(0..5_000),
+            Event::Resets {
+                ms: rng.random_range(200..2_000),
+            },
+        ));
+    }
+    if rng.random_bool(0.2) {
+        let at = rng.random_range(0..5_000);
+        schedule.push((at, Event::Oom));
+        schedule.push((at + rng.random_range(100..1_500), Event::OomEnds));
+    }
+    let kill_plan_after = rng.random_bool(0.3).then(|| rng.random_range(0..40));
     let mut changed = BTreeSet::new();
     if rng.random_bool(0.5) {
         for i in 0..rng.random_range(1..20) {
@@ -440,6 +642,7 @@ async fn run_seed(seed: u64) -> Run {
         page: page as i32,
         part_records: rng.random_range(5..200),
         shards_in_flight: rng.random_range(1..=3),
+        kill_plan_after,
     };
 
     let mut run = Run::default();
@@ -459,7 +662,15 @@ async fn run_seed(seed: u64) -> Run {
     .await;
     run.faults
         .extend(proxy_faults.lock().unwrap().served.iter().map(|(k, n)| (*k, *n)));
-    let denied = proxy_faults.lock().unwrap().denied.clone();
+    // Keys HEAD refuses for good, and the status it answers: 403 wins
+    // where a key drew both (the proxy asks it first).
+    let refused: BTreeMap<String, u16> = {
+        let faults = proxy_faults.lock().unwrap();
+        let misdirected = faults.misdirected.iter().map(|k| (k.clone(), 400));
+        misdirected
+            .chain(faults.denied.iter().map(|k| (k.clone(), 403)))
+            .collect()
+    };
     let lagged = proxy_faults.lock().unwrap().lagged.clone();
     match outcome {
         Err(_) => {
@@ -468,7 +679,7 @@ async fn run_seed(seed: u64) -> Run {
         Ok(Err(reason)) => run.failed = Some(reason),
         Ok(Ok(())) => {
             let result = server.read(&output, "r/result.jsonl").await;
-            if let Err(v) = check(&result, &seeded, &changed, &denied, &lagged) {
+            if let Err(v) = check(&result, &seeded, &changed, &refused, &lagged) {
                 run.violation = Some(v);
             }
         }
@@ -486,6 +697,8 @@ struct Fleet {
     page: i32,
     part_records: u64,
     shards_in_flight: usize,
+    /// Kill the first plan this many milliseconds after it starts.
+    kill_plan_after: Option<u64>,
 }
 
 impl Fleet {
@@ -565,6 +778,26 @@ async fn drive(
         page_size: fleet.page,
         ..PlanOptions::default()
     };
+    if let Some(after) = fleet.kill_plan_after {
+        let (s3, spec, opts, planner) = (
+            fleet.s3.clone(),
+            fleet.spec.clone(),
+            opts.clone(),
+            planner.clone(),
+        );
+        let runtime = tokio::runtime::Handle::current();
+        let plan = tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move {
+                tokio::select! {
+                    _ = plan_scan(&s3, &spec, &opts, &planner) => false,
+                    _ = tokio::time::sleep(Duration::from_millis(after)) => true,
+                }
+            })
+        });
+        if plan.await.map_err(|e| format!("plan task: {e}"))? {
+            *run.faults.entry("planner killed").or_insert(0) += 1;
+        }
+    }
     let mut tries = 0;
     loop {
         match plan_scan(&fleet.s3, &fleet.spec, &opts, &planner).await {
@@ -591,6 +824,7 @@ async fn drive(
         proxy,
         client: redis::Client::open(fleet.url.as_str()).unwrap(),
         snapshot: None,
+        oom: false,
     };
     let mut merging: Option<tokio::task::JoinHandle<Result<Manifest, MergeError>>> = None;
     let mut merges = 0;
@@ -685,6 +919,8 @@ struct World<'a> {
     proxy: &'a Arc<Mutex<ProxyFaults>>,
     client: redis::Client,
     snapshot: Option<snapshot::Snapshot>,
+    /// Redis refuses writes now (out of memory).
+    oom: bool,
 }
 
 impl World<'_> {
@@ -718,13 +954,31 @@ impl World<'_> {
                 })
                 .await
                 .unwrap();
+                // Restarted with its own settings: no longer out of memory.
+                self.oom = false;
                 count("redis restarted (aof everysec)");
+            }
+            Event::Oom => {
+                if self.set_maxmemory("1").await {
+                    self.oom = true;
+                    count("redis out of memory");
+                }
+            }
+            Event::OomEnds => {
+                if self.oom && self.set_maxmemory("0").await {
+                    self.oom = false;
+                }
+            }
+            Event::Resets { ms } => {
+                self.proxy.lock().unwrap().resets_until = Some(Instant::now() + Duration::from_millis(ms));
             }
             Event::Snapshot => {
                 if let Ok(mut con) = self.client.get_multiplexed_async_connection().await {
                     self.snapshot = Some(snapshot::Snapshot::take(&mut con, &fleet.scan).await);
                 }
             }
+            // A snapshot cannot be written back while Redis refuses writes.
+            Event::Rollback if self.oom => {}
             Event::Rollback => {
                 let con = self.client.get_multiplexed_async_connection().await;
                 if let (Some(s), Ok(mut con)) = (self.snapshot.take(), con) {
@@ -755,12 +1009,28 @@ impl World<'_> {
     }
 }
 
+impl World<'_> {
+    /// `CONFIG SET maxmemory`: whether Redis took it.
+    async fn set_maxmemory(&self, bytes: &str) -> bool {
+        let Ok(mut con) = self.client.get_multiplexed_async_connection().await else {
+            return false;
+        };
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .query_async::<()>(&mut con)
+            .await
+            .is_ok()
+    }
+}
+
 /// The invariant on a complete scan's result.
 fn check(
     result: &[u8],
     seeded: &BTreeMap<String, Seeded>,
     changed: &BTreeSet<String>,
-    denied: &BTreeSet<String>,
+    refused: &BTreeMap<String, u16>,
     lagging: &BTreeSet<String>,
 ) -> Result<(), String> {
     let mut records: Vec<Record> = vec![];
@@ -780,9 +1050,9 @@ fn check(
         let Some(record) = by_key.get(key.as_str()) else {
             return Err(format!("{key:?} is missing"));
         };
-        if denied.contains(key) {
-            if record.status != Status::Error || record.http_status != Some(403) {
-                return Err(format!("{key:?} was refused (403), recorded {record:?}"));
+        if let Some(status) = refused.get(key) {
+            if record.status != Status::Error || record.http_status != Some(*status) {
+                return Err(format!("{key:?} was refused ({status}), recorded {record:?}"));
             }
             continue;
         }
@@ -804,7 +1074,7 @@ fn check(
                 record.key
             ));
         }
-        let object_specific = denied.contains(&record.key) || lagging.contains(&record.key);
+        let object_specific = refused.contains_key(&record.key) || lagging.contains(&record.key);
         if record.status == Status::Error && !object_specific {
             return Err(format!("an error record for a passing fault: {record:?}"));
         }

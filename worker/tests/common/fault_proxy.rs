@@ -32,8 +32,20 @@ pub struct Seen {
 
 /// Answer a request without asking the server (`None`: forward it).
 pub type Answer = dyn Fn(&RequestParts) -> Option<Response<Full<Bytes>>> + Send + Sync;
-/// Rewrite the server's answer to a request.
-pub type Rewrite = dyn Fn(&RequestParts, &mut ResponseParts) + Send + Sync;
+/// Rewrite the server's answer to a request (its head and body).
+pub type Rewrite = dyn Fn(&RequestParts, &mut ResponseParts, &mut Bytes) + Send + Sync;
+
+/// Marks an answer of the rules as "close the connection instead": the
+/// client sees the connection reset before any answer.
+#[derive(Clone, Copy, Debug)]
+pub struct ResetConnection;
+
+/// An answer that is no answer: the connection is dropped.
+pub fn reset() -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    resp.extensions_mut().insert(ResetConnection);
+    resp
+}
 
 pub struct FaultProxy {
     pub url: String,
@@ -96,6 +108,15 @@ pub async fn start(
     answer: impl Fn(&RequestParts) -> Option<Response<Full<Bytes>>> + Send + Sync + 'static,
     rewrite: impl Fn(&RequestParts, &mut ResponseParts) + Send + Sync + 'static,
 ) -> FaultProxy {
+    start_rewriting(upstream, answer, move |req, resp, _| rewrite(req, resp)).await
+}
+
+/// As [`start`], with a rewrite that may change the answer's body too.
+pub async fn start_rewriting(
+    upstream: String,
+    answer: impl Fn(&RequestParts) -> Option<Response<Full<Bytes>>> + Send + Sync + 'static,
+    rewrite: impl Fn(&RequestParts, &mut ResponseParts, &mut Bytes) + Send + Sync + 'static,
+) -> FaultProxy {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
@@ -132,6 +153,9 @@ pub async fn start(
                             answered_by_rule: ruled.is_some(),
                         });
                         if let Some(resp) = ruled {
+                            if resp.extensions().get::<ResetConnection>().is_some() {
+                                return Err("connection reset by the fault proxy".to_string());
+                            }
                             return Ok::<_, String>(resp);
                         }
                         let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
@@ -143,8 +167,15 @@ pub async fn start(
                             .await
                             .map_err(|e| e.to_string())?;
                         let (mut resp_parts, body) = resp.into_parts();
-                        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-                        rewrite(&original, &mut resp_parts);
+                        let mut body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+                        let sent = body.clone();
+                        rewrite(&original, &mut resp_parts, &mut body);
+                        // A HEAD answer's length is the object's: kept unless
+                        // the rewrite changed the body.
+                        if body != sent {
+                            let length = http::HeaderValue::from(body.len());
+                            resp_parts.headers.insert(http::header::CONTENT_LENGTH, length);
+                        }
                         Ok(Response::from_parts(resp_parts, Full::new(body)))
                     }
                 });
