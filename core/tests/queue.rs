@@ -624,3 +624,167 @@ async fn shard_records_are_in_key_order_when_lower_bounds_tie() {
     assert_eq!(order, vec![only_p, after_p]);
     q.delete_scan().await.unwrap();
 }
+
+/// A private redis-server with these extra arguments, killed on drop.
+struct OwnRedis(std::process::Child, String, std::path::PathBuf);
+
+impl OwnRedis {
+    fn start(extra: &[&str]) -> OwnRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("bs-durable-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", ""])
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/install-deps.sh)");
+        OwnRedis(child, format!("redis://127.0.0.1:{port}"), dir)
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.2);
+    }
+}
+
+/// The version of the redis-server at `url`, as (major, minor).
+async fn server_version(url: &str) -> (u32, u32) {
+    let client = redis::Client::open(url).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+async fn durable_queue(url: &str) -> Queue {
+    let config = bucketscan_core::fleet::queue::RedisConfig {
+        patience: Duration::from_secs(10),
+        ..bucketscan_core::fleet::queue::RedisConfig::new(url)
+    };
+    Queue::connect(&config, &scan_id("durable"), "merger", Duration::from_secs(5))
+        .await
+        .unwrap()
+}
+
+/// The merge waits for Redis to say the manifest is kept before it deletes
+/// the parts. With an AOF, Redis 7.2+ confirms the write is on disk; without
+/// an AOF or replicas it says it cannot keep it; an older Redis without
+/// replicas cannot say (the merge then relies on manifest.json in S3); with
+/// a replica, every version confirms the replica has it.
+#[tokio::test]
+async fn redis_says_whether_what_it_acknowledged_is_durable() {
+    use bucketscan_core::fleet::queue::durable::Durability;
+    for aof in ["yes", "no"] {
+        let redis = OwnRedis::start(&["--appendonly", aof, "--appendfsync", "everysec"]);
+        let queue = durable_queue(&redis.1).await;
+        queue.set_meta_field("manifest", "{}").await.unwrap();
+        let said = queue.wait_durable(Duration::from_secs(2)).await.unwrap();
+        let expected = match (server_version(&redis.1).await >= (7, 2), aof) {
+            (true, "yes") => Durability::Confirmed {
+                local: true,
+                replicas: 0,
+                of: 0,
+            },
+            (true, _) => Durability::NotPersisted,
+            (false, _) => Durability::Unknown,
+        };
+        assert_eq!(said, expected, "appendonly {aof}");
+    }
+
+    let primary = OwnRedis::start(&["--appendonly", "no"]);
+    let port = primary.1.rsplit(':').next().unwrap().to_string();
+    let _replica = OwnRedis::start(&["--appendonly", "no", "--replicaof", "127.0.0.1", &port]);
+    let queue = durable_queue(&primary.1).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        queue.set_meta_field("manifest", "{}").await.unwrap();
+        let said = queue.wait_durable(Duration::from_secs(1)).await.unwrap();
+        let synced = Durability::Confirmed {
+            local: false,
+            replicas: 1,
+            of: 1,
+        };
+        if said == synced {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never confirmed: {said:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The merge reads the scan in one transaction: while another client flips
+/// a shard between "done with two parts" and "leased with one part" (as a
+/// rollback to a snapshot and forth would), every view pairs a state with
+/// its own parts. Read piece by piece (states, then parts), a view could
+/// pair "done" with one part: a result missing the second part's records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_merge_reads_states_and_parts_at_one_instant() {
+    use bucketscan_core::fleet::queue::ScanKeys;
+    let scan = scan_id("view");
+    let keys = ScanKeys::new(&scan);
+    let q = queue(&scan, "merger", Duration::from_secs(5)).await;
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    redis::pipe()
+        .sadd(keys.shards(), "s1")
+        .hset(keys.shard("s1"), "range", "{}")
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    let flipping = {
+        let (mut con, keys) = (con.clone(), keys.clone());
+        tokio::spawn(async move {
+            for i in 0..3000u32 {
+                let (state, parts) = if i % 2 == 0 {
+                    ("done", &["p1", "p2"][..])
+                } else {
+                    ("leased", &["p1"][..])
+                };
+                redis::pipe()
+                    .atomic()
+                    .del(keys.parts("s1"))
+                    .rpush(keys.parts("s1"), parts)
+                    .hset(keys.shard("s1"), "state", state)
+                    .query_async::<()>(&mut con)
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let mut views = 0;
+    while !flipping.is_finished() {
+        let view = q.merge_view().await.unwrap();
+        let state = view.shards[0].state.as_str();
+        let parts = view.parts["s1"].len();
+        assert!(
+            matches!((state, parts), ("done", 2) | ("leased", 1) | ("", 0)),
+            "a view pairs {state:?} with {parts} parts"
+        );
+        views += 1;
+    }
+    assert!(views > 10, "only {views} views while the shard flipped");
+    flipping.await.unwrap();
+}

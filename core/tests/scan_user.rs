@@ -65,6 +65,17 @@ async fn a_scan_user_runs_its_own_scan_and_reaches_nothing_else() {
     assert_eq!(q.counts().await.unwrap().done, 1);
     assert_eq!(q.shard_records().await.unwrap().len(), 3);
     assert_eq!(q.counters().await.unwrap()["heads"], 1);
+    // The merge's reads and waits: one transaction of the whole scan, and
+    // ROLE to count the replicas to wait for (which a rule order that
+    // denied @dangerous after granting ROLE took away again).
+    assert_eq!(q.merge_view().await.unwrap().shards.len(), 3);
+    q.wait_durable(Duration::from_millis(100)).await.unwrap();
+    let role = redis::cmd("ROLE");
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut own = client.get_multiplexed_async_connection().await.unwrap();
+    role.query_async::<redis::Value>(&mut own)
+        .await
+        .expect("ROLE as the scan's user");
 
     // Redis forgets the user (as a restart does: ACL users live in memory)
     // and gets it back a moment later: the scan's connection waits it out.

@@ -24,8 +24,10 @@ use std::time::Duration;
     after_help = "`bucketscan-operator check --help`: the install check that `helm test` runs."
 )]
 struct Args {
-    /// Redis for every scan: redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or
-    /// rediss:// for TLS.
+    /// Redis for every scan: redis://[[USER]:PASSWORD@]HOST:PORT[/DB],
+    /// rediss:// for TLS, or through Sentinel
+    /// redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[/DB]
+    /// (optionally ?sentinelUser=U&sentinelPassword=P for the sentinels).
     #[arg(long, env = "BUCKETSCAN_REDIS_URL", hide_env_values = true)]
     redis: String,
     /// How long a Redis command keeps retrying through an outage before the
@@ -161,6 +163,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .context("--worker-resources (BUCKETSCAN_WORKER_RESOURCES) is not a JSON ResourceRequirements, such as {\"requests\":{\"cpu\":\"1\"}}")?,
         None => desired::default_worker_resources(),
     };
+    if args.redis_scan_users {
+        refuse_master_password_for_sentinels(&args.redis)?;
+    }
     let redis = RedisConfig {
         ca_pem,
         patience: Duration::from_secs(args.redis_patience_secs),
@@ -250,6 +255,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
+/// Each scan's pods get the Redis address with a user of their own, but
+/// the sentinels' credentials as they are (the pods must find the master
+/// too): a Sentinel address whose sentinel password is the master's would
+/// hand every tenant the operator's password.
+fn refuse_master_password_for_sentinels(url: &str) -> anyhow::Result<()> {
+    use bucketscan_core::fleet::queue::sentinel;
+    let Ok(Some(address)) = sentinel::parse(url) else {
+        return Ok(()); // not Sentinel; a bad address fails with its reason at connect
+    };
+    if address.sentinel_password.is_some() && address.sentinel_password == address.password {
+        anyhow::bail!(
+            "the Redis address gives the sentinels the master's password (sentinelPassword): every scan's \
+             pods get the sentinels' credentials with their own Redis user, and so would get it. Give the \
+             sentinels a user that may only look up the master (sentinelUser, sentinelPassword), or turn \
+             scan users off (--redis-scan-users=false)"
+        );
+    }
+    Ok(())
+}
+
 /// Reach Redis, waiting as long as it takes while it is unreachable (the
 /// bundled Redis may start after the operator); not ready until then. A
 /// refusal that waiting cannot fix (a wrong password, an untrusted
@@ -303,7 +328,9 @@ async fn watch_redis(redis: RedisConfig, metrics: Arc<Metrics>) {
     loop {
         let answered = tokio::time::timeout(EVERY, async {
             if connection.is_none() {
-                let client = redis.client().ok()?;
+                // Through Sentinel: the master now (asked again after
+                // every failed PING, so a failover is followed).
+                let client = redis.client().await.ok()?;
                 connection = client.get_multiplexed_async_connection().await.ok();
             }
             let con = connection.as_mut()?;
@@ -322,5 +349,19 @@ async fn watch_redis(redis: RedisConfig, metrics: Arc<Metrics>) {
         }
         metrics.redis_up.set(i64::from(answered));
         tokio::time::sleep(EVERY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuse_master_password_for_sentinels as refuse;
+
+    #[test]
+    fn the_master_s_password_is_never_the_sentinels_while_pods_get_the_address() {
+        let shared = refuse("redis+sentinel://:pw1@s1,s2/m?sentinelPassword=pw1").unwrap_err();
+        assert!(!shared.to_string().contains("pw1"), "{shared}");
+        assert!(refuse("redis+sentinel://:pw1@s1/m?sentinelUser=w&sentinelPassword=pw2").is_ok());
+        assert!(refuse("redis+sentinel://:pw1@s1/m").is_ok());
+        assert!(refuse("redis://:pw1@r:6379").is_ok());
     }
 }

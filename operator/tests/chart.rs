@@ -22,6 +22,15 @@ const VALUE_SETS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "external-sentinel",
+        &[
+            "--set=redis.bundled=false",
+            "--set=redis.external.url=redis+sentinel://s1:26379\\,s2:26379\\,s3:26379/mymaster?sentinelUser=bucketscan&sentinelPassword=$(REDIS_SENTINEL_PASSWORD)",
+            "--set=redis.external.passwordSecret=redis-password",
+            "--set=redis.external.sentinelPasswordSecret=sentinel-password",
+        ],
+    ),
+    (
         "namespaced",
         &[
             "--set=operator.watchOwnNamespace=true",

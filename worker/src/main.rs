@@ -147,9 +147,12 @@ struct ScanArgs {
 /// Which scan in which Redis.
 #[derive(Args)]
 struct QueueArgs {
-    /// Redis URL: redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or rediss://
-    /// for TLS. Prefer the environment variable: it keeps the password out
-    /// of the process list.
+    /// Redis URL: redis://[[USER]:PASSWORD@]HOST:PORT[/DB], rediss:// for
+    /// TLS, or through Sentinel
+    /// redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[/DB]
+    /// (optionally ?sentinelUser=U&sentinelPassword=P for the sentinels).
+    /// Prefer the environment variable: it keeps the password out of the
+    /// process list.
     #[arg(long, env = "BUCKETSCAN_REDIS_URL", hide_env_values = true)]
     redis: String,
     /// PEM file of the CA that signed Redis's TLS certificate (default: the

@@ -338,15 +338,20 @@ async fn a_merge_rerun_after_dying_midway_and_losing_part_stats_is_exact() {
         "1",
     ]);
     scan.run_workers(2, "100");
-    // What a merge that died midway leaves: a partial file and one that a
-    // bigger plan would have had.
+    // What a merge that died midway leaves: its intent (it meant to write
+    // 8 files), a partial file and one that a bigger plan would have had.
     let client = s3.client();
-    for key in ["data/000000.jsonl.gz", "data/000007.jsonl.gz"] {
+    let intent = format!("parts/{}/merge.json", scan.scan);
+    for (key, body) in [
+        (intent.as_str(), &b"{\"data_files\":8}"[..]),
+        ("data/000000.jsonl.gz", b"partial"),
+        ("data/000007.jsonl.gz", b"partial"),
+    ] {
         client
             .put_object()
             .bucket(&out)
             .key(key)
-            .body(b"partial".to_vec().into())
+            .body(body.to_vec().into())
             .send()
             .await
             .unwrap();

@@ -21,6 +21,8 @@ use crate::fleet::merge_plan::{
     files_fit_one_object, plan_copy, plan_files, plan_from_files, plan_parquet_files, plan_single,
     single_size, FilePlan, PartIn, SinglePlan,
 };
+use crate::fleet::queue::durable::Durability;
+use crate::fleet::queue::view::MergeView;
 use crate::fleet::queue::PartStats;
 use crate::fleet::queue::{Queue, QueueError, ShardRecord};
 use crate::fleet::rewrite::rewrite_parquet;
@@ -44,6 +46,9 @@ use std::sync::Arc;
 /// Parts uploaded or copied at once per output file, and parts read at once
 /// when Redis lost their stats.
 pub const MERGE_CONCURRENCY: usize = 16;
+
+/// How long the merge waits for Redis to confirm the manifest is durable.
+const DURABLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
@@ -169,15 +174,21 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
             leased: counts.leased,
         });
     }
-    if queue.plan_complete().await?.is_none() {
+    // The mark, the shards and their parts as Redis held them at one
+    // instant: a rollback between reads cannot pair a "done" with fewer parts.
+    let MergeView {
+        plan_complete,
+        shards,
+        mut parts,
+    } = queue.merge_view().await?;
+    if plan_complete.is_none() {
         return Err(MergeError::PlanIncomplete(scan.to_string()));
     }
-    let shards = queue.shard_records().await?;
     check_finished(&shards)?;
     check_tiling(&spec.prefix, &shards)?;
     let mut keys = Vec::new();
     for shard in &shards {
-        keys.extend(queue.parts(&shard.id).await?);
+        keys.extend(parts.remove(&shard.id).unwrap_or_default());
     }
     let parts = describe_parts(s3, queue, &spec, keys).await?;
     let files = write_result(s3, &spec, &parts).await?;
@@ -226,6 +237,24 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     queue
         .set_meta_field("manifest", &String::from_utf8_lossy(&json))
         .await?;
+    // The parts go only once Redis keeps the manifest (its AOF, its
+    // replicas) as far as it can say; were it lost anyway, manifest.json is
+    // adopted from S3 (`written_manifest`).
+    match queue.wait_durable(DURABLE_WAIT).await? {
+        Durability::Confirmed { local, replicas, of } if local || of > 0 => {
+            if replicas < of {
+                tracing::warn!(
+                    replicas,
+                    of,
+                    "not every Redis replica confirmed the manifest in time"
+                );
+            }
+        }
+        other => tracing::info!(
+            ?other,
+            "Redis cannot confirm the manifest is durable; manifest.json in S3 is the copy that stays"
+        ),
+    }
     delete_prefix(s3, bucket, &spec.parts_prefix()).await?;
     Ok(manifest)
 }

@@ -42,20 +42,29 @@ pub fn scan_user_rules(key_base: &str, password: &str) -> Vec<String> {
             "-script|flush",
             "-script|kill",
             "-function",
+            // After the denials (ROLE is in @admin and @dangerous, which
+            // would take it away again): Sentinel clients check that the
+            // server the sentinels name is the master, and the merge counts
+            // the replicas to wait for. It shows replication offsets and the
+            // replicas' addresses, no keys.
+            "+role",
         ]
         .map(String::from),
     );
     rules
 }
 
-/// `url` (`redis://` or `rediss://`) with `user` and `password` in place of
-/// any it had: the address the scan's pods get. The password is hex here,
-/// so it needs no escaping.
+/// `url` (`redis://`, `rediss://` or `redis+sentinel://`) with `user` and
+/// `password` in place of any it had: the address the scan's pods get (with
+/// Sentinel, the credentials are the master's; the sentinels' own, in the
+/// query, stay). The password is hex here, so it needs no escaping.
 pub fn url_with_user(url: &str, user: &str, password: &str) -> Result<String, String> {
     let (scheme, rest) = url
         .split_once("://")
-        .filter(|(s, _)| matches!(*s, "redis" | "rediss"))
-        .ok_or_else(|| "the Redis URL must start with redis:// or rediss://".to_string())?;
+        .filter(|(s, _)| matches!(*s, "redis" | "rediss" | "redis+sentinel"))
+        .ok_or_else(|| {
+            "the Redis URL must start with redis://, rediss:// or redis+sentinel://".to_string()
+        })?;
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(authority_end);
     let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
@@ -100,6 +109,16 @@ mod tests {
         assert_eq!(password_of(&with, "someone.else"), None);
         assert_eq!(password_of("redis://r:6379", "bucketscan.ns.s.1"), None);
         assert!(u("redis://user@/0").is_err());
+        // Sentinel: the master's credentials, the sentinels' stay.
+        let sentinel = u("redis+sentinel://:admin@s1:26379,s2/mymaster/1?sentinelPassword=sp").unwrap();
+        assert_eq!(
+            sentinel,
+            "redis+sentinel://bucketscan.ns.s.1:ab12@s1:26379,s2/mymaster/1?sentinelPassword=sp"
+        );
+        assert_eq!(
+            password_of(&sentinel, "bucketscan.ns.s.1").as_deref(),
+            Some("ab12")
+        );
     }
 
     #[test]

@@ -21,13 +21,19 @@
 //! owner and the lease token (the attempt number), so a worker whose lease
 //! expired can no longer touch the shard.
 //!
-//! May import: `keyspace` only (and its own `patient` connection).
+//! May import: `keyspace` only (and its own modules: `patient` connection,
+//! `locator` and `sentinel` for where it goes).
 
 mod acl;
+pub mod durable;
+mod locator;
 mod patient;
+pub mod sentinel;
+pub mod view;
 
 use crate::keyspace::shard::Shard;
 pub use acl::{password_of, scan_user, scan_user_rules, url_with_user};
+use locator::Locator;
 use patient::PatientConnection;
 use redis::aio::ConnectionManagerConfig;
 use redis::{AsyncCommands, Script};
@@ -68,19 +74,35 @@ pub enum QueueError {
     },
     #[error("shard {id} has a malformed range: {source}")]
     BadRange { id: String, source: serde_json::Error },
+    // Not a `source` either, for the same reason.
+    #[error("bad Redis address: {0}")]
+    Address(sentinel::AddressError),
+    #[error(
+        "no sentinel knows a master named {master:?}: check the name after the sentinels in the \
+         address (redis+sentinel://HOSTS/MASTER_NAME)"
+    )]
+    UnknownMaster { master: String },
+    #[error("the sentinels refused their credentials (sentinelUser, sentinelPassword in the address): {0}")]
+    SentinelAuth(redis::RedisError),
+    /// The scan's shard set changed under every one of a few reads of it
+    /// (splits still going on): worth reading again later.
+    #[error("the scan's shards kept changing while they were read")]
+    KeptChanging,
 }
 
 impl QueueError {
     /// Redis did not answer for the whole patience: it may come back, so
     /// the step is worth trying again later (a refusal is not).
     pub fn is_transient(&self) -> bool {
-        matches!(self, QueueError::Unreachable { .. })
+        matches!(self, QueueError::Unreachable { .. } | QueueError::KeptChanging)
     }
 }
 
 /// Where Redis is: `redis://[[USER]:PASSWORD@]HOST:PORT[/DB]`, or
 /// `rediss://...` for TLS (verified against the system's roots, or `ca_pem`;
-/// a `#insecure` suffix skips verification).
+/// a `#insecure` suffix skips verification), or through Sentinel:
+/// `redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[/DB]`
+/// with optional `?sentinelUser=U&sentinelPassword=P` (see [`sentinel`]).
 #[derive(Clone)]
 pub struct RedisConfig {
     pub url: String,
@@ -118,31 +140,49 @@ impl RedisConfig {
     /// `patience`; anything else, such as a wrong password or an untrusted
     /// certificate, fails at once.
     pub async fn connect(&self) -> Result<RedisConnection, QueueError> {
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(Duration::from_secs(10)))
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(2));
+        let config = manager_config();
+        let locator = self.locator()?;
         let mut backoff = patient::Backoff::new(self.patience);
         loop {
-            let client = self.client()?;
-            match redis::aio::ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+            match locator.connect(&config).await {
                 Ok(manager) => {
-                    let patient = PatientConnection::new(manager, self.patience, client, config);
+                    let patient = PatientConnection::new(manager, self.patience, locator, config);
                     return Ok(RedisConnection(patient));
                 }
                 Err(e) if patient::not_up_yet(&e) => {
+                    // A typo in the master's name fails at once, not after
+                    // the whole patience.
+                    if locator::no_master_now(&e) {
+                        if let Some(master) = locator.unknown_master().await {
+                            return Err(QueueError::UnknownMaster { master });
+                        }
+                    }
                     if !backoff.retry_after(&e).await {
                         let patience = self.patience;
                         return Err(QueueError::Unreachable { patience, error: e });
                     }
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(refusal(&locator, e).await),
             }
         }
     }
 
-    pub fn client(&self) -> Result<redis::Client, QueueError> {
+    /// A client of the Redis to use now: through Sentinel, the current
+    /// master (ask again after a failover).
+    pub async fn client(&self) -> Result<redis::Client, QueueError> {
+        Ok(self.locator()?.client().await?)
+    }
+
+    /// Where connections go: the URL's one server, or the master its
+    /// sentinels name.
+    fn locator(&self) -> Result<Locator, QueueError> {
+        match sentinel::parse(&self.url)? {
+            Some(address) => Ok(Locator::sentinel(&address)?),
+            None => Ok(Locator::Fixed(Box::new(self.direct_client()?))),
+        }
+    }
+
+    fn direct_client(&self) -> Result<redis::Client, QueueError> {
         // rustls needs one process-wide crypto provider; the S3 clients use
         // ring too. Installing twice is harmless (the first one stays).
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -156,6 +196,31 @@ impl RedisConfig {
                 },
             )?,
         })
+    }
+}
+
+/// A refusal of the first connection, saying whose when the sentinels
+/// refused their own credentials (the master's refusal is Redis's own).
+async fn refusal(locator: &Locator, e: redis::RedisError) -> QueueError {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed && locator.sentinels_refuse_credentials().await {
+        return QueueError::SentinelAuth(e);
+    }
+    e.into()
+}
+
+/// Responses may take up to 10 s (the client's default of 500 ms is too
+/// short for a loaded server and turns slow answers into errors).
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(10)))
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_secs(2))
+}
+
+impl From<sentinel::AddressError> for QueueError {
+    fn from(e: sentinel::AddressError) -> Self {
+        QueueError::Address(e)
     }
 }
 
@@ -403,6 +468,29 @@ pub struct ShardRecord {
     pub last_error: Option<String>,
     /// Result counts of the shard's recorded parts.
     pub counts: std::collections::BTreeMap<String, u64>,
+}
+
+/// A shard's record from its hash.
+fn shard_record(
+    id: String,
+    h: &std::collections::HashMap<String, String>,
+) -> Result<ShardRecord, QueueError> {
+    let range = h.get("range").map(String::as_str).unwrap_or("{}");
+    let shard = serde_json::from_str(range).map_err(|source| QueueError::BadRange {
+        id: id.clone(),
+        source,
+    })?;
+    let num = |k: &str| h.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok(ShardRecord {
+        shard,
+        state: h.get("state").cloned().unwrap_or_default(),
+        attempts: num("attempts"),
+        failures: num("failures"),
+        splits: num("splits"),
+        last_error: h.get("last_error").cloned(),
+        counts: counts_of(h),
+        id,
+    })
 }
 
 /// Most partitions the governors hold (past it, new ones count in `*`);
@@ -1018,25 +1106,11 @@ impl Queue {
             pipe.hgetall(self.keys.shard(id));
         }
         let hashes: Vec<std::collections::HashMap<String, String>> = pipe.query_async(&mut con).await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for (id, h) in ids.into_iter().zip(hashes) {
-            let range = h.get("range").map(String::as_str).unwrap_or("{}");
-            let shard = serde_json::from_str(range).map_err(|source| QueueError::BadRange {
-                id: id.clone(),
-                source,
-            })?;
-            let num = |k: &str| h.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
-            out.push(ShardRecord {
-                shard,
-                state: h.get("state").cloned().unwrap_or_default(),
-                attempts: num("attempts"),
-                failures: num("failures"),
-                splits: num("splits"),
-                last_error: h.get("last_error").cloned(),
-                counts: counts_of(&h),
-                id,
-            });
-        }
+        let mut out = ids
+            .into_iter()
+            .zip(hashes)
+            .map(|(id, h)| shard_record(id, &h))
+            .collect::<Result<Vec<_>, _>>()?;
         out.sort_by(|a, b| a.shard.cmp_in_key_order(&b.shard));
         Ok(out)
     }

@@ -3,12 +3,16 @@
 //! that failed for a transient reason, with capped backoff, for up to
 //! `patience`. Every queue step is safe to send twice (see
 //! docs/queue-protocol.md), so a step whose answer was lost may be retried.
+//! Where the manager's own reconnect cannot help (a refused password, a
+//! server that turned replica, a Sentinel master that went away), a new
+//! manager is made on the server the [`Locator`] names now.
 //!
-//! May import: nothing of the crate.
+//! May import: `locator` (where a new connection goes).
 
+use super::locator::Locator;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RetryMethod, Value};
-use std::sync::{Arc, Mutex};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RetryMethod, ServerErrorKind, Value};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Clone)]
@@ -19,8 +23,8 @@ pub struct PatientConnection {
     patience: Duration,
     /// The newest renewed manager and its number, shared by every clone
     /// (see [`PatientConnection::renew`]).
-    renewal: Arc<Mutex<(u64, Option<ConnectionManager>)>>,
-    client: redis::Client,
+    renewal: Arc<tokio::sync::Mutex<(u64, Option<ConnectionManager>)>>,
+    locator: Locator,
     config: ConnectionManagerConfig,
 }
 
@@ -28,54 +32,56 @@ impl PatientConnection {
     pub fn new(
         inner: ConnectionManager,
         patience: Duration,
-        client: redis::Client,
+        locator: Locator,
         config: ConnectionManagerConfig,
     ) -> PatientConnection {
         PatientConnection {
             inner,
             generation: 0,
             patience,
-            renewal: Arc::new(Mutex::new((0, None))),
-            client,
+            renewal: Arc::new(tokio::sync::Mutex::new((0, None))),
+            locator,
             config,
         }
     }
 
-    /// After a refused password. The connection manager reconnects only on
-    /// I/O errors and would keep its refused connection for good, so a new
-    /// one is made, once for all clones: Redis restarted and forgot the
-    /// scan's own user until the operator sets it again.
+    /// After an error that a new connection may cure (see
+    /// [`needs_new_connection`]): a new manager on the server the locator
+    /// names now, made once for all clones. A clone whose manager failed
+    /// after another clone renewed takes that one instead; the lock keeps
+    /// clones failing together from asking the sentinels once each.
     async fn renew(&mut self, e: &RedisError) {
-        if e.kind() != ErrorKind::AuthenticationFailed {
+        if !needs_new_connection(e, self.locator.follows_failover()) {
             return;
         }
-        if self.adopt_newer() {
-            return;
+        let mut renewal = self.renewal.lock().await;
+        if renewal.0 == self.generation {
+            let Ok(fresh) = self.locator.connect(&self.config).await else {
+                return; // not up yet: the next retry asks again
+            };
+            *renewal = (renewal.0 + 1, Some(fresh));
         }
-        let Ok(fresh) = ConnectionManager::new_with_config(self.client.clone(), self.config.clone()).await
-        else {
-            return;
-        };
-        {
-            let mut renewal = self.renewal.lock().expect("lock");
-            if renewal.0 == self.generation {
-                *renewal = (self.generation + 1, Some(fresh));
-            }
+        if let Some(manager) = &renewal.1 {
+            self.inner = manager.clone();
+            self.generation = renewal.0;
         }
-        self.adopt_newer();
     }
+}
 
-    /// Take the newest renewed manager, if newer than ours.
-    fn adopt_newer(&mut self) -> bool {
-        let renewal = self.renewal.lock().expect("lock");
-        match &renewal.1 {
-            Some(manager) if renewal.0 > self.generation => {
-                self.inner = manager.clone();
-                self.generation = renewal.0;
-                true
-            }
-            _ => false,
-        }
+/// Errors the connection manager's own reconnect does not cure:
+/// - a refused password: it keeps its refused connection for good, while
+///   Redis restarted (or failed over) and forgot the scan's own user until
+///   the operator sets it again;
+/// - READONLY or MASTERDOWN: the server is a replica now (demoted by a
+///   failover); the master is elsewhere, or behind the same name again;
+/// - with Sentinel, a broken or silent connection: the manager would redial
+///   the old master's address, the sentinels name the new one.
+fn needs_new_connection(e: &RedisError, follows_failover: bool) -> bool {
+    match e.kind() {
+        ErrorKind::AuthenticationFailed => true,
+        ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown) => true,
+        ErrorKind::Io => follows_failover,
+        _ => false,
     }
 }
 
@@ -119,23 +125,49 @@ impl Backoff {
 }
 
 /// The first connection failed because Redis is not there yet, rather than
-/// because it refused us.
+/// because it refused us. With Sentinel: no sentinel answered, or they name
+/// no master that is up (one is failing over).
 pub(crate) fn not_up_yet(e: &RedisError) -> bool {
     let message = e.to_string();
     e.is_connection_refusal()
         || e.is_timeout()
         || message.contains("failed to lookup address")
         || message.contains("unreachable")
+        || super::locator::no_master_now(e)
 }
 
 /// Worth retrying: the connection broke or timed out, or the server is
-/// loading its data or failing over. Not: wrong password, bad command.
+/// loading its data or failing over, or it turned replica (READONLY: a
+/// failover demoted it, and a new connection finds the master). Not: wrong
+/// password, bad command.
 fn is_transient(e: &RedisError) -> bool {
     !matches!(e.kind(), ErrorKind::AuthenticationFailed | ErrorKind::Parse)
-        && matches!(
-            e.retry_method(),
-            RetryMethod::Reconnect | RetryMethod::RetryImmediately | RetryMethod::WaitAndRetry
-        )
+        && (e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+            || matches!(
+                e.retry_method(),
+                RetryMethod::Reconnect | RetryMethod::RetryImmediately | RetryMethod::WaitAndRetry
+            ))
+}
+
+/// An answer that is a refusal a failover or restart explains, under which
+/// the command did not run: READONLY (a replica now; a script stops at its
+/// first write, so it wrote nothing), MASTERDOWN, LOADING. The connection
+/// hands server errors on as values, for the caller to raise; these are
+/// raised here instead, to be retried like a broken connection. A pipeline
+/// holding one is sent again whole: the queue's pipelines are reads and
+/// HSETNX, which change nothing more the second time.
+fn refusal_for_now(value: &Value) -> Option<RedisError> {
+    match value {
+        Value::ServerError(e)
+            if matches!(
+                e.kind(),
+                Some(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown | ServerErrorKind::BusyLoading)
+            ) =>
+        {
+            Some(e.clone().into())
+        }
+        _ => None,
+    }
 }
 
 impl ConnectionLike for PatientConnection {
@@ -143,7 +175,8 @@ impl ConnectionLike for PatientConnection {
         Box::pin(async move {
             let mut backoff = Backoff::new(self.patience);
             loop {
-                match self.inner.req_packed_command(cmd).await {
+                let answer = self.inner.req_packed_command(cmd).await;
+                match answer.and_then(|value| refusal_for_now(&value).map_or(Ok(value), Err)) {
                     Err(e) if backoff.retry_after_connected(&e).await => self.renew(&e).await,
                     result => return result,
                 }
@@ -160,7 +193,9 @@ impl ConnectionLike for PatientConnection {
         Box::pin(async move {
             let mut backoff = Backoff::new(self.patience);
             loop {
-                match self.inner.req_packed_commands(pipeline, offset, count).await {
+                let answers = self.inner.req_packed_commands(pipeline, offset, count).await;
+                let first_refusal = |values: &Vec<Value>| values.iter().find_map(refusal_for_now);
+                match answers.and_then(|values| first_refusal(&values).map_or(Ok(values), Err)) {
                     Err(e) if backoff.retry_after_connected(&e).await => self.renew(&e).await,
                     result => return result,
                 }

@@ -1,0 +1,95 @@
+//! What the merge reads of a scan, in one atomic read: the plan's mark,
+//! every shard's record and every shard's recorded parts as Redis held them
+//! at one instant. Read piece by piece, a Redis that rolls back between two
+//! reads (a restart from an AOF, a failover to a lagging replica) could pair
+//! a shard's "done" with a shorter list of parts, and the result would lack
+//! the records of the parts missing.
+//!
+//! May import: nothing of the crate but the queue.
+
+use super::{shard_record, Queue, QueueError, ShardRecord, PLAN_COMPLETE};
+use redis::AsyncCommands;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The scan at one instant.
+#[derive(Debug)]
+pub struct MergeView {
+    /// The plan's completion mark (`None`: the plan is not complete).
+    pub plan_complete: Option<String>,
+    /// Every shard, in key order.
+    pub shards: Vec<ShardRecord>,
+    /// Each shard's recorded parts, in key order.
+    pub parts: BTreeMap<String, Vec<String>>,
+}
+
+/// Reads of the shard set that changed under the read, in a row, before
+/// the read gives up (a scan still being split while it is merged).
+const ATTEMPTS: u32 = 10;
+
+type Read = (
+    Option<String>,
+    BTreeSet<String>,
+    Vec<HashMap<String, String>>,
+    Vec<Vec<String>>,
+);
+
+impl Queue {
+    /// The scan as the merge needs it, read in one MULTI/EXEC. The set of
+    /// shard ids is read first to know what to ask; it is read again inside
+    /// the transaction, and the read is repeated if it changed meanwhile.
+    pub async fn merge_view(&self) -> Result<MergeView, QueueError> {
+        let mut con = self.con.clone();
+        let mut ids: BTreeSet<String> = con.smembers(self.keys.shards()).await?;
+        for _ in 0..ATTEMPTS {
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .hget(self.keys.meta(), PLAN_COMPLETE)
+                .smembers(self.keys.shards());
+            // Hashes, then parts lists: two groups, read back as two arrays.
+            for id in &ids {
+                pipe.hgetall(self.keys.shard(id));
+            }
+            for id in &ids {
+                pipe.lrange(self.keys.parts(id), 0, -1);
+            }
+            let values: Vec<redis::Value> = pipe.query_async(&mut con).await?;
+            let (plan_complete, now, hashes, parts) = split(values, ids.len())?;
+            if now != ids {
+                ids = now;
+                continue;
+            }
+            let mut shards = ids
+                .iter()
+                .cloned()
+                .zip(&hashes)
+                .map(|(id, h)| shard_record(id, h))
+                .collect::<Result<Vec<_>, _>>()?;
+            shards.sort_by(|a, b| a.shard.cmp_in_key_order(&b.shard));
+            return Ok(MergeView {
+                plan_complete,
+                shards,
+                parts: ids.into_iter().zip(parts).collect(),
+            });
+        }
+        Err(QueueError::KeptChanging)
+    }
+}
+
+/// The transaction's answers: the mark, the id set, `n` hashes, `n` lists.
+fn split(values: Vec<redis::Value>, n: usize) -> Result<Read, QueueError> {
+    let mut values = values.into_iter();
+    let mut next = || values.next().unwrap_or(redis::Value::Nil);
+    let plan_complete: Option<String> = parse(next())?;
+    let ids: BTreeSet<String> = parse(next())?;
+    let hashes = (0..n)
+        .map(|_| parse(next()))
+        .collect::<Result<Vec<HashMap<String, String>>, _>>()?;
+    let parts = (0..n)
+        .map(|_| parse(next()))
+        .collect::<Result<Vec<Vec<String>>, _>>()?;
+    Ok((plan_complete, ids, hashes, parts))
+}
+
+fn parse<T: redis::FromRedisValue>(value: redis::Value) -> Result<T, QueueError> {
+    redis::from_redis_value(value).map_err(|e| QueueError::Redis(e.into()))
+}
