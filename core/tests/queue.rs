@@ -788,3 +788,44 @@ async fn the_merge_reads_states_and_parts_at_one_instant() {
     assert!(views > 10, "only {views} views while the shard flipped");
     flipping.await.unwrap();
 }
+
+/// A plan whose Redis lost one of its stored shards before the mark (a
+/// primary cut off and written to, then replaced: a loss that is not the
+/// last writes) queues the range again before it marks the plan complete,
+/// instead of marking a plan with a hole the merge would refuse.
+#[tokio::test]
+async fn a_plan_queues_again_what_its_redis_lost_before_the_mark() {
+    use bucketscan_core::keyspace::coverage::uncovered;
+    let scan = scan_id("gaps");
+    let q = queue(&scan, "planner", Duration::from_secs(5)).await;
+    let spec = bucketscan_core::fleet::spec::ScanSpec {
+        bucket: "b".into(),
+        prefix: String::new(),
+        output_bucket: "o".into(),
+        output_prefix: String::new(),
+        gzip: false,
+        only_with_metadata: false,
+        max_failures: 3,
+        format: Default::default(),
+        layout: Default::default(),
+        file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
+        scan_id: scan.clone(),
+    };
+    let tiles = uncovered("", &[Shard::prefix("m/")]);
+    let mut all = tiles.clone();
+    all.push(Shard::prefix("m/"));
+    q.enqueue(&all).await.unwrap();
+    let lost = q.shard_records().await.unwrap()[1].id.clone();
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    redis::pipe()
+        .del(format!("bs:{{{scan}}}:shard:{lost}"))
+        .srem(format!("bs:{{{scan}}}:shards"), &lost)
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    assert!(!uncovered("", &q.shard_ranges().await.unwrap()).is_empty());
+    let added = bucketscan_core::fleet::plan::fill_gaps(&spec, &q).await.unwrap();
+    assert_eq!(added, 1);
+    assert!(uncovered("", &q.shard_ranges().await.unwrap()).is_empty());
+}

@@ -121,7 +121,8 @@ pub async fn plan_scan(
         (uncovered(&spec.prefix, &stored), 0)
     };
     queue.set_spec(spec).await?;
-    let added = queue.enqueue(&shards).await?;
+    let mut added = queue.enqueue(&shards).await?;
+    added += fill_gaps(spec, queue).await?;
     let planned = Planned {
         shards: stored.len() + shards.len(),
         added,
@@ -129,6 +130,30 @@ pub async fn plan_scan(
     };
     mark_planned(queue, &planned).await?;
     Ok(planned)
+}
+
+/// Rounds of [`fill_gaps`] before the plan is marked anyway (the merge's
+/// tiling check still refuses a plan with a gap).
+const GAP_ROUNDS: usize = 5;
+
+/// Queue the ranges the stored shards leave, until they leave none: a
+/// Redis that lost an earlier batch of this plan but kept a later one (a
+/// primary cut off and written to, then replaced) would otherwise be
+/// marked complete with a hole the merge refuses. Returns shards added.
+pub async fn fill_gaps(spec: &ScanSpec, queue: &Queue) -> Result<usize, QueueError> {
+    let mut added = 0;
+    for _ in 0..GAP_ROUNDS {
+        let gaps = uncovered(&spec.prefix, &queue.shard_ranges().await?);
+        if gaps.is_empty() {
+            break;
+        }
+        tracing::warn!(
+            gaps = gaps.len(),
+            "shards stored by this plan are gone: queueing their ranges again"
+        );
+        added += queue.enqueue(&gaps).await?;
+    }
+    Ok(added)
 }
 
 /// The plan of a scan whose plan is complete, `None` before that.
