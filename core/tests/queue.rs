@@ -829,3 +829,28 @@ async fn a_plan_queues_again_what_its_redis_lost_before_the_mark() {
     assert_eq!(added, 1);
     assert!(uncovered("", &q.shard_ranges().await.unwrap()).is_empty());
 }
+
+/// A re-sent commit is known by its part key, not by its checkpoint: a new
+/// part that ends at the stored checkpoint is recorded (before: taken for a
+/// re-sent commit and dropped, its records missing from the result), and
+/// the same commit sent twice records its part once.
+#[tokio::test]
+async fn a_commit_is_known_as_resent_by_its_part_not_its_checkpoint() {
+    let scan = scan_id("resent");
+    let holder = queue(&scan, "holder", Duration::from_secs(30)).await;
+    holder.enqueue(&shards(1)).await.unwrap();
+    let mut lease = holder.take().await.unwrap().unwrap();
+    let first = commit("p000/k1", "parts/1");
+    assert!(holder.commit(&mut lease, &first).await.unwrap());
+    // The same commit again (its answer lost): recorded once.
+    let mut again = lease.clone();
+    again.checkpoint = None;
+    assert!(holder.commit(&mut again, &first).await.unwrap());
+    assert_eq!(holder.parts(&lease.id).await.unwrap(), ["parts/1"]);
+    // Another part ending at the same key.
+    assert!(holder
+        .commit(&mut lease, &commit("p000/k1", "parts/2"))
+        .await
+        .unwrap());
+    assert_eq!(holder.parts(&lease.id).await.unwrap(), ["parts/1", "parts/2"]);
+}

@@ -149,3 +149,31 @@ async fn a_master_name_no_sentinel_knows_is_refused_at_once() {
         assert!(!e.to_string().contains(secret), "{e}");
     }
 }
+
+/// Scan pods get the sentinels' credentials to find the master: the
+/// operator checks they can do nothing more. A user that may only look the
+/// master up passes; the sentinels' default user (which may SENTINEL
+/// MONITOR, REMOVE, FAILOVER: point every client at a server of a tenant's
+/// choosing and take the operator's password) is refused, and so is an
+/// address with no sentinel user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_sentinel_credentials_that_can_only_find_the_master_go_to_pods() {
+    use bucketscan_core::fleet::queue::sentinel::{parse, SentinelRightsError};
+    let ground = SentinelGround::start(auth());
+    let url = ground.url();
+    let finder = parse(&url).unwrap().unwrap();
+    finder.check_lookup_only().await.unwrap();
+    let default = parse(&url.replace("sentinelUser=finder", "sentinelUser=default"))
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        default.check_lookup_only().await,
+        Err(SentinelRightsError::MayReconfigure)
+    ));
+    let mut anonymous = finder.clone();
+    anonymous.sentinel_username = None;
+    assert!(matches!(
+        anonymous.check_lookup_only().await,
+        Err(SentinelRightsError::NoUser)
+    ));
+}

@@ -165,6 +165,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     if args.redis_scan_users {
         refuse_master_password_for_sentinels(&args.redis)?;
+        if let Ok(Some(address)) = bucketscan_core::fleet::queue::sentinel::parse(&args.redis) {
+            address.check_lookup_only().await?;
+        }
     }
     let redis = RedisConfig {
         ca_pem,

@@ -164,8 +164,9 @@ struct QueueArgs {
     #[arg(long, env = "BUCKETSCAN_REDIS_PATIENCE_SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     redis_patience_secs: u64,
-    /// Scan id (the namespace of its keys in Redis).
-    #[arg(long, env = "BUCKETSCAN_SCAN")]
+    /// Scan id (the namespace of its keys in Redis, and of its parts in S3):
+    /// letters, digits, `.`, `_` and `-`.
+    #[arg(long, env = "BUCKETSCAN_SCAN", value_parser = scan_id)]
     scan: String,
 }
 
@@ -228,8 +229,21 @@ struct DeletePartsArgs {
     #[arg(long)]
     output: String,
     /// The scan's id (as `plan --scan`): only its own parts are deleted.
-    #[arg(long)]
+    #[arg(long, value_parser = scan_id)]
     scan: String,
+}
+
+/// A scan id: it names a folder of the output (`parts/ID/`) and the hash
+/// tag of its Redis keys, so no `/` (one scan's folder would hold another's)
+/// nor braces, and never empty.
+fn scan_id(id: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if id.is_empty() || id.len() > 200 || !id.chars().all(allowed) {
+        return Err(format!(
+            "{id:?} is not a scan id: use 1 to 200 letters, digits, '.', '_' or '-'"
+        ));
+    }
+    Ok(id.to_string())
 }
 
 #[derive(Args)]

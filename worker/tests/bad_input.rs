@@ -209,6 +209,32 @@ fn flags_out_of_range_are_refused_before_any_request() {
     }
 }
 
+/// A scan id names a folder of the output and a Redis hash tag: one with a
+/// `/` (whose folder would hold another scan's), braces or nothing at all is
+/// a usage error, for every command that takes one.
+#[test]
+fn a_scan_id_that_is_no_folder_name_is_refused() {
+    for id in ["a/b", "", "x{y}", "..\\z"] {
+        for command in [
+            &["plan", "--bucket", "b", "--output", "s3://o/"][..],
+            &["delete-parts", "--output", "s3://o/"],
+        ] {
+            let args = [command, &["--scan", id, "--redis", "redis://127.0.0.1:1"]].concat();
+            let args: Vec<&str> = args
+                .into_iter()
+                .filter(|a| command[0] == "plan" || *a != "--redis" && *a != "redis://127.0.0.1:1")
+                .collect();
+            let out = worker(&args, &[]);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{command:?} --scan {id:?}: usage error"
+            );
+            assert!(stderr(&out).contains("is not a scan id"), "{}", stderr(&out));
+        }
+    }
+}
+
 /// An unknown format or layout is a usage error; a data file size S3 cannot
 /// compose is refused before Redis or S3 is asked anything (both unreachable
 /// here).

@@ -12,7 +12,8 @@
 //!   last second of writes may be lost), and Redis put back to a snapshot
 //!   taken earlier (a failover to a lagging replica), at any moment,
 //!   during the merge too;
-//! - the planner killed at a random moment and run again (as its Job is);
+//! - the planner and the merge killed at a random moment and run again (as
+//!   their Jobs are);
 //! - Redis out of memory for a while (`maxmemory` lowered: writes refused);
 //! - S3 throttle storms longer than a request's retries, bursts of 500s
 //!   past the retries on one key, a 404 for a listed key (a listing ahead
@@ -74,9 +75,10 @@ const FIXED_SEEDS: [u64; 5] = [2, 3, 6, 9, 10];
 const RUN_BOUND: Duration = Duration::from_secs(240);
 
 /// The kinds of fault, as counted.
-const KINDS: [&str; 17] = [
+const KINDS: [&str; 18] = [
     "worker killed",
     "planner killed",
+    "merge killed",
     "redis out of memory",
     "connection reset",
     "a node naming another region",
@@ -576,6 +578,7 @@ async fn run_seed(seed: u64) -> Run {
         schedule.push((at + rng.random_range(100..1_500), Event::OomEnds));
     }
     let kill_plan_after = rng.random_bool(0.3).then(|| rng.random_range(0..40));
+    let kill_merge_after = rng.random_bool(0.3).then(|| rng.random_range(0..300));
     let mut changed = BTreeSet::new();
     if rng.random_bool(0.5) {
         for i in 0..rng.random_range(1..20) {
@@ -643,6 +646,7 @@ async fn run_seed(seed: u64) -> Run {
         part_records: rng.random_range(5..200),
         shards_in_flight: rng.random_range(1..=3),
         kill_plan_after,
+        kill_merge_after,
     };
 
     let mut run = Run::default();
@@ -699,6 +703,8 @@ struct Fleet {
     shards_in_flight: usize,
     /// Kill the first plan this many milliseconds after it starts.
     kill_plan_after: Option<u64>,
+    /// Kill the first merge this many milliseconds after it starts.
+    kill_merge_after: Option<u64>,
 }
 
 impl Fleet {
@@ -826,7 +832,8 @@ async fn drive(
         snapshot: None,
         oom: false,
     };
-    let mut merging: Option<tokio::task::JoinHandle<Result<Manifest, MergeError>>> = None;
+    // `None` from the task: the merge was killed.
+    let mut merging: Option<tokio::task::JoinHandle<Option<Result<Manifest, MergeError>>>> = None;
     let mut merges = 0;
     // A rollback held for the merge, and when the merge started.
     let mut at_merge: Option<u64> = None;
@@ -860,6 +867,12 @@ async fn drive(
                 .unwrap()
                 .await
                 .map_err(|e| format!("merge task: {e}"))?;
+            let Some(merged) = merged else {
+                // Killed: its Job runs it again (the loop starts a merge
+                // once no worker runs).
+                *run.faults.entry("merge killed").or_insert(0) += 1;
+                continue;
+            };
             match merged {
                 Ok(m) if m.shards_dead > 0 => {
                     let first = &m.dead[0];
@@ -899,8 +912,20 @@ async fn drive(
                 // On a thread of its own, as the merge Job is a process of
                 // its own (and its future is not `Send`).
                 let runtime = tokio::runtime::Handle::current();
+                // The first merge may be killed at any await: between its
+                // data files, its manifest and the deletion of the parts.
+                let kill_after = fleet.kill_merge_after.filter(|_| merges == 1);
                 merging = Some(tokio::task::spawn_blocking(move || {
-                    runtime.block_on(merge(&scan, &merger, &s3))
+                    runtime.block_on(async move {
+                        let merged = merge(&scan, &merger, &s3);
+                        match kill_after {
+                            Some(ms) => tokio::select! {
+                                m = merged => Some(m),
+                                _ = tokio::time::sleep(Duration::from_millis(ms)) => None,
+                            },
+                            None => Some(merged.await),
+                        }
+                    })
                 }));
                 merge_started = Some(Instant::now());
             }

@@ -10,8 +10,8 @@
 
 use crate::fleet::spec::ScanSpec;
 use crate::s3::error::S3Error;
-use crate::s3::pages::list_all;
-use crate::s3::S3;
+use crate::s3::types::ListRequest;
+use crate::s3::{BucketLister, Pages, S3};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -49,17 +49,29 @@ pub enum DataFilesError {
     },
 }
 
+/// Files of an earlier attempt named for deletion beyond those listed: a
+/// listing that lags behind the store's writes may not show them yet, and
+/// deleting a key that is not there is no error.
+const UNLISTED: usize = 10_000;
+
+/// The most of a manifest or an intent record read: a bigger object is not
+/// one bucketscan wrote for a result it could replace (a dataset's manifest
+/// is a few hundred bytes a file).
+const MAX_RECORD_BYTES: u64 = 64 << 20;
+
 /// Before a dataset merge writes `files` data files: check that `data/`
 /// holds nothing but bucketscan's files, record the intent, and return the
-/// keys to delete once the new files are written (old files the new ones do
-/// not overwrite).
+/// keys to delete once the new files are written: by name, every earlier
+/// file of this scan and of the result it replaces that the new ones do not
+/// overwrite, listed or not.
 pub async fn prepare(s3: &S3, spec: &ScanSpec, files: usize) -> Result<Vec<String>, DataFilesError> {
     let bucket = spec.output_bucket.as_str();
     let earlier = read_json::<Intent>(s3, bucket, &spec.merge_intent_key())
         .await?
         .unwrap_or_default();
-    let own = files.max(earlier.data_files);
-    let present = ours_only(s3, spec, own).await?;
+    let replaced = replaced_files(s3, spec).await?;
+    let present = ours_only(s3, spec, files.max(earlier.data_files), &replaced).await?;
+    let own = files.max(earlier.data_files.min(files + present.len() + UNLISTED));
     let intent = serde_json::to_vec(&Intent { data_files: own }).expect("an intent serializes");
     s3.put(
         bucket,
@@ -68,41 +80,72 @@ pub async fn prepare(s3: &S3, spec: &ScanSpec, files: usize) -> Result<Vec<Strin
         intent.into(),
     )
     .await?;
+    let mut stale: BTreeSet<String> = (files..own).map(|n| spec.data_key(n)).collect();
+    stale.extend(replaced);
+    stale.extend(present);
     let written: BTreeSet<String> = (0..files).map(|n| spec.data_key(n)).collect();
-    Ok(present.into_iter().filter(|k| !written.contains(k)).collect())
+    Ok(stale.into_iter().filter(|k| !written.contains(k)).collect())
 }
 
 /// Before planning a dataset scan: its `data/` folder must hold nothing but
 /// bucketscan's files, said before any object is read rather than at the
 /// merge.
 pub async fn check(s3: &S3, spec: &ScanSpec) -> Result<(), DataFilesError> {
-    ours_only(s3, spec, 0).await.map(drop)
+    let replaced = replaced_files(s3, spec).await?;
+    ours_only(s3, spec, 0, &replaced).await.map(drop)
 }
 
 /// The keys under `data/`, when every one is a data file of this scan
-/// (`0..own`) or of the result it replaces; else the first that is not.
-async fn ours_only(s3: &S3, spec: &ScanSpec, own: usize) -> Result<Vec<String>, DataFilesError> {
+/// (numbered below `own`) or of the result it replaces (`replaced`); else
+/// the first that is not, found as the listing goes (never more of it).
+async fn ours_only(
+    s3: &S3,
+    spec: &ScanSpec,
+    own: usize,
+    replaced: &BTreeSet<String>,
+) -> Result<Vec<String>, DataFilesError> {
     let bucket = spec.output_bucket.as_str();
-    let mut known: BTreeSet<String> = (0..own).map(|n| spec.data_key(n)).collect();
-    known.extend(replaced_files(s3, spec).await?);
-    let present = list_keys(s3, bucket, &spec.data_prefix()).await?;
-    match present.iter().find(|k| !known.contains(*k)) {
-        Some(key) => Err(DataFilesError::NotOurs {
-            bucket: bucket.to_string(),
-            prefix: spec.data_prefix(),
-            key: key.clone(),
-        }),
-        None => Ok(present),
+    let req = ListRequest {
+        prefix: spec.data_prefix(),
+        max_keys: 1000,
+        ..ListRequest::default()
+    };
+    let lister = BucketLister { s3, bucket };
+    let mut pages = Pages::new(&lister, req);
+    let mut present = Vec::new();
+    while let Some(page) = pages.next().await? {
+        for key in page.objects.into_iter().map(|o| o.key) {
+            let ours = data_index(spec, &key).is_some_and(|n| n < own) || replaced.contains(&key);
+            if !ours {
+                return Err(DataFilesError::NotOurs {
+                    bucket: bucket.to_string(),
+                    prefix: spec.data_prefix(),
+                    key,
+                });
+            }
+            present.push(key);
+        }
     }
+    Ok(present)
+}
+
+/// The number `n` of a key named as data file `n` (`spec.data_key(n)`).
+fn data_index(spec: &ScanSpec, key: &str) -> Option<usize> {
+    let name = key.strip_prefix(&spec.data_prefix())?.split('.').next()?;
+    let digits = name
+        .strip_prefix('~')
+        .map_or(name, |long| long.get(2..).unwrap_or_default());
+    let n: usize = digits.parse().ok()?;
+    (spec.data_key(n) == key).then_some(n)
 }
 
 /// The data files the result at this output prefix lists, when there is
 /// one: only keys under its `data/` count (a manifest, which a user may
 /// edit, never makes the merge touch anything outside the dataset folder).
-async fn replaced_files(s3: &S3, spec: &ScanSpec) -> Result<Vec<String>, S3Error> {
+async fn replaced_files(s3: &S3, spec: &ScanSpec) -> Result<BTreeSet<String>, S3Error> {
     let bucket = spec.output_bucket.as_str();
     let Some(manifest) = read_json::<Replaced>(s3, bucket, &spec.manifest_key()).await? else {
-        return Ok(Vec::new());
+        return Ok(BTreeSet::new());
     };
     let base = format!("s3://{bucket}/");
     let data = spec.data_prefix();
@@ -120,14 +163,46 @@ async fn read_json<T: serde::de::DeserializeOwned>(
     bucket: &str,
     key: &str,
 ) -> Result<Option<T>, S3Error> {
-    match s3.get(bucket, key, None).await {
+    let range = format!("bytes=0-{}", MAX_RECORD_BYTES - 1);
+    match s3.get(bucket, key, Some(&range)).await {
+        // As big as the bound or bigger: not ours (read no further).
+        Ok(body) if body.len() as u64 >= MAX_RECORD_BYTES => Ok(None),
         Ok(body) => Ok(serde_json::from_slice(&body).ok()),
-        Err(e) if e.http_status() == Some(404) => Ok(None),
+        // Missing, or empty (a range of nothing is refused: 416).
+        Err(e) if matches!(e.http_status(), Some(404 | 416)) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-async fn list_keys(s3: &S3, bucket: &str, prefix: &str) -> Result<Vec<String>, S3Error> {
-    let objects = list_all(s3, bucket, prefix).await?;
-    Ok(objects.into_iter().map(|o| o.key).collect())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_files_are_known_by_their_number() {
+        let spec = ScanSpec {
+            bucket: "b".into(),
+            prefix: String::new(),
+            output_bucket: "o".into(),
+            output_prefix: "r/".into(),
+            gzip: true,
+            only_with_metadata: false,
+            max_failures: 3,
+            format: Default::default(),
+            layout: crate::scan::format::Layout::Dataset,
+            file_size: crate::fleet::spec::DEFAULT_FILE_SIZE,
+            scan_id: "s".into(),
+        };
+        for n in [0, 7, 999_999, 1_000_000, 123_456_789] {
+            assert_eq!(data_index(&spec, &spec.data_key(n)), Some(n));
+        }
+        for other in [
+            "r/data/7.jsonl.gz",
+            "r/data/000007.csv",
+            "r/data/x",
+            "r/other/000001.jsonl.gz",
+        ] {
+            assert_eq!(data_index(&spec, other), None, "{other}");
+        }
+    }
 }

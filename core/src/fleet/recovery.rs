@@ -57,15 +57,18 @@ pub async fn write_done(s3: &S3, spec: &ScanSpec, record: &DoneRecord, token: u6
         .await
 }
 
-/// `ID/done.json` (releases before the lease's token was in the name) or
-/// `ID/done.TOKEN.json`.
-fn is_done_record(key: &str) -> bool {
-    let name = key.rsplit('/').next().unwrap_or_default();
-    name == "done.json"
-        || name
-            .strip_prefix("done.")
-            .and_then(|rest| rest.strip_suffix(".json"))
-            .is_some_and(|token| !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()))
+/// The shard whose done record `key` is: `PARTS/ID/done.json` (releases
+/// before the lease's token was in the name) or `PARTS/ID/done.TOKEN.json`,
+/// exactly one level under the scan's parts (deeper keys are not this
+/// scan's).
+fn done_record_of<'a>(parts: &str, key: &'a str) -> Option<&'a str> {
+    let (id, name) = key.strip_prefix(parts)?.split_once('/')?;
+    let token = name.strip_prefix("done.")?.strip_suffix("json")?;
+    let named = token.is_empty()
+        || token
+            .strip_suffix('.')
+            .is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()));
+    (named && !id.is_empty()).then_some(id)
 }
 
 /// Every done record under the scan's parts.
@@ -80,14 +83,20 @@ pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, Reco
     let mut pages = Pages::new(&lister, req);
     let mut records = Vec::new();
     while let Some(page) = pages.next().await? {
-        for object in page.objects.iter().filter(|o| is_done_record(&o.key)) {
+        for object in &page.objects {
+            let Some(id) = done_record_of(&spec.parts_prefix(), &object.key) else {
+                continue;
+            };
             let body = s3.get(bucket, &object.key, None).await?;
-            records.push(
+            let record: DoneRecord =
                 serde_json::from_slice(&body).map_err(|source| RecoveryError::Corrupt {
                     key: object.key.clone(),
                     source,
-                })?,
-            );
+                })?;
+            // A record under another shard's name is not that shard's.
+            if record.id == id {
+                records.push(record);
+            }
         }
     }
     Ok(records)
@@ -128,14 +137,18 @@ pub async fn replan(s3: &S3, spec: &ScanSpec, queue: &Queue) -> Result<(usize, u
 /// it had, while the next lease of the shard split part of it off. Any
 /// disjoint choice is exact, since what no chosen record covers is queued
 /// and scanned again.
+///
+/// In key order, a record overlaps the chosen ones only if it overlaps the
+/// last one chosen (they are disjoint and sorted): one pass, not every pair.
 fn disjoint(mut records: Vec<DoneRecord>) -> Vec<DoneRecord> {
     records.sort_by(|a, b| a.range.cmp_in_key_order(&b.range));
+    let mut ids = std::collections::HashSet::new();
     let mut chosen: Vec<DoneRecord> = Vec::with_capacity(records.len());
     for record in records {
-        let clashes = chosen
-            .iter()
-            .any(|c| c.id == record.id || overlapping(&[c.range.clone(), record.range.clone()]).is_some());
-        if !clashes {
+        let overlaps_last = chosen
+            .last()
+            .is_some_and(|last| overlapping(&[last.range.clone(), record.range.clone()]).is_some());
+        if !overlaps_last && ids.insert(record.id.clone()) {
             chosen.push(record);
         }
     }
@@ -188,19 +201,38 @@ mod tests {
         // Nothing overlapping: all of them.
         let apart = vec![record("p", None, Some("m")), record("q", Some("m"), None)];
         assert_eq!(disjoint(apart.clone()), apart);
+        // A big scan's records with some zombies among them: all the
+        // disjoint ones (in one pass: every pair would take hours).
+        let mut many: Vec<DoneRecord> = (0..100_000u32)
+            .map(|i| {
+                let (lo, hi) = (format!("k{i:06}"), format!("k{:06}", i + 1));
+                record(&format!("s{i}"), Some(&lo), Some(&hi))
+            })
+            .collect();
+        many.extend((0..1000u32).map(|i| {
+            let (lo, hi) = (format!("k{:06}", i * 50), format!("k{:06}", i * 50 + 3));
+            record(&format!("s{}", i * 50), Some(&lo), Some(&hi))
+        }));
+        let chosen = disjoint(many);
+        assert_eq!(chosen.len(), 100_000);
+        let ranges: Vec<Shard> = chosen.iter().map(|r| r.range.clone()).collect();
+        assert_eq!(overlapping(&ranges), None);
     }
 
     #[test]
     fn done_records_are_named_by_their_lease() {
         for name in ["parts/s/x/done.json", "parts/s/x/done.12345.json"] {
-            assert!(is_done_record(name), "{name}");
+            assert_eq!(done_record_of("parts/s/", name), Some("x"), "{name}");
         }
         for name in [
             "parts/s/x/done..json",
             "parts/s/x/done.1a.json",
             "parts/s/x/1-start.json",
+            // Another scan's, nested under this one's id (`s/b`).
+            "parts/s/b/x/done.7.json",
+            "parts/t/x/done.7.json",
         ] {
-            assert!(!is_done_record(name), "{name}");
+            assert_eq!(done_record_of("parts/s/", name), None, "{name}");
         }
     }
 }

@@ -58,6 +58,15 @@ pub fn head_error(status: u16, bucket: &str) -> S3Error {
         405 => "the server does not allow HEAD on this object",
         501 => "the server does not implement HEAD for this object",
         408 | 429 => return S3Error::from_status(status, None, bucket),
+        // A redirect not followed (to a host the client does not send to):
+        // temporary by its name, so the HEAD is tried again, never recorded
+        // on the first answer.
+        307 => {
+            return S3Error::Server {
+                status,
+                detail: "a 307 Temporary Redirect that was not followed".into(),
+            }
+        }
         402..=499 => "the server refused the request for this object",
         _ => return S3Error::from_status(status, None, bucket),
     };
@@ -259,7 +268,8 @@ mod tests {
             );
             assert!(text.contains(cause), "{text}");
         }
-        for status in [429, 500, 502, 503] {
+        // A redirect not followed is temporary too.
+        for status in [307, 429, 500, 502, 503] {
             assert!(head_error(status, "b").is_retryable(), "{status}");
         }
     }

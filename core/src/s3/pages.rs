@@ -101,8 +101,26 @@ impl<'a, L: Lister> Pages<'a, L> {
             return Ok(None);
         }
         let mut page = self.lister.list(&self.req).await?;
-        self.keep_in_order(&mut page)?;
+        let repeated = self.keep_in_order(&mut page)?;
         match &page.next {
+            // A page that gave keys again: its token may not mean what it
+            // says (a token that moved on while the body did not would skip
+            // keys). Go on after the last key listed instead, which cannot.
+            Some(_) if repeated => {
+                self.same_token = if page.objects.is_empty() {
+                    self.same_token + 1
+                } else {
+                    0
+                };
+                if self.same_token >= MAX_SAME_TOKEN {
+                    return Err(S3Error::BadListing(format!(
+                        "the listing gave only keys it had given already {MAX_SAME_TOKEN} times in a row, after {:?}: it would never end",
+                        self.last_key.as_deref().unwrap_or_default()
+                    )));
+                }
+                self.req.continuation = None;
+                self.req.start_after = self.last_key.clone();
+            }
             Some(token) if self.req.continuation.as_ref() == Some(token) => {
                 self.same_token += 1;
                 if self.same_token >= MAX_SAME_TOKEN {
@@ -126,7 +144,9 @@ impl<'a, L: Lister> Pages<'a, L> {
     /// (the last page, or earlier in this page: a page served again, under
     /// the same token or a new one); any other key there was skipped, and
     /// keys skipped cannot be told, so the listing fails.
-    fn keep_in_order(&mut self, page: &mut ListPage) -> Result<(), S3Error> {
+    ///
+    /// Returns whether the page repeated any key.
+    fn keep_in_order(&mut self, page: &mut ListPage) -> Result<bool, S3Error> {
         let last = self.last_key.as_deref();
         let increasing = page
             .objects
@@ -134,6 +154,7 @@ impl<'a, L: Lister> Pages<'a, L> {
             .is_none_or(|o| last.is_none_or(|l| o.key.as_str() > l))
             && page.objects.windows(2).all(|w| w[0].key < w[1].key);
         if !increasing {
+            let given = page.objects.len();
             let mut kept: Vec<ListedObject> = Vec::with_capacity(page.objects.len());
             for o in page.objects.drain(..) {
                 let before = kept.last().map(|k| k.key.as_str()).or(last);
@@ -154,13 +175,22 @@ impl<'a, L: Lister> Pages<'a, L> {
                 }
             }
             page.objects = kept;
+            if page.objects.len() < given {
+                self.remember(page);
+                return Ok(true);
+            }
         }
+        self.remember(page);
+        Ok(false)
+    }
+
+    /// The page's keys, for the next page's repeats.
+    fn remember(&mut self, page: &ListPage) {
         if let Some(o) = page.objects.last() {
             self.last_key = Some(o.key.clone());
             self.previous.clear();
             self.previous.extend(page.objects.iter().map(|o| o.key.clone()));
         }
-        Ok(())
     }
 }
 
@@ -254,6 +284,39 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, S3Error::ListingOutOfOrder(_)), "{e}");
+    }
+
+    /// Answers each request from what it asks (token, start key).
+    struct Answering(fn(&ListRequest) -> ListPage);
+
+    impl Lister for Answering {
+        fn list(&self, req: &ListRequest) -> impl Future<Output = Result<ListPage, S3Error>> + Send {
+            let page = (self.0)(req);
+            async move { Ok(page) }
+        }
+    }
+
+    /// A page served again under a token that moved on past keys the page
+    /// never gave (c and d): the token is not trusted, the listing goes on
+    /// after the last key it listed, and nothing is skipped.
+    #[tokio::test]
+    async fn the_token_of_a_page_served_again_is_not_trusted() {
+        let store = Answering(
+            |req| match (req.continuation.as_deref(), req.start_after.as_deref()) {
+                (None, None) => page(&["a", "b"], Some("t1")),
+                (Some("t1"), _) => page(&["a", "b"], Some("t2")),
+                (Some("t2"), _) => page(&["e"], None),
+                (None, Some("b")) => page(&["c", "d"], Some("t3")),
+                (Some("t3"), _) => page(&["e"], None),
+                other => panic!("unexpected request {other:?}"),
+            },
+        );
+        let mut pages = Pages::new(&store, ListRequest::default());
+        let mut got = vec![];
+        while let Some(p) = pages.next().await.unwrap() {
+            got.extend(p.objects.into_iter().map(|o| o.key));
+        }
+        assert_eq!(got, ["a", "b", "c", "d", "e"]);
     }
 
     /// A page served again (under a new token, or the token it was asked

@@ -26,6 +26,37 @@ use std::time::Duration;
 
 type HttpsClient = Client<HttpsConnector, Empty<Bytes>>;
 
+/// A redirect's path and query as SigV4 signs them and S3 expects them: the
+/// path encoded once as keys are (`/` kept), the query's pairs encoded as
+/// RFC 3986 asks and sorted. A store's `Location` may encode otherwise
+/// (`%7E` for `~`, a key without `=`, pairs in another order); signed as
+/// written, the request would be refused as badly signed.
+fn canonical_target(path: &str, query: &str) -> String {
+    use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
+    const UNRESERVED: &percent_encoding::AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let path = super::codec::encode_key(&decode(path)).into_owned();
+    let mut pairs: Vec<(String, String)> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let encode = |s: &str| utf8_percent_encode(&decode(s), UNRESERVED).to_string();
+            (encode(k), encode(v))
+        })
+        .collect();
+    pairs.sort();
+    let query: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    match query.is_empty() {
+        true => path,
+        false => format!("{path}?{}", query.join("&")),
+    }
+}
+
 /// Where one request goes.
 #[derive(Clone, Copy)]
 struct Destination<'a> {
@@ -231,7 +262,13 @@ impl SignedClient {
             path: &path,
             query: "",
         };
-        let (answer, _) = self.sign_and_send("HEAD", &to, signed_for).await.ok()?;
+        let answer = match self.sign_and_send("HEAD", &to, signed_for).await {
+            Ok((answer, _)) => answer,
+            // Unconfirmed for now, not refuted: the HEAD is tried again
+            // rather than its 400 taken as the object's answer.
+            Err(e) if e.is_retryable() => return Some(e),
+            Err(_) => return None,
+        };
         let home = answer.headers().get("x-amz-bucket-region")?.to_str().ok();
         if home.and_then(valid_region) != Some(named) {
             tracing::warn!(
@@ -278,7 +315,8 @@ impl SignedClient {
             tracing::warn!(location = %location, "a 307 to another host is not followed");
             return None;
         }
-        let path_and_query = location.path_and_query()?.as_str().to_string();
+        let target = location.path_and_query()?;
+        let path_and_query = canonical_target(target.path(), target.query().unwrap_or_default());
         Some((scheme, authority.as_str().to_string(), path_and_query))
     }
 
@@ -467,6 +505,15 @@ mod tests {
             .correction(301, garbled, redirect, None, "d", "us-east-1", None)
             .is_none());
         assert_eq!(&*learnt.regions.of("d"), "us-east-1");
+    }
+
+    #[test]
+    fn a_redirect_target_is_signed_in_canonical_form() {
+        assert_eq!(
+            canonical_target("/b/a%7Eb%20c", "prefix=x%2Fy&list-type=2&encoding-type"),
+            "/b/a~b%20c?encoding-type=&list-type=2&prefix=x%2Fy"
+        );
+        assert_eq!(canonical_target("/b/k", ""), "/b/k");
     }
 
     /// A header alone does not move a bucket: a 400 for one object (an

@@ -334,3 +334,68 @@ mod tests {
         assert!(a.client().is_ok());
     }
 }
+
+/// Why the sentinels' credentials in an address may not go to scan pods.
+#[derive(Debug, thiserror::Error)]
+pub enum SentinelRightsError {
+    #[error(
+        "the Redis address names no sentinelUser: every scan's pods get the sentinels' credentials to find \
+         the master, and the sentinels' default user may reconfigure them (SENTINEL MONITOR, REMOVE, \
+         FAILOVER: point every client at a server of its choosing). Give the sentinels a user that may \
+         only find the master (docs/operations.md), or turn scan users off (--redis-scan-users=false)"
+    )]
+    NoUser,
+    #[error(
+        "the sentinels' user in the Redis address (sentinelUser) may reconfigure the sentinels: every \
+         scan's pods get it. Give it only what finding the master needs (docs/operations.md: +ping +auth \
+         +hello +role +sentinel|masters +sentinel|get-master-addr-by-name)"
+    )]
+    MayReconfigure,
+    #[error("no sentinel answered, so the rights of the sentinels' user cannot be checked: {0}")]
+    Unreachable(String),
+}
+
+impl SentinelAddress {
+    /// Check that the sentinels' user of this address can only look the
+    /// master up: it must exist, and `SENTINEL SET` (which reconfigures)
+    /// must be refused to it. Asked of the first sentinel that answers.
+    pub async fn check_lookup_only(&self) -> Result<(), SentinelRightsError> {
+        let user = self
+            .sentinel_username
+            .as_deref()
+            .ok_or(SentinelRightsError::NoUser)?;
+        let mut last = String::new();
+        for (host, port) in &self.sentinels {
+            let encode = |s: &str| {
+                percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+            };
+            let password = self.sentinel_password.as_deref().map(encode).unwrap_or_default();
+            let url = format!("redis://{}:{password}@{host}:{port}", encode(user));
+            let connected = match redis::Client::open(url) {
+                Ok(client) => client.get_multiplexed_async_connection().await,
+                Err(e) => Err(e),
+            };
+            let mut con = match connected {
+                Ok(con) => con,
+                Err(e) => {
+                    last = format!("{:?}", e.kind());
+                    continue;
+                }
+            };
+            // A master no sentinel monitors: refused for want of rights, or
+            // for want of the master (then the user had the right).
+            let probe = redis::cmd("SENTINEL")
+                .arg("SET")
+                .arg("bucketscan-rights-probe")
+                .arg("quorum")
+                .arg(1)
+                .query_async::<redis::Value>(&mut con)
+                .await;
+            return match probe {
+                Err(e) if e.to_string().to_uppercase().contains("NOPERM") => Ok(()),
+                _ => Err(SentinelRightsError::MayReconfigure),
+            };
+        }
+        Err(SentinelRightsError::Unreachable(last))
+    }
+}
