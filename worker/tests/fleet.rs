@@ -3,6 +3,8 @@
 //! merge's multipart upload), with workers killed, stopped and added.
 
 mod common;
+#[path = "common/fault_proxy.rs"]
+mod fault_proxy;
 #[path = "../../core/tests/support/snapshot.rs"]
 mod snapshot;
 
@@ -1238,4 +1240,73 @@ async fn a_dataset_replaces_an_earlier_result_and_nothing_else() {
         &parse_records(&s3.read(&out, "ds/data/000000.jsonl").await),
         &seeded,
     );
+}
+
+/// The merge finds each recorded part's size in one LIST of the parts; a
+/// store whose LIST lags behind its writes leaves one out. The part is asked
+/// for by name before it counts as missing, and the result is exact.
+/// Before: `recorded part ... is missing`, and the scan failed for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_the_listing_does_not_show_yet_is_found_by_name() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("lagging-list").await;
+    let out = s3.bucket("lagging-list-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..400)
+        .map(|i| (format!("k{i:04}"), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("lag-{}", std::process::id()),
+    };
+    let to = format!("s3://{out}/r/");
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &to,
+        "--target-shards",
+        "2",
+    ]);
+    let mut worker = fleet.spawn_worker("only", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(300)).success());
+    // Every LIST of the parts leaves out the first part it would show.
+    let hid = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hiding = hid.clone();
+    let proxy = fault_proxy::start_rewriting(
+        s3.endpoint.clone(),
+        |_| None,
+        move |req, _, body| {
+            let lists_parts = req.method == "GET"
+                && req
+                    .uri
+                    .query()
+                    .is_some_and(|q| q.contains("list-type=2") && q.contains("parts"));
+            let text = String::from_utf8_lossy(body).into_owned();
+            let (Some(start), Some(end)) = (text.find("<Contents>"), text.find("</Contents>")) else {
+                return;
+            };
+            if lists_parts && text[start..end].contains(".jsonl") {
+                let hidden = format!("{}{}", &text[..start], &text[end + "</Contents>".len()..]);
+                *body = bytes::Bytes::from(hidden);
+                hiding.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        },
+    )
+    .await;
+    let merger = Fleet {
+        s3: Server {
+            endpoint: proxy.url.clone(),
+            ..s3.clone()
+        },
+        ..fleet
+    };
+    merger.run_ok(&["merge"]);
+    assert!(
+        hid.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "a part was hidden"
+    );
+    assert_matches_seed(&parse_records(&s3.read(&out, "r/result.jsonl").await), &seeded);
 }

@@ -332,7 +332,14 @@ async fn describe_parts(
         .map(|(key, stats)| {
             let size = sizes.get(&key).copied();
             async move {
-                let size = size.ok_or_else(|| MergeError::MissingPart(key.clone()))?;
+                let size = match size {
+                    Some(size) => size,
+                    // A listing may lag behind the store's writes: asked
+                    // by name before the part counts as missing.
+                    None => size_of(s3, &spec.output_bucket, &key)
+                        .await?
+                        .ok_or_else(|| MergeError::MissingPart(key.clone()))?,
+                };
                 let stats = match stats {
                     Some(s) => s,
                     None => read_stats(s3, spec, &key).await?,
@@ -351,6 +358,18 @@ async fn describe_parts(
 async fn list_sizes(s3: &S3, bucket: &str, prefix: &str) -> Result<HashMap<String, u64>, S3Error> {
     let objects = list_all(s3, bucket, prefix).await?;
     Ok(objects.into_iter().map(|o| (o.key, o.size)).collect())
+}
+
+/// An object's size, `None` when it is not there (HEAD 404).
+async fn size_of(s3: &S3, bucket: &str, key: &str) -> Result<Option<u64>, S3Error> {
+    let head = s3
+        .send_retried(bucket, |sdk| sdk.head_object().bucket(bucket).key(key).send())
+        .await;
+    match head {
+        Ok(head) => Ok(Some(head.content_length().unwrap_or(0).max(0) as u64)),
+        Err(e) if e.http_status() == Some(404) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// A part's stats from its content: for parts Redis has none for (it lost
