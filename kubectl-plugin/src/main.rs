@@ -71,7 +71,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", render::terminal(&e.to_string()));
             ExitCode::FAILURE
         }
     }
@@ -82,7 +82,7 @@ async fn run(command: Command) -> Result<(), Error> {
         Command::Status(t) => {
             let (client, ns) = connect::connect(t.context.as_deref(), t.namespace.as_deref()).await?;
             let scan = fetch::get(&client, &ns, &t.name).await?;
-            print!("{}", render::status_report(&scan));
+            print!("{}", render::terminal(&render::status_report(&scan)));
         }
         Command::Watch { target: t, timeout } => {
             let (client, ns) = connect::connect(t.context.as_deref(), t.namespace.as_deref()).await?;
@@ -96,7 +96,7 @@ async fn run(command: Command) -> Result<(), Error> {
                     })??,
                 None => watched.await?,
             };
-            println!("complete: {output}");
+            println!("complete: {}", render::terminal(&output));
         }
         Command::Result { target: t, json } => {
             let (client, ns) = connect::connect(t.context.as_deref(), t.namespace.as_deref()).await?;
@@ -104,7 +104,7 @@ async fn run(command: Command) -> Result<(), Error> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&summary).expect("plain data"));
             } else {
-                print!("{}", result::text(&summary));
+                print!("{}", render::terminal(&result::text(&summary)));
             }
         }
     }

@@ -9,6 +9,29 @@ use bucketscan_operator::status::{human_duration, FAILED, STORE_SATURATED};
 use std::fmt::Write as _;
 use std::time::Duration;
 
+/// Text safe to print on a terminal: status text carries what came from S3
+/// keys, Redis and pod logs, and a control sequence in it (ESC, a carriage
+/// return, a bidirectional override) would act on the reader's terminal:
+/// rewrite the title, hide lines, move the cursor. Each such character is
+/// shown as its escape (`\x1b`, `\u{202e}`); newlines and tabs stay.
+pub fn terminal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        match c {
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() && (c as u32) < 0x100 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() || bidi => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Cells of the progress bar.
 const BAR_WIDTH: usize = 20;
 
@@ -199,6 +222,20 @@ pub fn status_report(scan: &BucketScan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Text from S3 keys, Redis or pod logs cannot act on the terminal:
+    /// escapes, carriage returns, bells and bidirectional overrides are
+    /// shown, not sent (before: printed as they came).
+    #[test]
+    fn control_characters_are_shown_not_sent() {
+        let hostile = "key\u{1b}]0;owned\u{7}\r\u{1b}[2Knext\nline\t\u{202e}drow\u{9b}x ünï";
+        assert_eq!(
+            terminal(hostile),
+            "key\\x1b]0;owned\\x07\\x0d\\x1b[2Knext\nline\t\\u{202e}drow\\x9b x ünï"
+                .replace("\\x9b x", "\\x9bx")
+        );
+        assert_eq!(terminal("plain 1,234 objects\n"), "plain 1,234 objects\n");
+    }
     use bucketscan_operator::crd::{ShardCounts, StatusNumbers};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 

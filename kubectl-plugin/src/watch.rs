@@ -22,6 +22,7 @@ struct Screen {
 
 impl Screen {
     fn show(&mut self, line: String) {
+        let line = crate::render::terminal(&line);
         if line == self.last {
             return;
         }
