@@ -363,9 +363,10 @@ pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'st
             let mut mapped = S3Error::from_status(status, code.as_deref(), bucket)
                 .with_retry_after(retry_after(|name| headers.get(name)));
             if code.is_none() {
-                // No S3 error code: the body was not an S3 error document.
+                // No S3 error code: the body was not an S3 error document,
+                // and is never quoted (see `list::not_s3`).
                 if let S3Error::Client { detail, .. } | S3Error::Server { detail, .. } = &mut mapped {
-                    *detail = text.chars().take(300).collect();
+                    *detail = format!("HTTP {status} with an answer that is not an S3 error document");
                 }
             }
             if let (

@@ -123,12 +123,17 @@ fn not_utf8() -> S3Error {
 
 /// A successful answer that is no listing at all: the endpoint is a web
 /// server, a proxy's page or another API, not S3.
+///
+/// The answer's body is never quoted: the operator sends requests to
+/// endpoints tenants name and shows its errors in their scans' status, so
+/// quoting would read any internal URL back to them (a kubelet's port, a
+/// metadata service). Its type and length say enough to tell a web page.
 fn not_s3(content_type: Option<&str>, body: &str) -> S3Error {
-    let start: String = body.chars().take(120).collect();
     S3Error::Config(format!(
-        "the endpoint answered a LIST with {} instead of an S3 ListBucketResult: is it an S3 API \
-         endpoint (not a console or web page)? The answer began: {start:?}",
-        content_type.unwrap_or("no content type")
+        "the endpoint answered a LIST with {} ({} bytes) instead of an S3 ListBucketResult: is it an S3 \
+         API endpoint (not a console or web page)?",
+        content_type.unwrap_or("no content type"),
+        body.len()
     ))
 }
 
@@ -141,8 +146,11 @@ fn error_document(status: StatusCode, xml: &str, bucket: &str) -> S3Error {
     | S3Error::ExpiredToken { detail } = &mut mapped
     {
         if code.is_none() {
-            // Not an S3 error document.
-            *detail = format!("HTTP {status}: {}", xml.chars().take(300).collect::<String>());
+            // Not an S3 error document: never quoted (see `not_s3`).
+            *detail = format!(
+                "HTTP {status} with an answer that is not an S3 error document ({} bytes)",
+                xml.len()
+            );
         } else if let Some(message) = element(xml, "Message") {
             detail.push_str(": ");
             detail.push_str(&unescape(message));
@@ -549,7 +557,9 @@ mod tests {
             "{e}"
         );
         let e = error_document(StatusCode::BAD_GATEWAY, "<html>oops</html>", "b");
-        assert!(e.is_retryable() && e.to_string().contains("oops"), "{e}");
+        // Retried, and never quoted (issue 28 item 6).
+        assert!(e.is_retryable() && !e.to_string().contains("oops"), "{e}");
+        assert!(e.to_string().contains("not an S3 error document (17 bytes)"), "{e}");
     }
 
     #[test]
