@@ -93,6 +93,10 @@ impl MergeError {
     pub fn is_transient(&self) -> bool {
         match self {
             MergeError::NotFinished { .. } | MergeError::PlanIncomplete(_) => true,
+            // Final for a shard (keys skipped before its checkpoint cannot
+            // be told), not for the merge: its listings of the output start
+            // afresh each time, so another merge may simply list again.
+            MergeError::S3(S3Error::ListingOutOfOrder(_)) => true,
             MergeError::S3(e) => e.is_retryable(),
             MergeError::Queue(q) => q.is_transient(),
             _ => false,
@@ -574,6 +578,13 @@ fn sum_counts(shards: &[ShardRecord]) -> BTreeMap<String, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listing_of_the_output_out_of_order_fails_one_merge_not_the_scan() {
+        let e = MergeError::S3(S3Error::ListingOutOfOrder("b after c".into()));
+        assert!(e.is_transient());
+        assert!(!MergeError::MissingPart("p".into()).is_transient());
+    }
 
     #[test]
     fn a_single_result_over_5_tib_is_refused_before_anything_is_written() {
