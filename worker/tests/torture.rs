@@ -69,7 +69,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Seeds `just test` runs: together they inject every kind of fault (the
 /// test checks it).
-const FIXED_SEEDS: [u64; 5] = [2, 3, 6, 9, 10];
+const FIXED_SEEDS: [u64; 6] = [2, 3, 5, 6, 9, 10];
 
 /// How long one run may take before it counts as a hang.
 const RUN_BOUND: Duration = Duration::from_secs(240);
@@ -420,6 +420,26 @@ enum Event {
     Replace(String, Seeded),
 }
 
+/// Put the drawn bucket. versitygw's posix backend now and then refuses a
+/// put among many at once (`ExistingObjectIsDirectory` for a plain key):
+/// those are put again one by one, and a key refused again is not part of
+/// this seed's bucket (the run goes on rather than ending every later seed).
+async fn seed_tolerantly(
+    server: &Server,
+    bucket: &str,
+    mut seeded: BTreeMap<String, Seeded>,
+) -> BTreeMap<String, Seeded> {
+    let refused = server.try_seed(bucket, &seeded).await;
+    for key in refused.keys() {
+        let one = BTreeMap::from([(key.clone(), seeded[key].clone())]);
+        if !server.try_seed(bucket, &one).await.is_empty() {
+            eprintln!("versitygw refused {key:?} twice: left out of this seed's bucket");
+            seeded.remove(key);
+        }
+    }
+    seeded
+}
+
 /// The bucket a seed draws.
 fn draw_bucket(rng: &mut StdRng, page: usize) -> BTreeMap<String, Seeded> {
     const ODD: [&str; 10] = ["a", "b-", "_c", "d.e", "f g", "h+i", "j=k", "é", "日本", "~z"];
@@ -479,7 +499,7 @@ async fn run_seed(seed: u64) -> Run {
     let server = versitygw();
     let bucket = server.bucket(&format!("t{seed}")).await;
     let output = server.bucket(&format!("t{seed}-out")).await;
-    server.seed(&bucket, &seeded).await;
+    let seeded = seed_tolerantly(&server, &bucket, seeded).await;
 
     // The proxy's faults, on keys drawn now.
     let keys: Vec<String> = seeded.keys().cloned().collect();
@@ -748,7 +768,10 @@ impl Fleet {
                 opts,
                 stop: CancellationToken::new(),
             };
-            runner.run().await.map(|_| ()).map_err(|e| e.to_string())
+            Box::pin(runner.run())
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         })
     }
 }
@@ -795,7 +818,7 @@ async fn drive(
         let plan = tokio::task::spawn_blocking(move || {
             runtime.block_on(async move {
                 tokio::select! {
-                    _ = plan_scan(&s3, &spec, &opts, &planner) => false,
+                    _ = Box::pin(plan_scan(&s3, &spec, &opts, &planner)) => false,
                     _ = tokio::time::sleep(Duration::from_millis(after)) => true,
                 }
             })
@@ -917,7 +940,9 @@ async fn drive(
                 let kill_after = fleet.kill_merge_after.filter(|_| merges == 1);
                 merging = Some(tokio::task::spawn_blocking(move || {
                     runtime.block_on(async move {
-                        let merged = merge(&scan, &merger, &s3);
+                        // Boxed: a debug build's merge future is bigger
+                        // than a blocking thread's stack holds.
+                        let merged = Box::pin(merge(&scan, &merger, &s3));
                         match kill_after {
                             Some(ms) => tokio::select! {
                                 m = merged => Some(m),
@@ -1019,7 +1044,12 @@ impl World<'_> {
                 count("throttle storm");
             }
             Event::Create(key, obj) => {
-                self.server.seed(self.bucket, &BTreeMap::from([(key, obj)])).await;
+                // A put the store refuses (versitygw's posix backend, now
+                // and then, under many puts at once) changes nothing: the
+                // key is among `changed`, which the check allows either way.
+                self.server
+                    .try_seed(self.bucket, &BTreeMap::from([(key, obj)]))
+                    .await;
                 count("object created");
             }
             Event::Delete(key) => {
@@ -1027,7 +1057,9 @@ impl World<'_> {
                 count("object deleted or replaced");
             }
             Event::Replace(key, obj) => {
-                self.server.seed(self.bucket, &BTreeMap::from([(key, obj)])).await;
+                self.server
+                    .try_seed(self.bucket, &BTreeMap::from([(key, obj)]))
+                    .await;
                 count("object deleted or replaced");
             }
         }

@@ -559,7 +559,10 @@ mod tests {
         let e = error_document(StatusCode::BAD_GATEWAY, "<html>oops</html>", "b");
         // Retried, and never quoted (issue 28 item 6).
         assert!(e.is_retryable() && !e.to_string().contains("oops"), "{e}");
-        assert!(e.to_string().contains("not an S3 error document (17 bytes)"), "{e}");
+        assert!(
+            e.to_string().contains("not an S3 error document (17 bytes)"),
+            "{e}"
+        );
     }
 
     #[test]
