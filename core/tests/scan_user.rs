@@ -116,6 +116,16 @@ async fn a_scan_user_runs_its_own_scan_and_reaches_nothing_else() {
         &["ACL", "LIST"],
         &["SUBSCRIBE", "x"],
         &["CLIENT", "LIST"],
+        // Keys hidden in another database would escape the cleanup.
+        &["SELECT", "1"],
+        &["MOVE", &format!("bs:{{{mine}}}:shards"), "1"],
+        &[
+            "COPY",
+            &format!("bs:{{{mine}}}:shards"),
+            &format!("bs:{{{mine}}}:x"),
+            "DB",
+            "1",
+        ],
     ] {
         refused(run(what).await, &what.join(" "));
     }

@@ -253,7 +253,7 @@ fn an_existing_secret_and_a_digest_are_used() {
     let redis = &find(&objects, "Deployment", "redis").unwrap()["spec"]["template"]["spec"];
     assert_eq!(
         redis["containers"][0]["image"],
-        format!("redis:7.2.7-alpine@{digest}")
+        format!("redis:7.2.11-alpine@{digest}")
     );
     let default = render(&[]);
     let image =

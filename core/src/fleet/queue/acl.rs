@@ -14,9 +14,9 @@ pub fn scan_user(scan: &str) -> String {
 }
 
 /// `ACL SETUSER` rules of a scan's user whose keys all start with
-/// `key_base`: replaced whole each time (`reset`), so setting it again is
-/// harmless.
-pub fn scan_user_rules(key_base: &str, password: &str) -> Vec<String> {
+/// `key_base`, in database `db`: replaced whole each time (`reset`), so
+/// setting it again is harmless.
+pub fn scan_user_rules(key_base: &str, password: &str, db: i64) -> Vec<String> {
     let keys = format!("~{key_base}*");
     let mut rules: Vec<String> = vec!["reset".into(), "on".into(), format!(">{password}"), keys];
     rules.extend(
@@ -42,6 +42,12 @@ pub fn scan_user_rules(key_base: &str, password: &str) -> Vec<String> {
             "-script|flush",
             "-script|kill",
             "-function",
+            // Its own database only: keys written in another (SELECT, or
+            // MOVE and COPY ... DB there) would escape the cleanup, which
+            // deletes the scan's keys where the operator works.
+            "-select",
+            "-move",
+            "-copy",
             // After the denials (ROLE is in @admin and @dangerous, which
             // would take it away again): Sentinel clients check that the
             // server the sentinels name is the master, and the merge counts
@@ -51,6 +57,8 @@ pub fn scan_user_rules(key_base: &str, password: &str) -> Vec<String> {
         ]
         .map(String::from),
     );
+    // The client selects the address's database when it connects.
+    rules.push(format!("+select|{db}"));
     rules
 }
 
@@ -123,7 +131,7 @@ mod tests {
 
     #[test]
     fn a_scan_user_reaches_only_its_own_keys() {
-        let rules = scan_user_rules("bs:{ns.photos.1a2b}:", "secret");
+        let rules = scan_user_rules("bs:{ns.photos.1a2b}:", "secret", 0);
         assert_eq!(rules[..4], ["reset", "on", ">secret", "~bs:{ns.photos.1a2b}:*"]);
         assert!(rules.contains(&"resetchannels".to_string()));
         assert!(!rules

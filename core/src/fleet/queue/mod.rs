@@ -414,10 +414,18 @@ impl RedisConnection {
     /// Create or update scan `scan`'s own user (see [`acl`]) with `password`.
     pub async fn set_scan_user(&self, scan: &str, password: &str) -> Result<(), QueueError> {
         let mut con = self.0.clone();
+        // The database this connection works in: the scan's, the only one
+        // its user may select.
+        let info: String = redis::cmd("CLIENT").arg("INFO").query_async(&mut con).await?;
+        let db = info
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("db="))
+            .and_then(|db| db.parse().ok())
+            .unwrap_or(0);
         redis::cmd("ACL")
             .arg("SETUSER")
             .arg(scan_user(scan))
-            .arg(scan_user_rules(&ScanKeys::new(scan).base, password))
+            .arg(scan_user_rules(&ScanKeys::new(scan).base, password, db))
             .query_async::<()>(&mut con)
             .await?;
         Ok(())
