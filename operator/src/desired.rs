@@ -181,6 +181,11 @@ pub fn worker_selector(scan: &BucketScan) -> String {
         .join(",")
 }
 
+/// The annotation that names the scan (its uid) on a child that outlives
+/// it and so has no owner reference (the delete-parts Job): the operator
+/// writes such a Job only when it carries the scan's own uid.
+pub const SCAN_UID: &str = "bucketscan.dev/scan-uid";
+
 /// The label on everything the operator makes (the controller watches only
 /// Deployments and Jobs that carry it), and its value.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -606,6 +611,10 @@ pub fn cleanup_job(scan: &BucketScan, settings: &Settings) -> Job {
     }
     let mut job = one_pod_job(scan, cleanup_job_name(scan), "delete-parts", pod);
     job.metadata.owner_references = None;
+    job.metadata.annotations = Some(BTreeMap::from([(
+        SCAN_UID.to_string(),
+        scan.uid().unwrap_or_default(),
+    )]));
     if let Some(spec) = job.spec.as_mut() {
         spec.ttl_seconds_after_finished = Some(300);
         spec.active_deadline_seconds = Some(600);
@@ -947,6 +956,9 @@ mod tests {
 
         let cleanup = cleanup_job(&s, &settings);
         assert!(cleanup.metadata.owner_references.is_none(), "outlives the scan");
+        // ... so it names the scan otherwise: the operator writes only its own.
+        let uid = s.metadata.uid.clone().unwrap();
+        assert_eq!(cleanup.metadata.annotations.as_ref().unwrap()[SCAN_UID], uid);
         let spec = cleanup.spec.unwrap();
         assert_eq!(spec.ttl_seconds_after_finished, Some(300));
         let pod = spec.template.spec.unwrap();

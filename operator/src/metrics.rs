@@ -61,7 +61,16 @@ type ScanStateGauge = Family<ScanStateLabels, Gauge<u64, AtomicU64>>;
 type ScanPhaseGauge = Family<ScanPhaseLabels, Gauge<u64, AtomicU64>>;
 
 /// The `error` label values of failed reconciles (`Error::kind`).
-pub const ERROR_KINDS: [&str; 7] = ["kube", "redis", "plan", "s3", "config", "recovery", "finalizer"];
+pub const ERROR_KINDS: [&str; 8] = [
+    "kube",
+    "redis",
+    "plan",
+    "s3",
+    "config",
+    "recovery",
+    "finalizer",
+    "conflict",
+];
 
 /// The shard states and phases a scan's series are split by.
 pub const SHARD_STATES: [&str; 4] = ["pending", "leased", "done", "dead"];

@@ -12,6 +12,10 @@ pub const SUSPENDED: &str = "Suspended";
 /// True while the scan waits on something outside it that may come right
 /// by itself (a Secret not created yet, the store or Redis unreachable).
 pub const BLOCKED: &str = "Blocked";
+/// True while a name the scan's children take (`NAME-workers`, `NAME-redis`,
+/// `NAME-plan`, ...) holds another workload's object, which the operator
+/// leaves alone: the scan waits until the name is free.
+pub const CONFLICT: &str = "Conflict";
 /// Whether the worker pods run, and why not (`pods::WorkerHealth`).
 pub const WORKERS_READY: &str = "WorkersReady";
 /// False while a scan makes no progress for longer than the operator's
@@ -147,6 +151,17 @@ pub fn set_ready(st: &mut BucketScanStatus, generation: Option<i64>, now: &Time)
             Some(c) => (false, c.reason.clone(), c.message.clone()),
             None => (false, "Failed".into(), "the scan failed".into()),
         },
+        // What holds the scan up now comes before Suspended (resuming would
+        // not help, and a scan resumed shows Suspended until its status is
+        // written again) and before NoProgress (it is why).
+        _ if is_true(&st.conditions, CONFLICT) => {
+            let c = said(CONFLICT).expect("true");
+            (false, c.reason.clone(), c.message.clone())
+        }
+        _ if is_true(&st.conditions, BLOCKED) => {
+            let c = said(BLOCKED).expect("true");
+            (false, c.reason.clone(), c.message.clone())
+        }
         _ if is_true(&st.conditions, SUSPENDED) => (false, "Suspended".into(), "spec.suspend is true".into()),
         _ if st
             .conditions
@@ -158,10 +173,6 @@ pub fn set_ready(st: &mut BucketScanStatus, generation: Option<i64>, now: &Time)
                 .iter()
                 .find(|c| c.type_ == PROGRESSING)
                 .expect("found");
-            (false, c.reason.clone(), c.message.clone())
-        }
-        _ if is_true(&st.conditions, BLOCKED) => {
-            let c = said(BLOCKED).expect("true");
             (false, c.reason.clone(), c.message.clone())
         }
         phase => {
@@ -495,8 +506,20 @@ mod tests {
             (ready(&st).1, ready(&st).2),
             ("SecretNotFound".into(), secret.into())
         );
-        set_condition(&mut st.conditions, BLOCKED, false, "Unblocked", "", Some(2), &t);
+        // Suspended (or resumed, and the status not written since), yet
+        // held up: Ready says by what.
         set_condition(&mut st.conditions, SUSPENDED, true, "Suspended", "x", Some(2), &t);
+        set_ready(&mut st, Some(2), &t);
+        assert_eq!(ready(&st).1, "SecretNotFound");
+        set_condition(&mut st.conditions, BLOCKED, false, "Unblocked", "", Some(2), &t);
+        set_ready(&mut st, Some(2), &t);
+        assert_eq!(ready(&st).1, "Suspended");
+        // A name taken by another workload: resuming would not help.
+        let taken = "Deployment s-workers in namespace n exists and is not this scan's";
+        set_condition(&mut st.conditions, CONFLICT, true, "Conflict", taken, Some(2), &t);
+        set_ready(&mut st, Some(2), &t);
+        assert_eq!((ready(&st).1, ready(&st).2), ("Conflict".into(), taken.into()));
+        set_condition(&mut st.conditions, CONFLICT, false, "Resolved", "", Some(2), &t);
         set_ready(&mut st, Some(2), &t);
         assert_eq!(ready(&st).1, "Suspended");
         st.phase = Phase::Failed;

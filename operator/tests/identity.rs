@@ -183,9 +183,11 @@ async fn a_scan_without_credentials_never_borrows_the_operator_s_identity() {
         "{planned_cond:?}"
     );
 
-    // A part as a worker would leave it; then the scan is deleted: its
-    // parts go by a Job under the same ServiceAccount.
-    let parts_key = "scan/parts/x.jsonl";
+    // A part as a worker would leave it (under the scan's own parts
+    // folder); then the scan is deleted: its parts go by a Job under the
+    // same ServiceAccount.
+    let id = bucketscan_operator::desired::scan_id(&scans.get("deputy").await.unwrap());
+    let parts_key = format!("scan/parts/{id}/x.jsonl");
     s3.client()
         .put_object()
         .bucket(&out)

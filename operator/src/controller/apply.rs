@@ -27,7 +27,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     let generation = scan.metadata.generation;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     if matches!(st.phase, Phase::Complete | Phase::Failed) {
-        return finished(scan, ctx).await;
+        return finished(scan, ctx, st.start_time.is_some()).await;
     }
     if let Err(message) = crate::validate::validate(scan) {
         return fail(scan, ctx, st, "InvalidSpec", &message, &now).await;

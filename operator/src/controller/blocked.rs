@@ -5,14 +5,18 @@
 //! gets a Warning event when it starts to wait, and is tried again after
 //! 5 s, doubling up to 5 minutes. The first attempt that gets through clears
 //! the condition. Only causes the user must fix fail a scan.
+//!
+//! Also here, as the one place a reconcile's outcome becomes status: a name
+//! another workload holds (`conflict`), and any other error, which shows as
+//! `Blocked` with reason `ReconcileError` while the error policy retries.
 
 use super::cleanup::SKIP_CLEANUP;
-use super::context::{key_of, Context, Error};
-use super::report::{publish, write_status_now};
+use super::conflict::{self, CONFLICT_REQUEUE};
+use super::context::{key_of, Context, Error, ERROR_REQUEUE};
+use super::report::{current, publish, write_status_now};
 use crate::crd::BucketScan;
 use crate::status::{self, human_duration, BLOCKED};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
@@ -35,7 +39,21 @@ pub(super) async fn wait_out(
             if (waited || shown) && scan.metadata.deletion_timestamp.is_none() {
                 unblock(scan, ctx).await?;
             }
+            if conflict::shown(scan) && scan.metadata.deletion_timestamp.is_none() {
+                conflict::resolved(scan, ctx).await?;
+            }
             Ok(action)
+        }
+        // A name another workload holds: its object was left alone; the
+        // scan says so and looks again slowly.
+        Err(e @ Error::NotOwned { .. }) => {
+            conflict::conflict(scan, ctx, &e).await?;
+            if scan.metadata.deletion_timestamp.is_some() {
+                // Deleting: an Ok would let the finalizer go without the
+                // cleanup. The error policy tries again.
+                return Err(e);
+            }
+            Ok(Action::requeue(CONFLICT_REQUEUE))
         }
         Err(e) => match e.blocked_reason() {
             Some(reason) => {
@@ -53,7 +71,7 @@ pub(super) async fn wait_out(
                          annotate the BucketScan {SKIP_CLEANUP}=true to delete it without"
                     ));
                 }
-                block(scan, ctx, reason, &message).await?;
+                block(scan, ctx, reason, &message, true).await?;
                 if scan.metadata.deletion_timestamp.is_some() {
                     // Deleting: an Ok would let the finalizer go without the
                     // cleanup. The error policy tries again.
@@ -61,19 +79,31 @@ pub(super) async fn wait_out(
                 }
                 Ok(Action::requeue(wait))
             }
-            None => Err(e),
+            // Neither passing nor a conflict (the Kubernetes API refused a
+            // write, a setting is wrong): the error policy retries and
+            // publishes the event; the condition shows it too, so what holds
+            // the scan up is not only in the operator's log. Best effort:
+            // the API may refuse this write as well.
+            None => {
+                let message = format!("{e}; retrying in {} s", ERROR_REQUEUE.as_secs());
+                if let Err(w) = block(scan, ctx, "ReconcileError", &message, false).await {
+                    tracing::debug!(scan = %scan.name_any(), error = %w, "could not show the error in the status");
+                }
+                Err(e)
+            }
         },
     }
 }
 
-/// The scan's status as it is now: the reconcile may have written it since
-/// `scan` was read.
-async fn current(scan: &BucketScan, ctx: &Context) -> Result<BucketScan, Error> {
-    let api: Api<BucketScan> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    Ok(api.get_status(&scan.name_any()).await?)
-}
-
-async fn block(scan: &BucketScan, ctx: &Context, reason: &str, message: &str) -> Result<(), Error> {
+/// Condition Blocked with `reason`; a Warning event with `event` when the
+/// scan was not blocked for that reason already.
+async fn block(
+    scan: &BucketScan,
+    ctx: &Context,
+    reason: &str,
+    message: &str,
+    event: bool,
+) -> Result<(), Error> {
     let scan = current(scan, ctx).await?;
     let before = scan.status.clone().unwrap_or_default();
     let mut st = before.clone();
@@ -92,7 +122,7 @@ async fn block(scan: &BucketScan, ctx: &Context, reason: &str, message: &str) ->
         &now,
     );
     write_status_now(ctx, &scan, &before, &st).await?;
-    if newly {
+    if newly && event {
         publish(ctx, &scan, EventType::Warning, reason, message).await;
     }
     Ok(())

@@ -5,8 +5,8 @@
 //! Redis must be reached to delete its keys, unless the scan carries the
 //! escape annotation [`SKIP_CLEANUP`] (for a Redis gone for good).
 
-use super::children::apply_params;
 use super::context::{key_of, lease, scan_labels, Context, Error, MANAGER};
+use super::owned;
 use super::redis_user::delete_scan_user;
 use super::report::publish;
 use super::source::s3_for;
@@ -15,7 +15,7 @@ use crate::desired;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::s3::delete::delete_prefix;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, Patch};
+use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
@@ -67,8 +67,13 @@ async fn delete_parts(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
 }
 
 /// A scan using its pods' identity: its parts are deleted by a Job in the
-/// workers' pod, which outlives the scan (it is not owned by it) and is
-/// removed by the TTL controller once finished. Deletion does not wait.
+/// workers' pod, which outlives the scan (it is not owned by it: it carries
+/// the scan's uid in an annotation instead) and is removed by the TTL
+/// controller once finished. Deletion does not wait. A Job of that name
+/// that is not this scan's is never replaced: the parts are left, with a
+/// Warning event (as when the store does not answer), unless it is the
+/// finished delete-parts Job of an earlier scan of the same name, which
+/// goes first.
 async fn delete_parts_by_job(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let job = desired::cleanup_job(
@@ -76,9 +81,59 @@ async fn delete_parts_by_job(scan: &BucketScan, ctx: &Context) -> Result<(), Err
         &ctx.settings,
     );
     let name = desired::cleanup_job_name(scan);
-    jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
+    let mine = match owned::get(&jobs, scan, &name).await {
+        Err(e @ Error::NotOwned { .. }) => {
+            if !replaced_earlier_job(&jobs, &name).await? {
+                let note = format!(
+                    "{e}: the operator runs its delete-parts Job only under that name and does not replace \
+                     another; the scan's parts under s3://{}/{} are left",
+                    scan.spec.output.bucket,
+                    desired::spec_of(scan).parts_prefix()
+                );
+                tracing::warn!(scan = %scan.name_any(), "{note}");
+                // Its own reason: the events of one scan and reason are one
+                // series, which keeps the first note.
+                publish(ctx, scan, EventType::Warning, "CleanupConflict", &note).await;
+                return Ok(());
+            }
+            owned::get(&jobs, scan, &name).await?
+        }
+        other => other?,
+    };
+    mine.apply(&jobs, &job).await?;
     tracing::info!(scan = %scan.name_any(), job = %name, "the parts are deleted by a Job under the workers' identity");
     Ok(())
+}
+
+/// Whether Job `name` was the delete-parts Job of an earlier scan of the
+/// same name (the operator's label and uid annotation, another uid) that
+/// has finished, and is now deleted (that very Job: its uid is the
+/// precondition). A running one still deletes that scan's parts: it stays.
+async fn replaced_earlier_job(jobs: &Api<Job>, name: &str) -> Result<bool, Error> {
+    let Some(job) = jobs.get_opt(name).await? else {
+        return Ok(true);
+    };
+    let labels = job.labels();
+    let earlier = job.annotations().contains_key(desired::SCAN_UID)
+        && labels
+            .get(desired::MANAGED_BY)
+            .is_some_and(|v| v == desired::OPERATOR)
+        && labels
+            .get("app.kubernetes.io/component")
+            .is_some_and(|v| v == "delete-parts");
+    if !earlier || crate::pods::job_outcome(&job).is_none() {
+        return Ok(false);
+    }
+    let params = DeleteParams::background().preconditions(Preconditions {
+        uid: job.uid(),
+        resource_version: None,
+    });
+    match jobs.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The scan as its delete-parts Job runs it: an image the allowlist refuses

@@ -17,8 +17,19 @@ use std::time::{Duration, Instant};
 
 pub(crate) const MANAGER: &str = "bucketscan-operator";
 
+/// Server-side apply as the operator (its field manager), taking over
+/// fields another manager set: of the scan's status and of objects `owned`
+/// found free or the scan's, never of anyone else's.
+pub(crate) fn apply_params() -> kube::api::PatchParams {
+    kube::api::PatchParams::apply(MANAGER).force()
+}
+
 /// How often an active scan is looked at (progress, reaper, scaling).
 pub(crate) const ACTIVE_REQUEUE: Duration = Duration::from_secs(3);
+
+/// When a reconcile that failed (and is neither blocked nor in conflict)
+/// is tried again.
+pub(crate) const ERROR_REQUEUE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -47,6 +58,16 @@ pub enum Error {
     Recovery(#[from] bucketscan_core::fleet::recovery::RecoveryError),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// An object of a name the scan's children take (`NAME-workers`, ...)
+    /// exists and is not the scan's: it is left alone (`owned`), and the
+    /// scan waits, condition `Conflict` (`conflict`). Only its kind and
+    /// name are told: the object is another workload's business.
+    #[error("{kind} {name} in namespace {namespace} exists and is not this scan's")]
+    NotOwned {
+        kind: String,
+        name: String,
+        namespace: String,
+    },
 }
 
 impl Error {
@@ -64,6 +85,7 @@ impl Error {
             | Error::SecretIncomplete(_)
             | Error::SecretForbidden(_) => "config",
             Error::Recovery(_) => "recovery",
+            Error::NotOwned { .. } => "conflict",
             Error::Finalizer(e) => match e.as_ref() {
                 F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.kind(),
                 _ => "finalizer",

@@ -1,7 +1,7 @@
 //! The end of a scan: Failed with a reason, or finished (no workers left),
 //! and deleted once its `ttlSecondsAfterFinished` has passed.
 
-use super::children::ensure_workers;
+use super::children::remove_workers;
 use super::context::{Context, Error};
 use super::redis_user::delete_scan_user;
 use super::report::{publish, write_status};
@@ -40,13 +40,19 @@ pub(super) async fn fail(
     );
     write_status(ctx, scan, &before, &st).await?;
     publish(ctx, scan, EventType::Warning, reason, message).await;
-    finished(scan, ctx).await
+    finished(scan, ctx, st.start_time.is_some()).await
 }
 
-/// A finished scan keeps no workers; it is deleted after its TTL.
-pub(super) async fn finished(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
-    ensure_workers(scan, ctx, 0).await?;
-    delete_scan_user(scan, ctx).await?;
+/// A finished scan keeps no workers; it is deleted after its TTL. `started`:
+/// the scan got as far as planning (its status has a start time). One
+/// refused before that (its spec, its namespace, its image) ran nothing, so
+/// it tears nothing down: the names of its children may well be another
+/// workload's.
+pub(super) async fn finished(scan: &BucketScan, ctx: &Context, started: bool) -> Result<Action, Error> {
+    if started {
+        remove_workers(scan, ctx).await?;
+        delete_scan_user(scan, ctx).await?;
+    }
     let Some(ttl) = scan.spec.ttl_seconds_after_finished else {
         return Ok(Action::await_change());
     };

@@ -2,10 +2,11 @@
 //! `bucketscan-worker merge` joins the parts; its manifest in Redis ends the
 //! scan as Complete, or Failed with the dead shards' first error.
 
-use super::children::{apply_params, ensure_redis_secret};
+use super::children::ensure_redis_secret;
 use super::context::{key_of, Context, Error, ACTIVE_REQUEUE};
 use super::finish::{fail, finished};
 use super::health::job_pod_problem;
+use super::owned;
 use super::planning::transient_exit;
 use super::report::{publish, write_status};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
@@ -15,7 +16,7 @@ use crate::status::{self, COMPLETE};
 use bucketscan_core::fleet::merge::Manifest;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
@@ -105,7 +106,7 @@ pub(super) async fn merging(
             };
             publish(ctx, scan, kind, reason, &done.message).await;
             ctx.merge_retries.lock().expect("lock").remove(&key_of(scan));
-            finished(scan, ctx).await
+            finished(scan, ctx, true).await
         }
     }
 }
@@ -118,11 +119,14 @@ async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<Option<Job
     // The Job's pod reads Redis as the scan's user, which a restarted Redis
     // forgot: set on every look.
     let with_ca = ensure_redis_secret(scan, ctx).await?;
-    if let Some(job) = jobs.get_opt(&name).await? {
+    // Only the scan's own Job: another workload's Job of that name is
+    // neither judged as the merge's outcome nor replaced.
+    let mine = owned::get(&jobs, scan, &name).await?;
+    if let Some(job) = mine.object {
         return Ok(Some(job));
     }
     let job = desired::merge_job(scan, &ctx.settings, with_ca);
-    jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
+    mine.apply(&jobs, &job).await?;
     publish(
         ctx,
         scan,
@@ -169,7 +173,7 @@ async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Res
         },
     };
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    jobs.delete(&name, &DeleteParams::background()).await?;
+    owned::delete_owned(&jobs, scan, job, &DeleteParams::background()).await?;
     ctx.merge_retries
         .lock()
         .expect("lock")

@@ -14,29 +14,35 @@
 //!   the scan; `finish`: Failed / finished / TTL; `cleanup`: the finalizer;
 //!   `health`: worker pods that do not run and scans without progress;
 //!   `report`: status writes and events; `blocked`: transient causes make
-//!   the scan wait (condition `Blocked`, backoff) instead of failing it.
+//!   the scan wait (condition `Blocked`, backoff) instead of failing it;
+//! - `owned`: every write and delete of a child goes through it, and only
+//!   touches the scan's own objects; `conflict`: condition `Conflict` when a
+//!   child's name holds another workload's object.
 //!
 //! May import: `crd`, `desired`, `status`, `validate`, `metrics` and
 //! `bucketscan_core`; nothing imports it but the binary. Inside, files form
 //! layers (`scripts/check-layers.py` checks there is no circle): `context`;
-//! `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`, `health`; `merge`,
-//! `cleanup`; `apply`; `blocked`; this file.
+//! `owned`, `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`, `health`,
+//! `conflict`; `merge`, `cleanup`; `apply`; `blocked`; this file.
 
 mod admission;
 mod apply;
 mod blocked;
 mod children;
 mod cleanup;
+mod conflict;
 mod context;
 mod finish;
 mod health;
 mod merge;
 mod observe;
+mod owned;
 mod planning;
 mod redis_user;
 mod report;
 mod source;
 
+use context::ERROR_REQUEUE;
 pub use context::{Context, Error};
 
 use crate::crd::BucketScan;
@@ -53,7 +59,7 @@ use kube::runtime::{reflector, watcher, PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub const FINALIZER: &str = "bucketscan.dev/cleanup";
 
@@ -170,12 +176,13 @@ async fn reconcile(scan: Arc<BucketScan>, ctx: Arc<Context>) -> Result<Action, E
 
 fn error_policy(scan: Arc<BucketScan>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(scan = %scan.name_any(), error = %error, "reconcile failed; retrying");
-    // The user sees it too (kubectl describe), not only the operator's log.
-    let note = format!("{error}; retrying in 10 s");
+    // The user sees it too (kubectl describe), not only the operator's log;
+    // the status says it as well (`blocked`).
+    let note = format!("{error}; retrying in {} s", ERROR_REQUEUE.as_secs());
     tokio::spawn(
         async move { report::publish(&ctx, &scan, EventType::Warning, "ReconcileError", &note).await },
     );
-    Action::requeue(Duration::from_secs(10))
+    Action::requeue(ERROR_REQUEUE)
 }
 
 #[cfg(test)]
@@ -228,7 +235,7 @@ mod tests {
         let wrapped = Error::Finalizer(Box::new(F::ApplyFailed(config())));
         assert_eq!(wrapped.kind(), "config");
         let cleanup = Error::Finalizer(Box::new(F::CleanupFailed(Error::S3(
-            bucketscan_core::s3::S3Error::Timeout(Duration::from_secs(1)),
+            bucketscan_core::s3::S3Error::Timeout(std::time::Duration::from_secs(1)),
         ))));
         assert_eq!(cleanup.kind(), "s3");
         assert_eq!(Error::Finalizer(Box::new(F::UnnamedObject)).kind(), "finalizer");

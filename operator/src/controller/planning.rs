@@ -4,9 +4,10 @@
 //! planned by a Job in its workers' pod instead ([`job_gate`]): the
 //! operator's own identity never reaches a tenant's store.
 
-use super::children::{apply_params, ensure_redis_secret};
+use super::children::ensure_redis_secret;
 use super::context::{key_of, Context, Error};
 use super::health::{job_pod_problem, job_pods};
+use super::owned;
 use super::report::publish;
 use super::source::s3_for;
 use crate::crd::BucketScan;
@@ -17,7 +18,7 @@ use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::fleet::recovery;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, Patch};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
@@ -63,13 +64,16 @@ pub(super) async fn job_gate(
 ) -> Result<Gate, Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let name = desired::plan_job_name(scan, planned);
-    let Some(job) = jobs.get_opt(&name).await? else {
+    // Only the scan's own Job: another workload's Job of that name is
+    // neither judged as the plan's outcome nor replaced.
+    let mine = owned::get(&jobs, scan, &name).await?;
+    let Some(job) = mine.object.clone() else {
         if in_redis && planned {
             return Ok(Gate::Proceed(None));
         }
         let with_ca = ensure_redis_secret(scan, ctx).await?;
         let job = desired::plan_job(scan, &ctx.settings, with_ca, planned);
-        jobs.patch(&name, &apply_params(), &Patch::Apply(&job)).await?;
+        mine.apply(&jobs, &job).await?;
         let message = format!(
             "planning Job {name} started under ServiceAccount {:?} (the scan has no credentialsSecret: \
              the store is reached with the workers' identity, never the operator's)",
@@ -97,7 +101,7 @@ pub(super) async fn job_gate(
         }
         Some(Ok(())) => {
             // Redis lost the plan after the Job made it: a new Job.
-            jobs.delete(&name, &DeleteParams::background()).await?;
+            owned::delete_owned(&jobs, scan, &job, &DeleteParams::background()).await?;
             Ok(Gate::Wait(format!(
                 "Redis lost the plan Job {name} made; planning again"
             )))
@@ -142,7 +146,7 @@ async fn retry_after_transient(
         return Ok(Gate::Wait(format!("{cause}; planning again in {left} s")));
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    jobs.delete(&name, &DeleteParams::background()).await?;
+    owned::delete_owned(&jobs, scan, job, &DeleteParams::background()).await?;
     ctx.plan_retries
         .lock()
         .expect("lock")

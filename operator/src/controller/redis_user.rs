@@ -11,22 +11,23 @@ use crate::crd::BucketScan;
 use crate::desired;
 use bucketscan_core::fleet::queue::{password_of, scan_user, url_with_user};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
-use kube::ResourceExt;
 
-/// The Redis URL the scan's pods get, with its user set in Redis.
-pub(super) async fn pods_redis_url(scan: &BucketScan, ctx: &Context) -> Result<String, Error> {
+/// The Redis URL the scan's pods get, with its user set in Redis. `held`:
+/// the scan's own Secret `NAME-redis` as it is now (`owned` checked it is
+/// the scan's), whose password the pods already hold.
+pub(super) async fn pods_redis_url(
+    scan: &BucketScan,
+    ctx: &Context,
+    held: Option<&Secret>,
+) -> Result<String, Error> {
     if !ctx.settings.redis_scan_users {
         return Ok(ctx.redis.url.clone());
     }
     let id = desired::scan_id(scan);
     let user = scan_user(&id);
     // The password the pods already hold, so a running pod keeps working.
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    let held = secrets
-        .get_opt(&desired::redis_secret_name(scan))
-        .await?
-        .and_then(|s| s.data?.remove("url"))
+    let held = held
+        .and_then(|s| s.data.as_ref()?.get("url"))
         .and_then(|url| password_of(&String::from_utf8_lossy(&url.0), &user));
     let password = held.unwrap_or_else(|| hex::encode(rand::random::<[u8; 24]>()));
     ctx.connection.set_scan_user(&id, &password).await?;

@@ -1,8 +1,7 @@
 //! What the user sees: the status, written by server-side apply (at most
 //! every STATUS_EVERY unless the phase changes), and events.
 
-use super::children::apply_params;
-use super::context::{key_of, scan_labels, Context, Error};
+use super::context::{apply_params, key_of, scan_labels, Context, Error};
 use crate::crd::{BucketScan, BucketScanStatus};
 use crate::status;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -77,6 +76,13 @@ async fn write(
         publish(ctx, scan, EventType::Normal, "PhaseChanged", &note).await;
     }
     Ok(())
+}
+
+/// The scan as it is now: the reconcile may have written its status since
+/// `scan` was read.
+pub(super) async fn current(scan: &BucketScan, ctx: &Context) -> Result<BucketScan, Error> {
+    let api: Api<BucketScan> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    Ok(api.get_status(&scan.name_any()).await?)
 }
 
 pub(super) async fn publish(ctx: &Context, scan: &BucketScan, type_: EventType, reason: &str, note: &str) {
