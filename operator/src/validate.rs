@@ -81,13 +81,26 @@ fn image_matches(image: &str, entry: &str) -> bool {
 /// scan's keyspace would end up in its result. Of two scans not yet planned
 /// the older (then the first by namespace and name) goes ahead; a scan that is
 /// planned already always does.
+///
+/// A scan of another namespace is never named, nor its bucket or prefix:
+/// the refusal says only that one runs there (a tenant learns nothing of
+/// another's scans from it).
 pub fn output_conflict(scan: &BucketScan, others: &[BucketScan]) -> Result<(), String> {
     let bucket = &scan.spec.output.bucket;
     let out = output_prefix(scan);
-    for other in others.iter().filter(|o| blocks(scan, o)) {
+    let same_store = |o: &BucketScan| o.spec.source.endpoint == scan.spec.source.endpoint;
+    for other in others.iter().filter(|o| blocks(scan, o) && same_store(o)) {
+        let ours = other.namespace() == scan.namespace();
         let name = format!("{}/{}", other.namespace().unwrap_or_default(), other.name_any());
         let other_out = output_prefix(other);
         if &other.spec.output.bucket == bucket && prefixes_overlap(&out, &other_out) {
+            if !ours {
+                return Err(format!(
+                    "the output s3://{bucket}/{out} overlaps the output of a scan in another namespace \
+                     that is still running: the two scans would overwrite each other's results; choose \
+                     another output prefix"
+                ));
+            }
             return Err(format!(
                 "the output s3://{bucket}/{out} overlaps the output s3://{bucket}/{other_out} of \
                  BucketScan {name}, which is still running: the two scans would overwrite and delete \
@@ -96,6 +109,13 @@ pub fn output_conflict(scan: &BucketScan, others: &[BucketScan]) -> Result<(), S
         }
         let src = &other.spec.source;
         if &src.bucket == bucket && out.starts_with(&src.prefix) {
+            if !ours {
+                return Err(format!(
+                    "the output s3://{bucket}/{out} lies inside a keyspace that a scan in another \
+                     namespace is scanning: its result would contain this scan's files; choose another \
+                     output prefix"
+                ));
+            }
             return Err(format!(
                 "the output s3://{bucket}/{out} lies inside the keyspace s3://{}/{} that BucketScan \
                  {name} is scanning: its result would contain this scan's parts; choose another \
@@ -107,7 +127,11 @@ pub fn output_conflict(scan: &BucketScan, others: &[BucketScan]) -> Result<(), S
     Ok(())
 }
 
-/// Whether `other` is a running scan that goes before `scan`.
+/// Whether `other` is a running scan that goes before `scan`: one that is
+/// planned, or an older one of the same namespace not planned yet (of two
+/// that start together, one goes first). An unplanned scan of another
+/// namespace never blocks: a scan stuck before its plan would otherwise
+/// hold every newer scan of that bucket, cluster-wide.
 fn blocks(scan: &BucketScan, other: &BucketScan) -> bool {
     let live = other.metadata.deletion_timestamp.is_none()
         && !matches!(
@@ -128,7 +152,7 @@ fn blocks(scan: &BucketScan, other: &BucketScan) -> bool {
             s.name_any(),
         )
     };
-    planned || age(other) < age(scan)
+    planned || (other.namespace() == scan.namespace() && age(other) < age(scan))
 }
 
 #[cfg(test)]
@@ -222,6 +246,25 @@ mod tests {
         assert!(output_conflict(&me, &[deleted]).is_ok());
         // Itself is no conflict.
         assert!(output_conflict(&me, std::slice::from_ref(&me)).is_ok());
+        // Another namespace's scan: blocks only once planned, on the same
+        // store, and is never named.
+        let mut theirs = live("theirs", "results", "shared/", 50);
+        theirs.metadata.namespace = Some("other-tenant".into());
+        assert!(
+            output_conflict(&me, std::slice::from_ref(&theirs)).is_ok(),
+            "unplanned"
+        );
+        theirs.status = Some(crate::crd::BucketScanStatus {
+            phase: Phase::Scanning,
+            ..planned.status.clone().unwrap()
+        });
+        let err = output_conflict(&me, std::slice::from_ref(&theirs)).unwrap_err();
+        assert!(err.contains("a scan in another namespace"), "{err}");
+        for secret in ["other-tenant", "theirs", "s3://results/shared/ "] {
+            assert!(!err.contains(secret), "{secret} in {err}");
+        }
+        theirs.spec.source.endpoint = Some("https://another-store.example".into());
+        assert!(output_conflict(&me, &[theirs]).is_ok(), "another store");
         // Writing into a running scan's keyspace is one.
         let mut reader = live("reader", "other", "x/", 50);
         reader.spec.source.bucket = "results".into();
