@@ -427,3 +427,74 @@ async fn a_parquet_dataset_scan_ends_with_its_data_prefix_in_the_status() {
     operator.kill().unwrap();
     operator.wait().unwrap();
 }
+
+/// Two scans writing to one output prefix: the newer is refused with
+/// `OutputConflict`, then deleted. Its finalizer deletes only its own parts
+/// (`parts/SCAN_ID/`): the running scan's parts stay. Before: parts shared
+/// `PREFIX/parts/`, and deleting the refused scan deleted the live one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_refused_scan_leaves_the_live_scan_s_parts() {
+    const NS: &str = "shared-output";
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let s3 = versitygw();
+    let bucket = s3.bucket("shared-src").await;
+    let out = s3.bucket("shared-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..200)
+        .map(|i| (format!("k{i:04}"), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let scan = |name: &str| -> BucketScan {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "bucketscan.dev/v1alpha1",
+            "kind": "BucketScan",
+            "metadata": {"name": name},
+            "spec": {
+                "source": {"endpoint": s3.endpoint, "bucket": bucket, "pathStyle": true,
+                           "credentialsSecret": {"name": "s3"}},
+                "output": {"bucket": out, "prefix": "shared/"},
+                "workers": {"minReplicas": 1, "maxReplicas": 1}
+            }
+        }))
+        .unwrap()
+    };
+    scans.create(&PostParams::default(), &scan("live")).await.unwrap();
+    let mut operator = start_operator_in(NS, "shared-output");
+    eventually("live planned", 60, async || {
+        (phase(&scans, "live").await == Some(Phase::Scanning)).then_some(())
+    })
+    .await;
+    // A part as the live scan's worker leaves it.
+    let live_id = bucketscan_operator::desired::scan_id(&scans.get("live").await.unwrap());
+    let part = format!("shared/parts/{live_id}/x/1-start.jsonl");
+    s3.client()
+        .put_object()
+        .bucket(&out)
+        .key(&part)
+        .body(b"{}\n".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+
+    scans.create(&PostParams::default(), &scan("late")).await.unwrap();
+    eventually("late refused", 60, async || {
+        let status = scans.get("late").await.ok()?.status?;
+        status
+            .conditions
+            .iter()
+            .any(|c| c.reason == "OutputConflict")
+            .then_some(())
+    })
+    .await;
+    scans.delete("late", &DeleteParams::default()).await.unwrap();
+    eventually("late deleted", 60, async || {
+        scans.get_opt("late").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(s3.read(&out, &part).await, b"{}\n", "the live scan's part stays");
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
