@@ -20,6 +20,14 @@ pub(crate) const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
+/// Query names and values: everything but RFC 3986 unreserved characters is
+/// encoded, `/` included (the canonical query of SigV4).
+pub(crate) const QUERY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// How long a throttling answer asks the client to wait: AWS's
 /// `x-amz-retry-after` (milliseconds) first, then HTTP's `Retry-After`
 /// (seconds, or an HTTP date). `header` looks a header up by its lower-case

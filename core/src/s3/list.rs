@@ -8,21 +8,13 @@
 //!
 //! May import: `signed` and the bottom of `s3` (types, codec, error).
 
-use super::codec::{decode_metadata_value, format_time, retry_after, strip_quotes, url_decode};
+use super::codec::{decode_metadata_value, format_time, retry_after, strip_quotes, url_decode, QUERY_ENCODE};
 use super::error::{error_chain, S3Error};
 use super::signed::SignedClient;
 use super::types::{ListPage, ListRequest, ListedMetadata, ListedObject};
 use http::StatusCode;
 use http_body_util::BodyExt;
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-
-/// Query values: everything but RFC 3986 unreserved characters is encoded,
-/// `/` included (the canonical query of SigV4).
-const QUERY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
+use percent_encoding::utf8_percent_encode;
 
 /// The query of a ListObjectsV2 request in canonical form (names sorted,
 /// values encoded): the same string goes in the URL and in the signature.

@@ -32,12 +32,8 @@ type HttpsClient = Client<HttpsConnector, Empty<Bytes>>;
 /// (`%7E` for `~`, a key without `=`, pairs in another order); signed as
 /// written, the request would be refused as badly signed.
 fn canonical_target(path: &str, query: &str) -> String {
-    use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
-    const UNRESERVED: &percent_encoding::AsciiSet = &NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'.')
-        .remove(b'_')
-        .remove(b'~');
+    use super::codec::QUERY_ENCODE;
+    use percent_encoding::{percent_decode_str, utf8_percent_encode};
     let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
     let path = super::codec::encode_key(&decode(path)).into_owned();
     let mut pairs: Vec<(String, String)> = query
@@ -45,7 +41,7 @@ fn canonical_target(path: &str, query: &str) -> String {
         .filter(|p| !p.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let encode = |s: &str| utf8_percent_encode(&decode(s), UNRESERVED).to_string();
+            let encode = |s: &str| utf8_percent_encode(&decode(s), QUERY_ENCODE).to_string();
             (encode(k), encode(v))
         })
         .collect();
