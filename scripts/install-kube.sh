@@ -7,6 +7,8 @@
 #   coredns                         (cluster DNS of the e2e cluster)
 #   helm                            (chart lint and template)
 #   kubeconform                     (schema check of rendered manifests)
+#   gitops-health                   (kstatus, Argo CD's Lua and Flux's CEL
+#                                   health of real BucketScans: scripts/gitops-health)
 # Idempotent: a binary of the pinned version is kept. A cold build takes about
 # 25 CPU-minutes for the Kubernetes binaries, 4 for helm and 3 for CoreDNS; the
 # Go caches (~/go, ~/.cache/go-build) make a rebuild cheap.
@@ -110,3 +112,15 @@ go_tool helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
 go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform
 # CoreDNS's main package is its module root; static, so the image is the binary.
 go_tool coredns "$COREDNS_VERSION" github.com/coredns/coredns
+# The GitOps health reader of operator/tests/gitops_health.rs, from this
+# repository's module (kstatus, gopher-lua, cel-go from the module proxy):
+# rebuilt when its source changes. About 1 CPU-minute cold.
+gitops_src=$(cd "$(dirname "$0")/gitops-health" && pwd)
+gitops_stamp=$(cat "$gitops_src/go.mod" "$gitops_src/go.sum" "$gitops_src/main.go" | sha256sum | cut -c1-16)
+if [ -x "$BIN/gitops-health" ] && [ "$(stamp_of gitops-health)" = "$gitops_stamp" ]; then
+  say gitops-health "$gitops_stamp" present
+else
+  (cd "$gitops_src" && GOFLAGS='' CGO_ENABLED=0 nice go build -ldflags "-s -w" -o "$BIN/gitops-health" .)
+  stamp gitops-health "$gitops_stamp"
+  say gitops-health "$gitops_stamp" "built (go build)"
+fi

@@ -54,7 +54,7 @@ CACHE=${BUCKETSCAN_CACHE:-$HOME/.cache/bucketscan}
 BIN=$CACHE/bin
 KUBE=${BUCKETSCAN_TEST_KUBE:-0}
 tools=("$BIN/moto_server" "$BIN/versitygw" "$BIN/minio")
-if [ "$KUBE" = 1 ]; then tools+=("$BIN/etcd" "$BIN/kube-apiserver" "$BIN/kubectl"); fi
+if [ "$KUBE" = 1 ]; then tools+=("$BIN/etcd" "$BIN/kube-apiserver" "$BIN/kubectl" "$BIN/gitops-health"); fi
 for tool in "${tools[@]}"; do
   [ -x "$tool" ] || { echo "error: $tool missing; run just deps (scripts/install-servers.sh, scripts/install-kube.sh)" >&2; exit 1; }
 done

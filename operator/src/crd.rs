@@ -407,8 +407,9 @@ pub struct BucketScanStatus {
     #[serde(default)]
     pub phase: Phase,
     /// Standard conditions, one of each type: Ready (True once the result is
-    /// complete; False with the phase or the failure as reason, for kstatus,
-    /// Argo CD and Flux health), Planned, Complete, Failed, Suspended,
+    /// complete; False with the phase or the failure as reason), Reconciling
+    /// and Stalled (kstatus: present only while True; read by Flux, Argo CD
+    /// and kstatus-based tools), Planned, Complete, Failed, Suspended,
     /// Blocked (waiting on a cause that may pass), WorkersReady (why worker
     /// pods do not run) and Progressing (False: no progress for a while).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -131,72 +131,117 @@ pub fn completed(counts: &BTreeMap<String, u64>, result: &str) -> Completed {
 }
 
 pub const READY: &str = "Ready";
+/// kstatus's "abnormal-true" conditions, present only while True (as Flux's
+/// controllers keep them): Reconciling while the scan works towards its
+/// result or waits on something that may pass; Stalled while it cannot go
+/// on without a person (failed, a name another workload holds, no progress).
+pub const RECONCILING: &str = "Reconciling";
+pub const STALLED: &str = "Stalled";
 
-/// The Ready condition (kstatus convention, read by Argo CD and Flux health
-/// checks): True once the result is complete; False otherwise, its reason
-/// the phase (Planning, Scanning, Merging, Suspended) or the failure's own
-/// reason, its message the one of the condition that says most.
-pub fn set_ready(st: &mut BucketScanStatus, generation: Option<i64>, now: &Time) -> bool {
+/// Where a scan stands, in the words GitOps tools read (kstatus, Argo CD,
+/// Flux): one of these, with the reason and message of the condition that
+/// says most.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Complete: Ready.
+    Current,
+    /// Working, or waiting on a cause that may pass: Reconciling.
+    InProgress,
+    /// Failed, or stuck until someone acts: Stalled.
+    Stalled,
+    /// Suspended by its spec: neither (kstatus and Flux read Ready=False as
+    /// in progress; Argo CD's check says Suspended).
+    Suspended,
+}
+
+/// The scan's standing and the reason and message that explain it.
+pub fn standing(st: &BucketScanStatus) -> (Standing, String, String) {
     let said = |type_: &str| {
         st.conditions
             .iter()
             .find(|c| c.type_ == type_ && c.status == "True")
     };
-    let (ready, reason, message) = match st.phase {
+    let from = |standing, c: &Condition| (standing, c.reason.clone(), c.message.clone());
+    match st.phase {
         Phase::Complete => {
             let m = said(COMPLETE).map(|c| c.message.clone()).unwrap_or_default();
-            (true, "Complete".to_string(), m)
+            return (Standing::Current, "Complete".into(), m);
         }
-        Phase::Failed => match said(FAILED) {
-            Some(c) => (false, c.reason.clone(), c.message.clone()),
-            None => (false, "Failed".into(), "the scan failed".into()),
-        },
-        // What holds the scan up now comes before Suspended (resuming would
-        // not help, and a scan resumed shows Suspended until its status is
-        // written again) and before NoProgress (it is why).
-        _ if is_true(&st.conditions, CONFLICT) => {
-            let c = said(CONFLICT).expect("true");
-            (false, c.reason.clone(), c.message.clone())
+        Phase::Failed => {
+            return match said(FAILED) {
+                Some(c) => from(Standing::Stalled, c),
+                None => (Standing::Stalled, "Failed".into(), "the scan failed".into()),
+            }
         }
-        _ if is_true(&st.conditions, BLOCKED) => {
-            let c = said(BLOCKED).expect("true");
-            (false, c.reason.clone(), c.message.clone())
-        }
-        _ if is_true(&st.conditions, SUSPENDED) => (false, "Suspended".into(), "spec.suspend is true".into()),
-        _ if st
-            .conditions
-            .iter()
-            .any(|c| c.type_ == PROGRESSING && c.status == "False") =>
-        {
-            let c = st
-                .conditions
-                .iter()
-                .find(|c| c.type_ == PROGRESSING)
-                .expect("found");
-            (false, c.reason.clone(), c.message.clone())
-        }
-        phase => {
-            let progress = st
-                .conditions
-                .iter()
-                .find(|c| c.type_ == COMPLETE)
-                .map(|c| c.message.clone());
-            (
-                false,
-                format!("{phase:?}"),
-                progress.unwrap_or_else(|| format!("{phase:?}")),
-            )
-        }
-    };
-    set_condition(
-        &mut st.conditions,
+        _ => {}
+    }
+    // What holds the scan up now comes before Suspended (resuming would not
+    // help, and a scan resumed shows Suspended until its status is written
+    // again) and before NoProgress (it is why).
+    if let Some(c) = said(CONFLICT) {
+        return from(Standing::Stalled, c);
+    }
+    if let Some(c) = said(BLOCKED) {
+        return from(Standing::InProgress, c);
+    }
+    if said(SUSPENDED).is_some() {
+        return (
+            Standing::Suspended,
+            "Suspended".into(),
+            "spec.suspend is true".into(),
+        );
+    }
+    if let Some(c) = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == PROGRESSING && c.status == "False")
+    {
+        return from(Standing::Stalled, c);
+    }
+    let phase = format!("{:?}", st.phase);
+    let progress = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == COMPLETE)
+        .map(|c| c.message.clone());
+    (Standing::InProgress, phase.clone(), progress.unwrap_or(phase))
+}
+
+/// The summary conditions, from [`standing`]: Ready (True once the result
+/// is complete; False otherwise, its reason the phase (Planning, Scanning,
+/// Merging, Suspended) or what holds the scan, its message the one of the
+/// condition that says most), and Reconciling or Stalled while they hold.
+/// Returns true when anything changed.
+pub fn set_summary(st: &mut BucketScanStatus, generation: Option<i64>, now: &Time) -> bool {
+    let (standing, reason, message) = standing(st);
+    let conditions = &mut st.conditions;
+    let mut changed = set_condition(
+        conditions,
         READY,
-        ready,
+        standing == Standing::Current,
         &reason,
         &message,
         generation,
         now,
-    )
+    );
+    for (type_, holds) in [
+        (RECONCILING, standing == Standing::InProgress),
+        (STALLED, standing == Standing::Stalled),
+    ] {
+        changed |= if holds {
+            set_condition(conditions, type_, true, &reason, &message, generation, now)
+        } else {
+            remove_condition(conditions, type_)
+        };
+    }
+    changed
+}
+
+/// Drop condition `type_`; true when it was there.
+pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
 }
 
 /// `3h5m`, `4m20s`, `12s`.
@@ -466,7 +511,7 @@ mod tests {
             )
         };
         let mut st = BucketScanStatus::default();
-        assert!(set_ready(&mut st, Some(1), &t));
+        assert!(set_summary(&mut st, Some(1), &t));
         assert_eq!(
             ready(&st),
             ("False".into(), "Pending".into(), "Pending".into(), Some(1))
@@ -481,7 +526,7 @@ mod tests {
             Some(1),
             &t,
         );
-        set_ready(&mut st, Some(2), &t);
+        set_summary(&mut st, Some(2), &t);
         assert_eq!(
             ready(&st),
             (
@@ -501,7 +546,7 @@ mod tests {
             Some(2),
             &t,
         );
-        set_ready(&mut st, Some(2), &t);
+        set_summary(&mut st, Some(2), &t);
         assert_eq!(
             (ready(&st).1, ready(&st).2),
             ("SecretNotFound".into(), secret.into())
@@ -509,18 +554,18 @@ mod tests {
         // Suspended (or resumed, and the status not written since), yet
         // held up: Ready says by what.
         set_condition(&mut st.conditions, SUSPENDED, true, "Suspended", "x", Some(2), &t);
-        set_ready(&mut st, Some(2), &t);
+        set_summary(&mut st, Some(2), &t);
         assert_eq!(ready(&st).1, "SecretNotFound");
         set_condition(&mut st.conditions, BLOCKED, false, "Unblocked", "", Some(2), &t);
-        set_ready(&mut st, Some(2), &t);
+        set_summary(&mut st, Some(2), &t);
         assert_eq!(ready(&st).1, "Suspended");
         // A name taken by another workload: resuming would not help.
         let taken = "Deployment s-workers in namespace n exists and is not this scan's";
         set_condition(&mut st.conditions, CONFLICT, true, "Conflict", taken, Some(2), &t);
-        set_ready(&mut st, Some(2), &t);
+        set_summary(&mut st, Some(2), &t);
         assert_eq!((ready(&st).1, ready(&st).2), ("Conflict".into(), taken.into()));
         set_condition(&mut st.conditions, CONFLICT, false, "Resolved", "", Some(2), &t);
-        set_ready(&mut st, Some(2), &t);
+        set_summary(&mut st, Some(2), &t);
         assert_eq!(ready(&st).1, "Suspended");
         st.phase = Phase::Failed;
         set_condition(
@@ -532,7 +577,7 @@ mod tests {
             Some(2),
             &t,
         );
-        set_ready(&mut st, Some(2), &t);
+        set_summary(&mut st, Some(2), &t);
         assert_eq!(
             ready(&st),
             (
@@ -555,7 +600,7 @@ mod tests {
             Some(3),
             &t,
         );
-        set_ready(&mut done, Some(3), &t);
+        set_summary(&mut done, Some(3), &t);
         assert_eq!(
             ready(&done),
             (
@@ -565,7 +610,87 @@ mod tests {
                 Some(3)
             )
         );
-        assert!(!set_ready(&mut done, Some(3), &t), "nothing changed");
+        assert!(!set_summary(&mut done, Some(3), &t), "nothing changed");
+    }
+
+    #[test]
+    fn reconciling_and_stalled_are_there_only_while_true() {
+        let t = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap());
+        let present = |st: &BucketScanStatus| {
+            let mut types: Vec<_> = st
+                .conditions
+                .iter()
+                .filter(|c| c.type_ == RECONCILING || c.type_ == STALLED)
+                .map(|c| format!("{}={}:{}", c.type_, c.status, c.reason))
+                .collect();
+            types.sort();
+            types
+        };
+        let mut st = BucketScanStatus {
+            phase: Phase::Scanning,
+            ..Default::default()
+        };
+        assert!(set_summary(&mut st, Some(1), &t));
+        assert_eq!(present(&st), ["Reconciling=True:Scanning"]);
+        // Waiting on a Secret may pass by itself: still reconciling.
+        set_condition(
+            &mut st.conditions,
+            BLOCKED,
+            true,
+            "SecretNotFound",
+            "m",
+            Some(1),
+            &t,
+        );
+        set_summary(&mut st, Some(1), &t);
+        assert_eq!(present(&st), ["Reconciling=True:SecretNotFound"]);
+        set_condition(&mut st.conditions, BLOCKED, false, "Unblocked", "", Some(1), &t);
+        // No progress for a while, or a name another workload holds: a
+        // person must act.
+        set_condition(
+            &mut st.conditions,
+            PROGRESSING,
+            false,
+            "NoProgress",
+            "m",
+            Some(1),
+            &t,
+        );
+        set_summary(&mut st, Some(1), &t);
+        assert_eq!(present(&st), ["Stalled=True:NoProgress"]);
+        set_condition(&mut st.conditions, CONFLICT, true, "Conflict", "m", Some(1), &t);
+        set_summary(&mut st, Some(1), &t);
+        assert_eq!(present(&st), ["Stalled=True:Conflict"]);
+        set_condition(&mut st.conditions, CONFLICT, false, "Resolved", "", Some(1), &t);
+        set_condition(
+            &mut st.conditions,
+            PROGRESSING,
+            true,
+            "Progressing",
+            "",
+            Some(1),
+            &t,
+        );
+        set_condition(&mut st.conditions, SUSPENDED, true, "Suspended", "", Some(1), &t);
+        set_summary(&mut st, Some(1), &t);
+        assert!(present(&st).is_empty(), "suspended: neither");
+        st.phase = Phase::Failed;
+        set_condition(
+            &mut st.conditions,
+            FAILED,
+            true,
+            "BucketNotFound",
+            "m",
+            Some(1),
+            &t,
+        );
+        set_summary(&mut st, Some(1), &t);
+        assert_eq!(present(&st), ["Stalled=True:BucketNotFound"]);
+        st.phase = Phase::Complete;
+        set_summary(&mut st, Some(1), &t);
+        assert!(present(&st).is_empty(), "complete: neither");
+        assert_eq!(standing(&st).0, Standing::Current);
+        assert!(!set_summary(&mut st, Some(1), &t), "nothing changed");
     }
 
     #[test]

@@ -46,7 +46,7 @@ async fn write(
     let mut st = st.clone();
     st.observed_generation = scan.metadata.generation;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    status::set_ready(&mut st, scan.metadata.generation, &now);
+    status::set_summary(&mut st, scan.metadata.generation, &now);
     let st = &st;
     ctx.metrics
         .observe_phase(&scan_labels(scan), &format!("{:?}", st.phase));
