@@ -395,10 +395,20 @@ fn operator_workers_and_merge_default_to_one_image() {
         serde_json::from_str(&value("BUCKETSCAN_WORKER_RESOURCES").unwrap()).unwrap();
     assert_eq!(resources, desired::default_worker_resources());
     assert_eq!(
-        value("BUCKETSCAN_ALLOWED_WORKER_IMAGES"),
-        None,
-        "no allowlist by default"
+        value("BUCKETSCAN_ALLOWED_WORKER_IMAGES").as_deref(),
+        Some("bucketscan"),
+        "by default the chart's own worker image only"
     );
+    let mirrored = render(&["--set=worker.image.repository=reg.example/mirror/bucketscan"]);
+    let operator =
+        &find(&mirrored, "Deployment", "operator").unwrap()["spec"]["template"]["spec"]["containers"][0];
+    let allowed = operator["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "BUCKETSCAN_ALLOWED_WORKER_IMAGES")
+        .unwrap();
+    assert_eq!(allowed["value"], "reg.example/mirror/bucketscan");
     let restricted = render(&["--set=worker.allowedImages={reg.example/bucketscan,mirror.example/team/}"]);
     let operator =
         &find(&restricted, "Deployment", "operator").unwrap()["spec"]["template"]["spec"]["containers"][0];
