@@ -86,13 +86,29 @@ where
     .await
 }
 
+/// The message of the API server's 403 to creating scan `name` with
+/// `podTemplate` through `api`.
+async fn refused(api: &Api<BucketScan>, name: &str, pod_template: serde_json::Value) -> String {
+    let body = scan(name, serde_json::json!({"podTemplate": pod_template}));
+    let (code, message) = refusal(api.create(&PostParams::default(), &body).await);
+    assert_eq!(code, 403, "{message}");
+    message
+}
+
+/// The admin's client, with the CRD and namespace `ns` labelled so that
+/// the policies `admission_policies` applies check scans there.
+async fn labelled_namespace(ns: &str) -> Client {
+    let admin = client().await;
+    install_crd(&admin).await;
+    namespace(&admin, ns).await;
+    label_namespace(&admin, ns, ns).await;
+    admin
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bucketscan_is_admitted_only_from_who_may_create_its_pods_and_within_the_lists() {
     const NS: &str = "tenancy-admit";
-    let admin = client().await;
-    install_crd(&admin).await;
-    namespace(&admin, NS).await;
-    label_namespace(&admin, NS, NS).await;
+    let admin = labelled_namespace(NS).await;
     let chart = chart_objects(
         "tenancy",
         "tenancy-release",
@@ -147,17 +163,12 @@ async fn a_bucketscan_is_admitted_only_from_who_may_create_its_pods_and_within_t
         );
         bob.create(&PostParams::default(), &body).await.unwrap();
     }
-    let (code, message) = refusal(
-        bob.create(
-            &PostParams::default(),
-            &scan(
-                "node-role",
-                serde_json::json!({"podTemplate": {"serviceAccountName": "secret-role"}}),
-            ),
-        )
-        .await,
-    );
-    assert_eq!(code, 403);
+    let message = refused(
+        &bob,
+        "node-role",
+        serde_json::json!({"serviceAccountName": "secret-role"}),
+    )
+    .await;
     assert!(
         message.ends_with(&format!(
             "spec.workers.podTemplate.serviceAccountName secret-role is not allowed in namespace {NS}; allowed: \
@@ -168,16 +179,12 @@ async fn a_bucketscan_is_admitted_only_from_who_may_create_its_pods_and_within_t
     );
 
     // PriorityClasses and tolerations.
-    let (_, message) = refusal(
-        bob.create(
-            &PostParams::default(),
-            &scan(
-                "critical",
-                serde_json::json!({"podTemplate": {"priorityClassName": "system-cluster-critical"}}),
-            ),
-        )
-        .await,
-    );
+    let message = refused(
+        &bob,
+        "critical",
+        serde_json::json!({"priorityClassName": "system-cluster-critical"}),
+    )
+    .await;
     assert!(
         message.ends_with(
             "spec.workers.podTemplate.priorityClassName system-cluster-critical is not allowed; allowed: \
@@ -197,11 +204,7 @@ async fn a_bucketscan_is_admitted_only_from_who_may_create_its_pods_and_within_t
             serde_json::json!({"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}),
         ),
     ] {
-        let body = scan(
-            name,
-            serde_json::json!({"podTemplate": {"tolerations": [toleration]}}),
-        );
-        let (_, message) = refusal(bob.create(&PostParams::default(), &body).await);
+        let message = refused(&bob, name, serde_json::json!({"tolerations": [toleration]})).await;
         assert!(
             message
                 .contains("spec.workers.podTemplate.tolerations may tolerate only the taint keys dedicated"),
@@ -355,10 +358,7 @@ async fn rules_grant(client: &Client, role: &str, verb: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_with_the_standard_roles_create_and_read_bucketscans() {
     const NS: &str = "tenancy-roles";
-    let admin = client().await;
-    install_crd(&admin).await;
-    namespace(&admin, NS).await;
-    label_namespace(&admin, NS, NS).await;
+    let admin = labelled_namespace(NS).await;
     let chart = chart_objects("roles", "tenancy-roles-release", &[]);
     let aggregated: Vec<serde_json::Value> = chart
         .iter()
