@@ -10,9 +10,9 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume,
-    VolumeMount,
+    Capabilities, Container, EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector, PodSecurityContext,
+    PodSpec, PodTemplateSpec, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -23,6 +23,17 @@ use std::collections::BTreeMap;
 /// tagged with this build's version: the chart's `appVersion` is the same
 /// (a test checks).
 pub const DEFAULT_IMAGE: &str = concat!("bucketscan:", env!("CARGO_PKG_VERSION"));
+
+/// The repository of an image reference, without its tag and digest
+/// (`reg:5000/team/bucketscan:1.2@sha256:..` → `reg:5000/team/bucketscan`):
+/// the image allowlist when none is given (`validate::worker_image`).
+pub fn image_repository(image: &str) -> &str {
+    let named = image.split('@').next().unwrap_or(image);
+    match named.rfind(':') {
+        Some(colon) if !named[colon..].contains('/') => &named[..colon],
+        _ => named,
+    }
+}
 
 /// What the operator was started with that shapes every scan's objects.
 #[derive(Clone, Debug)]
@@ -35,7 +46,8 @@ pub struct Settings {
     /// Seconds a worker's lease lasts (a dead worker's shard waits this long).
     pub lease_secs: u32,
     /// Images a scan may name in `workers.image` (see
-    /// `validate::worker_image`); empty: any.
+    /// `validate::worker_image`; `*`: any). Default: the repository of the
+    /// default image.
     pub allowed_images: Vec<String>,
     /// Worker and merge container resources when the scan sets none.
     pub worker_resources: ResourceRequirements,
@@ -58,7 +70,7 @@ impl Default for Settings {
             image_pull_policy: None,
             default_concurrency: 256,
             lease_secs: 30,
-            allowed_images: Vec::new(),
+            allowed_images: vec![image_repository(DEFAULT_IMAGE).to_string()],
             worker_resources: default_worker_resources(),
             redis_scan_users: false,
             stall_after: std::time::Duration::from_secs(300),
@@ -301,10 +313,10 @@ fn pod_spec(scan: &BucketScan, settings: &Settings, args: Vec<String>, redis_ca:
         plain_env("BUCKETSCAN_LOG", "info"),
         plain_env(
             "AWS_EC2_METADATA_DISABLED",
-            if src.credentials_secret.is_some() {
-                "true"
-            } else {
+            if uses_instance_metadata(scan) {
                 "false"
+            } else {
+                "true"
             },
         ),
     ];
@@ -331,11 +343,13 @@ fn pod_spec(scan: &BucketScan, settings: &Settings, args: Vec<String>, redis_ca:
     let mut volumes = Vec::new();
     let mut mounts = Vec::new();
     if let Some(ca) = &src.ca_secret {
-        volumes.push(secret_volume("source-ca", &ca.name));
+        volumes.push(secret_volume("source-ca", &ca.name, &ca.key));
         mounts.push(mount("source-ca", SOURCE_CA_DIR));
     }
     if redis_ca {
-        volumes.push(secret_volume("redis-ca", &redis_secret_name(scan)));
+        // Only the CA: the Secret's `url` (the scan's Redis password) is
+        // an environment variable already, and no file.
+        volumes.push(secret_volume("redis-ca", &redis_secret_name(scan), "ca.crt"));
         mounts.push(mount("redis-ca", REDIS_CA_DIR));
         env.push(plain_env(
             "BUCKETSCAN_REDIS_CA_FILE",
@@ -424,11 +438,19 @@ fn pod_meta(scan: &BucketScan, component: &str) -> ObjectMeta {
     }
 }
 
-fn secret_volume(name: &str, secret: &str) -> Volume {
+/// A volume of one key of a Secret, as a file of that name: the pod reads
+/// the CA it needs and nothing else the Secret may hold (a `caSecret` is
+/// often a TLS Secret with its private key beside `ca.crt`).
+fn secret_volume(name: &str, secret: &str, key: &str) -> Volume {
     Volume {
         name: name.into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret.into()),
+            items: Some(vec![KeyToPath {
+                key: key.into(),
+                path: key.into(),
+                ..KeyToPath::default()
+            }]),
             ..SecretVolumeSource::default()
         }),
         ..Volume::default()
@@ -525,6 +547,34 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
 /// run as Jobs in the workers' pod (same ServiceAccount and template).
 pub fn uses_pod_identity(scan: &BucketScan) -> bool {
     scan.spec.source.credentials_secret.is_none()
+}
+
+/// Whether the scan's pods may ask the node's instance metadata service for
+/// credentials: only when the scan has no credentials Secret and names a
+/// ServiceAccount (`podTemplate.serviceAccountName`), the identity a
+/// platform team set up for it. Otherwise the node's role,
+/// shared by every tenant whose pods run there, stays out of reach
+/// (`AWS_EC2_METADATA_DISABLED=true`).
+pub fn uses_instance_metadata(scan: &BucketScan) -> bool {
+    scan.spec.source.credentials_secret.is_none()
+        && scan
+            .spec
+            .workers
+            .pod_template
+            .as_ref()
+            .is_some_and(|t| t.service_account_name.is_some())
+}
+
+/// What to add to a failed plan Job's message when the scan gave its pods
+/// no identity: no credentials Secret and no ServiceAccount, so they run as
+/// the namespace's `default` ServiceAccount without instance metadata.
+pub fn identity_hint(scan: &BucketScan) -> Option<&'static str> {
+    (uses_pod_identity(scan) && !uses_instance_metadata(scan)).then_some(
+        "the scan names neither spec.source.credentialsSecret nor \
+         spec.workers.podTemplate.serviceAccountName, so its pods have no credentials unless the \
+         namespace's default ServiceAccount carries a cloud identity (instance metadata is off for \
+         them); set one of the two",
+    )
 }
 
 /// The exit code of `bucketscan-worker` when it failed for a cause that may
@@ -977,6 +1027,100 @@ mod tests {
             !c.env.iter().flatten().any(|e| e.name == "BUCKETSCAN_REDIS_URL"),
             "the scan's Redis Secret goes with it"
         );
+    }
+
+    fn env_value(pod: &PodSpec, name: &str) -> Option<String> {
+        pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    }
+
+    /// Every pod of the scan, as the operator builds them.
+    fn every_pod(s: &BucketScan, redis_ca: bool) -> Vec<PodSpec> {
+        let settings = Settings::default();
+        let pod = |t: Option<PodTemplateSpec>| t.and_then(|t| t.spec).unwrap();
+        vec![
+            pod(worker_deployment(s, &settings, 1, redis_ca)
+                .spec
+                .map(|d| d.template)),
+            pod(merge_job(s, &settings, redis_ca).spec.map(|j| j.template)),
+            pod(plan_job(s, &settings, redis_ca, false).spec.map(|j| j.template)),
+            pod(cleanup_job(s, &settings).spec.map(|j| j.template)),
+        ]
+    }
+
+    #[test]
+    fn a_ca_secret_mounts_only_its_key_and_the_redis_secret_only_its_ca() {
+        let mut s = scan(Workers::default());
+        s.spec.source.ca_secret = Some(SecretKeyReference {
+            name: "store-tls".into(),
+            key: "ca.pem".into(),
+        });
+        for pod in every_pod(&s, true) {
+            let volumes = pod.volumes.clone().unwrap();
+            let items = |name: &str| {
+                let v = volumes.iter().find(|v| v.name == name)?;
+                let secret = v.secret.clone().unwrap();
+                let items = secret.items.unwrap_or_default();
+                Some((
+                    secret.secret_name.unwrap(),
+                    items.into_iter().map(|i| (i.key, i.path)).collect::<Vec<_>>(),
+                ))
+            };
+            assert_eq!(
+                items("source-ca"),
+                Some(("store-tls".into(), vec![("ca.pem".into(), "ca.pem".into())])),
+                "only the CA of the Secret, at the path --ca-file names"
+            );
+            if let Some(redis) = items("redis-ca") {
+                assert_eq!(
+                    redis,
+                    ("photos-redis".into(), vec![("ca.crt".into(), "ca.crt".into())]),
+                    "the Redis URL (its password) is no file"
+                );
+            }
+        }
+        let args = every_pod(&s, true)[0].containers[0].args.clone().unwrap();
+        assert!(
+            args.join(" ")
+                .contains("--ca-file /etc/bucketscan/source-ca/ca.pem"),
+            "{args:?}"
+        );
+    }
+
+    #[test]
+    fn instance_metadata_is_off_unless_the_scan_names_a_service_account() {
+        let mut s = scan(Workers::default()); // a credentials Secret
+        let imds = |s: &BucketScan| -> Vec<Option<String>> {
+            every_pod(s, false)
+                .iter()
+                .map(|p| env_value(p, "AWS_EC2_METADATA_DISABLED"))
+                .collect()
+        };
+        let off = vec![Some("true".to_string()); 4];
+        assert_eq!(imds(&s), off, "a credentials Secret");
+        s.spec.source.credentials_secret = None;
+        assert_eq!(
+            imds(&s),
+            off,
+            "no Secret and no ServiceAccount: not the node's role"
+        );
+        assert!(identity_hint(&s).unwrap().contains("serviceAccountName"));
+        s.spec.workers.pod_template = Some(WorkerPodTemplate {
+            service_account_name: Some("s3-reader".into()),
+            ..WorkerPodTemplate::default()
+        });
+        assert_eq!(
+            imds(&s),
+            vec![Some("false".to_string()); 4],
+            "the scan's ServiceAccount"
+        );
+        assert_eq!(identity_hint(&s), None);
+        s.spec.source.credentials_secret = Some(SecretReference { name: "s3".into() });
+        assert_eq!(imds(&s), off, "a Secret wins: its keys are the identity");
     }
 
     #[test]

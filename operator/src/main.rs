@@ -52,8 +52,8 @@ struct Args {
     #[arg(long, env = "BUCKETSCAN_WORKER_IMAGE", default_value = desired::DEFAULT_IMAGE)]
     worker_image: String,
     /// Images a BucketScan may name in workers.image, comma-separated: a
-    /// repository (any tag or digest of it) or a path ending with `/`.
-    /// Unset: any image.
+    /// repository (any tag or digest of it), a path ending with `/`, or `*`
+    /// for any image. Unset: the repository of --worker-image only.
     #[arg(long, env = "BUCKETSCAN_ALLOWED_WORKER_IMAGES", value_delimiter = ',')]
     allowed_worker_images: Vec<String>,
     /// Namespaces whose BucketScans this operator runs (comma-separated; the
@@ -178,14 +178,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("cannot reach the Kubernetes API (KUBECONFIG, or the pod's service account)")?;
     let settings = Settings {
-        worker_image: args.worker_image,
+        worker_image: args.worker_image.clone(),
         image_pull_policy: args.worker_pull_policy,
         lease_secs: args.lease_secs,
-        allowed_images: args
-            .allowed_worker_images
-            .into_iter()
-            .filter(|i| !i.is_empty())
-            .collect(),
+        allowed_images: allowed_images(args.allowed_worker_images, &args.worker_image),
         worker_resources,
         scan_namespaces: args
             .scan_namespaces
@@ -256,6 +252,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
             _ => Ok(()),
         },
     }
+}
+
+/// The images scans may name: the list given, or else the repository of
+/// the default worker image (a BucketScan creates pods, so "any image" is
+/// a choice: `*`).
+fn allowed_images(given: Vec<String>, worker_image: &str) -> Vec<String> {
+    let given: Vec<String> = given.into_iter().filter(|i| !i.is_empty()).collect();
+    if given.is_empty() {
+        return vec![desired::image_repository(worker_image).to_string()];
+    }
+    given
 }
 
 /// Each scan's pods get the Redis address with a user of their own, but

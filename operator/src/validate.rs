@@ -34,13 +34,14 @@ pub fn validate(scan: &BucketScan) -> Result<(), String> {
 /// entry allows one repository at any tag or digest (`reg.example/bucketscan`
 /// allows `reg.example/bucketscan:1.2` and `...@sha256:...`, not
 /// `reg.example/bucketscan-evil`), or, ending with `/`, every image under that
-/// path. An empty list allows any image; the operator's own default image is
-/// always allowed (the scan names no image then).
+/// path; `*` allows any image. The operator fills an unset list with the
+/// repository of its own default image (`desired::image_repository`), which a scan
+/// that names no image always gets.
 pub fn worker_image(scan: &BucketScan, allowed: &[String]) -> Result<(), String> {
     let Some(image) = &scan.spec.workers.image else {
         return Ok(());
     };
-    if allowed.is_empty() || allowed.iter().any(|a| image_matches(image, a)) {
+    if allowed.iter().any(|a| a == "*" || image_matches(image, a)) {
         return Ok(());
     }
     Err(format!(
@@ -289,7 +290,8 @@ mod tests {
         ] {
             s.spec.workers.image = Some(ok.into());
             assert!(worker_image(&s, &allowed).is_ok(), "{ok}");
-            assert!(worker_image(&s, &[]).is_ok(), "no allowlist: {ok}");
+            assert!(worker_image(&s, &["*".into()]).is_ok(), "any: {ok}");
+            assert!(worker_image(&s, &[]).is_err(), "an empty list allows none: {ok}");
         }
         for bad in [
             "reg.example/bucketscan-evil:1",
@@ -305,6 +307,35 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn without_a_list_only_the_default_image_s_repository_is_allowed() {
+        use crate::desired::image_repository;
+        for (image, repository) in [
+            ("bucketscan:0.1.0", "bucketscan"),
+            ("bucketscan", "bucketscan"),
+            (
+                "reg.example:5000/team/bucketscan:1.2",
+                "reg.example:5000/team/bucketscan",
+            ),
+            ("reg.example:5000/bucketscan", "reg.example:5000/bucketscan"),
+            ("reg.example/bucketscan:1@sha256:00", "reg.example/bucketscan"),
+            ("reg.example/bucketscan@sha256:00", "reg.example/bucketscan"),
+        ] {
+            assert_eq!(image_repository(image), repository, "{image}");
+        }
+        let mut s = scan("", "results", None);
+        let default = vec![image_repository(crate::desired::DEFAULT_IMAGE).to_string()];
+        assert_eq!(default, ["bucketscan"]);
+        s.spec.workers.image = Some("bucketscan:0.2.0".into());
+        assert!(worker_image(&s, &default).is_ok());
+        s.spec.workers.image = Some("evil.example/miner:1".into());
+        let err = worker_image(&s, &default).unwrap_err();
+        assert!(
+            err.contains("allowed: bucketscan (chart value worker.allowedImages)"),
+            "{err}"
+        );
     }
 
     #[test]

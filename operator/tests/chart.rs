@@ -42,6 +42,23 @@ const VALUE_SETS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "tenancy",
+        &[
+            "--set=operator.scanNamespaces={chart-test,default}",
+            "--set=worker.allowedImages={*}",
+            "--set=admission.allowedServiceAccounts={s3-reader,chart-test/irsa}",
+            "--set=admission.allowedPriorityClasses={batch-low}",
+            "--set=admission.allowedTolerationKeys={dedicated}",
+        ],
+    ),
+    (
+        "no-policies",
+        &[
+            "--set=admission.policy.enabled=false",
+            "--set=rbac.aggregateClusterRoles=false",
+        ],
+    ),
+    (
         "gitops",
         &[
             "--set=redis.auth.existingSecret=redis-auth",
@@ -176,11 +193,12 @@ fn metadata_namespace(doc: &str) -> Option<&str> {
 }
 
 /// The chart's RBAC as the API server enforces it, asked with `kubectl auth
-/// can-i` as the operator's ServiceAccount: BucketScans, Deployments and
-/// Jobs in every namespace, but Secrets only in `operator.scanNamespaces`,
-/// and no list of Secrets anywhere.
+/// can-i` as the operator's ServiceAccount: BucketScans in every namespace,
+/// but Secrets, Deployments, Jobs and pods only in `operator.scanNamespaces`
+/// (nothing in kube-system), no list of Secrets anywhere; `["*"]` is
+/// cluster-wide, as documented.
 #[tokio::test]
-async fn the_operator_reaches_secrets_only_in_the_namespaces_that_run_scans() {
+async fn the_operator_reaches_secrets_deployments_jobs_and_pods_only_where_scans_run() {
     let client = client().await;
     install_crd(&client).await;
     for ns in ["rbac-release", "rbac-team", "rbac-other"] {
@@ -216,8 +234,34 @@ async fn the_operator_reaches_secrets_only_in_the_namespaces_that_run_scans() {
     );
     assert!(!can(&["watch", "secrets", "-n", "rbac-team"]));
     assert!(can(&["list", "bucketscans.bucketscan.dev", "--all-namespaces"]));
-    assert!(can(&["create", "deployments.apps", "-n", "rbac-other"]));
-    assert!(can(&["create", "jobs.batch", "-n", "rbac-other"]));
+    for (verb, what) in [
+        ("create", "deployments.apps"),
+        ("watch", "deployments.apps"),
+        ("delete", "deployments.apps"),
+        ("create", "jobs.batch"),
+        ("watch", "jobs.batch"),
+        ("list", "pods"),
+    ] {
+        assert!(
+            can(&[verb, what, "-n", "rbac-team"]),
+            "{verb} {what} in rbac-team"
+        );
+        for ns in ["rbac-other", "default", "kube-system"] {
+            assert!(!can(&[verb, what, "-n", ns]), "{verb} {what} in {ns}");
+        }
+        assert!(
+            !can(&[verb, what, "--all-namespaces"]),
+            "{verb} {what} cluster-wide"
+        );
+    }
+    for (verb, what) in [
+        ("get", "pods"),
+        ("watch", "pods"),
+        ("create", "pods/exec"),
+        ("update", "deployments.apps"),
+    ] {
+        assert!(!can(&[verb, what, "-n", "rbac-team"]), "never {verb} {what}");
+    }
     // Only the verbs the code uses on BucketScans.
     let scans = "bucketscans.bucketscan.dev";
     assert!(can(&["patch", scans, "-n", "rbac-team"]));
@@ -234,6 +278,35 @@ async fn the_operator_reaches_secrets_only_in_the_namespaces_that_run_scans() {
         can(&["update", scans, "-n", "rbac-team", "--subresource=finalizers"]),
         "blockOwnerDeletion under OwnerReferencesPermissionEnforcement"
     );
+}
+
+/// `operator.scanNamespaces=["*"]` binds the same rules cluster-wide (the
+/// documented price of "every namespace").
+#[tokio::test]
+async fn every_namespace_means_cluster_wide() {
+    let client = client().await;
+    namespace(&client, "rbac-star").await;
+    let rendered = run(
+        "helm",
+        &[
+            "template",
+            "rbacstar",
+            "charts/bucketscan",
+            "--namespace",
+            "rbac-star",
+            "--set",
+            "operator.scanNamespaces={*}",
+        ],
+    );
+    apply_rbac(&rendered, "rbac-star.yaml");
+    let account = "system:serviceaccount:rbac-star:rbacstar-bucketscan";
+    eventually("the ClusterRoleBinding in force", 30, async || {
+        can_i(account, &["create", "deployments.apps", "-n", "kube-system"]).then_some(())
+    })
+    .await;
+    for (verb, what) in [("get", "secrets"), ("create", "jobs.batch"), ("list", "pods")] {
+        assert!(can_i(account, &[verb, what, "--all-namespaces"]), "{verb} {what}");
+    }
 }
 
 /// A namespaced install (`operator.watchOwnNamespace`) reaches its own
@@ -266,6 +339,7 @@ async fn a_namespaced_install_reaches_its_own_namespace_only() {
         ("list", "bucketscans.bucketscan.dev"),
         ("create", "deployments.apps"),
         ("create", "jobs.batch"),
+        ("list", "pods"),
     ] {
         assert!(
             can(&[verb, what, "-n", "rbac-own"]),

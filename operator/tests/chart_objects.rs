@@ -395,20 +395,29 @@ fn operator_workers_and_merge_default_to_one_image() {
         serde_json::from_str(&value("BUCKETSCAN_WORKER_RESOURCES").unwrap()).unwrap();
     assert_eq!(resources, desired::default_worker_resources());
     assert_eq!(
-        value("BUCKETSCAN_ALLOWED_WORKER_IMAGES"),
-        None,
-        "no allowlist by default"
+        value("BUCKETSCAN_ALLOWED_WORKER_IMAGES").as_deref(),
+        Some("bucketscan"),
+        "by default the chart's own worker image only"
     );
-    let restricted = render(&["--set=worker.allowedImages={reg.example/bucketscan,mirror.example/team/}"]);
-    let operator =
-        &find(&restricted, "Deployment", "operator").unwrap()["spec"]["template"]["spec"]["containers"][0];
-    let allowed = operator["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "BUCKETSCAN_ALLOWED_WORKER_IMAGES")
-        .unwrap();
-    assert_eq!(allowed["value"], "reg.example/bucketscan,mirror.example/team/");
+    let allowed_with = |values: &[&str]| {
+        let objects = render(values);
+        let operator =
+            &find(&objects, "Deployment", "operator").unwrap()["spec"]["template"]["spec"]["containers"][0];
+        let env = operator["env"].as_array().unwrap().clone();
+        let allowed = env
+            .into_iter()
+            .find(|e| e["name"] == "BUCKETSCAN_ALLOWED_WORKER_IMAGES");
+        allowed.unwrap()["value"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        allowed_with(&["--set=worker.image.repository=reg.example/mirror/bucketscan"]),
+        "reg.example/mirror/bucketscan"
+    );
+    assert_eq!(
+        allowed_with(&["--set=worker.allowedImages={reg.example/bucketscan,mirror.example/team/}"]),
+        "reg.example/bucketscan,mirror.example/team/"
+    );
+    assert_eq!(allowed_with(&["--set=worker.allowedImages={*}"]), "*");
 }
 
 /// The chart's CRD (templates/crds.yaml) is the generated one, with the

@@ -11,7 +11,13 @@
 //!   and is planned once the binding is there;
 //! - a scan in the team namespace is planned and gets its worker Deployment,
 //!   Redis Secret, events and status, so the chart grants what the normal
-//!   path needs (no request of the operator is refused there);
+//!   path needs (no request of the operator is refused there), with
+//!   Deployments, Jobs and pods granted in the scan namespaces only and
+//!   watched there only (the operator watching a namespace outside them
+//!   asks nothing of those kinds), and the chart's policy on the
+//!   operator's Secrets in force;
+//! - the same ServiceAccount is refused a Deployment in kube-system and
+//!   every cluster-wide list of Deployments, Jobs and pods;
 //! - all of them are deleted through the finalizer.
 
 mod cluster;
@@ -63,6 +69,19 @@ async fn apply_chart_rbac(scan_namespaces: &str, file_name: &str) {
         ],
     );
     apply_rbac(&rendered, file_name);
+    // The policy holding the operator to Opaque Secrets (it matches this
+    // release's ServiceAccount only, so other tests are not affected).
+    let policies: Vec<serde_json::Value> = rendered
+        .split("\n---")
+        .filter_map(|doc| serde_saphyr::from_str::<serde_json::Value>(doc).ok())
+        .filter(|o| {
+            o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-operator-secrets"))
+        })
+        .collect();
+    assert_eq!(policies.len(), 2, "the policy and its binding");
+    apply_objects(&policies, &format!("policies-{file_name}.json"));
     for ns in scan_namespaces.split(',') {
         eventually(&format!("the chart's binding in {ns} in force"), 30, async || {
             can_i(&account(), &["get", "secrets", "-n", ns]).then_some(())
@@ -157,6 +176,7 @@ async fn the_operator_works_with_the_chart_s_rbac_and_is_refused_the_rest() {
         scans.create(&PostParams::default(), &scan).await.unwrap();
     }
 
+    refused_beyond_the_scan_namespaces().await;
     not_allowed_elsewhere(&client).await;
     forbidden_until_bound(&client).await;
     planned_in_the_team_namespace(&client).await;
@@ -166,11 +186,14 @@ async fn the_operator_works_with_the_chart_s_rbac_and_is_refused_the_rest() {
         operator.kill().unwrap();
         operator.wait().unwrap();
         let log = std::fs::read_to_string(log).unwrap();
-        // The unbound namespace's Secret was refused before its binding, as
-        // it must be; nothing else may be.
+        // In the unbound namespace its Secret, and the watches of its
+        // Deployments and Jobs, were refused before its binding, as they
+        // must be; nothing else may be anywhere.
+        let expected =
+            |l: &str| *ns == UNBOUND && ["secrets", "deployments", "jobs"].iter().any(|k| l.contains(k));
         let refused: Vec<&str> = log
             .lines()
-            .filter(|l| l.contains("forbidden") && !(*ns == UNBOUND && l.contains("secrets")))
+            .filter(|l| l.contains("forbidden") && !expected(l))
             .collect();
         assert!(
             refused.is_empty(),
@@ -178,6 +201,51 @@ async fn the_operator_works_with_the_chart_s_rbac_and_is_refused_the_rest() {
             refused.join("\n")
         );
     }
+}
+
+/// The operator's ServiceAccount, with the chart's RBAC only, may not
+/// create a Deployment in kube-system (nor Jobs or pods' lists outside the
+/// scan namespaces): the API server refuses it.
+async fn refused_beyond_the_scan_namespaces() {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
+    let operator = client_as(&account()).await;
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "miner", "labels": {"app": "miner"}},
+        "spec": {"selector": {"matchLabels": {"app": "miner"}},
+                 "template": {"metadata": {"labels": {"app": "miner"}},
+                              "spec": {"containers": [{"name": "m", "image": "miner:1"}]}}}
+    }))
+    .unwrap();
+    let system: Api<Deployment> = Api::namespaced(operator.clone(), "kube-system");
+    let (code, message) = refusal(system.create(&PostParams::default(), &deployment).await);
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.contains(&format!(
+            "User \"{}\" cannot create resource \"deployments\" in API group \"apps\" in the namespace \"kube-system\"",
+            account()
+        )),
+        "{message}"
+    );
+    let everywhere = kube::api::ListParams::default();
+    assert_eq!(
+        refusal(Api::<Deployment>::all(operator.clone()).list(&everywhere).await).0,
+        403
+    );
+    assert_eq!(
+        refusal(Api::<Job>::all(operator.clone()).list(&everywhere).await).0,
+        403
+    );
+    assert_eq!(
+        refusal(Api::<Pod>::all(operator.clone()).list(&everywhere).await).0,
+        403
+    );
+    let other: Api<Pod> = Api::namespaced(operator, OTHER);
+    assert_eq!(
+        refusal(other.list(&everywhere).await).0,
+        403,
+        "pods outside scanNamespaces"
+    );
 }
 
 /// (a) A namespace outside scanNamespaces: the scan fails at once, saying
@@ -205,7 +273,7 @@ async fn forbidden_until_bound(client: &Client) {
         message.starts_with(
             "the operator may not read Secret \"s3\" (spec.source.credentialsSecret) in namespace \
              \"enforced-unbound\": add the namespace to the chart value scanNamespaces (a \
-             RoleBinding to the ClusterRole RELEASE-secrets); retrying in "
+             RoleBinding to the ClusterRole RELEASE-scan-namespace); retrying in "
         ),
         "{message}"
     );

@@ -440,7 +440,7 @@ async fn no_credentials_at_all_is_one_clear_line_saying_what_to_set() {
     assert!(
         line.contains(
             "could not load credentials: none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
-        ),
+        ) && line.contains("instance metadata is off (AWS_EC2_METADATA_DISABLED=true)"),
         "{line}"
     );
 }

@@ -67,3 +67,36 @@ password
 app.kubernetes.io/name: bucketscan
 app.kubernetes.io/managed-by: bucketscan-operator
 {{- end -}}
+
+{{/* Images a BucketScan may name in spec.workers.image, comma-separated:
+worker.allowedImages, or the worker image's own repository when it is empty
+(["*"]: any image). */}}
+{{- define "bucketscan.allowedImages" -}}
+{{- join "," (default (list .Values.worker.image.repository) .Values.worker.allowedImages) -}}
+{{- end -}}
+
+{{/* The operator's rules in a namespace that runs scans (rbac.yaml). */}}
+{{- define "bucketscan.scanNamespaceRules" -}}
+# The scan's worker Deployment: watched (list, watch) to wake its scan,
+# read (get) before every write to check it is the scan's own, written by
+# server-side apply (create, patch), deleted when the scan ends.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, delete]
+# The scan's Jobs (merge; plan, replan and delete-parts for scans on their
+# pods' identity): the same verbs, the same reasons.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, patch, delete]
+# Why a scan's worker and Job pods do not run (condition WorkersReady, a
+# plan Job's exit code): list by the scan's labels. Never get, watch nor exec.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+# The credentials and CA Secrets a scan names (get, by name: never list
+# nor watch) and the scan's Redis Secret (get first, then create or patch;
+# the chart's admission policy allows only Opaque ones).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create, patch]
+{{- end -}}

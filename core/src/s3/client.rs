@@ -396,8 +396,17 @@ fn no_credentials_message(chain_error: &str) -> String {
         .take(12)
         .collect::<Vec<_>>()
         .join(" ");
+    // A BucketScan's pods without a ServiceAccount of their own get
+    // instance metadata turned off (the node's role is every tenant's).
+    let metadata_off =
+        std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+    let imds = if metadata_off {
+        "; instance metadata is off (AWS_EC2_METADATA_DISABLED=true)"
+    } else {
+        ""
+    };
     format!(
         "none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, \
-         or a web identity token ({first} ...)"
+         or a web identity token{imds} ({first} ...)"
     )
 }

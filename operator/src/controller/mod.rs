@@ -52,6 +52,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
@@ -70,7 +71,8 @@ pub const FINALIZER: &str = "bucketscan.dev/cleanup";
 /// finalizers or deletion, but not its status, which the reconciles write
 /// themselves (a running scan requeues itself, see `apply`); and changes of
 /// the Deployments and Jobs this operator made (label-selected: the
-/// cluster's other Deployments and Jobs are not watched nor cached).
+/// cluster's other Deployments and Jobs are not watched nor cached), in the
+/// namespaces that may run scans only (`owned_namespaces`).
 pub async fn run(ctx: Arc<Context>, concurrency: u16, namespace: Option<&str>) {
     let (reader, writer) = reflector::store();
     let metrics = ctx.metrics.clone();
@@ -89,15 +91,11 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, namespace: Option<&str>) {
     .reflect(writer)
     .applied_objects()
     .predicate_filter(user_changes, PredicateConfig::default());
-    let ours = watcher::Config::default().labels(&format!("{MANAGED_BY}={OPERATOR}"));
-    let (deployments, jobs) = (
-        watched::<Deployment>(&ctx.client, namespace),
-        watched::<Job>(&ctx.client, namespace),
-    );
+    let reach = owned_namespaces(namespace, &ctx.settings.scan_namespaces);
     let config = kube::runtime::controller::Config::default().concurrency(concurrency);
     Controller::for_stream(scans, reader)
-        .owns(deployments, ours.clone())
-        .owns(jobs, ours)
+        .owns_stream(owned::<Deployment>(&ctx.client, &reach))
+        .owns_stream(owned::<Job>(&ctx.client, &reach))
         .with_config(config)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
@@ -124,6 +122,54 @@ fn user_changes(scan: &BucketScan) -> Option<u64> {
     )
         .hash(&mut h);
     Some(h.finish())
+}
+
+/// Where the operator's Deployments and Jobs may be: `None` for every
+/// namespace, else these (none at all when it watches a namespace that may
+/// not run scans). With a list of scan namespaces the chart grants the
+/// operator those kinds there only, so a cluster-wide watch would be
+/// refused: each namespace is watched on its own.
+fn owned_namespaces(namespace: Option<&str>, scan_namespaces: &[String]) -> Option<Vec<String>> {
+    let any = scan_namespaces.is_empty() || scan_namespaces.iter().any(|n| n == "*");
+    match namespace {
+        Some(ns) if any || scan_namespaces.iter().any(|n| n == ns) => Some(vec![ns.to_string()]),
+        Some(_) => Some(Vec::new()),
+        None if any => None,
+        None => Some(scan_namespaces.to_vec()),
+    }
+}
+
+/// The operator's own objects of kind `K` (label-selected) in `reach`, as
+/// one stream of the changes to them: one watch cluster-wide, or one per
+/// namespace merged. A refused or broken watch retries with backoff.
+fn owned<K>(
+    client: &Client,
+    reach: &Option<Vec<String>>,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let ours = watcher::Config::default().labels(&format!("{MANAGED_BY}={OPERATOR}"));
+    // Metadata only: the objects' specs are never needed to wake a scan.
+    let apis: Vec<Api<PartialObjectMeta<K>>> = match reach {
+        None => vec![Api::all(client.clone())],
+        Some(namespaces) => namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect(),
+    };
+    futures::stream::select_all(apis.into_iter().map(|api| {
+        watcher(api, ours.clone())
+            .default_backoff()
+            .touched_objects()
+            .boxed()
+    }))
 }
 
 fn watched<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -226,6 +272,27 @@ mod tests {
         for c in &changed {
             assert_ne!(user_changes(c), base, "{:?}", c.metadata);
         }
+    }
+
+    #[test]
+    fn deployments_and_jobs_are_watched_only_where_scans_may_run() {
+        let list = |v: &[&str]| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(owned_namespaces(None, &[]), None, "no list: everywhere");
+        assert_eq!(owned_namespaces(None, &list(&["*"])), None);
+        assert_eq!(
+            owned_namespaces(None, &list(&["team-a", "team-b"])),
+            Some(list(&["team-a", "team-b"]))
+        );
+        assert_eq!(owned_namespaces(Some("own"), &[]), Some(list(&["own"])));
+        assert_eq!(
+            owned_namespaces(Some("team-a"), &list(&["team-a"])),
+            Some(list(&["team-a"]))
+        );
+        assert_eq!(
+            owned_namespaces(Some("elsewhere"), &list(&["team-a"])),
+            Some(Vec::new()),
+            "a watched namespace that may not run scans has none of them"
+        );
     }
 
     #[test]

@@ -90,7 +90,10 @@ pub(super) async fn job_gate(
         Some(Err(reason)) => match transient_exit(scan, ctx, &name).await? {
             Some(why) => retry_after_transient(scan, ctx, &job, &why).await,
             None => Ok(Gate::Failed(format!(
-                "planning Job {name} failed ({reason}); its pod's log says why: kubectl logs job/{name}"
+                "planning Job {name} failed ({reason}); its pod's log says why: kubectl logs job/{name}{}",
+                desired::identity_hint(scan)
+                    .map(|hint| format!(" ({hint})"))
+                    .unwrap_or_default()
             ))),
         },
         Some(Ok(())) if in_redis => {

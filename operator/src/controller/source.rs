@@ -22,7 +22,7 @@ async fn named_secret(scan: &BucketScan, ctx: &Context, name: &str, field: &str)
         ))),
         Err(kube::Error::Api(e)) if e.code == 403 => Err(Error::SecretForbidden(format!(
             "the operator may not read Secret {name:?} ({field}) in namespace {ns:?}: add the namespace \
-             to the chart value scanNamespaces (a RoleBinding to the ClusterRole RELEASE-secrets)"
+             to the chart value scanNamespaces (a RoleBinding to the ClusterRole RELEASE-scan-namespace)"
         ))),
         Err(e) => Err(e.into()),
     }

@@ -263,3 +263,81 @@ pub fn can_i(user: &str, args: &[&str]) -> bool {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim() == "yes"
 }
+
+/// A client of the test ground that the API server authorizes as `user`
+/// (impersonation: the `Impersonate-User` header), by RBAC and the
+/// admission policies, instead of as the ground's admin.
+pub async fn client_as(user: &str) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig_path()).unwrap();
+    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    config.auth_info.impersonate = Some(user.to_string());
+    Client::try_from(config).unwrap()
+}
+
+/// `helm template RELEASE charts/bucketscan -n NAMESPACE VALUES...` as
+/// objects (comments and empty documents dropped).
+pub fn chart_objects(release: &str, namespace: &str, values: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec!["template", release, "charts/bucketscan", "--namespace", namespace];
+    args.extend_from_slice(values);
+    run("helm", &args)
+        .split("\n---")
+        .filter_map(|doc| serde_saphyr::from_str::<serde_json::Value>(doc).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
+/// `kubectl apply` of `objects` (as the admin), through a file `file_name`.
+pub fn apply_objects(objects: &[serde_json::Value], file_name: &str) {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let file = scratch(file_name);
+    std::fs::write(&file, list.to_string()).unwrap();
+    run("kubectl", &["apply", "-f", file.to_str().unwrap()]);
+}
+
+/// The chart's ValidatingAdmissionPolicies and their bindings, the
+/// BucketScan one limited to namespaces labelled `bucketscan.dev/test=LABEL`:
+/// the test ground's API server is shared by tests running at the same
+/// time, whose scans (created as the admin, with ServiceAccounts and
+/// PriorityClasses of their own) the lists of another test must not refuse.
+pub fn admission_policies(objects: &[serde_json::Value], label: &str) -> Vec<serde_json::Value> {
+    objects
+        .iter()
+        .filter(|o| {
+            o["apiVersion"] == "admissionregistration.k8s.io/v1"
+                && o["kind"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("ValidatingAdmissionPolicy")
+        })
+        .cloned()
+        .map(|mut o| {
+            let bucketscans = o["metadata"]["name"].as_str().unwrap().ends_with("-bucketscans");
+            if o["kind"] == "ValidatingAdmissionPolicyBinding" && bucketscans {
+                o["spec"]["matchResources"] = serde_json::json!({
+                    "namespaceSelector": {"matchLabels": {"bucketscan.dev/test": label}}
+                });
+            }
+            o
+        })
+        .collect()
+}
+
+/// Label namespace `ns` with `bucketscan.dev/test=LABEL` (see
+/// `admission_policies`).
+pub async fn label_namespace(client: &Client, ns: &str, label: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let patch = serde_json::json!({"metadata": {"labels": {"bucketscan.dev/test": label}}});
+    api.patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// The API server's refusal of `result`: its HTTP code and message.
+pub fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> (u16, String) {
+    match result {
+        Err(kube::Error::Api(e)) => (e.code, e.message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
