@@ -141,16 +141,39 @@ if refused=$(k -n "$SCAN_NS" run psa-probe --image="bucketscan:$TAG" --restart=N
   die "namespace $SCAN_NS admitted a pod without a security context: Pod Security is not enforced"
 fi
 [[ $refused == *'violates PodSecurity "restricted:latest"'* ]] || die "psa-probe refused for another reason: $refused"
+
+# Scans are run by a tenant, as on a shared cluster: a ServiceAccount of the
+# scan namespace with only the built-in `edit` role there. It reaches
+# BucketScans through the chart's aggregate-to-edit ClusterRole, and nothing
+# of the cluster: the check below fails the run if it could.
+step "tenant: only the aggregated edit role in namespace $SCAN_NS"
+k -n "$SCAN_NS" create serviceaccount tenant --dry-run=client -o yaml | k apply -f - >/dev/null
+k -n "$SCAN_NS" create rolebinding tenant-edit --clusterrole=edit --serviceaccount="$SCAN_NS:tenant" \
+  --dry-run=client -o yaml | k apply -f - >/dev/null
+TENANT=system:serviceaccount:$SCAN_NS:tenant
+kt() { k --as="$TENANT" "$@"; }
+# can_i VERB RESOURCE [NAMESPACE]: the tenant's answer (yes/no).
+can_i() { kt auth can-i "$1" "$2" -n "${3:-$SCAN_NS}" 2>/dev/null || true; }
+# The aggregation controller adds the chart's rules to `edit` within seconds.
+for _ in $(seq 30); do [ "$(can_i create bucketscans.bucketscan.dev)" = yes ] && break; sleep 1; done
+[ "$(can_i create bucketscans.bucketscan.dev)" = yes ] ||
+  die "the tenant with the edit role may not create BucketScans: the chart's aggregate-to-edit ClusterRole did not aggregate"
+for denied in "create deployments $RELEASE_NS" "get secrets $RELEASE_NS" "create pods kube-system" \
+  "patch customresourcedefinitions default" "create clusterroles default"; do
+  # shellcheck disable=SC2086
+  [ "$(can_i $denied)" = no ] || die "the tenant may $denied: it must not"
+done
+log "tenant $TENANT: BucketScans in $SCAN_NS only"
 credentials=$(mktemp)
 chmod 600 "$credentials"
 printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$S3_ACCESS" "$S3_SECRET" >"$credentials"
-k -n "$SCAN_NS" create secret generic s3-credentials --from-env-file="$credentials" \
-  --dry-run=client -o yaml | k apply -f - >/dev/null
+kt -n "$SCAN_NS" create secret generic s3-credentials --from-env-file="$credentials" \
+  --dry-run=client -o yaml | kt apply -f - >/dev/null
 rm -f "$credentials"
 
-# apply_scan FILE: kubectl apply -f, with the endpoint the pods reach.
+# apply_scan FILE: kubectl apply -f as the tenant, with the endpoint the pods reach.
 apply_scan() {
-  sed "s|http://10.200.0.1:|http://$POD_SIDE_HOST:|" "$1" | k -n "$SCAN_NS" apply -f -
+  sed "s|http://10.200.0.1:|http://$POD_SIDE_HOST:|" "$1" | kt -n "$SCAN_NS" apply -f -
 }
 
 phase_of() { k -n "$SCAN_NS" get bucketscan "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
@@ -220,8 +243,8 @@ bench_in_cluster() {
   step "synthetic-s3 with $objects objects, 1 ms per request"
   restart_server synthetic-s3 9100 _stats "$synthetic" --listen "$LISTEN_HOST:9100" \
     --objects "$objects" --layout nested --latency-us 1000 --threads 2 --forward "$S3_HOST_ENDPOINT"
-  k -n "$SCAN_NS" delete bucketscan e2e-bench --ignore-not-found --timeout=120s >/dev/null
-  k -n "$SCAN_NS" apply -f - <<YAML
+  kt -n "$SCAN_NS" delete bucketscan e2e-bench --ignore-not-found --timeout=120s >/dev/null
+  kt -n "$SCAN_NS" apply -f - <<YAML
 apiVersion: bucketscan.dev/v1alpha1
 kind: BucketScan
 metadata: {name: e2e-bench}
@@ -319,19 +342,19 @@ killed=0
 while [[ "$(phase_of e2e-chaos)" =~ ^(Scanning|Planning|Pending)$ ]]; do
   tick=$((tick + 1))
   case $tick in
-    3) k -n "$SCAN_NS" patch bucketscan e2e-chaos --type merge -p '{"spec":{"workers":{"replicas":4}}}' >/dev/null
+    3) kt -n "$SCAN_NS" patch bucketscan e2e-chaos --type merge -p '{"spec":{"workers":{"replicas":4}}}' >/dev/null
        act "workers scaled 2 -> 4" ;;
     5) k -n "$RELEASE_NS" delete pod -l app.kubernetes.io/component=operator --wait=false >/dev/null
        act "operator pod deleted" ;;
     8) k -n "$RELEASE_NS" delete pod -l app.kubernetes.io/component=redis --wait=false >/dev/null
        act "Redis pod deleted (its data goes with it)" ;;
-    11) k -n "$SCAN_NS" patch bucketscan e2e-chaos --type merge -p '{"spec":{"workers":{"replicas":2}}}' >/dev/null
+    11) kt -n "$SCAN_NS" patch bucketscan e2e-chaos --type merge -p '{"spec":{"workers":{"replicas":2}}}' >/dev/null
         act "workers scaled 4 -> 2" ;;
   esac
   victim=$(k -n "$SCAN_NS" get pods -l "$workers" --field-selector=status.phase=Running -o name | shuf -n 1)
   # A pod being deleted still shows as Running, so the victim may be gone by
   # now: that is no failure, and no kill to count.
-  if [ -n "$victim" ] && [ -n "$(k -n "$SCAN_NS" delete "$victim" --wait=false --ignore-not-found)" ]; then
+  if [ -n "$victim" ] && [ -n "$(kt -n "$SCAN_NS" delete "$victim" --wait=false --ignore-not-found)" ]; then
     killed=$((killed + 1))
     act "worker ${victim#pod/} deleted"
   fi
