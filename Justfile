@@ -28,7 +28,10 @@ lint: layers
     cargo clippy --workspace --all-targets -- -D warnings
 
 # Modules import only downwards and never in a circle (see docs/architecture.md).
+# Also: the chart's version and appVersion are the workspace's (a release
+# packages them together; scripts/release.sh).
 layers:
+    scripts/check-versions.sh
     python3 scripts/check-layers.py --self-test
     python3 scripts/check-layers.py core/src --layers s3 keyspace scan fleet
     python3 scripts/check-layers.py operator/src --layers crd,metrics,pods validate,desired,status,autoscale controller leader
@@ -92,6 +95,14 @@ build:
 build-e2e:
     cargo build --profile e2e -p bucketscan-operator -p bucketscan-worker -p bucketscan-kubectl -p bucketscan-bench \
       --bin bucketscan-operator --bin bucketscan-worker --bin kubectl-bucketscan --bin synthetic-s3
+
+# Every artifact of release VERSION into dist/: the image as an OCI archive,
+# the packaged chart, the kubectl plugin's tarball and krew manifest, a
+# CycloneDX SBOM, the CHANGELOG section and SHA256SUMS, each checked
+# (docs/releasing.md). VERSION is the workspace's; `--snapshot` takes
+# CHANGELOG's [Unreleased] for the notes (the e2e installs such a snapshot).
+release VERSION *FLAGS: deps
+    scripts/release.sh {{VERSION}} {{FLAGS}}
 
 # A real scan end to end: a local Kubernetes cluster, the chart, a seeded
 # bucket, `kubectl apply -f e2e/bucketscan.yaml`, its status and result.

@@ -91,6 +91,17 @@ if [ "${E2E_DOWN:-0}" = 1 ]; then trap cluster_down EXIT; fi
 step "cluster"
 cluster_up
 
+# Installed the way users install a release: the packaged chart and the
+# image archive `just release` writes (here a snapshot of this tree, built in
+# the e2e's profile), not the source directory.
+step "release artifacts (scripts/release.sh --snapshot)"
+VERSION=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml")
+DIST=$STATE/dist
+BUCKETSCAN_DIST=$DIST BUCKETSCAN_RELEASE_PROFILE=${BUCKETSCAN_BUILD:-e2e} \
+  "$REPO/scripts/release.sh" "$VERSION" --snapshot 2>&1 | tail -n 3
+RELEASE_IMAGE=$DIST/bucketscan-image_${VERSION}_linux_amd64.tar
+RELEASE_CHART=$DIST/bucketscan-$VERSION.tgz
+
 step "images"
 build_images
 
@@ -120,7 +131,7 @@ fi
 # The namespaces that run scans exist before the release: the chart binds the
 # operator's Secret access in each (operator.scanNamespaces).
 k create namespace "$SCAN_NS" --dry-run=client -o yaml | k apply -f - >/dev/null
-h upgrade --install bucketscan "$REPO/charts/bucketscan" -n "$RELEASE_NS" --create-namespace \
+h upgrade --install bucketscan "$RELEASE_CHART" -n "$RELEASE_NS" --create-namespace \
   --set-string image.tag="$TAG" --set-string worker.image.tag="$TAG" \
   --set "operator.scanNamespaces={default,$SCAN_NS}" \
   --set redis.image.repository="$REDIS_IMAGE_REPOSITORY" --set-string redis.image.tag="$REDIS_IMAGE_TAG" \
@@ -137,7 +148,7 @@ h test bucketscan -n "$RELEASE_NS" --logs --timeout 3m
 k create namespace "$SCAN_NS" --dry-run=client -o yaml | k apply -f - >/dev/null
 k label namespace "$SCAN_NS" pod-security.kubernetes.io/enforce=restricted \
   pod-security.kubernetes.io/enforce-version=latest --overwrite >/dev/null
-if refused=$(k -n "$SCAN_NS" run psa-probe --image="bucketscan:$TAG" --restart=Never --dry-run=server 2>&1); then
+if refused=$(k -n "$SCAN_NS" run psa-probe --image="$PRODUCT_IMAGE:$TAG" --restart=Never --dry-run=server 2>&1); then
   die "namespace $SCAN_NS admitted a pod without a security context: Pod Security is not enforced"
 fi
 [[ $refused == *'violates PodSecurity "restricted:latest"'* ]] || die "psa-probe refused for another reason: $refused"

@@ -7,6 +7,7 @@
 #   coredns                         (cluster DNS of the e2e cluster)
 #   helm                            (chart lint and template)
 #   kubeconform                     (schema check of rendered manifests)
+#   validate-krew-manifest          (krew's check of the release's plugin manifest)
 #   gitops-health                   (kstatus, Argo CD's Lua and Flux's CEL
 #                                   health of real BucketScans: scripts/gitops-health)
 # Idempotent: a binary of the pinned version is kept. A cold build takes about
@@ -24,6 +25,7 @@ BIN=$CACHE/bin
 K8S_VERSION=v1.34.4
 HELM_VERSION=v4.3.1
 KUBECONFORM_VERSION=v0.7.0
+KREW_VERSION=v0.4.3
 COREDNS_VERSION=v1.12.4
 mkdir -p "$BIN"
 
@@ -110,6 +112,8 @@ go_tool() { # name version module-path
 }
 go_tool helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
 go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform
+# krew's own manifest check, for the plugin manifest `just release` writes.
+go_tool validate-krew-manifest "$KREW_VERSION" sigs.k8s.io/krew/cmd/validate-krew-manifest
 # CoreDNS's main package is its module root; static, so the image is the binary.
 go_tool coredns "$COREDNS_VERSION" github.com/coredns/coredns
 # The GitOps health reader of operator/tests/gitops_health.rs, from this

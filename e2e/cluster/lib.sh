@@ -17,6 +17,7 @@ LOGS=$STATE/logs
 DATA=$STATE/data
 CONF=$STATE/etc                 # configuration rendered from e2e/cluster/config
 IMAGES=$STATE/images            # image tarballs
+PRODUCT_IMAGE=ghcr.io/bucketscan/bucketscan # the chart's image.repository
 # The workspace's binaries the images and the e2e use: `just build-e2e`'s
 # (cargo profile e2e) unless BUCKETSCAN_BUILD names another profile's
 # directory (`just bench`: release).

@@ -2,7 +2,8 @@
 # Build the e2e cluster's images as tarballs, without Docker, into $IMAGES:
 #   cluster   bucketscan.local/pause:1    the pod sandbox, a static C program
 #             bucketscan.local/coredns:1  CoreDNS, a static Go binary
-#   product   bucketscan:VERSION          bucketscan-operator + bucketscan-worker (from
+#   product   ghcr.io/bucketscan/bucketscan:VERSION
+#                                         bucketscan-operator + bucketscan-worker (from
 #                                         $BUILD_DIR, stripped) with exactly the libraries they load
 #             bucketscan.local/redis:7    Debian's redis-server with its libraries, sh and
 #                                         sed (the chart writes the password to a config file)
@@ -76,8 +77,11 @@ if [ "$WHAT" = product ] || [ "$WHAT" = all ]; then
   if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
     certs=(--file /etc/ssl/certs/ca-certificates.crt=/etc/ssl/certs/ca-certificates.crt)
   fi
-  image bucketscan "bucketscan:$version" "$operator" "$worker" passwd group -- \
+  image bucketscan "$PRODUCT_IMAGE:$version" "$operator" "$worker" passwd group -- \
     --entrypoint '["/usr/local/bin/bucketscan-worker"]' --user 65532:65532 \
+    --label org.opencontainers.image.title=bucketscan --label "org.opencontainers.image.version=$version" \
+    --label org.opencontainers.image.licenses=Apache-2.0 \
+    --label org.opencontainers.image.source=https://github.com/bucketscan/bucketscan \
     --binary "$operator=/usr/local/bin/bucketscan-operator" \
     --binary "$worker=/usr/local/bin/bucketscan-worker" \
     --file passwd=/etc/passwd --file group=/etc/group "${certs[@]}" --dir tmp

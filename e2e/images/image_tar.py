@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Write a container image as a `docker save` style tarball, without Docker.
+"""Write a container image as an OCI image archive that is also a `docker
+save` tarball, without Docker.
 
     image_tar.py REF OUT.tar [--entrypoint JSON] [--user UID:GID]
                  [--file SRC=DST ...] [--binary SRC=DST ...] [--dir PATH ...]
+                 [--label KEY=VALUE ...]
 
 --file copies one file; --binary copies an executable and every shared
 library `ldd` says it loads (at the path ldd reports, so the dynamic loader
 finds them without a cache). The image has one layer, fixed timestamps and
-sorted entries, so the same inputs give the same image ID. `ctr images import`
-reads it.
+sorted entries, so the same inputs give the same image digest. `ctr images
+import`, `docker load` and `skopeo copy oci-archive:` read it.
 """
 import argparse
 import hashlib
@@ -68,8 +70,19 @@ def layer_bytes(files, dirs):
     return buf.getvalue()
 
 
-def write_image(ref, out, layer, entrypoint, user):
-    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+def blob(data):
+    """The digest of a content-addressed blob and its path in the archive."""
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    return digest, "blobs/sha256/" + digest[len("sha256:"):]
+
+
+def write_image(ref, out, layer, entrypoint, user, labels):
+    """One archive that is both an OCI image layout (index.json, oci-layout,
+    blobs/: what `skopeo copy oci-archive:`, `crane push` and registries
+    take) and a `docker save` tarball (manifest.json naming the same blobs,
+    as Docker 25 writes them: what `docker load` and `ctr images import`
+    read)."""
+    diff_id, layer_path = blob(layer)
     config = {
         "architecture": "amd64",
         "os": "linux",
@@ -79,21 +92,53 @@ def write_image(ref, out, layer, entrypoint, user):
             "Entrypoint": entrypoint,
             "User": user,
             "WorkingDir": "/",
+            "Labels": labels,
         },
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created": EPOCH, "created_by": "e2e/images/image_tar.py"}],
     }
     config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
-    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
-    layer_name = diff_id[len("sha256:"):] + "/layer.tar"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": [layer_name]}]).encode()
+    config_digest, config_path = blob(config_bytes)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
+                   "size": len(config_bytes)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": diff_id,
+                    "size": len(layer)}],
+    }
+    if labels:
+        manifest["annotations"] = labels
+    manifest_bytes = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    manifest_digest, manifest_path = blob(manifest_bytes)
+    tag = ref.rsplit(":", 1)[1] if ":" in ref.rsplit("/", 1)[-1] else "latest"
+    full_name = ref if "/" in ref else "docker.io/library/" + ref
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest,
+            "size": len(manifest_bytes),
+            "annotations": {"org.opencontainers.image.ref.name": tag, "io.containerd.image.name": full_name},
+        }],
+    }
+    docker = [{"Config": config_path, "RepoTags": [ref], "Layers": [layer_path]}]
+    files = (
+        (config_path, config_bytes),
+        (layer_path, layer),
+        (manifest_path, manifest_bytes),
+        ("index.json", json.dumps(index, sort_keys=True).encode()),
+        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+        ("manifest.json", json.dumps(docker).encode()),
+    )
     tmp = out + ".tmp"
     with tarfile.open(tmp, "w") as tar:
-        tar.addfile(entry(os.path.dirname(layer_name) + "/", type=tarfile.DIRTYPE, mode=0o755))
-        for name, data in ((config_name, config_bytes), (layer_name, layer), ("manifest.json", manifest)):
+        for d in ("blobs/", "blobs/sha256/"):
+            tar.addfile(entry(d, type=tarfile.DIRTYPE, mode=0o755))
+        for name, data in files:
             tar.addfile(entry(name, size=len(data), mode=0o644), io.BytesIO(data))
     os.replace(tmp, out)
-    return config_name[:12]
+    return manifest_digest
 
 
 def main():
@@ -105,6 +150,7 @@ def main():
     parser.add_argument("--file", action="append", default=[], help="SRC=DST")
     parser.add_argument("--binary", action="append", default=[], help="SRC=DST, with its libraries")
     parser.add_argument("--dir", action="append", default=[])
+    parser.add_argument("--label", action="append", default=[], help="KEY=VALUE (image label and annotation)")
     args = parser.parse_args()
 
     files = {}
@@ -117,8 +163,9 @@ def main():
         for lib in shared_libraries(spec.split("=", 1)[0]):
             files[lib] = os.path.realpath(lib)
     layer = layer_bytes(files, set(args.dir))
-    image_id = write_image(args.ref, args.out, layer, json.loads(args.entrypoint), args.user)
-    print(f"{args.ref}: {len(files)} files, {len(layer) // 1024} KiB, id {image_id}")
+    labels = dict(label.split("=", 1) for label in args.label)
+    digest = write_image(args.ref, args.out, layer, json.loads(args.entrypoint), args.user, labels)
+    print(f"{args.ref}: {len(files)} files, {len(layer) // 1024} KiB, manifest {digest}")
 
 
 if __name__ == "__main__":

@@ -32,10 +32,10 @@ build_images() {
   local id
   id=$(docker build -q "$REPO")
   TAG=e2e-$(echo "${id#sha256:}" | cut -c1-12)
-  docker tag "$id" "bucketscan:$TAG"
+  docker tag "$id" "$PRODUCT_IMAGE:$TAG"
   docker image inspect "$REDIS_IMAGE_REPOSITORY:$REDIS_IMAGE_TAG" >/dev/null 2>&1 ||
     docker pull "$REDIS_IMAGE_REPOSITORY:$REDIS_IMAGE_TAG"
-  kind load docker-image --name "$KIND_CLUSTER" "bucketscan:$TAG" "$REDIS_IMAGE_REPOSITORY:$REDIS_IMAGE_TAG"
+  kind load docker-image --name "$KIND_CLUSTER" "$PRODUCT_IMAGE:$TAG" "$REDIS_IMAGE_REPOSITORY:$REDIS_IMAGE_TAG"
 }
 
 # Test servers listen on every interface of this host: the kind node reaches

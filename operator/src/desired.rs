@@ -20,9 +20,9 @@ use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 
 /// The one image of operator, workers and merge (both binaries are in it),
-/// tagged with this build's version: the chart's `appVersion` is the same
-/// (a test checks).
-pub const DEFAULT_IMAGE: &str = concat!("bucketscan:", env!("CARGO_PKG_VERSION"));
+/// where releases publish it (`just release`), tagged with this build's
+/// version: the chart's `appVersion` and image are the same (a test checks).
+pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/bucketscan/bucketscan:", env!("CARGO_PKG_VERSION"));
 
 /// The repository of an image reference, without its tag and digest
 /// (`reg:5000/team/bucketscan:1.2@sha256:..` → `reg:5000/team/bucketscan`):
