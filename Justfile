@@ -34,10 +34,11 @@ layers:
     scripts/check-versions.sh
     python3 scripts/check-layers.py --self-test
     python3 scripts/check-layers.py core/src --layers s3 keyspace scan fleet
-    python3 scripts/check-layers.py operator/src --layers crd,metrics,pods validate,desired,status,autoscale controller leader
+    python3 scripts/check-layers.py operator/src --layers metrics,pods validate,desired,status,autoscale controller leader
     python3 scripts/check-layers.py worker/src
     python3 scripts/check-layers.py bench/src
     python3 scripts/check-layers.py kubectl-plugin/src
+    python3 scripts/check-layers.py api/src
 
 # Every check and test: lints, then the tests (cargo-nextest) against real S3
 # servers, Redis and a kube-apiserver started for the run, then the

@@ -353,6 +353,11 @@ killed=0
 while [[ "$(phase_of e2e-chaos)" =~ ^(Scanning|Planning|Pending)$ ]]; do
   tick=$((tick + 1))
   case $tick in
+    2) # The plugin's logs of the running workers, as a user looks at a scan.
+       worker_logs=$(kplugin logs e2e-chaos -n "$SCAN_NS" --component worker --tail 2)
+       [[ $worker_logs == *"[e2e-chaos-workers-"* ]] ||
+         die "kubectl bucketscan logs e2e-chaos shows no worker's log: $worker_logs"
+       act "kubectl bucketscan logs: $(grep -c '^\[' <<<"$worker_logs") lines of the workers" ;;
     3) kt -n "$SCAN_NS" patch bucketscan e2e-chaos --type merge -p '{"spec":{"workers":{"replicas":4}}}' >/dev/null
        act "workers scaled 2 -> 4" ;;
     5) k -n "$RELEASE_NS" delete pod -l app.kubernetes.io/component=operator --wait=false >/dev/null

@@ -4,7 +4,7 @@
 //! May import: error
 
 use crate::error::Error;
-use bucketscan_operator::crd::BucketScan;
+use bucketscan_api::crd::BucketScan;
 use kube::{Api, Client};
 
 /// The API of BucketScans in `namespace`.
@@ -18,6 +18,29 @@ pub async fn get(client: &Client, namespace: &str, name: &str) -> Result<BucketS
     match api(client, namespace).get(name).await {
         Ok(scan) => Ok(scan),
         Err(kube::Error::Api(status)) if status.is_not_found() => Err(missing(client, namespace, name).await),
+        Err(e @ (kube::Error::HyperError(_) | kube::Error::Service(_))) => {
+            Err(Error::Unreachable(e.to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The BucketScans of `namespace`, or of every namespace, by namespace
+/// and name.
+pub async fn list(client: &Client, namespace: Option<&str>) -> Result<Vec<BucketScan>, Error> {
+    let api: Api<BucketScan> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    match api.list(&Default::default()).await {
+        Ok(list) => {
+            let mut scans = list.items;
+            scans.sort_by(|a, b| {
+                (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+            });
+            Ok(scans)
+        }
+        Err(kube::Error::Api(status)) if status.is_not_found() => Err(Error::NoCrd),
         Err(e @ (kube::Error::HyperError(_) | kube::Error::Service(_))) => {
             Err(Error::Unreachable(e.to_string()))
         }

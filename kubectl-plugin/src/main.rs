@@ -1,13 +1,15 @@
 //! `kubectl-bucketscan`: a kubectl plugin (kubectl runs any `kubectl-NAME`
-//! on PATH as `kubectl NAME`) for BucketScans: `status`, `watch` with a
-//! live progress bar, and `result`. It reads the BucketScan's status only,
-//! through the current kubeconfig context, so it needs no S3 credentials.
+//! on PATH as `kubectl NAME`) for BucketScans: `status` (of one scan, or a
+//! table of them), `watch` with a live progress bar, `result`, and `logs` of
+//! the scan's pods. It reads BucketScans and pod logs only, through the
+//! kubeconfig kubectl would use, so it needs no S3 credentials.
 //!
-//! May import: connect, error, fetch, render, result, watch
+//! May import: connect, error, fetch, logs, render, result, watch
 
 mod connect;
 mod error;
 mod fetch;
+mod logs;
 mod render;
 mod result;
 mod watch;
@@ -23,14 +25,38 @@ use std::process::ExitCode;
     about = "Progress and results of bucketscan scans (BucketScan resources)"
 )]
 struct Cli {
+    #[command(flatten)]
+    cluster: Cluster,
     #[command(subcommand)]
     command: Command,
 }
 
+/// Which cluster, as kubectl's own flags say it.
+#[derive(Args)]
+struct Cluster {
+    /// The kubeconfig file (default: KUBECONFIG, else ~/.kube/config).
+    #[arg(long, global = true)]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use (default: the current one).
+    #[arg(long, global = true)]
+    context: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Phase, progress, rate, ETA, workers, shards, conditions and result.
-    Status(Target),
+    /// One scan: phase, progress, rate, ETA, workers, shards, conditions and
+    /// result. Without a name: a line per scan of the namespace (`-A`: of
+    /// every namespace).
+    Status {
+        /// The BucketScan's name (none: every scan).
+        name: Option<String>,
+        /// Its namespace (default: the kubeconfig context's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Every namespace's scans.
+        #[arg(short = 'A', long, conflicts_with_all = ["name", "namespace"])]
+        all_namespaces: bool,
+    },
     /// Follow the scan with a live progress bar until it ends: exit 0 when
     /// it completes, 1 (with the reason) when it fails.
     Watch {
@@ -48,6 +74,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The logs of the scan's pods (workers, plan and merge Jobs), each line
+    /// after its pod's name, pods in the order they started.
+    Logs {
+        #[command(flatten)]
+        target: Target,
+        /// Only the pods of this part of the scan.
+        #[arg(long, value_parser = ["worker", "plan", "replan", "merge", "delete-parts"])]
+        component: Option<String>,
+        /// The last this many lines of each pod (default: all).
+        #[arg(long)]
+        tail: Option<i64>,
+    },
 }
 
 #[derive(Args)]
@@ -57,9 +95,6 @@ struct Target {
     /// Its namespace (default: the kubeconfig context's).
     #[arg(short, long)]
     namespace: Option<String>,
-    /// The kubeconfig context to use (default: the current one).
-    #[arg(long)]
-    context: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -68,7 +103,7 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match runtime.block_on(run(cli.command)) {
+    match runtime.block_on(run(&cli.cluster, cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", render::terminal(&e.to_string()));
@@ -77,15 +112,39 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command) -> Result<(), Error> {
+async fn run(cluster: &Cluster, command: Command) -> Result<(), Error> {
+    let connect = |namespace: Option<String>| {
+        connect::connect(
+            cluster.kubeconfig.as_deref(),
+            cluster.context.as_deref(),
+            namespace,
+        )
+    };
     match command {
-        Command::Status(t) => {
-            let (client, ns) = connect::connect(t.context.as_deref(), t.namespace.as_deref()).await?;
-            let scan = fetch::get(&client, &ns, &t.name).await?;
+        Command::Status {
+            name: Some(name),
+            namespace,
+            ..
+        } => {
+            let (client, ns) = connect(namespace).await?;
+            let scan = fetch::get(&client, &ns, &name).await?;
             print!("{}", render::terminal(&render::status_report(&scan)));
         }
+        Command::Status {
+            name: None,
+            namespace,
+            all_namespaces,
+        } => {
+            let (client, ns) = connect(namespace).await?;
+            let scope = (!all_namespaces).then_some(ns.as_str());
+            let scans = fetch::list(&client, scope).await?;
+            print!(
+                "{}",
+                render::terminal(&render::status_table(&scans, all_namespaces))
+            );
+        }
         Command::Watch { target: t, timeout } => {
-            let (client, ns) = connect::connect(t.context.as_deref(), t.namespace.as_deref()).await?;
+            let (client, ns) = connect(t.namespace).await?;
             let watched = watch::watch(&client, &ns, &t.name);
             let output = match timeout {
                 Some(secs) => tokio::time::timeout(std::time::Duration::from_secs(secs), watched)
@@ -99,13 +158,25 @@ async fn run(command: Command) -> Result<(), Error> {
             println!("complete: {}", render::terminal(&output));
         }
         Command::Result { target: t, json } => {
-            let (client, ns) = connect::connect(t.context.as_deref(), t.namespace.as_deref()).await?;
+            let (client, ns) = connect(t.namespace).await?;
             let summary = result::summary(&fetch::get(&client, &ns, &t.name).await?)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&summary).expect("plain data"));
             } else {
                 print!("{}", render::terminal(&result::text(&summary)));
             }
+        }
+        Command::Logs {
+            target: t,
+            component,
+            tail,
+        } => {
+            let (client, ns) = connect(t.namespace).await?;
+            let scan = fetch::get(&client, &ns, &t.name).await?;
+            print!(
+                "{}",
+                render::terminal(&logs::logs(&client, &scan, component.as_deref(), tail).await?)
+            );
         }
     }
     Ok(())

@@ -4,8 +4,11 @@
 //!
 //! May import: (none of this crate)
 
-use bucketscan_operator::crd::{BucketScan, BucketScanStatus, Phase};
-use bucketscan_operator::status::{human_duration, FAILED, STORE_SATURATED};
+use bucketscan_api::crd::{BucketScan, BucketScanStatus, Phase};
+use bucketscan_api::{
+    conditions::{FAILED, STORE_SATURATED},
+    human_duration,
+};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -149,13 +152,11 @@ pub fn failure(st: &BucketScanStatus) -> String {
     }
 }
 
-/// One line of `watch`: phase, bar, objects, rate, ETA, workers, shards,
-/// throttling. Fields the status does not have yet are left out.
-pub fn progress_line(st: &BucketScanStatus) -> String {
-    let mut parts = vec![format!("{:<8}", format!("{:?}", st.phase))];
-    if let Some(f) = fraction(st) {
-        parts.push(bar(f));
-    }
+/// What a line of `watch` says besides the phase and the bar: objects,
+/// rate, ETA, workers, shards, throttling. Fields the status does not have
+/// yet are left out.
+pub fn progress_details(st: &BucketScanStatus) -> String {
+    let mut parts = Vec::new();
     parts.extend(objects_text(st));
     parts.extend(rate_text(st));
     if st.phase != Phase::Complete {
@@ -168,6 +169,82 @@ pub fn progress_line(st: &BucketScanStatus) -> String {
         parts.push(format!("SATURATED ({})", c.reason));
     }
     parts.join("  ")
+}
+
+/// One line of `watch` where it is not a terminal (a pipe, a CI log):
+/// phase, a text bar, then [`progress_details`].
+pub fn progress_line(st: &BucketScanStatus) -> String {
+    let mut parts = vec![format!("{:<8}", format!("{:?}", st.phase))];
+    if let Some(f) = fraction(st) {
+        parts.push(bar(f));
+    }
+    let details = progress_details(st);
+    if !details.is_empty() {
+        parts.push(details);
+    }
+    parts.join("  ")
+}
+
+/// `kubectl bucketscan status` without a name: a line per scan, columns
+/// aligned as kubectl aligns them (with NAMESPACE first for `-A`).
+pub fn status_table(scans: &[BucketScan], namespaces: bool) -> String {
+    if scans.is_empty() {
+        return "No BucketScans found.\n".into();
+    }
+    let mut rows = vec![
+        vec!["NAME", "PHASE", "PROGRESS", "OBJECTS", "RATE", "ETA", "READY"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>(),
+    ];
+    if namespaces {
+        rows[0].insert(0, "NAMESPACE".into());
+    }
+    for scan in scans {
+        let st = scan.status.clone().unwrap_or_default();
+        let ready = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == bucketscan_api::conditions::READY)
+            .map_or_else(
+                || "-".to_string(),
+                |c| {
+                    if c.status == "True" {
+                        "True".into()
+                    } else {
+                        c.reason.clone()
+                    }
+                },
+            );
+        let mut row = vec![
+            scan.metadata.name.clone().unwrap_or_default(),
+            format!("{:?}", st.phase),
+            fraction(&st).map_or_else(|| "-".into(), |f| format!("{}%", (f * 100.0).floor() as u64)),
+            objects_done(&st).map_or_else(|| "-".into(), thousands),
+            rate_text(&st).unwrap_or_else(|| "-".into()),
+            eta_text(&st)
+                .filter(|_| st.phase != Phase::Complete)
+                .unwrap_or_else(|| "-".into()),
+            ready,
+        ];
+        if namespaces {
+            row.insert(0, scan.metadata.namespace.clone().unwrap_or_default());
+        }
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("   ").trim_end());
+    }
+    out
 }
 
 /// The report of `kubectl bucketscan status`.
@@ -236,7 +313,7 @@ mod tests {
         );
         assert_eq!(terminal("plain 1,234 objects\n"), "plain 1,234 objects\n");
     }
-    use bucketscan_operator::crd::{ShardCounts, StatusNumbers};
+    use bucketscan_api::crd::{ShardCounts, StatusNumbers};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn scanning() -> BucketScanStatus {

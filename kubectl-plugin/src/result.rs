@@ -7,7 +7,7 @@
 
 use crate::error::Error;
 use crate::render::thousands;
-use bucketscan_operator::crd::{BucketScan, ObjectCounts, Phase, ShardCounts};
+use bucketscan_api::crd::{BucketScan, ObjectCounts, Phase, ShardCounts};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -108,7 +108,7 @@ pub fn text(s: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bucketscan_operator::crd::{BucketScanSpec, BucketScanStatus};
+    use bucketscan_api::crd::{BucketScanSpec, BucketScanStatus};
 
     fn scan(status: BucketScanStatus) -> BucketScan {
         let mut scan = BucketScan::new("photos", BucketScanSpec::default());

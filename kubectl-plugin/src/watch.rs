@@ -1,45 +1,67 @@
 //! `kubectl bucketscan watch`: follow one BucketScan through a watch (not
-//! polling) until it completes or fails. On a terminal one line redraws in
-//! place; elsewhere (a pipe, a CI log) each change prints a line of its own,
-//! and a status update that changes nothing shown prints nothing.
+//! polling) until it completes or fails. On a terminal a live progress bar
+//! (indicatif) redraws in place; elsewhere (a pipe, a CI log) each change
+//! prints a line of its own, and a status update that changes nothing shown
+//! prints nothing.
 //!
 //! May import: error, fetch, render
 
 use crate::error::Error;
 use crate::fetch;
-use crate::render::{failure, progress_line};
-use bucketscan_operator::crd::{BucketScan, Phase};
+use crate::render::{failure, fraction, progress_details, progress_line, terminal};
+use bucketscan_api::crd::{BucketScan, BucketScanStatus, Phase};
 use futures::StreamExt;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use std::io::{IsTerminal, Write};
 
-/// Where progress lines go and how.
-struct Screen {
-    tty: bool,
-    last: String,
+/// Where progress goes: a live bar on a terminal, lines elsewhere.
+enum Screen {
+    Live(indicatif::ProgressBar),
+    Lines { last: String },
 }
 
+/// Steps of the live bar: the share done in tenths of a percent.
+const STEPS: u64 = 1000;
+
 impl Screen {
-    fn show(&mut self, line: String) {
-        let line = crate::render::terminal(&line);
-        if line == self.last {
-            return;
+    fn new() -> Screen {
+        if !std::io::stdout().is_terminal() {
+            return Screen::Lines { last: String::new() };
         }
-        let mut out = std::io::stdout().lock();
-        // \r and "erase line": the next state overwrites this one.
-        let _ = if self.tty {
-            write!(out, "\r\x1b[2K{line}")
-        } else {
-            writeln!(out, "{line}")
-        };
-        let _ = out.flush();
-        self.last = line;
+        let bar =
+            indicatif::ProgressBar::with_draw_target(Some(STEPS), indicatif::ProgressDrawTarget::stdout());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{prefix:<8} [{bar:20}] {percent:>3}%  {wide_msg}")
+                .expect("a valid template")
+                .progress_chars("#>."),
+        );
+        Screen::Live(bar)
+    }
+
+    fn show(&mut self, status: &BucketScanStatus) {
+        match self {
+            Screen::Live(bar) => {
+                bar.set_prefix(format!("{:?}", status.phase));
+                bar.set_position((fraction(status).unwrap_or(0.0) * STEPS as f64) as u64);
+                bar.set_message(terminal(&progress_details(status)));
+            }
+            Screen::Lines { last } => {
+                let line = terminal(&progress_line(status));
+                if line == *last {
+                    return;
+                }
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+                *last = line;
+            }
+        }
     }
 
     fn finish(&mut self) {
-        if self.tty && !self.last.is_empty() {
-            println!();
+        if let Screen::Live(bar) = self {
+            bar.abandon();
         }
     }
 }
@@ -50,10 +72,7 @@ pub async fn watch(client: &Client, namespace: &str, name: &str) -> Result<Strin
     // A plain GET first: a missing object or CRD gets its clear message
     // instead of a watch that waits forever for nothing.
     let first = fetch::get(client, namespace, name).await?;
-    let mut screen = Screen {
-        tty: std::io::stdout().is_terminal(),
-        last: String::new(),
-    };
+    let mut screen = Screen::new();
     if let Some(done) = step(&mut screen, &first, name) {
         return done;
     }
@@ -97,7 +116,7 @@ fn gone(screen: &mut Screen, name: &str) -> Error {
 /// Show `scan`; the outcome once it is final.
 fn step(screen: &mut Screen, scan: &BucketScan, name: &str) -> Option<Result<String, Error>> {
     let status = scan.status.clone().unwrap_or_default();
-    screen.show(progress_line(&status));
+    screen.show(&status);
     let outcome = match status.phase {
         Phase::Complete => Ok(status.output.unwrap_or_default()),
         Phase::Failed => Err(Error::Failed {

@@ -6,7 +6,7 @@
 #[path = "../../operator/tests/cluster/mod.rs"]
 mod cluster;
 
-use bucketscan_operator::crd::BucketScan;
+use bucketscan_api::crd::BucketScan;
 use cluster::*;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::process::{Output, Stdio};
@@ -338,4 +338,69 @@ async fn watch_gives_up_after_its_timeout() {
         text(&out.stderr)
     );
     assert!(text(&out.stdout).starts_with("Scanning"), "{}", text(&out.stdout));
+}
+
+/// `status` without a name: a line per scan of the namespace; `-A` adds
+/// the namespace and every namespace's scans; `--kubeconfig` names the
+/// file when KUBECONFIG is unset, as kubectl's own flag does.
+#[tokio::test]
+async fn status_lists_the_scans_of_a_namespace_or_of_all() {
+    let first = scan("plugin-list-a", "alpha").await;
+    set_status(&first, "alpha", scanning(12345, 4)).await;
+    let second = scan("plugin-list-b", "beta").await;
+    set_status(&second, "beta", complete()).await;
+
+    let out = run(&["status", "-n", "plugin-list-a"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "PROGRESS", "OBJECTS", "RATE", "ETA", "READY"]
+    );
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        row,
+        ["alpha", "Scanning", "50%", "12,345", "5,000/s", "3m20s", "-"]
+    );
+
+    let out = plugin()
+        .env_remove("KUBECONFIG")
+        .args(["--kubeconfig", &kubeconfig_path(), "status", "-A"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("NAMESPACE"), "{stdout}");
+    let rows: Vec<Vec<&str>> = stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert!(
+        rows.iter()
+            .any(|r| r[..4] == ["plugin-list-a", "alpha", "Scanning", "50%"]),
+        "{stdout}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r[..5] == ["plugin-list-b", "beta", "Complete", "100%", "40,123"]),
+        "{stdout}"
+    );
+
+    let out = run(&["status", "-n", "plugin-list-empty"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "No BucketScans found.\n");
+    // A name and -A do not go together.
+    let out = run(&["status", "alpha", "-A"]);
+    assert!(!out.status.success());
+    // A kubeconfig file that is not there is a clear error.
+    let out = plugin()
+        .args(["--kubeconfig", "/nonexistent/kubeconfig", "status", "alpha"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no usable kubeconfig"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -494,9 +494,7 @@ pub fn worker_deployment(
         // The operator runs the reaper.
         "--no-reap".into(),
         "--metadata-source".into(),
-        bucketscan_core::scan::listed::MetadataSource::from(scan.spec.metadata_source)
-            .as_str()
-            .into(),
+        core_metadata_source(scan.spec.metadata_source).as_str().into(),
     ]);
     if let Some(rate) = per_worker_rate(scan) {
         args.extend(["--max-rate".into(), format!("{rate}")]);
@@ -520,6 +518,34 @@ pub fn worker_deployment(
     }
 }
 
+/// The resource's choices in core's types (the lean API crate knows nothing
+/// of core).
+fn core_format(f: crate::crd::Format) -> bucketscan_core::scan::format::Format {
+    use bucketscan_core::scan::format::Format;
+    match f {
+        crate::crd::Format::Jsonl => Format::Jsonl,
+        crate::crd::Format::Csv => Format::Csv,
+        crate::crd::Format::Parquet => Format::Parquet,
+    }
+}
+
+fn core_layout(l: crate::crd::Layout) -> bucketscan_core::scan::format::Layout {
+    use bucketscan_core::scan::format::Layout;
+    match l {
+        crate::crd::Layout::Single => Layout::Single,
+        crate::crd::Layout::Dataset => Layout::Dataset,
+    }
+}
+
+fn core_metadata_source(m: crate::crd::MetadataSource) -> bucketscan_core::scan::listed::MetadataSource {
+    use bucketscan_core::scan::listed::MetadataSource;
+    match m {
+        crate::crd::MetadataSource::Auto => MetadataSource::Auto,
+        crate::crd::MetadataSource::Head => MetadataSource::Head,
+        crate::crd::MetadataSource::List => MetadataSource::List,
+    }
+}
+
 /// A shard fails for good after this many attempts.
 pub const MAX_FAILURES: u32 = 5;
 
@@ -533,8 +559,8 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
         gzip: scan.spec.output.gzip,
         only_with_metadata: scan.spec.filters.only_with_metadata,
         max_failures: MAX_FAILURES,
-        format: scan.spec.output.format.into(),
-        layout: scan.spec.output.layout.into(),
+        format: core_format(scan.spec.output.format),
+        layout: core_layout(scan.spec.output.layout),
         file_size: scan.spec.output.file_size_bytes.unwrap_or(DEFAULT_FILE_SIZE),
         scan_id: scan_id(scan),
     }

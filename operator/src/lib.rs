@@ -2,9 +2,12 @@
 //! controller that plans a scan into Redis, runs worker pods, merges the
 //! result and reports progress in the resource's status.
 
+/// The resource's types live in the shared lean crate (the kubectl plugin
+/// uses them without the operator's stack).
+pub use bucketscan_api::crd;
+
 pub mod autoscale;
 pub mod controller;
-pub mod crd;
 pub mod desired;
 pub mod leader;
 pub mod metrics;

@@ -5,25 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub const PLANNED: &str = "Planned";
-pub const COMPLETE: &str = "Complete";
-pub const FAILED: &str = "Failed";
-pub const SUSPENDED: &str = "Suspended";
-/// True while the scan waits on something outside it that may come right
-/// by itself (a Secret not created yet, the store or Redis unreachable).
-pub const BLOCKED: &str = "Blocked";
-/// True while a name the scan's children take (`NAME-workers`, `NAME-redis`,
-/// `NAME-plan`, ...) holds another workload's object, which the operator
-/// leaves alone: the scan waits until the name is free.
-pub const CONFLICT: &str = "Conflict";
-/// Whether the worker pods run, and why not (`pods::WorkerHealth`).
-pub const WORKERS_READY: &str = "WorkersReady";
-/// False while a scan makes no progress for longer than the operator's
-/// stall threshold.
-pub const PROGRESSING: &str = "Progressing";
-/// True when more workers would not make the scan faster (autoscaling:
-/// the rate stopped growing with the workers, or the store throttles).
-pub const STORE_SATURATED: &str = "StoreSaturated";
+pub use bucketscan_api::conditions::*;
 
 /// How long a blocked scan waits before its next attempt: 5 s, doubling
 /// with every attempt in a row, at most 5 minutes.
@@ -129,14 +111,6 @@ pub fn completed(counts: &BTreeMap<String, u64>, result: &str) -> Completed {
         unreadable,
     }
 }
-
-pub const READY: &str = "Ready";
-/// kstatus's "abnormal-true" conditions, present only while True (as Flux's
-/// controllers keep them): Reconciling while the scan works towards its
-/// result or waits on something that may pass; Stalled while it cannot go
-/// on without a person (failed, a name another workload holds, no progress).
-pub const RECONCILING: &str = "Reconciling";
-pub const STALLED: &str = "Stalled";
 
 /// Where a scan stands, in the words GitOps tools read (kstatus, Argo CD,
 /// Flux): one of these, with the reason and message of the condition that
@@ -244,15 +218,7 @@ pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
     conditions.len() != before
 }
 
-/// `3h5m`, `4m20s`, `12s`.
-pub fn human_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match (s / 3600, (s % 3600) / 60, s % 60) {
-        (0, 0, sec) => format!("{sec}s"),
-        (0, min, sec) => format!("{min}m{sec}s"),
-        (h, min, _) => format!("{h}h{min}m"),
-    }
-}
+pub use bucketscan_api::human_duration;
 
 /// `12345/s`.
 pub fn rate(per_second: f64) -> String {

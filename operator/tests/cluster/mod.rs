@@ -165,7 +165,7 @@ pub fn s3_scan(
     bucket: &str,
     out: &str,
     spec: serde_json::Value,
-) -> bucketscan_operator::crd::BucketScan {
+) -> bucketscan_api::crd::BucketScan {
     let mut body = serde_json::json!({
         "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
         "metadata": {"name": name},
@@ -237,7 +237,7 @@ pub fn apply_rbac(rendered: &str, file_name: &str) {
 
 /// Condition `type_` of BucketScan `name`: status, reason and message.
 pub async fn condition(
-    scans: &Api<bucketscan_operator::crd::BucketScan>,
+    scans: &Api<bucketscan_api::crd::BucketScan>,
     name: &str,
     type_: &str,
 ) -> Option<(String, String, String)> {

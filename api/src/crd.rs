@@ -204,16 +204,6 @@ pub enum Format {
     Parquet,
 }
 
-impl From<Format> for bucketscan_core::scan::format::Format {
-    fn from(f: Format) -> Self {
-        match f {
-            Format::Jsonl => Self::Jsonl,
-            Format::Csv => Self::Csv,
-            Format::Parquet => Self::Parquet,
-        }
-    }
-}
-
 /// Where user metadata comes from (`bucketscan-worker run --metadata-source`).
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
@@ -228,16 +218,6 @@ pub enum MetadataSource {
     List,
 }
 
-impl From<MetadataSource> for bucketscan_core::scan::listed::MetadataSource {
-    fn from(m: MetadataSource) -> Self {
-        match m {
-            MetadataSource::Auto => Self::Auto,
-            MetadataSource::Head => Self::Head,
-            MetadataSource::List => Self::List,
-        }
-    }
-}
-
 /// Result layout.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
@@ -247,15 +227,6 @@ pub enum Layout {
     Single,
     /// Files of bounded size in key order under `data/`.
     Dataset,
-}
-
-impl From<Layout> for bucketscan_core::scan::format::Layout {
-    fn from(l: Layout) -> Self {
-        match l {
-            Layout::Single => Self::Single,
-            Layout::Dataset => Self::Dataset,
-        }
-    }
 }
 
 /// The worker pods: a fixed number (`replicas`), or between `minReplicas` and
