@@ -22,6 +22,7 @@
 //! May import: `patient` (the connection and its backoff).
 
 use super::patient::{Backoff, PatientConnection};
+use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError};
 use sha2::{Digest, Sha256};
 use std::sync::LazyLock;
@@ -149,7 +150,7 @@ impl Library {
 
     /// Load the library unless Redis holds it already (the name is the
     /// hash of the text, so a library of that name is this one).
-    pub async fn load(&self, con: &mut PatientConnection) -> Result<(), RedisError> {
+    pub async fn load(&self, con: &mut impl ConnectionLike) -> Result<(), RedisError> {
         let loaded = redis::cmd("FUNCTION")
             .arg("LOAD")
             .arg(&self.text)
@@ -159,6 +160,23 @@ impl Library {
             Err(e) if e.to_string().contains("already exists") => Ok(()),
             other => other.map(drop),
         }
+    }
+}
+
+impl Library {
+    /// Load the library when Redis lacks it: a look at its name first
+    /// (a short answer), so the text goes to Redis only after a restart.
+    pub async fn ensure(&self, con: &mut impl ConnectionLike) -> Result<(), RedisError> {
+        let held: Vec<redis::Value> = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(&self.name)
+            .query_async(con)
+            .await?;
+        if held.is_empty() {
+            self.load(con).await?;
+        }
+        Ok(())
     }
 }
 

@@ -478,7 +478,7 @@ impl RedisConnection {
     /// a Redis that restarted without persistence lost it.
     pub async fn load_functions(&self) -> Result<(), QueueError> {
         let mut con = self.0.clone();
-        Ok(LIBRARY.load(&mut con).await?)
+        Ok(LIBRARY.ensure(&mut con).await?)
     }
 
     /// Redis's memory as `INFO memory` says: bytes used and the
@@ -486,16 +486,7 @@ impl RedisConnection {
     pub async fn memory(&self) -> Result<Memory, QueueError> {
         let mut con = self.0.clone();
         let info: String = redis::cmd("INFO").arg("memory").query_async(&mut con).await?;
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        };
-        Ok(Memory {
-            used: field("used_memory"),
-            max: field("maxmemory"),
-        })
+        Ok(Memory::of_info(&info))
     }
 
     /// Remove scan `scan`'s user (its pods are gone with the scan).
@@ -516,6 +507,22 @@ pub struct Memory {
     pub used: u64,
     /// `maxmemory`; 0 when Redis has no limit.
     pub max: u64,
+}
+
+impl Memory {
+    /// From the answer to `INFO memory`.
+    pub fn of_info(info: &str) -> Memory {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Memory {
+            used: field("used_memory"),
+            max: field("maxmemory"),
+        }
+    }
 }
 
 /// The progress counters a finished shard's exact result counts stand for
