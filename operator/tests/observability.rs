@@ -202,8 +202,15 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_a
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or(0)
     };
-    assert_eq!(gauge(&scrape, "bucketscan_redis_memory_max_bytes"), 64 << 20, "{scrape}");
-    assert!(gauge(&scrape, "bucketscan_redis_memory_used_bytes") > 100_000, "{scrape}");
+    assert_eq!(
+        gauge(&scrape, "bucketscan_redis_memory_max_bytes"),
+        64 << 20,
+        "{scrape}"
+    );
+    assert!(
+        gauge(&scrape, "bucketscan_redis_memory_used_bytes") > 100_000,
+        "{scrape}"
+    );
 
     // Redis down: not ready, `bucketscan_redis_up 0`; back: ready again.
     let down = tokio::task::spawn_blocking(move || {

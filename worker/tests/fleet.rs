@@ -475,7 +475,7 @@ async fn redis_carries_shards_not_keys() {
         ran - planned,
         stderr(&merged)
     );
-    // Everything: plan, run and merge, and the commands inside Lua scripts.
+    // Everything: plan, run and merge, and the commands inside the queue's functions.
     let commands = redis.commands_processed(&url) - before - 1;
     let per_object = commands as f64 / objects as f64;
     eprintln!("{commands} Redis commands for {objects} objects: {per_object:.4} per object");

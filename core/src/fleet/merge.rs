@@ -255,13 +255,8 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     let bucket = spec.output_bucket.as_str();
-    s3.put(
-        bucket,
-        &spec.manifest_key(),
-        "application/json",
-        json.into(),
-    )
-    .await?;
+    s3.put(bucket, &spec.manifest_key(), "application/json", json.into())
+        .await?;
     queue.set_meta_field("manifest", &redis_copy(&manifest)).await?;
     // The parts go only once Redis keeps the manifest (its AOF, its
     // replicas) as far as it can say; were it lost anyway, manifest.json is
