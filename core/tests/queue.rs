@@ -266,7 +266,7 @@ async fn a_take_whose_reply_is_lost_leases_one_shard() {
     let direct = queue(&scan, "observer", Duration::from_secs(30)).await;
     direct.enqueue(&shards(3)).await.unwrap();
 
-    let lease = with_reply_cut(&proxy, "EVALSHA", cut.take())
+    let lease = with_reply_cut(&proxy, "FCALL", cut.take())
         .await
         .unwrap()
         .unwrap();
@@ -294,7 +294,7 @@ async fn a_progress_report_whose_reply_is_lost_counts_once() {
     let report = rand::random();
     with_reply_cut(
         &proxy,
-        "EVALSHA",
+        "FCALL",
         cut.report_progress(report, &[("heads", 7)], "{}"),
     )
     .await
@@ -323,7 +323,7 @@ async fn every_step_whose_reply_is_lost_takes_effect_once() {
     let direct = queue(&scan, "observer", Duration::from_secs(30)).await;
     macro_rules! cut {
         ($step:expr) => {
-            with_reply_cut(&proxy, "EVALSHA", $step).await
+            with_reply_cut(&proxy, "FCALL", $step).await
         };
     }
 
@@ -412,7 +412,7 @@ async fn every_step_whose_reply_is_lost_takes_effect_once() {
         .unwrap_or(0);
     with_reply_cut(
         &proxy,
-        "EVALSHA",
+        "FCALL",
         busy.restore_done(&restored.id(), &restored, &parts, &counts),
     )
     .await

@@ -4,7 +4,10 @@
 //! the server. The operator creates it for every scan (see
 //! operator/src/controller/redis_user.rs).
 
-use bucketscan_core::fleet::queue::{scan_user, url_with_user, Commit, Finish, Queue, RedisConfig};
+use bucketscan_core::fleet::queue::library::LIBRARY;
+use bucketscan_core::fleet::queue::{
+    scan_user, url_with_user, Commit, Finish, Queue, QueueError, RedisConfig,
+};
 use bucketscan_core::keyspace::shard::Shard;
 use std::time::Duration;
 
@@ -100,13 +103,48 @@ async fn a_scan_user_runs_its_own_scan_and_reaches_nothing_else() {
     };
     refused(run(&["SMEMBERS", &their_shards]).await, "their shards");
     refused(run(&["DEL", &their_shards]).await, "deleting their shards");
+    // No code of its own: a script that loops would freeze Redis for every
+    // tenant. Not even on its own keys, nor by loading a library.
+    let own_shards = format!("bs:{{{mine}}}:shards");
     let read = "return redis.call('SMEMBERS', KEYS[1])";
-    refused(
-        run(&["EVAL", read, "1", &their_shards]).await,
-        "a script declaring their key",
+    let library = "#!lua name=mine\nredis.register_function('mine', function() while true do end end)";
+    for what in [
+        &["EVAL", read, "1", &own_shards][..],
+        &["EVAL", read, "1", &their_shards],
+        &["EVAL_RO", read, "1", &own_shards],
+        &["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff831", "0"],
+        &["SCRIPT", "LOAD", read],
+        &["SCRIPT", "FLUSH"],
+        &["FUNCTION", "LOAD", library],
+        &["FUNCTION", "DELETE", &LIBRARY.name],
+        &["FUNCTION", "FLUSH"],
+        &["FUNCTION", "LIST"],
+        &["FCALL_RO", "x", "0"],
+        // Raw writes no step needs, on its own keys.
+        &["APPEND", &own_shards, "x"],
+        &["SETRANGE", &own_shards, "1", "x"],
+        &["LSET", &own_shards, "0", "x"],
+        &["SUNIONSTORE", &own_shards, &own_shards],
+        &["RESTORE", &own_shards, "0", "x"],
+        &["EXPIRE", &own_shards, "1"],
+        &["RENAME", &own_shards, &format!("bs:{{{mine}}}:y")],
+    ] {
+        refused(run(what).await, &what.join(" "));
+    }
+    // A function of the queue with their key: Redis checks the keys its
+    // commands touch against the caller.
+    let mut take_theirs = LIBRARY.call(
+        bucketscan_core::fleet::queue::library::Step::Idle,
+        &[their_shards.clone(), their_shards.clone(), their_shards.clone()],
     );
-    let hidden = format!("return redis.call('SMEMBERS', '{their_shards}')");
-    refused(run(&["EVAL", &hidden, "0"]).await, "a script naming their key");
+    take_theirs.arg("w").arg(1000);
+    let mut step_con = client.get_multiplexed_async_connection().await.unwrap();
+    let e = take_theirs
+        .query_async::<redis::Value>(&mut step_con)
+        .await
+        .expect_err("a step on their keys");
+    let text = e.to_string().to_lowercase();
+    assert!(text.contains("noperm") || text.contains("can't run"), "{e}");
     for what in [
         &["KEYS", "*"][..],
         &["SCAN", "0"],
@@ -134,14 +172,111 @@ async fn a_scan_user_runs_its_own_scan_and_reaches_nothing_else() {
     assert!(e.to_string().to_lowercase().contains("noperm"), "{e}");
     assert_eq!(their_queue.counts().await.unwrap().pending, 1, "untouched");
 
-    // Gone with the scan: its password opens nothing.
+    // Gone with the scan: its password opens nothing. A pod that connects
+    // then (Redis restarted and forgot the user; or the scan ended) waits
+    // within its patience for the operator to set the user again, then
+    // fails transiently (exit 75), not as a failed plan or scan.
     q.delete_scan().await.unwrap();
     admin.delete_scan_user(&mine).await.unwrap();
-    let e = RedisConfig::new(&url)
-        .connect()
-        .await
-        .err()
-        .expect("a deleted user");
+    let mut config = RedisConfig::new(&url);
+    config.patience = Duration::from_secs(1);
+    let e = config.connect().await.err().expect("a deleted user");
+    assert!(matches!(e, QueueError::UserUnknown(_)), "{e}");
+    assert!(e.is_transient(), "{e}");
     assert!(e.to_string().contains("authentication failed"), "{e}");
     their_queue.delete_scan().await.unwrap();
+}
+
+/// A step's function refuses a value over its limit, with the limit in the
+/// message, before it writes anything.
+#[tokio::test]
+async fn a_step_refuses_an_oversize_value() {
+    use bucketscan_core::fleet::queue::library::MAX_ARGUMENT_BYTES;
+    let scan = scan_id("big");
+    let q = queue_at(&redis_url(), &scan).await;
+    let huge = format!("{{\"status\":\"{}\"}}", "x".repeat(MAX_ARGUMENT_BYTES));
+    let e = q
+        .report_progress(1, &[("heads", 5)], &huge)
+        .await
+        .expect_err("an oversize status");
+    let text = e.to_string();
+    assert!(
+        text.contains("progress") && text.contains(&format!("over the limit of {MAX_ARGUMENT_BYTES} bytes")),
+        "{text}"
+    );
+    assert!(!e.is_transient(), "{e}");
+    assert!(
+        q.counters().await.unwrap().is_empty(),
+        "nothing written: {:?}",
+        q.counters().await
+    );
+    assert!(q.workers().await.unwrap().is_empty());
+    // The legitimate largest: a range of three keys of 1,024 bytes, each
+    // byte a control character JSON escapes as six.
+    let key = "\u{1}".repeat(1024);
+    let widest = Shard {
+        prefix: key.clone(),
+        start_after: Some(key.clone()),
+        end: Some(key),
+    };
+    assert!(serde_json::to_string(&widest).unwrap().len() < MAX_ARGUMENT_BYTES / 3);
+    assert_eq!(q.enqueue(&[widest]).await.unwrap(), 1);
+    q.delete_scan().await.unwrap();
+}
+
+/// After a Redis restart without persistence the functions are gone; a
+/// scan's user may not load them: its step waits, within its patience, for
+/// the operator to load them (as the operator does on every reconcile),
+/// and past it fails transiently. An admin connection loads them itself.
+#[tokio::test]
+async fn a_scan_user_waits_for_the_operator_to_load_the_functions() {
+    let scan = scan_id("fn");
+    let admin = RedisConfig::new(redis_url()).connect().await.unwrap();
+    let password = hex::encode(rand::random::<[u8; 16]>());
+    admin.set_scan_user(&scan, &password).await.unwrap();
+    let url = url_with_user(&redis_url(), &scan_user(&scan), &password).unwrap();
+    let mut config = RedisConfig::new(&url);
+    config.patience = Duration::from_secs(20);
+    let q = Queue::connect(&config, &scan, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    q.enqueue(&[Shard::prefix("a/")]).await.unwrap();
+
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut root = client.get_multiplexed_async_connection().await.unwrap();
+    let unload = redis::cmd("FUNCTION").arg("DELETE").arg(&LIBRARY.name).clone();
+    unload.query_async::<()>(&mut root).await.unwrap();
+    let operator = admin.clone();
+    let loads = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        operator.load_functions().await.unwrap();
+        operator.load_functions().await.unwrap(); // loading again is harmless
+    });
+    let started = std::time::Instant::now();
+    let lease = q
+        .take()
+        .await
+        .unwrap()
+        .expect("the shard, once the functions are back");
+    assert!(started.elapsed() >= Duration::from_millis(1000), "it waited");
+    loads.await.unwrap();
+    assert_eq!(q.finish(&lease, &Finish::Done).await.unwrap(), "done");
+
+    // Never loaded within the patience: a transient error naming them.
+    unload.query_async::<()>(&mut root).await.unwrap();
+    config.patience = Duration::from_secs(1);
+    let impatient = Queue::connect(&config, &scan, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let e = impatient.take().await.expect_err("no functions");
+    assert!(matches!(e, QueueError::FunctionsMissing { .. }), "{e}");
+    assert!(e.is_transient() && e.to_string().contains(&LIBRARY.name), "{e}");
+
+    // An admin connection (the operator's, a single-process scan) loads
+    // them itself on the first step that misses them.
+    let own = queue_at(&redis_url(), &scan).await;
+    assert_eq!(own.counts().await.unwrap().done, 1);
+    assert!(own.take().await.unwrap().is_none());
+    own.delete_scan().await.unwrap();
+    admin.delete_scan_user(&scan).await.unwrap();
 }

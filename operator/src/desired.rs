@@ -72,7 +72,7 @@ impl Default for Settings {
             lease_secs: 30,
             allowed_images: vec![image_repository(DEFAULT_IMAGE).to_string()],
             worker_resources: default_worker_resources(),
-            redis_scan_users: false,
+            redis_scan_users: true,
             stall_after: std::time::Duration::from_secs(300),
             plan_list_budget: PlanOptions::default().max_requests,
             scan_namespaces: Vec::new(),

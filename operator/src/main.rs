@@ -36,9 +36,11 @@ struct Args {
     #[arg(long, env = "BUCKETSCAN_REDIS_PATIENCE_SECS", default_value_t = 20)]
     redis_patience_secs: u64,
     /// Give each scan's pods a Redis ACL user of their own, limited to the
-    /// scan's keys (needs a Redis 6+ where the operator's user may run ACL
-    /// SETUSER); false: the pods get the operator's Redis URL.
-    #[arg(long, env = "BUCKETSCAN_REDIS_SCAN_USERS", default_value_t = false, action = clap::ArgAction::Set)]
+    /// scan's keys and the queue's functions (needs a Redis 7+ where the
+    /// operator's user may run ACL SETUSER); false: the pods get the
+    /// operator's Redis URL (one tenant's pods could then touch every
+    /// scan). The chart's `redis.scanUsers` is true too.
+    #[arg(long, env = "BUCKETSCAN_REDIS_SCAN_USERS", default_value_t = true, action = clap::ArgAction::Set)]
     redis_scan_users: bool,
     /// A scan that scanned no object for this long shows condition
     /// Progressing=False (reason NoProgress) with what its pods say.
@@ -204,6 +206,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("the Kubernetes API does not answer")?;
     let connection = connect_redis(&redis).await?;
+    // The queue's functions, before any scan's pod calls them (and again
+    // on every reconcile: a Redis that restarted lost them).
+    connection.load_functions().await.context(
+        "cannot load the queue's Redis functions (FUNCTION LOAD): Redis 7.0+ is needed, and the \
+         operator's Redis user must be allowed FUNCTION LOAD and LIST",
+    )?;
     metrics.redis_up.set(1);
     metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     tokio::spawn(watch_redis(redis.clone(), metrics.clone()));
@@ -344,7 +352,15 @@ async fn watch_redis(redis: RedisConfig, metrics: Arc<Metrics>) {
                 connection = client.get_multiplexed_async_connection().await.ok();
             }
             let con = connection.as_mut()?;
-            redis::cmd("PING").query_async::<String>(con).await.ok()
+            redis::cmd("PING").query_async::<String>(con).await.ok()?;
+            // Memory, for the alert before Redis refuses every tenant's
+            // writes at maxmemory; a user without INFO just exports none.
+            if let Ok(info) = redis::cmd("INFO").arg("memory").query_async::<String>(con).await {
+                let memory = bucketscan_core::fleet::queue::Memory::of_info(&info);
+                metrics.redis_memory_used.set(memory.used as i64);
+                metrics.redis_memory_max.set(memory.max as i64);
+            }
+            Some(())
         })
         .await
         .ok()

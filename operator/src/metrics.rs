@@ -103,6 +103,11 @@ pub struct Metrics {
     pub leader: Gauge,
     /// 1 while Redis answers the operator's PING.
     pub redis_up: Gauge,
+    /// Redis's `used_memory` and `maxmemory` (INFO memory; 0: no limit),
+    /// as the operator last read them: every tenant's scans share one
+    /// Redis, and at `maxmemory` it refuses their writes.
+    pub redis_memory_used: Gauge,
+    pub redis_memory_max: Gauge,
     /// 1 while the Kubernetes API answers the operator's list of
     /// BucketScans (what its watch needs: reachable and allowed).
     pub kube_api_up: Gauge,
@@ -121,6 +126,8 @@ impl Default for Metrics {
         let reconcile_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 14));
         let leader = Gauge::default();
         let redis_up = Gauge::default();
+        let redis_memory_used = Gauge::default();
+        let redis_memory_max = Gauge::default();
         let kube_api_up = Gauge::default();
         registry.register("reconciles", "Reconciles by result", reconciles.clone());
         registry.register(
@@ -166,6 +173,16 @@ impl Default for Metrics {
         registry.register("leader", "1 when this replica leads", leader.clone());
         registry.register("redis_up", "1 while Redis answers the operator", redis_up.clone());
         registry.register(
+            "redis_memory_used_bytes",
+            "Memory Redis uses (INFO memory used_memory)",
+            redis_memory_used.clone(),
+        );
+        registry.register(
+            "redis_memory_max_bytes",
+            "Redis's maxmemory, past which it refuses writes (0: no limit)",
+            redis_memory_max.clone(),
+        );
+        registry.register(
             "kube_api_up",
             "1 while the Kubernetes API answers the operator's list of BucketScans",
             kube_api_up.clone(),
@@ -197,6 +214,8 @@ impl Default for Metrics {
             scan_governed_rate,
             leader,
             redis_up,
+            redis_memory_used,
+            redis_memory_max,
             kube_api_up,
             watch_synced: AtomicBool::new(false),
             ready: AtomicBool::new(false),

@@ -89,7 +89,11 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_a
     let client = client().await;
     install_crd(&client).await;
     namespace(&client, NS).await;
-    let mut redis = common::PrivateRedis::start();
+    let mut redis = common::PrivateRedis::start_with(|port| {
+        ["--port", &port.to_string(), "--maxmemory", "64mb"]
+            .map(String::from)
+            .to_vec()
+    });
     let port = free_port();
     let log = std::fs::File::create(common::temp_path("operator-observability.log")).unwrap();
     let mut operator = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
@@ -175,6 +179,37 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_a
         "{}{}",
         String::from_utf8_lossy(&checked.stdout),
         String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // The alerts fire when they should, and only then.
+    let tested = Command::new("promtool")
+        .args(["test", "rules", "prometheus-rules.test.yaml"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"))
+        .output()
+        .unwrap();
+    assert!(
+        tested.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&tested.stdout),
+        String::from_utf8_lossy(&tested.stderr)
+    );
+
+    // Redis's memory and its limit, for the alert before Redis refuses
+    // every tenant's writes.
+    let gauge = |scrape: &str, name: &str| -> u64 {
+        scrape
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        gauge(&scrape, "bucketscan_redis_memory_max_bytes"),
+        64 << 20,
+        "{scrape}"
+    );
+    assert!(
+        gauge(&scrape, "bucketscan_redis_memory_used_bytes") > 100_000,
+        "{scrape}"
     );
 
     // Redis down: not ready, `bucketscan_redis_up 0`; back: ready again.

@@ -475,7 +475,7 @@ async fn redis_carries_shards_not_keys() {
         ran - planned,
         stderr(&merged)
     );
-    // Everything: plan, run and merge, and the commands inside Lua scripts.
+    // Everything: plan, run and merge, and the commands inside the queue's functions.
     let commands = redis.commands_processed(&url) - before - 1;
     let per_object = commands as f64 / objects as f64;
     eprintln!("{commands} Redis commands for {objects} objects: {per_object:.4} per object");
@@ -1309,4 +1309,220 @@ async fn a_part_the_listing_does_not_show_yet_is_found_by_name() {
         "a part was hidden"
     );
     assert_matches_seed(&parse_records(&s3.read(&out, "r/result.jsonl").await), &seeded);
+}
+
+/// What the operator does for an active scan on every reconcile, against
+/// the test's Redis (operator/src/controller/redis_user.rs `refresh`, and
+/// `apply`'s replan): load the queue's functions when Redis lacks them,
+/// set the scan's user again (a restarted Redis forgot both), and plan
+/// again from S3 when Redis lost a planned scan. Every `every` until
+/// `stop`; errors (Redis down) are tried again next time, as reconciles are.
+async fn operator_reconciles(
+    redis: String,
+    scan: String,
+    password: String,
+    spec: Option<bucketscan_core::fleet::spec::ScanSpec>,
+    s3: std::sync::Arc<bucketscan_core::s3::S3>,
+    every: Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> u32 {
+    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+    let mut config = RedisConfig::new(&redis);
+    config.patience = Duration::from_secs(1);
+    let (mut replans, mut planned) = (0, false);
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        tokio::time::sleep(every).await;
+        let Ok(admin) = config.connect().await else {
+            continue;
+        };
+        if admin.load_functions().await.is_err() || admin.set_scan_user(&scan, &password).await.is_err() {
+            continue;
+        }
+        let Some(spec) = &spec else { continue };
+        // Planned before (the scan's Planned condition), and Redis has no
+        // plan now: it lost the scan.
+        let queue = Queue::on(&admin, &scan, "operator", Duration::from_secs(30));
+        match queue.plan_complete().await {
+            Ok(Some(_)) => planned = true,
+            Ok(None) if planned => {
+                if bucketscan_core::fleet::recovery::replan(&s3, spec, &queue)
+                    .await
+                    .is_ok()
+                {
+                    replans += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    replans
+}
+
+/// A scan run by its own Redis user (FCALL only, as the operator's pods
+/// are) through a Redis crash while the plan runs and one mid-scan: Redis
+/// comes back without the user (and, without persistence, without the
+/// functions and the scan); the planner and the workers wait for the
+/// operator to set them again (WRONGPASS and missing functions are
+/// transient), the operator plans again what Redis lost, and the result
+/// is exact.
+async fn a_redis_restart_with_scan_users_ends_exact(persist: bool) {
+    use bucketscan_core::fleet::queue::{scan_user, url_with_user, RedisConfig};
+    let tag = if persist { "su-aof" } else { "su-mem" };
+    let dir = temp_path(&format!("{tag}-aof"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.to_str().unwrap().to_string();
+    let mut redis = PrivateRedis::start_with(move |port| {
+        let mut args = vec!["--port".to_string(), port.to_string()];
+        if persist {
+            args.extend(["--appendonly", "yes", "--appendfsync", "always", "--dir", &dir].map(String::from));
+        }
+        args
+    });
+    let s3 = versitygw();
+    let bucket = s3.bucket(tag).await;
+    let out = s3.bucket(&format!("{tag}-out")).await;
+    let seeded: BTreeMap<String, Seeded> = (0..4000)
+        .map(|i| (format!("s{}/{i:05}", i % 4), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+
+    // The operator sets the scan's user and loads the functions before
+    // any pod starts.
+    let scan = tag.to_string();
+    let password = hex::encode(rand::random::<[u8; 16]>());
+    let admin = RedisConfig::new(redis.url()).connect().await.unwrap();
+    admin.load_functions().await.unwrap();
+    admin.set_scan_user(&scan, &password).await.unwrap();
+    let url = url_with_user(&redis.url(), &scan_user(&scan), &password).unwrap();
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: url.clone(),
+        scan: scan.clone(),
+    };
+    let spec = bucketscan_core::fleet::spec::ScanSpec {
+        bucket: bucket.clone(),
+        prefix: String::new(),
+        output_bucket: out.clone(),
+        output_prefix: "r/".into(),
+        gzip: false,
+        only_with_metadata: false,
+        max_failures: 5,
+        format: Default::default(),
+        layout: Default::default(),
+        file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
+        scan_id: scan.clone(),
+    };
+    // Redis goes down as the plan starts, and comes back without the
+    // scan's user (and without functions, unless it persists).
+    redis.crash();
+    let output = format!("s3://{out}/r/");
+    let plan_log = temp_path(&format!("{tag}-plan.log"));
+    let mut planner = fleet
+        .command(&[
+            "plan",
+            "--bucket",
+            &bucket,
+            "--output",
+            &output,
+            "--min-shard-objects",
+            "500",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&plan_log).unwrap())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    redis.restart();
+    // The operator's next reconcile comes a while later: meanwhile the
+    // planner is refused (WRONGPASS) and waits.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reconciles = tokio::spawn(operator_reconciles(
+        redis.url(),
+        scan.clone(),
+        password.clone(),
+        Some(spec),
+        s3.s3().await,
+        Duration::from_millis(1500),
+        stop.clone(),
+    ));
+
+    let planned = wait_exit(&mut planner, Duration::from_secs(90));
+    let plan_log = std::fs::read_to_string(&plan_log).unwrap();
+    assert!(planned.success(), "the plan: {planned:?}\n{plan_log}");
+
+    // Mid-scan: the workers (restarted when they exit, as the Deployment's
+    // pods are) ride out a crash that again takes the user away.
+    let pace = ["--max-rate", "300"];
+    let mut spawned = 0;
+    let mut spawn = |fleet: &Fleet| {
+        spawned += 1;
+        fleet.spawn_worker(&format!("w{spawned}"), &pace)
+    };
+    let mut workers = vec![spawn(&fleet), spawn(&fleet)];
+    fleet.wait_for_heads(1200).await;
+    redis.crash_and_restart(Duration::from_secs(2));
+    let mut admin_config = RedisConfig::new(redis.url());
+    admin_config.patience = Duration::from_secs(1);
+    let finished = async || {
+        let Ok(admin) = admin_config.connect().await else {
+            return false;
+        };
+        let queue = bucketscan_core::fleet::queue::Queue::on(&admin, &scan, "t", Duration::from_secs(30));
+        let (Ok(Some(_)), Ok(counts)) = (queue.plan_complete().await, queue.counts().await) else {
+            return false;
+        };
+        counts.pending + counts.leased == 0 && counts.done > 0
+    };
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut exits = Vec::new();
+    loop {
+        for w in &mut workers {
+            if let Some(status) = w.try_wait().unwrap() {
+                exits.push(status);
+                if !finished().await {
+                    *w = spawn(&fleet);
+                }
+            }
+        }
+        if finished().await {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the scan did not finish; worker exits {exits:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for w in &mut workers {
+        let status = wait_exit(w, Duration::from_secs(60));
+        assert!(status.success() || status.code() == Some(75), "{status:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let replans = reconciles.await.unwrap();
+    assert_eq!(replans > 0, !persist, "replanned only what Redis lost: {replans}");
+    assert!(
+        exits.iter().all(|s| s.success() || s.code() == Some(75)),
+        "a worker failed for good: {exits:?}"
+    );
+
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(&parse_records(&s3.read(&out, "r/result.jsonl").await), &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "r/manifest.json").await).unwrap();
+    assert_eq!(manifest["counts"]["objects"], 4000, "{manifest}");
+    assert!(
+        plan_log.contains("WRONGPASS") || plan_log.contains("authentication failed"),
+        "the planner waited for its user: {plan_log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_without_persistence_with_scan_users_ends_exact() {
+    a_redis_restart_with_scan_users_ends_exact(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_with_persistence_with_scan_users_ends_exact() {
+    a_redis_restart_with_scan_users_ends_exact(true).await;
 }

@@ -50,6 +50,31 @@ pub const MERGE_CONCURRENCY: usize = 16;
 /// How long the merge waits for Redis to confirm the manifest is durable.
 const DURABLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The most bytes of the manifest Redis keeps (`meta` field `manifest`).
+/// Every value in Redis stays far below the bundled Redis's
+/// `proto-max-bulk-len` (32 MB, so that no client can store one huge
+/// value): the one that grows with a scan is the list of dead shards
+/// (about 300 bytes each with a short error), cut to fit here.
+const MANIFEST_IN_REDIS_BYTES: usize = 8 << 20;
+
+/// The manifest as Redis keeps it (JSON): whole, unless its dead shards
+/// would make it larger than [`MANIFEST_IN_REDIS_BYTES`]; then only the
+/// first of them, by halves until it fits (`shards_dead` still counts every
+/// one, and manifest.json in S3 lists every one).
+fn redis_copy(manifest: &Manifest) -> String {
+    let mut json = serde_json::to_string_pretty(manifest).expect("a manifest serializes");
+    let mut kept = manifest.dead.len();
+    while json.len() > MANIFEST_IN_REDIS_BYTES && kept > 1 {
+        kept /= 2;
+        let cut = Manifest {
+            dead: manifest.dead[..kept].to_vec(),
+            ..manifest.clone()
+        };
+        json = serde_json::to_string_pretty(&cut).expect("a manifest serializes");
+    }
+    json
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
     #[error(transparent)]
@@ -166,8 +191,7 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         // rollback): the parts may be gone, but the result and its
         // manifest are whole. Adopt them.
         tracing::warn!("Redis lost this scan's manifest; adopting manifest.json from S3");
-        let json = serde_json::to_string_pretty(&manifest).expect("a manifest serializes");
-        queue.set_meta_field("manifest", &json).await?;
+        queue.set_meta_field("manifest", &redis_copy(&manifest)).await?;
         delete_prefix(s3, &spec.output_bucket, &spec.parts_prefix()).await?;
         return Ok(manifest);
     }
@@ -231,16 +255,9 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     let bucket = spec.output_bucket.as_str();
-    s3.put(
-        bucket,
-        &spec.manifest_key(),
-        "application/json",
-        json.clone().into(),
-    )
-    .await?;
-    queue
-        .set_meta_field("manifest", &String::from_utf8_lossy(&json))
+    s3.put(bucket, &spec.manifest_key(), "application/json", json.into())
         .await?;
+    queue.set_meta_field("manifest", &redis_copy(&manifest)).await?;
     // The parts go only once Redis keeps the manifest (its AOF, its
     // replicas) as far as it can say; were it lost anyway, manifest.json is
     // adopted from S3 (`written_manifest`).
@@ -598,5 +615,50 @@ mod tests {
         let over = vec![part(MAX_OBJECT_SIZE / 2), part(MAX_OBJECT_SIZE / 2), part(1)];
         let err = single_fits(&over, &lead).unwrap_err().to_string();
         assert!(err.contains("5 TiB") && err.contains("layout dataset"), "{err}");
+    }
+
+    #[test]
+    fn redis_keeps_a_manifest_of_bounded_size() {
+        let dead = DeadShard {
+            range: crate::keyspace::shard::Shard::prefix("p/"),
+            failures: 5,
+            last_error: Some("AccessDenied: Access Denied (HTTP 403)".into()),
+        };
+        let spec: ScanSpec = serde_json::from_value(serde_json::json!({
+            "bucket": "b", "prefix": "", "output_bucket": "o", "output_prefix": "r/",
+            "gzip": false, "only_with_metadata": false, "max_failures": 5, "scan_id": "s"
+        }))
+        .unwrap();
+        let manifest = |n: usize| Manifest {
+            scan: "s".into(),
+            result: "s3://o/r/result.jsonl".into(),
+            result_bytes: 0,
+            shards: n as u64,
+            shards_done: 0,
+            shards_dead: n as u64,
+            attempts: 0,
+            shards_retried: 0,
+            splits: 0,
+            counts: BTreeMap::new(),
+            progress: BTreeMap::new(),
+            dead: vec![dead.clone(); n],
+            created: None,
+            merged: String::new(),
+            spec: spec.clone(),
+            files: vec![],
+            records: 0,
+        };
+        // A few dead shards: whole.
+        let small = manifest(10);
+        assert_eq!(redis_copy(&small), serde_json::to_string_pretty(&small).unwrap());
+        // Every one of 100,000 shards (targetShards' most) dead: cut, and
+        // still naming the first and counting them all.
+        let copy = redis_copy(&manifest(100_000));
+        assert!(copy.len() <= MANIFEST_IN_REDIS_BYTES, "{}", copy.len());
+        let back: Manifest = serde_json::from_str(&copy).unwrap();
+        assert_eq!(back.shards_dead, 100_000);
+        assert!(!back.dead.is_empty() && back.dead.len() < 100_000);
+        let per_dead = serde_json::to_string_pretty(&manifest(1000)).unwrap().len() / 1000;
+        eprintln!("about {per_dead} bytes per dead shard in a manifest");
     }
 }

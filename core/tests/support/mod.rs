@@ -62,7 +62,7 @@ impl ReplyCutter {
     }
 
     /// Cut the reply of the next command whose bytes contain `needle`
-    /// (`EVALSHA` for a queue step's script, `EXEC` for a transaction).
+    /// (`FCALL` for a queue step's function, `EXEC` for a transaction).
     pub fn cut_next_reply(&self, needle: &str) {
         self.shared.rearm(needle.as_bytes().to_vec());
     }
@@ -96,9 +96,9 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                 let Ok(n @ 1..) = n else { return };
                 let reply = &down[..n];
                 if let Some(needle) = cutting.take() {
-                    if reply.starts_with(b"-NOSCRIPT") {
-                        // The script did not run: the client loads it and
-                        // sends it again, and that is the one to cut.
+                    if reply.starts_with(b"-ERR Function not found") {
+                        // The function did not run: the client loads the
+                        // library and calls again, and that is the one to cut.
                         shared.rearm(needle);
                     } else {
                         shared.cuts.fetch_add(1, Ordering::SeqCst);

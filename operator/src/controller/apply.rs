@@ -10,6 +10,7 @@ use super::health::observe_workers;
 use super::merge::merging;
 use super::observe::{observe, Observed};
 use super::planning::{job_gate, plan, replan, Gate};
+use super::redis_user::refresh;
 use super::report::{publish, write_status};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::status::{self, COMPLETE, PLANNED, STORE_SATURATED, SUSPENDED};
@@ -48,6 +49,9 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         );
         return fail(scan, ctx, st, "DeadlineExceeded", &message, &now).await;
     }
+    // Before anything that runs pods: a Redis that restarted forgot the
+    // scan's user and the queue's functions, and the pods wait for them.
+    refresh(scan, ctx).await?;
     let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
     let mut seen = observe(&queue).await?;
     if scan.spec.suspend {

@@ -22,7 +22,7 @@
 //! May import: `crd`, `desired`, `status`, `validate`, `metrics` and
 //! `bucketscan_core`; nothing imports it but the binary. Inside, files form
 //! layers (`scripts/check-layers.py` checks there is no circle): `context`;
-//! `owned`, `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`, `health`,
+//! `owned`; `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`, `health`,
 //! `conflict`; `merge`, `cleanup`; `apply`; `blocked`; this file.
 
 mod admission;

@@ -375,7 +375,7 @@ impl PrivateRedis {
         self.starts += 1;
     }
 
-    /// Commands the server ran, including those inside Lua scripts.
+    /// Commands the server ran, including those inside functions.
     pub fn commands_processed(&self, url: &str) -> u64 {
         let client = redis::Client::open(url).unwrap();
         let mut con = client.get_connection().unwrap();

@@ -13,46 +13,117 @@ pub fn scan_user(scan: &str) -> String {
     format!("bucketscan.{scan}")
 }
 
+/// Whether `user` is a scan's own user (see [`scan_user`]).
+pub fn is_scan_user(user: &str) -> bool {
+    user.starts_with("bucketscan.")
+}
+
+/// The user `url` names, if any.
+pub fn user_of(url: &str) -> Option<String> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let name = userinfo.split_once(':').map_or(userinfo, |(name, _)| name);
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// The commands the steps' functions run (`*.lua`, see `library`): Redis
+/// checks each command a function runs against the CALLER's rights, so the
+/// scan's user must hold every one of them on its keys. It holds them
+/// outside functions too; what it can store that way is bounded by the
+/// server (`proto-max-bulk-len`, `maxmemory`), not by this list (see
+/// docs/queue-protocol.md, "Who may write what").
+pub const FUNCTION_COMMANDS: [&str; 27] = [
+    "del",
+    "exists",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hincrby",
+    "hlen",
+    "hmget",
+    "hset",
+    "hsetnx",
+    "lindex",
+    "llen",
+    "lpush",
+    "rpop",
+    "rpush",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "zadd",
+    "zcard",
+    "zcount",
+    "zpopmax",
+    "zrangebyscore",
+    "zrem",
+    "zremrangebyscore",
+];
+
+/// The commands the worker, planner and merge send themselves: reads of
+/// the scan's state, the few meta, part-stats and governor fields written
+/// outside a step, transactions of reads, durability waits, and what the
+/// client sends on connecting.
+pub const CLIENT_COMMANDS: [&str; 18] = [
+    "fcall",
+    "hget",
+    "hgetall",
+    "hmget",
+    "hset",
+    "hsetnx",
+    "lrange",
+    "llen",
+    "scard",
+    "smembers",
+    "zcard",
+    "multi",
+    "exec",
+    "discard",
+    "wait",
+    "waitaof",
+    "ping",
+    "client|setinfo",
+];
+
+/// Commands of [`CLIENT_COMMANDS`] that came with Redis 7.2: granting a
+/// command the server does not know fails the whole `ACL SETUSER`, so they
+/// are granted where the server has them.
+pub const SINCE_REDIS_7_2: [&str; 2] = ["waitaof", "client|setinfo"];
+
 /// `ACL SETUSER` rules of a scan's user whose keys all start with
 /// `key_base`, in database `db`: replaced whole each time (`reset`), so
-/// setting it again is harmless.
-pub fn scan_user_rules(key_base: &str, password: &str, db: i64) -> Vec<String> {
+/// setting it again is harmless. `lacking`: the commands of
+/// [`SINCE_REDIS_7_2`] the server does not have.
+pub fn scan_user_rules(key_base: &str, password: &str, db: i64, lacking: &[&str]) -> Vec<String> {
     let keys = format!("~{key_base}*");
     let mut rules: Vec<String> = vec!["reset".into(), "on".into(), format!(">{password}"), keys];
+    // Nothing but what is listed: no EVAL, EVALSHA, SCRIPT or FUNCTION
+    // (code of its own could loop and freeze Redis for every tenant), no
+    // KEYS, SCAN or RANDOMKEY (other scans' key names), no CONFIG, ACL or
+    // CLIENT but its own SETINFO, no pub/sub.
+    rules.extend(["resetchannels", "-@all", "+auth", "+hello"].map(String::from));
+    let mut commands: Vec<&str> = FUNCTION_COMMANDS
+        .iter()
+        .chain(&CLIENT_COMMANDS)
+        .copied()
+        .collect();
+    commands.sort_unstable();
+    commands.dedup();
+    commands.retain(|c| !lacking.contains(c));
+    rules.extend(commands.iter().map(|c| format!("+{c}")));
     rules.extend(
         [
-            "resetchannels",
-            // What the queue and its scripts run (scripts' commands are
-            // checked too) ...
-            "-@all",
-            "+@read",
-            "+@write",
-            "+@scripting",
-            "+@transaction",
-            "+@connection",
-            "+time",
-            // ... but nothing that reaches past the scan's own keys or
-            // touches the server.
-            "-@dangerous",
-            "-@admin",
-            "-@pubsub",
-            "-scan",
-            "-randomkey",
-            "-dbsize",
-            "-script|flush",
-            "-script|kill",
-            "-function",
             // Its own database only: keys written in another (SELECT, or
             // MOVE and COPY ... DB there) would escape the cleanup, which
-            // deletes the scan's keys where the operator works.
-            "-select",
-            "-move",
-            "-copy",
-            // After the denials (ROLE is in @admin and @dangerous, which
-            // would take it away again): Sentinel clients check that the
-            // server the sentinels name is the master, and the merge counts
-            // the replicas to wait for. It shows replication offsets and the
-            // replicas' addresses, no keys.
+            // deletes the scan's keys where the operator works. None is
+            // granted above; said here so no later grant brings them back.
+            "-select", "-move", "-copy",
+            // Sentinel clients check that the server the sentinels name is
+            // the master, and the merge counts the replicas to wait for. It
+            // shows replication offsets and the replicas' addresses, no keys.
             "+role",
         ]
         .map(String::from),
@@ -131,11 +202,70 @@ mod tests {
 
     #[test]
     fn a_scan_user_reaches_only_its_own_keys() {
-        let rules = scan_user_rules("bs:{ns.photos.1a2b}:", "secret", 0);
+        let rules = scan_user_rules("bs:{ns.photos.1a2b}:", "secret", 0, &[]);
         assert_eq!(rules[..4], ["reset", "on", ">secret", "~bs:{ns.photos.1a2b}:*"]);
         assert!(rules.contains(&"resetchannels".to_string()));
         assert!(!rules
             .iter()
             .any(|r| r.starts_with('~') && r != "~bs:{ns.photos.1a2b}:*"));
+        // Functions only: no code of its own, no way to load any.
+        for never in [
+            "eval",
+            "evalsha",
+            "eval_ro",
+            "script",
+            "function",
+            "fcall_ro",
+            "@scripting",
+        ] {
+            assert!(
+                !rules.iter().any(|r| r.trim_start_matches('+').starts_with(never)),
+                "{never}"
+            );
+        }
+        assert!(rules.contains(&"+fcall".to_string()));
+        assert!(
+            !rules.iter().any(|r| r.starts_with("+@")),
+            "no category: {rules:?}"
+        );
+        let on_7_0 = scan_user_rules("bs:{x}:", "s", 0, &SINCE_REDIS_7_2);
+        assert!(!on_7_0.contains(&"+waitaof".to_string()) && rules.contains(&"+waitaof".to_string()));
+    }
+
+    #[test]
+    fn every_command_the_steps_run_is_granted() {
+        for file in [
+            include_str!("enqueue.lua"),
+            include_str!("take.lua"),
+            include_str!("renew.lua"),
+            include_str!("split.lua"),
+            include_str!("finish.lua"),
+            include_str!("idle.lua"),
+            include_str!("progress.lua"),
+            include_str!("govern.lua"),
+            include_str!("reap.lua"),
+            include_str!("restore.lua"),
+            include_str!("fenced.lua"),
+        ] {
+            for call in file.split("redis.call('").skip(1) {
+                let command = call.split('\'').next().unwrap().to_lowercase();
+                assert!(
+                    FUNCTION_COMMANDS.contains(&command.as_str()),
+                    "{command} is not granted"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_user_of_a_url() {
+        assert_eq!(
+            user_of("redis://bucketscan.a.b:pw@h:1/0").as_deref(),
+            Some("bucketscan.a.b")
+        );
+        assert_eq!(user_of("redis://:pw@h:1"), None);
+        assert_eq!(user_of("redis://h:1"), None);
+        assert!(is_scan_user(&scan_user("ns.s.1")));
+        assert!(!is_scan_user("default"));
     }
 }

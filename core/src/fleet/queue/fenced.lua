@@ -1,20 +1,19 @@
--- Prepended to every script that acts on a leased shard (see mod.rs).
 
--- The lease fields of shard hash `shard`, read once per script with one
--- HMGET (Redis load is counted per command), before the script writes any.
-local read = {}
+-- The lease check of the steps that act on a leased shard (see library.rs).
+
+-- The lease fields of shard hash `shard`, read with one HMGET (Redis load
+-- is counted per command) before the step writes any. A step reads them
+-- once and passes them on: the library's own locals live as long as the
+-- library, so a cache here would outlive the call.
 local function lease_fields(shard)
-  if not read[shard] then
-    local f = redis.call('HMGET', shard, 'state', 'owner', 'token', 'range', 'checkpoint')
-    read[shard] = {state = f[1], owner = f[2], token = f[3], range = f[4], checkpoint = f[5] or ''}
-  end
-  return read[shard]
+  local f = redis.call('HMGET', shard, 'state', 'owner', 'token', 'range', 'checkpoint')
+  return {state = f[1], owner = f[2], token = f[3], range = f[4], checkpoint = f[5] or ''}
 end
 
--- True when shard hash `shard` is leased to `owner` under fencing token
--- `token`, so a worker whose lease expired (and was taken over) is refused.
-local function holds_lease(shard, owner, token)
-  local f = lease_fields(shard)
+-- True when lease fields `f` say the shard is leased to `owner` under
+-- fencing token `token`, so a worker whose lease expired (and was taken
+-- over) is refused.
+local function holds_lease(f, owner, token)
   return f.state == 'leased' and f.owner == owner and f.token == token
 end
 
@@ -23,8 +22,7 @@ end
 -- acknowledged writes (restarted from an AOF written every second, failed
 -- over to a replica that lagged): a split or commit of this very lease is
 -- gone, and recording more on top would leave a hole.
-local function agrees(shard, range, checkpoint)
-  local f = lease_fields(shard)
+local function agrees(f, range, checkpoint)
   return f.range == range and f.checkpoint == checkpoint
 end
 

@@ -11,8 +11,9 @@
 -- or 'diverged' when Redis disagreed (the shard is pending again).
 local shard = KEYS[1]
 if ARGV[4] == 'done' and redis.call('HGET', shard, 'state') == 'done' then return 'done' end
-if not holds_lease(shard, ARGV[2], ARGV[3]) then return 'lost' end
-if ARGV[4] == 'done' and not agrees(shard, ARGV[7], ARGV[8]) then
+local lease = lease_fields(shard)
+if not holds_lease(lease, ARGV[2], ARGV[3]) then return 'lost' end
+if ARGV[4] == 'done' and not agrees(lease, ARGV[7], ARGV[8]) then
   requeue_diverged(shard, ARGV[1], KEYS[2], KEYS[3])
   return 'diverged'
 end

@@ -1,6 +1,6 @@
 //! The Redis work queue: shards, not keys, so Redis load stays tiny however
 //! large the bucket. Every key of a scan shares the hash tag `{SCAN}`, so a
-//! scan lives in one Redis Cluster slot and its Lua scripts are atomic there.
+//! scan lives in one Redis Cluster slot and its functions are atomic there.
 //!
 //! Keys of scan `S` (see docs/queue-protocol.md):
 //! - `bs:{S}:pending`   LIST of shard ids waiting (taken from the right)
@@ -16,16 +16,18 @@
 //! - `bs:{S}:took`, `bs:{S}:reported` HASHes worker -> its last take and last
 //!   counted progress report, so a step re-sent after a lost answer counts once
 //!
-//! Each transition is one Lua script, so no crash between two commands can
-//! lose or duplicate a shard; every step on a leased shard is fenced by the
+//! Each transition is one function of the queue's Redis Functions library
+//! (see [`library`]), so no crash between two commands can lose or
+//! duplicate a shard; every step on a leased shard is fenced by the
 //! owner and the lease token (the attempt number), so a worker whose lease
 //! expired can no longer touch the shard.
 //!
 //! May import: `keyspace` only (and its own modules: `patient` connection,
-//! `locator` and `sentinel` for where it goes).
+//! `locator` and `sentinel` for where it goes, `library` for its functions).
 
 mod acl;
 pub mod durable;
+pub mod library;
 mod locator;
 mod patient;
 pub mod sentinel;
@@ -33,28 +35,12 @@ pub mod view;
 
 use crate::keyspace::shard::Shard;
 pub use acl::{password_of, scan_user, scan_user_rules, url_with_user};
+use library::{Step, LIBRARY};
 use locator::Locator;
 use patient::PatientConnection;
 use redis::aio::ConnectionManagerConfig;
-use redis::{AsyncCommands, Script};
-use std::sync::LazyLock;
+use redis::AsyncCommands;
 use std::time::Duration;
-
-static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("enqueue.lua")));
-static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("progress.lua")));
-static IDLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("idle.lua")));
-static SPLIT: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("split.lua")));
-static TAKE: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("take.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("renew.lua")));
-static FINISH: LazyLock<Script> = LazyLock::new(|| fenced(include_str!("finish.lua")));
-static GOVERN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("govern.lua")));
-static REAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("reap.lua")));
-static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("restore.lua")));
-
-/// A script that acts on a leased shard, with the lease check prepended.
-fn fenced(body: &str) -> Script {
-    Script::new(&format!("{}{body}", include_str!("fenced.lua")))
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
@@ -88,13 +74,35 @@ pub enum QueueError {
     /// (splits still going on): worth reading again later.
     #[error("the scan's shards kept changing while they were read")]
     KeptChanging,
+    /// Redis does not have the queue's functions and this user may not
+    /// load them: Redis restarted, and the operator loads them again.
+    #[error(
+        "Redis has not got the queue's functions (library {library}) and this user may not load \
+         them; waited {} s for the operator to load them (it does at start and on every reconcile)",
+        patience.as_secs()
+    )]
+    FunctionsMissing { library: String, patience: Duration },
+    /// Redis refused this connection's user after it had worked (or, for a
+    /// scan's own user, from the start): Redis restarted and forgot the
+    /// user, which the operator sets again on every reconcile.
+    #[error(
+        "Redis refused this user past the connection's patience (a restarted Redis forgets the \
+         scans' users until the operator sets them again on its next reconcile): {0}"
+    )]
+    UserUnknown(redis::RedisError),
 }
 
 impl QueueError {
     /// Redis did not answer for the whole patience: it may come back, so
     /// the step is worth trying again later (a refusal is not).
     pub fn is_transient(&self) -> bool {
-        matches!(self, QueueError::Unreachable { .. } | QueueError::KeptChanging)
+        matches!(
+            self,
+            QueueError::Unreachable { .. }
+                | QueueError::KeptChanging
+                | QueueError::FunctionsMissing { .. }
+                | QueueError::UserUnknown(_)
+        )
     }
 }
 
@@ -162,9 +170,23 @@ impl RedisConfig {
                         return Err(QueueError::Unreachable { patience, error: e });
                     }
                 }
+                // A scan's own user that Redis does not know: Redis
+                // restarted and the operator has not set the user again
+                // yet (it does on its next reconcile).
+                Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed && self.scan_users_own() => {
+                    if !backoff.retry_missing(&e).await {
+                        return Err(QueueError::UserUnknown(e));
+                    }
+                }
                 Err(e) => return Err(refusal(&locator, e).await),
             }
         }
+    }
+
+    /// Whether the URL names a scan's own user, which the operator sets
+    /// (again after a Redis restart), rather than a user of its own.
+    fn scan_users_own(&self) -> bool {
+        acl::user_of(&self.url).is_some_and(|user| acl::is_scan_user(&user))
     }
 
     /// A client of the Redis to use now: through Sentinel, the current
@@ -202,8 +224,12 @@ impl RedisConfig {
 /// A refusal of the first connection, saying whose when the sentinels
 /// refused their own credentials (the master's refusal is Redis's own).
 async fn refusal(locator: &Locator, e: redis::RedisError) -> QueueError {
-    if e.kind() == redis::ErrorKind::AuthenticationFailed && locator.sentinels_refuse_credentials().await {
-        return QueueError::SentinelAuth(e);
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        if locator.sentinels_refuse_credentials().await {
+            return QueueError::SentinelAuth(e);
+        }
+        // A wrong password of the caller's own: at once, not transient.
+        return QueueError::Redis(e);
     }
     e.into()
 }
@@ -229,6 +255,10 @@ impl From<redis::RedisError> for QueueError {
         // A pipeline's failure holds its commands' errors only in its text.
         if e.code() == Some("OOM") || e.to_string().contains("\"OOM\"") {
             QueueError::OutOfMemory(e)
+        } else if e.kind() == redis::ErrorKind::AuthenticationFailed {
+            // Refused after it had worked, past the patience: the user is
+            // gone (a restarted Redis), and comes back with the operator.
+            QueueError::UserUnknown(e)
         } else {
             QueueError::Redis(e)
         }
@@ -422,13 +452,41 @@ impl RedisConnection {
             .find_map(|field| field.strip_prefix("db="))
             .and_then(|db| db.parse().ok())
             .unwrap_or(0);
+        // Naming a command the server lacks fails the whole SETUSER.
+        let known: Vec<redis::Value> = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg(&acl::SINCE_REDIS_7_2[..])
+            .query_async(&mut con)
+            .await?;
+        let lacking: Vec<&str> = acl::SINCE_REDIS_7_2
+            .into_iter()
+            .zip(known.iter().chain(std::iter::repeat(&redis::Value::Nil)))
+            .filter(|(_, info)| **info == redis::Value::Nil)
+            .map(|(command, _)| command)
+            .collect();
         redis::cmd("ACL")
             .arg("SETUSER")
             .arg(scan_user(scan))
-            .arg(scan_user_rules(&ScanKeys::new(scan).base, password, db))
+            .arg(scan_user_rules(&ScanKeys::new(scan).base, password, db, &lacking))
             .query_async::<()>(&mut con)
             .await?;
         Ok(())
+    }
+
+    /// Load the queue's function library unless Redis holds it (see
+    /// [`library`]): the operator does at start and on each reconcile, as
+    /// a Redis that restarted without persistence lost it.
+    pub async fn load_functions(&self) -> Result<(), QueueError> {
+        let mut con = self.0.clone();
+        Ok(LIBRARY.ensure(&mut con).await?)
+    }
+
+    /// Redis's memory as `INFO memory` says: bytes used and the
+    /// `maxmemory` limit (0: none).
+    pub async fn memory(&self) -> Result<Memory, QueueError> {
+        let mut con = self.0.clone();
+        let info: String = redis::cmd("INFO").arg("memory").query_async(&mut con).await?;
+        Ok(Memory::of_info(&info))
     }
 
     /// Remove scan `scan`'s user (its pods are gone with the scan).
@@ -440,6 +498,30 @@ impl RedisConnection {
             .query_async::<()>(&mut con)
             .await?;
         Ok(())
+    }
+}
+
+/// Redis's memory (see [`RedisConnection::memory`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Memory {
+    pub used: u64,
+    /// `maxmemory`; 0 when Redis has no limit.
+    pub max: u64,
+}
+
+impl Memory {
+    /// From the answer to `INFO memory`.
+    pub fn of_info(info: &str) -> Memory {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Memory {
+            used: field("used_memory"),
+            max: field("maxmemory"),
+        }
     }
 }
 
@@ -457,6 +539,15 @@ pub fn progress_of_counts(counts: &std::collections::BTreeMap<String, u64>) -> [
         ("errors", get("errors")),
         ("bytes", get("bytes")),
     ]
+}
+
+/// `text` cut to at most `most` bytes, at a character's boundary.
+fn cut(text: &str, most: usize) -> &str {
+    let mut end = text.len().min(most);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 fn json(shard: &Shard) -> String {
@@ -565,6 +656,22 @@ impl Queue {
         &self.keys
     }
 
+    /// Run a step's function (see [`library`]).
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        con: &mut PatientConnection,
+        call: &redis::Cmd,
+    ) -> Result<T, QueueError> {
+        let patience = con.patience();
+        library::invoke(con, call, patience).await.map_err(|e| match e {
+            library::CallError::Redis(e) => e.into(),
+            library::CallError::Missing { patience } => QueueError::FunctionsMissing {
+                library: LIBRARY.name.clone(),
+                patience,
+            },
+        })
+    }
+
     pub fn lease_duration(&self) -> Duration {
         self.lease
     }
@@ -581,14 +688,13 @@ impl Queue {
         // Batches keep each script short; each batch is atomic on its own and
         // a crash between batches leaves the rest to the next enqueue.
         for batch in shards.chunks(500) {
-            let mut script = ENQUEUE.key(self.keys.pending());
-            script.key(self.keys.shard_prefix()).key(self.keys.shards());
+            let keys = [self.keys.pending(), self.keys.shard_prefix(), self.keys.shards()];
+            let mut call = LIBRARY.call(Step::Enqueue, &keys);
             for shard in batch {
-                script
-                    .arg(shard.id())
+                call.arg(shard.id())
                     .arg(serde_json::to_string(shard).expect("a shard serializes"));
             }
-            let n: usize = script.invoke_async(&mut con).await?;
+            let n: usize = self.invoke(&mut con, &call).await?;
             added += n;
         }
         Ok(added)
@@ -620,18 +726,19 @@ impl Queue {
     async fn take_as(&self, kind: &str) -> Result<Option<Lease>, QueueError> {
         let mut con = self.con.clone();
         let token: u64 = rand::random();
-        let taken: Option<(String, String, String, u64)> = TAKE
-            .key(self.keys.pending())
-            .key(self.keys.leases())
-            .key(self.keys.shard_prefix())
-            .key(self.keys.idle())
-            .key(self.keys.took())
-            .arg(&self.owner)
+        let keys = [
+            self.keys.pending(),
+            self.keys.leases(),
+            self.keys.shard_prefix(),
+            self.keys.idle(),
+            self.keys.took(),
+        ];
+        let mut call = LIBRARY.call(Step::Take, &keys);
+        call.arg(&self.owner)
             .arg(self.lease.as_millis() as u64)
             .arg(token)
-            .arg(kind)
-            .invoke_async(&mut con)
-            .await?;
+            .arg(kind);
+        let taken: Option<(String, String, String, u64)> = self.invoke(&mut con, &call).await?;
         let Some((id, range, checkpoint, token)) = taken else {
             return Ok(None);
         };
@@ -683,12 +790,14 @@ impl Queue {
         check: bool,
     ) -> Result<i64, QueueError> {
         let mut con = self.con.clone();
-        let mut script = RENEW.key(self.keys.shard(&lease.id));
-        script
-            .key(self.keys.leases())
-            .key(self.keys.parts(&lease.id))
-            .key(self.keys.pending())
-            .arg(&lease.id)
+        let keys = [
+            self.keys.shard(&lease.id),
+            self.keys.leases(),
+            self.keys.parts(&lease.id),
+            self.keys.pending(),
+        ];
+        let mut call = LIBRARY.call(Step::Renew, &keys);
+        call.arg(&lease.id)
             .arg(&self.owner)
             .arg(lease.token)
             .arg(self.lease.as_millis() as u64)
@@ -697,9 +806,9 @@ impl Queue {
             .arg(if check { json(&lease.shard) } else { String::new() })
             .arg(lease.checkpoint.as_deref().unwrap_or(""));
         for (field, delta) in commit.counts.iter().filter(|(_, d)| *d > 0) {
-            script.arg(*field).arg(*delta);
+            call.arg(*field).arg(*delta);
         }
-        Ok(script.invoke_async(&mut con).await?)
+        self.invoke(&mut con, &call).await
     }
 
     /// Split a leased shard at `at` (see [`Shard::split_after`]): this lease
@@ -711,22 +820,23 @@ impl Queue {
         let mut con = self.con.clone();
         let (lower, upper) = lease.shard.split_after(at);
         let upper_id = upper.id();
-        let answer: i64 = SPLIT
-            .key(self.keys.shard(&lease.id))
-            .key(self.keys.pending())
-            .key(self.keys.shards())
-            .key(self.keys.idle())
-            .key(self.keys.shard(&upper_id))
-            .key(self.keys.leases())
-            .arg(&lease.id)
+        let keys = [
+            self.keys.shard(&lease.id),
+            self.keys.pending(),
+            self.keys.shards(),
+            self.keys.idle(),
+            self.keys.shard(&upper_id),
+            self.keys.leases(),
+        ];
+        let mut call = LIBRARY.call(Step::Split, &keys);
+        call.arg(&lease.id)
             .arg(&self.owner)
             .arg(lease.token)
             .arg(json(&lease.shard))
             .arg(json(&lower))
             .arg(&upper_id)
-            .arg(json(&upper))
-            .invoke_async(&mut con)
-            .await?;
+            .arg(json(&upper));
+        let answer: i64 = self.invoke(&mut con, &call).await?;
         Ok(match answer {
             1 => {
                 lease.shard = lower.clone();
@@ -745,14 +855,10 @@ impl Queue {
     /// asks lease holders to split; returns what is pending and leased.
     pub async fn idle(&self, ttl: Duration) -> Result<QueueCounts, QueueError> {
         let mut con = self.con.clone();
-        let (pending, leased): (u64, u64) = IDLE
-            .key(self.keys.idle())
-            .key(self.keys.pending())
-            .key(self.keys.leases())
-            .arg(&self.owner)
-            .arg(ttl.as_millis() as u64)
-            .invoke_async(&mut con)
-            .await?;
+        let keys = [self.keys.idle(), self.keys.pending(), self.keys.leases()];
+        let mut call = LIBRARY.call(Step::Idle, &keys);
+        call.arg(&self.owner).arg(ttl.as_millis() as u64);
+        let (pending, leased): (u64, u64) = self.invoke(&mut con, &call).await?;
         Ok(QueueCounts {
             pending,
             leased,
@@ -771,27 +877,27 @@ impl Queue {
             Finish::Release => ("release", "", 0),
             Finish::Fail { error, max_failures } => ("fail", error.as_str(), *max_failures),
         };
-        Ok(FINISH
-            .key(self.keys.shard(&lease.id))
-            .key(self.keys.leases())
-            .key(self.keys.pending())
-            .key(self.keys.done())
-            .key(self.keys.dead())
-            .arg(&lease.id)
+        let keys = [
+            self.keys.shard(&lease.id),
+            self.keys.leases(),
+            self.keys.pending(),
+            self.keys.done(),
+            self.keys.dead(),
+        ];
+        let mut call = LIBRARY.call(Step::Finish, &keys);
+        call.arg(&lease.id)
             .arg(&self.owner)
             .arg(lease.token)
             .arg(mode)
-            .arg(error)
+            .arg(cut(error, library::MAX_ERROR_BYTES))
             .arg(max)
             .arg(json(&lease.shard))
-            .arg(lease.checkpoint.as_deref().unwrap_or(""))
-            .invoke_async::<String>(&mut con)
-            .await
-            .inspect(|state| {
-                if state == "diverged" {
-                    tracing::warn!(shard = %lease.shard, "{DIVERGED}");
-                }
-            })?)
+            .arg(lease.checkpoint.as_deref().unwrap_or(""));
+        let state: String = self.invoke(&mut con, &call).await?;
+        if state == "diverged" {
+            tracing::warn!(shard = %lease.shard, "{DIVERGED}");
+        }
+        Ok(state)
     }
 
     /// The parts and counts Redis recorded for `lease`'s shard, read in one
@@ -823,14 +929,15 @@ impl Queue {
     /// Requeue shards whose lease expired; returns (requeued, dead-lettered).
     pub async fn reap(&self, max_failures: u32) -> Result<(u64, u64), QueueError> {
         let mut con = self.con.clone();
-        Ok(REAP
-            .key(self.keys.leases())
-            .key(self.keys.pending())
-            .key(self.keys.dead())
-            .key(self.keys.shard_prefix())
-            .arg(max_failures)
-            .invoke_async(&mut con)
-            .await?)
+        let keys = [
+            self.keys.leases(),
+            self.keys.pending(),
+            self.keys.dead(),
+            self.keys.shard_prefix(),
+        ];
+        let mut call = LIBRARY.call(Step::Reap, &keys);
+        call.arg(max_failures);
+        self.invoke(&mut con, &call).await
     }
 
     pub async fn counts(&self) -> Result<QueueCounts, QueueError> {
@@ -862,13 +969,15 @@ impl Queue {
         counts: &std::collections::BTreeMap<String, u64>,
     ) -> Result<bool, QueueError> {
         let mut con = self.con.clone();
-        let mut call = RESTORE.prepare_invoke();
-        call.key(self.keys.shard(id))
-            .key(self.keys.parts(id))
-            .key(self.keys.shards())
-            .key(self.keys.done())
-            .key(self.keys.counters())
-            .arg(id)
+        let keys = [
+            self.keys.shard(id),
+            self.keys.parts(id),
+            self.keys.shards(),
+            self.keys.done(),
+            self.keys.counters(),
+        ];
+        let mut call = LIBRARY.call(Step::Restore, &keys);
+        call.arg(id)
             .arg(json(range))
             .arg(parts.len())
             .arg(parts)
@@ -879,7 +988,7 @@ impl Queue {
         for (counter, n) in progress_of_counts(counts) {
             call.arg(counter).arg(n);
         }
-        Ok(call.invoke_async::<i64>(&mut con).await? == 1)
+        Ok(self.invoke::<i64>(&mut con, &call).await? == 1)
     }
 
     /// One shard as the queue knows it.
@@ -991,19 +1100,19 @@ impl Queue {
         status_json: &str,
     ) -> Result<bool, QueueError> {
         let mut con = self.con.clone();
-        let mut script = PROGRESS.key(self.keys.counters());
-        script
-            .key(self.keys.workers())
-            .key(self.keys.pending())
-            .key(self.keys.idle())
-            .key(self.keys.reported())
-            .arg(&self.owner)
-            .arg(status_json)
-            .arg(report);
+        let keys = [
+            self.keys.counters(),
+            self.keys.workers(),
+            self.keys.pending(),
+            self.keys.idle(),
+            self.keys.reported(),
+        ];
+        let mut call = LIBRARY.call(Step::Progress, &keys);
+        call.arg(&self.owner).arg(status_json).arg(report);
         for (field, delta) in deltas.iter().filter(|(_, d)| *d > 0) {
-            script.arg(*field).arg(*delta);
+            call.arg(*field).arg(*delta);
         }
-        let split_wanted: i64 = script.invoke_async(&mut con).await?;
+        let split_wanted: i64 = self.invoke(&mut con, &call).await?;
         Ok(split_wanted == 1)
     }
 
@@ -1016,23 +1125,24 @@ impl Queue {
         counts: &[(&str, u64, u64, u64)],
     ) -> Result<Governed, QueueError> {
         let mut con = self.con.clone();
-        let mut script = GOVERN.key(self.keys.governor());
-        script
-            .key(self.keys.governor_window())
-            .key(self.keys.governor_sending())
-            .key(self.keys.governor_lock())
-            .arg(&self.owner)
+        let keys = [
+            self.keys.governor(),
+            self.keys.governor_window(),
+            self.keys.governor_sending(),
+            self.keys.governor_lock(),
+        ];
+        let mut call = LIBRARY.call(Step::Govern, &keys);
+        call.arg(&self.owner)
             .arg(window.as_millis().max(1) as u64)
             .arg(MAX_GOVERNED_PARTITIONS);
         for (partition, requests, throttles, latency_us) in counts {
-            script
-                .arg(*partition)
+            call.arg(*partition)
                 .arg(*requests)
                 .arg(*throttles)
                 .arg(*latency_us);
         }
         let (sending, elapsed_ms, states, window): (u64, i64, Vec<String>, Vec<String>) =
-            script.invoke_async(&mut con).await?;
+            self.invoke(&mut con, &call).await?;
         let pairs = |v: Vec<String>| -> Vec<(String, String)> {
             v.chunks_exact(2).map(|c| (c[0].clone(), c[1].clone())).collect()
         };

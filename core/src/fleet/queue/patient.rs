@@ -45,6 +45,11 @@ impl PatientConnection {
         }
     }
 
+    /// How long a command keeps trying.
+    pub fn patience(&self) -> Duration {
+        self.patience
+    }
+
     /// After an error that a new connection may cure (see
     /// [`needs_new_connection`]): a new manager on the server the locator
     /// names now, made once for all clones. A clone whose manager failed
@@ -111,6 +116,13 @@ impl Backoff {
     async fn retry_after_connected(&mut self, e: &RedisError) -> bool {
         self.retry_if(is_transient(e) || e.kind() == ErrorKind::AuthenticationFailed, e)
             .await
+    }
+
+    /// After an `FCALL` of a function Redis does not have, which this
+    /// user may not load: Redis restarted (functions live in memory unless
+    /// it persists) and the operator loads them again within seconds.
+    pub(crate) async fn retry_missing(&mut self, e: &RedisError) -> bool {
+        self.retry_if(true, e).await
     }
 
     async fn retry_if(&mut self, worth_it: bool, e: &RedisError) -> bool {

@@ -11,7 +11,8 @@
 -- Returns 1; 0 when the lease is no longer ours; 2 when Redis disagrees with
 -- the holder (the shard went back to pending). On 0 or 2 stop work on it.
 local shard = KEYS[1]
-if not holds_lease(shard, ARGV[2], ARGV[3]) then return 0 end
+local lease = lease_fields(shard)
+if not holds_lease(lease, ARGV[2], ARGV[3]) then return 0 end
 -- A commit re-sent after its answer was lost must not record twice. Its part
 -- key names it (each part of a lease has a key of its own): the last part
 -- recorded, it was this commit. A checkpoint equal to the stored one says
@@ -21,9 +22,9 @@ local resent
 if ARGV[6] ~= '' then
   resent = redis.call('LINDEX', KEYS[3], -1) == ARGV[6]
 else
-  resent = ARGV[5] ~= '' and lease_fields(shard).checkpoint == ARGV[5]
+  resent = ARGV[5] ~= '' and lease.checkpoint == ARGV[5]
 end
-if ARGV[7] ~= '' and not agrees(shard, ARGV[7], resent and ARGV[5] or ARGV[8]) then
+if ARGV[7] ~= '' and not agrees(lease, ARGV[7], resent and ARGV[5] or ARGV[8]) then
   requeue_diverged(shard, ARGV[1], KEYS[2], KEYS[4])
   return 2
 end

@@ -10,8 +10,9 @@
 --         3 Redis holds another range than the holder (it lost a split):
 --           the shard went back to pending.
 local shard = KEYS[1]
-if not holds_lease(shard, ARGV[2], ARGV[3]) then return 0 end
-local range = lease_fields(shard).range
+local lease = lease_fields(shard)
+if not holds_lease(lease, ARGV[2], ARGV[3]) then return 0 end
+local range = lease.range
 if range == ARGV[5] and redis.call('EXISTS', KEYS[5]) == 1 then return 1 end
 if range ~= ARGV[4] then
   requeue_diverged(shard, ARGV[1], KEYS[6], KEYS[2])

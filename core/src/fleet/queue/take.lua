@@ -21,7 +21,7 @@ end
 local last = redis.call('HGET', KEYS[5], ARGV[1])
 if last then
   local token, id = string.match(last, '^(%S+) (.+)$')
-  if token == ARGV[3] and holds_lease(KEYS[3] .. id, ARGV[1], ARGV[3]) then
+  if token == ARGV[3] and holds_lease(lease_fields(KEYS[3] .. id), ARGV[1], ARGV[3]) then
     return lease_of(id)
   end
 end
