@@ -49,6 +49,9 @@ pub struct Settings {
     /// Namespaces whose scans this operator runs (and whose Secrets its RBAC
     /// lets it read); empty: any.
     pub scan_namespaces: Vec<String>,
+    /// Where the operator may send a scan's requests (planning, cleanup of
+    /// scans with a credentials Secret); see `validate::endpoint`.
+    pub allowed_endpoints: std::sync::Arc<bucketscan_core::s3::EndpointAllowlist>,
 }
 
 impl Default for Settings {
@@ -64,6 +67,7 @@ impl Default for Settings {
             stall_after: std::time::Duration::from_secs(300),
             plan_list_budget: PlanOptions::default().max_requests,
             scan_namespaces: Vec::new(),
+            allowed_endpoints: Default::default(),
         }
     }
 }

@@ -61,6 +61,15 @@ struct Args {
     /// a scan elsewhere fails with reason NamespaceNotAllowed.
     #[arg(long, env = "BUCKETSCAN_SCAN_NAMESPACES", value_delimiter = ',')]
     scan_namespaces: Vec<String>,
+    /// Endpoints the operator may send a scan's requests to (planning and
+    /// cleanup of scans with a credentialsSecret), comma-separated: host
+    /// names, *.DOMAIN, addresses or networks (10.0.0.0/8), each optionally
+    /// with :PORT. Unset: any endpoint but loopback, link-local (the
+    /// instance metadata service) and unspecified addresses, checked on the
+    /// addresses a name resolves to; a scan refused fails with reason
+    /// EndpointNotAllowed.
+    #[arg(long, env = "BUCKETSCAN_ALLOWED_ENDPOINTS", value_delimiter = ',')]
+    allowed_endpoints: Vec<String>,
     /// Worker and merge container resources (JSON ResourceRequirements) for
     /// scans that set none. Unset: requests cpu 250m, memory 128Mi; limit
     /// memory 512Mi.
@@ -163,6 +172,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .context("--worker-resources (BUCKETSCAN_WORKER_RESOURCES) is not a JSON ResourceRequirements, such as {\"requests\":{\"cpu\":\"1\"}}")?,
         None => desired::default_worker_resources(),
     };
+    let allowed_endpoints = bucketscan_core::s3::EndpointAllowlist::parse(&args.allowed_endpoints)
+        .map_err(|e| anyhow::anyhow!("--allowed-endpoints (BUCKETSCAN_ALLOWED_ENDPOINTS): {e}"))?;
     if args.redis_scan_users {
         refuse_master_password_for_sentinels(&args.redis)?;
         if let Ok(Some(address)) = bucketscan_core::fleet::queue::sentinel::parse(&args.redis) {
@@ -195,6 +206,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         redis_scan_users: args.redis_scan_users,
         stall_after: Duration::from_secs(args.stall_seconds),
         plan_list_budget: args.plan_list_budget as usize,
+        allowed_endpoints: Arc::new(allowed_endpoints),
         ..Settings::default()
     };
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()));

@@ -38,6 +38,9 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     if let Err(message) = crate::validate::worker_image(scan, &ctx.settings.allowed_images) {
         return fail(scan, ctx, st, "ImageNotAllowed", &message, &now).await;
     }
+    if let Err(message) = crate::validate::endpoint(scan, &ctx.settings.allowed_endpoints) {
+        return fail(scan, ctx, st, ENDPOINT_NOT_ALLOWED, &message, &now).await;
+    }
     let deadline_left =
         status::deadline_left(st.start_time.as_ref(), scan.spec.active_deadline_seconds, &now);
     if deadline_left.is_some_and(|left| left <= 0) {
@@ -133,6 +136,13 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
                 status::set_condition(&mut st.conditions, PLANNED, true, reason, &msg, generation, &now);
                 publish(ctx, scan, EventType::Normal, reason, &msg).await;
             }
+            // A name that resolved to an address the allowlist refuses:
+            // nothing was sent.
+            Err(e) if e.endpoint_refusal().is_some() => {
+                let why = e.endpoint_refusal().unwrap_or_default();
+                let message = crate::validate::endpoint_refused(scan, why);
+                return fail(scan, ctx, st, ENDPOINT_NOT_ALLOWED, &message, &now).await;
+            }
             // The cause may pass (a Secret not created yet, the store down):
             // the scan waits, blocked (`blocked.rs`).
             Err(e) if e.blocked_reason().is_some() => return Err(e),
@@ -222,6 +232,9 @@ async fn suspended(
     });
     Ok(Action::requeue(next))
 }
+
+/// The reason of a scan whose endpoint the operator's allowlist refuses.
+const ENDPOINT_NOT_ALLOWED: &str = "EndpointNotAllowed";
 
 /// How often a suspended scan is looked at.
 const SUSPENDED_REQUEUE: Duration = Duration::from_secs(10);

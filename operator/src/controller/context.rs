@@ -95,6 +95,32 @@ impl Error {
 }
 
 impl Error {
+    /// Why the endpoint allowlist refused the scan's store, when that is
+    /// what failed (no request was sent).
+    pub fn endpoint_refusal(&self) -> Option<&str> {
+        use bucketscan_core::fleet::recovery::RecoveryError;
+        use bucketscan_core::s3::S3Error;
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::S3(S3Error::NotAllowed(why))
+            | Error::Plan(PlanError::Source {
+                source: S3Error::NotAllowed(why),
+                ..
+            })
+            | Error::Plan(PlanError::Output {
+                source: S3Error::NotAllowed(why),
+                ..
+            })
+            | Error::Plan(PlanError::Planning(S3Error::NotAllowed(why)))
+            | Error::Recovery(RecoveryError::S3(S3Error::NotAllowed(why))) => Some(why),
+            Error::Finalizer(f) => match f.as_ref() {
+                F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.endpoint_refusal(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Why the scan must wait, when the cause may pass by itself: a Secret
     /// not created yet, Redis or the store unreachable, slow or throttling.
     /// `None` for what only the user can fix (the scan fails) and for the
