@@ -16,6 +16,9 @@ pub const BLOCKED: &str = "Blocked";
 /// `NAME-plan`, ...) holds another workload's object, which the operator
 /// leaves alone: the scan waits until the name is free.
 pub const CONFLICT: &str = "Conflict";
+/// True while a scan waits for a place among its namespace's running scans
+/// (`limits`: the operator's cap per namespace).
+pub const QUEUED: &str = "Queued";
 /// Whether the worker pods run, and why not (`pods::WorkerHealth`).
 pub const WORKERS_READY: &str = "WorkersReady";
 /// False while a scan makes no progress for longer than the operator's
@@ -160,6 +163,10 @@ pub fn set_ready(st: &mut BucketScanStatus, generation: Option<i64>, now: &Time)
         }
         _ if is_true(&st.conditions, BLOCKED) => {
             let c = said(BLOCKED).expect("true");
+            (false, c.reason.clone(), c.message.clone())
+        }
+        _ if is_true(&st.conditions, QUEUED) => {
+            let c = said(QUEUED).expect("true");
             (false, c.reason.clone(), c.message.clone())
         }
         _ if is_true(&st.conditions, SUSPENDED) => (false, "Suspended".into(), "spec.suspend is true".into()),

@@ -11,6 +11,7 @@ use super::merge::merging;
 use super::observe::{observe, Observed};
 use super::planning::{job_gate, plan, replan, Gate};
 use super::report::{publish, write_status};
+use super::turns::wait_turn;
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::status::{self, COMPLETE, PLANNED, STORE_SATURATED, SUSPENDED};
 use crate::{autoscale, desired};
@@ -41,6 +42,13 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     if let Err(message) = crate::validate::endpoint(scan, &ctx.settings.allowed_endpoints) {
         return fail(scan, ctx, st, ENDPOINT_NOT_ALLOWED, &message, &now).await;
     }
+    // Judged before the start; a running scan edited past a cap is held
+    // at the cap instead (`capped_workers`, `plan_options`).
+    if st.start_time.is_none() {
+        if let Err(message) = crate::limits::over_limit(scan, &ctx.settings.limits) {
+            return fail(scan, ctx, st, "OverLimit", &message, &now).await;
+        }
+    }
     let deadline_left =
         status::deadline_left(st.start_time.as_ref(), scan.spec.active_deadline_seconds, &now);
     if deadline_left.is_some_and(|left| left <= 0) {
@@ -68,6 +76,11 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
             &now,
         );
         publish(ctx, scan, EventType::Normal, "Resumed", msg).await;
+    }
+    if st.start_time.is_none() {
+        if let Some(later) = wait_turn(scan, ctx, &mut st, &before, &now).await? {
+            return Ok(later);
+        }
     }
 
     if desired::uses_pod_identity(scan) {
@@ -160,7 +173,10 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
 
     queue.reap(max_failures()).await?;
     let work_left = seen.shards.pending + seen.shards.leased;
-    let replicas = desired::desired_replicas(&scan.spec.workers, Some(work_left));
+    let replicas = crate::limits::capped_workers(
+        desired::desired_replicas(&scan.spec.workers, Some(work_left)),
+        &ctx.settings.limits,
+    );
     let replicas = autoscaled(scan, &mut st, &seen, replicas, &now);
     ensure_workers(scan, ctx, replicas).await?;
     report_progress(scan, ctx, &mut st, &seen, replicas, &now);

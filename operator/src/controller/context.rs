@@ -177,6 +177,18 @@ pub struct Context {
     /// Merge Jobs started again (after a pod that exited 75, or one that
     /// succeeded while Redis lost its manifest since), per scan, likewise.
     pub(super) merge_retries: Mutex<HashMap<String, u32>>,
+    /// Who holds the reconcile slots, per namespace (`fairness`).
+    pub(super) fair: Mutex<crate::fairness::FairShare>,
+    /// Scans a freed slot wakes (`fairness`), to the controller; set by `run`.
+    pub(super) wake: std::sync::OnceLock<
+        futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<BucketScan>>,
+    >,
+    /// Every BucketScan the controller watches (its cache: counting a
+    /// namespace's running scans costs no API call); set by `run`.
+    pub(super) scans: std::sync::OnceLock<kube::runtime::reflector::Store<BucketScan>>,
+    /// Scans this operator let start (`limits::turn`), until they are
+    /// forgotten: the cache may not show their start yet.
+    pub(super) started: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Context {
@@ -205,6 +217,10 @@ impl Context {
             blocked: Mutex::default(),
             plan_retries: Mutex::default(),
             merge_retries: Mutex::default(),
+            fair: Mutex::default(),
+            wake: std::sync::OnceLock::new(),
+            scans: std::sync::OnceLock::new(),
+            started: Mutex::default(),
         })
     }
 }
