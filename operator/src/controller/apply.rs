@@ -178,11 +178,11 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         &ctx.settings.limits,
     );
     let replicas = autoscaled(scan, &mut st, &seen, replicas, &now);
-    ensure_workers(scan, ctx, replicas).await?;
+    let deployment = ensure_workers(scan, ctx, replicas).await?;
     report_progress(scan, ctx, &mut st, &seen, replicas, &now);
 
     if work_left > 0 {
-        observe_workers(scan, ctx, &mut st, &before, replicas, &now).await?;
+        observe_workers(scan, ctx, &mut st, &before, (replicas, deployment.as_ref()), &now).await?;
         st.phase = Phase::Scanning;
         let msg = format!(
             "{} of {} shards finished",

@@ -24,8 +24,10 @@ pub(crate) fn apply_params() -> kube::api::PatchParams {
     kube::api::PatchParams::apply(MANAGER).force()
 }
 
-/// How often an active scan is looked at (progress, reaper, scaling).
-pub(crate) const ACTIVE_REQUEUE: Duration = Duration::from_secs(3);
+/// How often an active scan is looked at (progress, reaper, scaling); its
+/// workers' and Jobs' changes wake it sooner. Each look of a scan whose
+/// state did not change costs three API requests (docs/operations.md).
+pub(crate) const ACTIVE_REQUEUE: Duration = Duration::from_secs(5);
 
 /// When a reconcile that failed (and is neither blocked nor in conflict)
 /// is tried again.
@@ -189,6 +191,10 @@ pub struct Context {
     /// Scans this operator let start (`limits::turn`), until they are
     /// forgotten: the cache may not show their start yet.
     pub(super) started: Mutex<std::collections::HashSet<String>>,
+    /// What the operator last applied of each scan's children, per scan
+    /// key and `Kind/name`: the desired object's hash and the version the
+    /// API server gave it (`owned::Mine::apply_changed`).
+    pub(super) applied: Mutex<HashMap<String, HashMap<String, (u64, String)>>>,
 }
 
 impl Context {
@@ -221,6 +227,7 @@ impl Context {
             wake: std::sync::OnceLock::new(),
             scans: std::sync::OnceLock::new(),
             started: Mutex::default(),
+            applied: Mutex::default(),
         })
     }
 }

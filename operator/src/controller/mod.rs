@@ -195,9 +195,13 @@ struct Slot<'a> {
 impl<'a> Slot<'a> {
     fn take(ctx: &'a Context, scan: &BucketScan) -> Option<Slot<'a>> {
         let namespace = scan.namespace().unwrap_or_default();
-        let mut fair = ctx.fair.lock().expect("lock");
-        fair.try_start(&namespace, &scan.name_any(), Instant::now())
-            .then_some(Slot { ctx, namespace })
+        let taken = ctx
+            .fair
+            .lock()
+            .expect("lock")
+            .try_start(&namespace, &scan.name_any(), Instant::now());
+        // Made only when taken: a Slot dropped gives a slot back.
+        taken.then(|| Slot { ctx, namespace })
     }
 }
 
