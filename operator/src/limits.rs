@@ -165,7 +165,7 @@ mod tests {
         if let Some(phase) = phase {
             s.status = Some(BucketScanStatus {
                 phase,
-                start_time: (phase != Phase::Pending).then(|| Time(t)),
+                start_time: (phase != Phase::Pending).then_some(Time(t)),
                 ..Default::default()
             });
         }

@@ -208,7 +208,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         patience: Duration::from_secs(args.redis_patience_secs),
         ..RedisConfig::new(&args.redis)
     };
-    if !(args.kube_api_qps > 0.0) {
+    if args.kube_api_qps.is_nan() || args.kube_api_qps <= 0.0 {
         anyhow::bail!("--kube-api-qps (BUCKETSCAN_KUBE_API_QPS) must be above 0");
     }
     let metrics = Arc::new(Metrics::default());

@@ -156,6 +156,10 @@ impl Error {
     }
 }
 
+/// Per child (`Kind/name`): the hash of the object last applied and the
+/// version the API server gave it.
+pub(super) type AppliedChildren = HashMap<String, (u64, String)>;
+
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
@@ -194,7 +198,7 @@ pub struct Context {
     /// What the operator last applied of each scan's children, per scan
     /// key and `Kind/name`: the desired object's hash and the version the
     /// API server gave it (`owned::Mine::apply_changed`).
-    pub(super) applied: Mutex<HashMap<String, HashMap<String, (u64, String)>>>,
+    pub(super) applied: Mutex<HashMap<String, AppliedChildren>>,
 }
 
 impl Context {
