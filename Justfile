@@ -34,7 +34,7 @@ layers:
     scripts/check-versions.sh
     python3 scripts/check-layers.py --self-test
     python3 scripts/check-layers.py core/src --layers s3 keyspace scan fleet
-    python3 scripts/check-layers.py operator/src --layers metrics,pods validate,desired,status,autoscale controller leader
+    python3 scripts/check-layers.py operator/src --layers metrics,pods,fairness,throttle validate,desired,status,autoscale,limits controller leader
     python3 scripts/check-layers.py worker/src
     python3 scripts/check-layers.py bench/src
     python3 scripts/check-layers.py kubectl-plugin/src

@@ -12,6 +12,9 @@ pub const BLOCKED: &str = "Blocked";
 /// `NAME-plan`, ...) holds another workload's object, which the operator
 /// leaves alone: the scan waits until the name is free.
 pub const CONFLICT: &str = "Conflict";
+/// True while a scan waits for a place among its namespace's running scans
+/// (`limits`: the operator's cap per namespace).
+pub const QUEUED: &str = "Queued";
 /// Whether the worker pods run, and why not (`pods::WorkerHealth`).
 pub const WORKERS_READY: &str = "WorkersReady";
 /// False while a scan makes no progress for longer than the operator's

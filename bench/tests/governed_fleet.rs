@@ -59,6 +59,7 @@ async fn engine(url: &str) -> Arc<Engine> {
             ca_pem: None,
             insecure: false,
             pool_size: 32,
+            allowlist: None,
         },
         Some(credentials),
     )

@@ -205,6 +205,7 @@ async fn other_buckets_are_forwarded_and_stats_are_served() {
         ca_pem: None,
         insecure: false,
         pool_size: 4,
+        allowlist: None,
     })
     .await
     .unwrap();

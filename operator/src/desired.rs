@@ -61,6 +61,11 @@ pub struct Settings {
     /// Namespaces whose scans this operator runs (and whose Secrets its RBAC
     /// lets it read); empty: any.
     pub scan_namespaces: Vec<String>,
+    /// Where the operator may send a scan's requests (planning, cleanup of
+    /// scans with a credentials Secret); see `validate::endpoint`.
+    pub allowed_endpoints: std::sync::Arc<bucketscan_core::s3::EndpointAllowlist>,
+    /// What one namespace and one scan may take (`limits`).
+    pub limits: crate::limits::Limits,
 }
 
 impl Default for Settings {
@@ -76,6 +81,8 @@ impl Default for Settings {
             stall_after: std::time::Duration::from_secs(300),
             plan_list_budget: PlanOptions::default().max_requests,
             scan_namespaces: Vec::new(),
+            allowed_endpoints: Default::default(),
+            limits: Default::default(),
         }
     }
 }
@@ -86,7 +93,10 @@ pub fn plan_options(scan: &BucketScan, settings: &Settings) -> PlanOptions {
     let sharding = &scan.spec.sharding;
     PlanOptions {
         delimiter: Some(sharding.delimiter.clone().unwrap_or_else(|| "/".into())).filter(|d| !d.is_empty()),
-        target_shards: sharding.target_shards.unwrap_or(64) as usize,
+        target_shards: sharding
+            .target_shards
+            .unwrap_or(64)
+            .min(settings.limits.target_shards.max(1)) as usize,
         min_shard_objects: sharding.min_shard_objects.unwrap_or(10_000),
         max_requests: settings.plan_list_budget,
         ..PlanOptions::default()

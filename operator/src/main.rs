@@ -63,6 +63,38 @@ struct Args {
     /// a scan elsewhere fails with reason NamespaceNotAllowed.
     #[arg(long, env = "BUCKETSCAN_SCAN_NAMESPACES", value_delimiter = ',')]
     scan_namespaces: Vec<String>,
+    /// Endpoints the operator may send a scan's requests to (planning and
+    /// cleanup of scans with a credentialsSecret), comma-separated: host
+    /// names, *.DOMAIN, addresses or networks (10.0.0.0/8), each optionally
+    /// with :PORT. Unset: any endpoint but loopback, link-local (the
+    /// instance metadata service) and unspecified addresses, checked on the
+    /// addresses a name resolves to; a scan refused fails with reason
+    /// EndpointNotAllowed.
+    #[arg(long, env = "BUCKETSCAN_ALLOWED_ENDPOINTS", value_delimiter = ',')]
+    allowed_endpoints: Vec<String>,
+    /// Scans of one namespace that run at once (planning or later, until
+    /// they end); more wait, condition Queued, oldest first. 0: no limit.
+    #[arg(long, env = "BUCKETSCAN_MAX_ACTIVE_SCANS_PER_NAMESPACE", default_value_t = 10)]
+    max_active_scans_per_namespace: u32,
+    /// Workers one scan may run: a scan asking more (replicas, minReplicas,
+    /// maxReplicas) fails with reason OverLimit; autoscaling without
+    /// maxReplicas stops here.
+    #[arg(long, env = "BUCKETSCAN_MAX_WORKERS_PER_SCAN", default_value_t = 100,
+          value_parser = clap::value_parser!(i32).range(1..=1000))]
+    max_workers_per_scan: i32,
+    /// Shards one scan may plan (sharding.targetShards); more: OverLimit.
+    #[arg(long, env = "BUCKETSCAN_MAX_TARGET_SHARDS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_target_shards: u32,
+    /// Requests a second to the Kubernetes API, on average (client-go's
+    /// QPS); beyond the burst, requests wait their turn.
+    #[arg(long, env = "BUCKETSCAN_KUBE_API_QPS", default_value_t = 50.0)]
+    kube_api_qps: f64,
+    /// Requests to the Kubernetes API sent at once after a quiet spell
+    /// (client-go's Burst).
+    #[arg(long, env = "BUCKETSCAN_KUBE_API_BURST", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    kube_api_burst: u32,
     /// Worker and merge container resources (JSON ResourceRequirements) for
     /// scans that set none. Unset: requests cpu 250m, memory 128Mi; limit
     /// memory 512Mi.
@@ -165,6 +197,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .context("--worker-resources (BUCKETSCAN_WORKER_RESOURCES) is not a JSON ResourceRequirements, such as {\"requests\":{\"cpu\":\"1\"}}")?,
         None => desired::default_worker_resources(),
     };
+    let allowed_endpoints = bucketscan_core::s3::EndpointAllowlist::parse(&args.allowed_endpoints)
+        .map_err(|e| anyhow::anyhow!("--allowed-endpoints (BUCKETSCAN_ALLOWED_ENDPOINTS): {e}"))?;
     if args.redis_scan_users {
         refuse_master_password_for_sentinels(&args.redis)?;
         if let Ok(Some(address)) = bucketscan_core::fleet::queue::sentinel::parse(&args.redis) {
@@ -176,9 +210,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         patience: Duration::from_secs(args.redis_patience_secs),
         ..RedisConfig::new(&args.redis)
     };
-    let client = kube::Client::try_default()
+    if args.kube_api_qps.is_nan() || args.kube_api_qps <= 0.0 {
+        anyhow::bail!("--kube-api-qps (BUCKETSCAN_KUBE_API_QPS) must be above 0");
+    }
+    let metrics = Arc::new(Metrics::default());
+    let config = kube::Config::infer()
         .await
         .context("cannot reach the Kubernetes API (KUBECONFIG, or the pod's service account)")?;
+    let throttle = bucketscan_operator::throttle::Throttle {
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
+        sent: metrics.kube_api_requests.clone(),
+    };
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("cannot set up the Kubernetes API client")?
+        .with_layer(&throttle)
+        .build();
     let settings = Settings {
         worker_image: args.worker_image.clone(),
         image_pull_policy: args.worker_pull_policy,
@@ -193,11 +240,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         redis_scan_users: args.redis_scan_users,
         stall_after: Duration::from_secs(args.stall_seconds),
         plan_list_budget: args.plan_list_budget as usize,
+        allowed_endpoints: Arc::new(allowed_endpoints),
+        limits: bucketscan_operator::limits::Limits {
+            active_scans_per_namespace: args.max_active_scans_per_namespace,
+            workers_per_scan: args.max_workers_per_scan,
+            target_shards: args.max_target_shards,
+        },
         ..Settings::default()
     };
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()));
     tracing::info!(instance, "bucketscan-operator starting");
-    let metrics = Arc::new(Metrics::default());
     let server = tokio::spawn(metrics::serve(args.metrics_addr, metrics.clone()));
 
     // Ready once both the API server and Redis answer.

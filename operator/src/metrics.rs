@@ -82,6 +82,8 @@ pub struct Metrics {
     /// Failed reconciles by the kind of error.
     pub reconcile_failures: Family<ErrorLabel, Counter>,
     pub reconcile_seconds: Histogram,
+    /// Requests sent to the Kubernetes API (`throttle`).
+    pub kube_api_requests: Counter,
     /// Objects HEADed per scan (from the workers' reports in Redis).
     pub scan_objects: ScanCounter,
     pub scan_objects_with_metadata: ScanCounter,
@@ -124,6 +126,12 @@ impl Default for Metrics {
         let reconciles = Family::<ResultLabel, Counter>::default();
         let reconcile_failures = Family::<ErrorLabel, Counter>::default();
         let reconcile_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        let kube_api_requests = Counter::default();
+        registry.register(
+            "kube_api_requests",
+            "Requests sent to the Kubernetes API (paced by --kube-api-qps and --kube-api-burst)",
+            kube_api_requests.clone(),
+        );
         let leader = Gauge::default();
         let redis_up = Gauge::default();
         let redis_memory_used = Gauge::default();
@@ -202,6 +210,7 @@ impl Default for Metrics {
             reconciles,
             reconcile_failures,
             reconcile_seconds,
+            kube_api_requests,
             scan_objects,
             scan_objects_with_metadata,
             scan_objects_vanished,

@@ -158,6 +158,11 @@ pub fn standing(st: &BucketScanStatus) -> (Standing, String, String) {
     if let Some(c) = said(BLOCKED) {
         return from(Standing::InProgress, c);
     }
+    // Waiting for a place among its namespace's running scans: it starts
+    // by itself once one ends.
+    if let Some(c) = said(QUEUED) {
+        return from(Standing::InProgress, c);
+    }
     if said(SUSPENDED).is_some() {
         return (
             Standing::Suspended,

@@ -66,6 +66,30 @@ pub fn scan_namespace(scan: &BucketScan, allowed: &[String]) -> Result<(), Strin
     ))
 }
 
+/// Whether the operator may send requests to the scan's endpoint (it does
+/// for scans with a credentials Secret: planning and cleanup). This is the
+/// check the URL alone allows; the addresses a name resolves to are checked
+/// again when the operator connects (`s3::allowlist`), with the same
+/// message ([`endpoint_refused`]).
+pub fn endpoint(scan: &BucketScan, allowed: &bucketscan_core::s3::EndpointAllowlist) -> Result<(), String> {
+    if crate::desired::uses_pod_identity(scan) {
+        return Ok(()); // reached from the scan's own pods only
+    }
+    allowed
+        .check_url(scan.spec.source.endpoint.as_deref())
+        .map_err(|why| endpoint_refused(scan, &why))
+}
+
+/// The condition's message when the allowlist refuses the scan's endpoint.
+pub fn endpoint_refused(scan: &BucketScan, why: &str) -> String {
+    format!(
+        "spec.source.endpoint {:?} is refused ({why}): the operator sends a scan's requests only to the \
+         endpoints its allowlist allows (chart value operator.allowedEndpoints, flag --allowed-endpoints); \
+         loopback and link-local addresses (the instance metadata service) only when listed",
+        scan.spec.source.endpoint.as_deref().unwrap_or_default()
+    )
+}
+
 fn image_matches(image: &str, entry: &str) -> bool {
     if entry.ends_with('/') {
         return image.starts_with(entry);

@@ -34,6 +34,7 @@ const OPERATOR_KEY: &str = "AKIAOPERATORIDENTITY";
 fn start_operator() -> Child {
     let log = std::fs::File::create(temp_path("operator-identity.log")).unwrap();
     Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
         .args(["--namespace", NS, "--redis-scan-users=true"])
         .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .env("KUBECONFIG", kubeconfig_path())

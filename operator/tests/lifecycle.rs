@@ -35,6 +35,7 @@ fn start_operator(tag: &str) -> Child {
 fn start_operator_in(ns: &str, tag: &str) -> Child {
     let log = std::fs::File::create(temp_path(&format!("operator-{tag}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
         .args([
             "--namespace",
             ns,

@@ -97,6 +97,7 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_a
     let port = free_port();
     let log = std::fs::File::create(common::temp_path("operator-observability.log")).unwrap();
     let mut operator = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
         .args(["--namespace", NS, "--metrics-addr", &format!("127.0.0.1:{port}")])
         .env("KUBECONFIG", kubeconfig_path())
         .env("BUCKETSCAN_REDIS_URL", redis.url())
@@ -247,6 +248,7 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_a
     // scans to act on (the first one holds this namespace's): it only
     // watches.
     let mut gated = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
         .args(["--namespace", "observability-gated"])
         .args(["--metrics-addr", &format!("127.0.0.1:{gated_port}")])
         .env("KUBECONFIG", &gated_config)

@@ -23,6 +23,7 @@ use std::time::Duration;
 fn start_operator(ns: &str, args: &[&str]) -> Child {
     let log = std::fs::File::create(scratch(&format!("operator-{ns}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
         .args(["--namespace", ns, "--redis-scan-users=true"])
         .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .args(args)

@@ -26,6 +26,7 @@ use std::time::Duration;
 fn start_operator(ns: &str, env: &[(&str, &str)]) -> Child {
     let log = std::fs::File::create(temp_path(&format!("operator-{ns}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
         .args([
             "--namespace",
             ns,

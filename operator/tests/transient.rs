@@ -24,6 +24,7 @@ const NS: &str = "transient";
 fn start_operator(redis_url: &str) -> Child {
     let log = std::fs::File::create(temp_path("operator-transient.log")).unwrap();
     Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
         .args([
             "--namespace",
             NS,

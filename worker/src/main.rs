@@ -406,6 +406,7 @@ impl EndpointArgs {
             },
             insecure: self.insecure_skip_tls_verify,
             pool_size,
+            allowlist: None,
         };
         endpoint.region = resolve_region(self.region.clone(), &endpoint).await?;
         Ok(S3::connect(endpoint).await?)

@@ -31,6 +31,7 @@ async fn main() -> anyhow::Result<()> {
         ca_pem: None,
         insecure: false,
         pool_size: args.shards as usize,
+        allowlist: None,
     })
     .await?;
     let started = Instant::now();

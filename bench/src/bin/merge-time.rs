@@ -84,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
         ca_pem: None,
         insecure: false,
         pool_size: 64,
+        allowlist: None,
     })
     .await?;
     let redis = RedisConfig::new(env("BUCKETSCAN_TEST_REDIS_URL")?);

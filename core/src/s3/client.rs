@@ -347,6 +347,9 @@ pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'st
     err: SdkError<E, HttpResponse>,
     bucket: &str,
 ) -> S3Error {
+    if let Some(refused) = super::error::refusal_in(&err) {
+        return S3Error::NotAllowed(refused.0.clone());
+    }
     let text = DisplayErrorContext(&err).to_string();
     if matches!(
         err,

@@ -60,6 +60,11 @@ pub enum S3Error {
     /// so no resume can be trusted. Final for the shard (see `fleet::run`).
     #[error("the listing is out of order: {0}")]
     ListingOutOfOrder(String),
+    /// The endpoint's allowlist (the operator's `--allowed-endpoints`)
+    /// refused every address its host resolves to: no connection was
+    /// opened, no request sent. Final: the same host is refused again.
+    #[error("{0}")]
+    NotAllowed(String),
     #[error("{0}")]
     Other(String),
 }
@@ -92,7 +97,10 @@ impl S3Error {
     pub fn affects_every_request(&self) -> bool {
         matches!(
             self,
-            S3Error::Credentials(_) | S3Error::ExpiredToken { .. } | S3Error::Config(_)
+            S3Error::Credentials(_)
+                | S3Error::ExpiredToken { .. }
+                | S3Error::Config(_)
+                | S3Error::NotAllowed(_)
         )
     }
 
@@ -171,9 +179,32 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// A request to `scheme://host` that got no answer. The chain of a DNS or
-/// TLS failure does not name the host, so this does.
-pub(crate) fn connection_failed(scheme: &str, host: &str, e: &dyn std::error::Error) -> S3Error {
+/// TLS failure does not name the host, so this does. A connection the
+/// endpoint allowlist refused is [`S3Error::NotAllowed`], whatever wraps it.
+pub(crate) fn connection_failed(scheme: &str, host: &str, e: &(dyn std::error::Error + 'static)) -> S3Error {
+    if let Some(refused) = refusal_in(e) {
+        return S3Error::NotAllowed(refused.0.clone());
+    }
     S3Error::Connection(format!("{scheme}://{host}: {}", error_chain(e)))
+}
+
+/// The error the connector gives when the endpoint allowlist refuses every
+/// address of a host (see `allowlist`): it travels up through hyper's and
+/// the SDK's errors as a source, and is found again by [`refusal_in`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// The allowlist's refusal among `e` and its sources, if that is what failed.
+pub(crate) fn refusal_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refused> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(refused) = e.downcast_ref::<Refused>() {
+            return Some(refused);
+        }
+        next = e.source();
+    }
+    None
 }
 
 #[cfg(test)]

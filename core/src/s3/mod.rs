@@ -5,12 +5,13 @@
 //! nothing of shards, records, Redis or scans.
 //!
 //! Inside, files form layers too (each may import only those listed before
-//! it): `error`, `regions`, `clock`; `types`, `codec`; `retry`, `sign`, `transport`; `connections`; `signed`
+//! it): `error`, `regions`, `clock`; `allowlist`; `types`, `codec`; `retry`, `sign`, `transport`; `connections`; `signed`
 //! (sign and send a request); `list`; `client` (the [`S3`] handle); `pages`
 //! (a listing page by page, and where it ends), `head`, `upload`; `delete`.
 //!
 //! May import: nothing of the crate outside `s3`.
 
+pub mod allowlist;
 pub mod client;
 pub mod clock;
 pub mod codec;
@@ -29,6 +30,7 @@ pub mod transport;
 pub mod types;
 pub mod upload;
 
+pub use allowlist::EndpointAllowlist;
 pub use client::{resolve_region, S3};
 pub use error::S3Error;
 pub use head::{HeadClient, HeadClientKind};

@@ -434,6 +434,7 @@ mod tests {
             ca_pem: None,
             insecure: false,
             pool_size: 1,
+            allowlist: None,
         };
         let credentials = aws_credential_types::Credentials::new("A", "S", None, None, "test");
         SignedClient::new(

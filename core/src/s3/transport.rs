@@ -4,9 +4,13 @@
 //! The fast HEAD path uses it directly; the AWS SDK uses it through
 //! [`SdkHttpClient`], so both trust exactly the same servers.
 //!
-//! May import: the bottom of `s3` (types, error).
+//! Connections of a client whose endpoint carries an allowlist (the
+//! operator's) go only to the addresses it allows ([`TcpConnector`]).
+//!
+//! May import: the bottom of `s3` (types, error, allowlist).
 
-use super::error::S3Error;
+use super::allowlist::EndpointAllowlist;
+use super::error::{Refused, S3Error};
 use super::types::Endpoint;
 use aws_smithy_runtime_api::client::http::{
     HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
@@ -15,16 +19,24 @@ use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
-use hyper_util::client::legacy::connect::HttpConnector as TcpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::client::legacy::connect::HttpConnector as TcpDialer;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::TokioIo;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub type HttpsConnector = hyper_rustls::HttpsConnector<TcpConnector>;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Header lines an answer may have. hyper's default, 100, is too few for S3:
 /// each user metadata entry is a header of its own, and 2 KB of metadata
@@ -36,15 +48,112 @@ pub const MAX_ANSWER_HEADERS: usize = 1024;
 
 /// A pooled HTTPS (or plain HTTP) connector for `endpoint`.
 pub fn connector(endpoint: &Endpoint) -> Result<HttpsConnector, S3Error> {
-    let mut tcp = TcpConnector::new();
-    tcp.enforce_http(false);
-    tcp.set_nodelay(true);
-    tcp.set_connect_timeout(Some(Duration::from_secs(10)));
+    let tcp = TcpConnector {
+        tcp: configured(TcpDialer::new()),
+        allowlist: endpoint.allowlist.clone(),
+        aws: endpoint.url.is_none(),
+    };
     Ok(hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls_config(endpoint)?)
         .https_or_http()
         .enable_http1()
         .wrap_connector(tcp))
+}
+
+fn configured<R>(mut tcp: TcpDialer<R>) -> TcpDialer<R> {
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(Duration::from_secs(10)));
+    tcp
+}
+
+/// TCP connections under TLS: hyper-util's connector as it is, or, when
+/// the endpoint has an allowlist, one that resolves the host itself and
+/// connects only to the addresses the allowlist allows (to those very
+/// addresses: a name that resolves elsewhere a moment later changes
+/// nothing). A host none of whose addresses is allowed fails with
+/// [`Refused`] before any connection is opened.
+#[derive(Clone)]
+pub struct TcpConnector {
+    tcp: TcpDialer,
+    allowlist: Option<Arc<EndpointAllowlist>>,
+    aws: bool,
+}
+
+impl tower_service::Service<http::Uri> for TcpConnector {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.tcp.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        match self.allowlist.clone() {
+            None => {
+                let connecting = self.tcp.call(uri);
+                Box::pin(async move { connecting.await.map_err(Into::into) })
+            }
+            Some(allowlist) => Box::pin(connect_allowed(uri, allowlist, self.aws)),
+        }
+    }
+}
+
+/// Resolve `uri`'s host, keep the addresses `allowlist` allows, and connect
+/// to one of them (hyper-util's connector over exactly those).
+async fn connect_allowed(
+    uri: http::Uri,
+    allowlist: Arc<EndpointAllowlist>,
+    aws: bool,
+) -> Result<TokioIo<tokio::net::TcpStream>, BoxError> {
+    let host = uri
+        .host()
+        .unwrap_or_default()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("http") { 80 } else { 443 });
+    let resolved: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((host.as_str(), port)).await?.collect(),
+    };
+    let mut allowed = Vec::new();
+    let mut refusals = Vec::new();
+    for addr in resolved {
+        match allowlist.check_address(&host, addr, aws) {
+            Ok(()) => allowed.push(addr),
+            Err(why) => refusals.push(why),
+        }
+    }
+    if allowed.is_empty() {
+        refusals.dedup();
+        return Err(Box::new(Refused(refusals.join("; "))));
+    }
+    let mut tcp = configured(TcpDialer::new_with_resolver(Resolved(allowed)));
+    tower_service::Service::call(&mut tcp, uri)
+        .await
+        .map_err(Into::into)
+}
+
+/// A resolver that answers the addresses already resolved and allowed.
+#[derive(Clone)]
+struct Resolved(Vec<SocketAddr>);
+
+impl tower_service::Service<Name> for Resolved {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Self::Response, std::io::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Name) -> Self::Future {
+        std::future::ready(Ok(self.0.clone().into_iter()))
+    }
 }
 
 /// A pooled client over [`connector`].

@@ -1,9 +1,11 @@
 //! The plain types every S3 call shares: where the endpoint is, what a LIST
 //! asks and answers, what a HEAD answers. The bottom of `s3`.
 //!
-//! May import: `error` only.
+//! May import: `error` and `allowlist` only.
 
+use super::allowlist::EndpointAllowlist;
 use super::error::S3Error;
+use std::sync::Arc;
 
 /// Where the S3 service is and how to talk to it. Credentials are not here:
 /// they come from the standard AWS provider chain (environment, profile, web
@@ -21,6 +23,11 @@ pub struct Endpoint {
     pub insecure: bool,
     /// Connections kept open per host; at least the number of requests in flight.
     pub pool_size: usize,
+    /// Connect only to the addresses this allows (the operator's
+    /// `--allowed-endpoints`, for requests it sends to a tenant's endpoint);
+    /// `None`: no check (the worker, the CLI: they reach the store the user
+    /// running them names).
+    pub allowlist: Option<Arc<EndpointAllowlist>>,
 }
 
 impl Endpoint {

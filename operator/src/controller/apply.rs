@@ -12,6 +12,7 @@ use super::observe::{observe, Observed};
 use super::planning::{job_gate, plan, replan, Gate};
 use super::redis_user::refresh;
 use super::report::{publish, write_status};
+use super::turns::wait_turn;
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::status::{self, COMPLETE, PLANNED, STORE_SATURATED, SUSPENDED};
 use crate::{autoscale, desired};
@@ -38,6 +39,16 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     }
     if let Err(message) = crate::validate::worker_image(scan, &ctx.settings.allowed_images) {
         return fail(scan, ctx, st, "ImageNotAllowed", &message, &now).await;
+    }
+    if let Err(message) = crate::validate::endpoint(scan, &ctx.settings.allowed_endpoints) {
+        return fail(scan, ctx, st, ENDPOINT_NOT_ALLOWED, &message, &now).await;
+    }
+    // Judged before the start; a running scan edited past a cap is held
+    // at the cap instead (`capped_workers`, `plan_options`).
+    if st.start_time.is_none() {
+        if let Err(message) = crate::limits::over_limit(scan, &ctx.settings.limits) {
+            return fail(scan, ctx, st, "OverLimit", &message, &now).await;
+        }
     }
     let deadline_left =
         status::deadline_left(st.start_time.as_ref(), scan.spec.active_deadline_seconds, &now);
@@ -69,6 +80,11 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
             &now,
         );
         publish(ctx, scan, EventType::Normal, "Resumed", msg).await;
+    }
+    if st.start_time.is_none() {
+        if let Some(later) = wait_turn(scan, ctx, &mut st, &before, &now).await? {
+            return Ok(later);
+        }
     }
 
     if desired::uses_pod_identity(scan) {
@@ -137,6 +153,13 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
                 status::set_condition(&mut st.conditions, PLANNED, true, reason, &msg, generation, &now);
                 publish(ctx, scan, EventType::Normal, reason, &msg).await;
             }
+            // A name that resolved to an address the allowlist refuses:
+            // nothing was sent.
+            Err(e) if e.endpoint_refusal().is_some() => {
+                let why = e.endpoint_refusal().unwrap_or_default();
+                let message = crate::validate::endpoint_refused(scan, why);
+                return fail(scan, ctx, st, ENDPOINT_NOT_ALLOWED, &message, &now).await;
+            }
             // The cause may pass (a Secret not created yet, the store down):
             // the scan waits, blocked (`blocked.rs`).
             Err(e) if e.blocked_reason().is_some() => return Err(e),
@@ -154,13 +177,16 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
 
     queue.reap(max_failures()).await?;
     let work_left = seen.shards.pending + seen.shards.leased;
-    let replicas = desired::desired_replicas(&scan.spec.workers, Some(work_left));
+    let replicas = crate::limits::capped_workers(
+        desired::desired_replicas(&scan.spec.workers, Some(work_left)),
+        &ctx.settings.limits,
+    );
     let replicas = autoscaled(scan, &mut st, &seen, replicas, &now);
-    ensure_workers(scan, ctx, replicas).await?;
+    let deployment = ensure_workers(scan, ctx, replicas).await?;
     report_progress(scan, ctx, &mut st, &seen, replicas, &now);
 
     if work_left > 0 {
-        observe_workers(scan, ctx, &mut st, &before, replicas, &now).await?;
+        observe_workers(scan, ctx, &mut st, &before, (replicas, deployment.as_ref()), &now).await?;
         st.phase = Phase::Scanning;
         let msg = format!(
             "{} of {} shards finished",
@@ -226,6 +252,9 @@ async fn suspended(
     });
     Ok(Action::requeue(next))
 }
+
+/// The reason of a scan whose endpoint the operator's allowlist refuses.
+const ENDPOINT_NOT_ALLOWED: &str = "EndpointNotAllowed";
 
 /// How often a suspended scan is looked at.
 const SUSPENDED_REQUEUE: Duration = Duration::from_secs(10);

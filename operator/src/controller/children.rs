@@ -14,7 +14,13 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PropagationPolicy};
 use kube::ResourceExt;
 
-pub(super) async fn ensure_workers(scan: &BucketScan, ctx: &Context, replicas: i32) -> Result<(), Error> {
+/// The scan's worker Deployment with `replicas` (none: deleted); returns it
+/// as it is now.
+pub(super) async fn ensure_workers(
+    scan: &BucketScan,
+    ctx: &Context,
+    replicas: i32,
+) -> Result<Option<Deployment>, Error> {
     let ns = scan.namespace().unwrap_or_default();
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
     let name = desired::workers_name(scan);
@@ -22,20 +28,22 @@ pub(super) async fn ensure_workers(scan: &BucketScan, ctx: &Context, replicas: i
         // Nothing to run: the Deployment goes (its pods get SIGTERM and
         // release any shard they hold).
         owned::delete(&deployments, scan, &name, &DeleteParams::default()).await?;
-        return Ok(());
+        return Ok(None);
     }
     // Checked before the Secret is written: a scan whose workers' name is
     // taken writes nothing.
     let mine = owned::get(&deployments, scan, &name).await?;
     let with_ca = ensure_redis_secret(scan, ctx).await?;
     let deployment = desired::worker_deployment(scan, &ctx.settings, replicas, with_ca);
-    mine.apply(&deployments, &deployment).await
+    Ok(Some(
+        mine.apply_changed(&deployments, &deployment, scan, ctx).await?,
+    ))
 }
 
 /// A scan that ended keeps no workers: its own Deployment goes; an object of
 /// that name that was never the scan's stays, and is no concern of it now.
 pub(super) async fn remove_workers(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
-    unless_foreign(scan, ensure_workers(scan, ctx, 0).await)
+    unless_foreign(scan, ensure_workers(scan, ctx, 0).await.map(|_| ()))
 }
 
 /// The Secret the scan's pods read Redis's address from (with the scan's
@@ -50,7 +58,7 @@ pub(super) async fn ensure_redis_secret(scan: &BucketScan, ctx: &Context) -> Res
         .map(|p| String::from_utf8_lossy(p).into_owned());
     let url = pods_redis_url(scan, ctx, mine.object.as_ref()).await?;
     let secret = desired::redis_secret(scan, &url, ca.as_deref());
-    mine.apply(&secrets, &secret).await?;
+    mine.apply_changed(&secrets, &secret, scan, ctx).await?;
     Ok(ca.is_some())
 }
 

@@ -39,6 +39,14 @@ pub(super) async fn cleanup(scan: &BucketScan, ctx: &Context) -> Result<Action, 
         // answer must not block deletion forever.
         match tokio::time::timeout(S3_CLEANUP, delete_parts(scan, ctx)).await {
             Ok(Ok(())) => {}
+            Ok(Err(e)) if e.endpoint_refusal().is_some() => {
+                let why = e.endpoint_refusal().unwrap_or_default();
+                let note = format!(
+                    "{}; the scan's parts are left",
+                    crate::validate::endpoint_refused(scan, why)
+                );
+                publish(ctx, scan, EventType::Warning, "EndpointNotAllowed", &note).await;
+            }
             Ok(Err(e)) => tracing::warn!(scan = %scan.name_any(), error = %e, "could not delete the parts"),
             Err(_) => tracing::warn!(scan = %scan.name_any(), "the store did not answer: the parts are left"),
         }
@@ -150,6 +158,8 @@ fn with_an_allowed_image(scan: &BucketScan, allowed: &[String]) -> BucketScan {
 
 fn forget(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     ctx.last_status.lock().expect("lock").remove(&key_of(scan));
+    ctx.started.lock().expect("lock").remove(&key_of(scan));
+    ctx.applied.lock().expect("lock").remove(&key_of(scan));
     ctx.metrics.forget_scan(&scan_labels(scan));
     Ok(Action::await_change())
 }

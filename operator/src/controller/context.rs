@@ -24,8 +24,10 @@ pub(crate) fn apply_params() -> kube::api::PatchParams {
     kube::api::PatchParams::apply(MANAGER).force()
 }
 
-/// How often an active scan is looked at (progress, reaper, scaling).
-pub(crate) const ACTIVE_REQUEUE: Duration = Duration::from_secs(3);
+/// How often an active scan is looked at (progress, reaper, scaling); its
+/// workers' and Jobs' changes wake it sooner. Each look of a scan whose
+/// state did not change costs three API requests (docs/operations.md).
+pub(crate) const ACTIVE_REQUEUE: Duration = Duration::from_secs(5);
 
 /// When a reconcile that failed (and is neither blocked nor in conflict)
 /// is tried again.
@@ -95,6 +97,32 @@ impl Error {
 }
 
 impl Error {
+    /// Why the endpoint allowlist refused the scan's store, when that is
+    /// what failed (no request was sent).
+    pub fn endpoint_refusal(&self) -> Option<&str> {
+        use bucketscan_core::fleet::recovery::RecoveryError;
+        use bucketscan_core::s3::S3Error;
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::S3(S3Error::NotAllowed(why))
+            | Error::Plan(PlanError::Source {
+                source: S3Error::NotAllowed(why),
+                ..
+            })
+            | Error::Plan(PlanError::Output {
+                source: S3Error::NotAllowed(why),
+                ..
+            })
+            | Error::Plan(PlanError::Planning(S3Error::NotAllowed(why)))
+            | Error::Recovery(RecoveryError::S3(S3Error::NotAllowed(why))) => Some(why),
+            Error::Finalizer(f) => match f.as_ref() {
+                F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.endpoint_refusal(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Why the scan must wait, when the cause may pass by itself: a Secret
     /// not created yet, Redis or the store unreachable, slow or throttling.
     /// `None` for what only the user can fix (the scan fails) and for the
@@ -128,6 +156,10 @@ impl Error {
     }
 }
 
+/// Per child (`Kind/name`): the hash of the object last applied and the
+/// version the API server gave it.
+pub(super) type AppliedChildren = HashMap<String, (u64, String)>;
+
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
@@ -151,6 +183,22 @@ pub struct Context {
     /// Merge Jobs started again (after a pod that exited 75, or one that
     /// succeeded while Redis lost its manifest since), per scan, likewise.
     pub(super) merge_retries: Mutex<HashMap<String, u32>>,
+    /// Who holds the reconcile slots, per namespace (`fairness`).
+    pub(super) fair: Mutex<crate::fairness::FairShare>,
+    /// Scans a freed slot wakes (`fairness`), to the controller; set by `run`.
+    pub(super) wake: std::sync::OnceLock<
+        futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<BucketScan>>,
+    >,
+    /// Every BucketScan the controller watches (its cache: counting a
+    /// namespace's running scans costs no API call); set by `run`.
+    pub(super) scans: std::sync::OnceLock<kube::runtime::reflector::Store<BucketScan>>,
+    /// Scans this operator let start (`limits::turn`), until they are
+    /// forgotten: the cache may not show their start yet.
+    pub(super) started: Mutex<std::collections::HashSet<String>>,
+    /// What the operator last applied of each scan's children, per scan
+    /// key and `Kind/name`: the desired object's hash and the version the
+    /// API server gave it (`owned::Mine::apply_changed`).
+    pub(super) applied: Mutex<HashMap<String, AppliedChildren>>,
 }
 
 impl Context {
@@ -179,6 +227,11 @@ impl Context {
             blocked: Mutex::default(),
             plan_retries: Mutex::default(),
             merge_retries: Mutex::default(),
+            fair: Mutex::default(),
+            wake: std::sync::OnceLock::new(),
+            scans: std::sync::OnceLock::new(),
+            started: Mutex::default(),
+            applied: Mutex::default(),
         })
     }
 }

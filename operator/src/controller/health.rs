@@ -20,14 +20,15 @@ use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use std::time::Duration;
 
-/// Look at the scan's `desired` worker pods; `st` gets `workersReady` and
-/// the WorkersReady and Progressing conditions.
+/// Look at the scan's `desired` worker pods (and its `deployment`, as the
+/// reconcile just applied or read it); `st` gets `workersReady` and the
+/// WorkersReady and Progressing conditions.
 pub(super) async fn observe_workers(
     scan: &BucketScan,
     ctx: &Context,
     st: &mut BucketScanStatus,
     before: &BucketScanStatus,
-    desired: i32,
+    (desired, deployment): (i32, Option<&Deployment>),
     now: &Time,
 ) -> Result<(), Error> {
     let ns = scan.namespace().unwrap_or_default();
@@ -38,9 +39,7 @@ pub(super) async fn observe_workers(
         let listed = pods
             .list(&ListParams::default().labels(&desired::worker_selector(scan)))
             .await?;
-        let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-        let deployment = deployments.get_opt(&desired::workers_name(scan)).await?;
-        worker_health(&listed.items, deployment.as_ref(), desired)
+        worker_health(&listed.items, deployment, desired)
     };
     st.workers_ready = Some(health.display());
     st.numbers.ready_workers = Some(health.ready);

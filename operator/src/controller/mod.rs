@@ -15,6 +15,8 @@
 //!   `health`: worker pods that do not run and scans without progress;
 //!   `report`: status writes and events; `blocked`: transient causes make
 //!   the scan wait (condition `Blocked`, backoff) instead of failing it;
+//! - `turns`: a new scan waits (condition `Queued`) while its namespace
+//!   runs as many scans as the operator allows;
 //! - `owned`: every write and delete of a child goes through it, and only
 //!   touches the scan's own objects; `conflict`: condition `Conflict` when a
 //!   child's name holds another workload's object.
@@ -22,7 +24,7 @@
 //! May import: `crd`, `desired`, `status`, `validate`, `metrics` and
 //! `bucketscan_core`; nothing imports it but the binary. Inside, files form
 //! layers (`scripts/check-layers.py` checks there is no circle): `context`;
-//! `owned`; `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`; `finish`, `health`,
+//! `owned`; `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`, `turns`; `finish`, `health`,
 //! `conflict`; `merge`, `cleanup`; `apply`; `blocked`; this file.
 
 mod admission;
@@ -41,6 +43,7 @@ mod planning;
 mod redis_user;
 mod report;
 mod source;
+mod turns;
 
 use context::ERROR_REQUEUE;
 pub use context::{Context, Error};
@@ -92,11 +95,16 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, namespace: Option<&str>) {
     .applied_objects()
     .predicate_filter(user_changes, PredicateConfig::default());
     let reach = owned_namespaces(namespace, &ctx.settings.scan_namespaces);
+    *ctx.fair.lock().expect("lock") = crate::fairness::FairShare::new(concurrency.max(1).into());
+    let _ = ctx.scans.set(reader.clone());
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let _ = ctx.wake.set(wake);
     let config = kube::runtime::controller::Config::default().concurrency(concurrency);
     Controller::for_stream(scans, reader)
         .owns_stream(owned::<Deployment>(&ctx.client, &reach))
         .owns_stream(owned::<Job>(&ctx.client, &reach))
         .with_config(config)
+        .reconcile_on(woken)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -186,6 +194,10 @@ where
 /// routes it to [`apply::apply`] or, on delete, [`cleanup::cleanup`].
 #[tracing::instrument(skip_all, fields(scan = %scan.name_any(), namespace = %scan.namespace().unwrap_or_default()))]
 async fn reconcile(scan: Arc<BucketScan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Its namespace holds its share of the slots: later, at no API cost.
+    let Some(_slot) = Slot::take(&ctx, &scan) else {
+        return Ok(Action::requeue(crate::fairness::DEFER));
+    };
     let started = Instant::now();
     let api: Api<BucketScan> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let result = finalizer(&api, FINALIZER, scan, |event| async {
@@ -218,6 +230,35 @@ async fn reconcile(scan: Arc<BucketScan>, ctx: Arc<Context>) -> Result<Action, E
         ctx.metrics.reconcile_failures.get_or_create(&label).inc();
     }
     result
+}
+
+/// A reconcile slot held by a namespace (`fairness`), given back on drop.
+struct Slot<'a> {
+    ctx: &'a Context,
+    namespace: String,
+}
+
+impl<'a> Slot<'a> {
+    fn take(ctx: &'a Context, scan: &BucketScan) -> Option<Slot<'a>> {
+        let namespace = scan.namespace().unwrap_or_default();
+        let taken = ctx
+            .fair
+            .lock()
+            .expect("lock")
+            .try_start(&namespace, &scan.name_any(), Instant::now());
+        // Made only when taken: a Slot dropped gives a slot back.
+        taken.then(|| Slot { ctx, namespace })
+    }
+}
+
+impl Drop for Slot<'_> {
+    /// The slot is free: the next scan in line (if any) is woken for it.
+    fn drop(&mut self) {
+        let next = self.ctx.fair.lock().expect("lock").finish(&self.namespace);
+        if let (Some((namespace, name)), Some(wake)) = (next, self.ctx.wake.get()) {
+            let _ = wake.unbounded_send(kube::runtime::reflector::ObjectRef::new(&name).within(&namespace));
+        }
+    }
 }
 
 fn error_policy(scan: Arc<BucketScan>, error: &Error, ctx: Arc<Context>) -> Action {

@@ -11,7 +11,7 @@
 //!
 //! May import: `context`, `crd`, `desired`.
 
-use super::context::{apply_params, Error};
+use super::context::{apply_params, key_of, Context, Error};
 use crate::crd::BucketScan;
 use crate::desired::SCAN_UID;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -102,6 +102,51 @@ impl<K: Child> Mine<K> {
         api.patch(&self.name, &apply_params(), &Patch::Apply(object))
             .await?;
         Ok(())
+    }
+}
+
+impl<K: Child> Mine<K> {
+    /// [`Mine::apply`], unless the object is exactly as this operator last
+    /// applied it: the same desired object, and nobody changed it since
+    /// (its version, the generation or else the resourceVersion, is the one
+    /// that apply gave it). A reconcile of a scan whose children are as
+    /// they should be writes nothing. Returns the object as it is now.
+    pub(super) async fn apply_changed(
+        &self,
+        api: &Api<K>,
+        object: &K,
+        scan: &BucketScan,
+        ctx: &Context,
+    ) -> Result<K, Error> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_string(object).unwrap_or_default().hash(&mut h);
+        let wanted = h.finish();
+        let child = format!("{}/{}", K::kind(&()), self.name);
+        let version = |o: &K| {
+            let meta = o.meta();
+            meta.generation
+                .map(|g| format!("g{g}"))
+                .or_else(|| meta.resource_version.clone())
+                .unwrap_or_default()
+        };
+        if let Some(current) = &self.object {
+            let applied = ctx.applied.lock().expect("lock");
+            let last = applied.get(&key_of(scan)).and_then(|c| c.get(&child));
+            if last == Some(&(wanted, version(current))) {
+                return Ok(current.clone());
+            }
+        }
+        let now = api
+            .patch(&self.name, &apply_params(), &Patch::Apply(object))
+            .await?;
+        ctx.applied
+            .lock()
+            .expect("lock")
+            .entry(key_of(scan))
+            .or_default()
+            .insert(child, (wanted, version(&now)));
+        Ok(now)
     }
 }
 

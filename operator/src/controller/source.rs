@@ -1,6 +1,7 @@
 //! The scan's source and output store as the operator reaches it: S3 clients
 //! with the credentials and CA from the Secrets the BucketScan names, read
-//! in its own namespace only.
+//! in its own namespace only, that connect only where the operator's endpoint
+//! allowlist lets them (`--allowed-endpoints`).
 
 use super::context::{Context, Error};
 use crate::crd::BucketScan;
@@ -85,6 +86,9 @@ pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, 
         None => None,
         Some(r) => Some(secret_value(scan, ctx, &r.name, &r.key, "spec.source.caSecret").await?),
     };
+    // Before anything is sent; the connector checks every address again.
+    let allowlist = ctx.settings.allowed_endpoints.clone();
+    allowlist.check_endpoint(src.endpoint.as_deref())?;
     let endpoint = Endpoint {
         url: src.endpoint.clone(),
         region: src.region.clone(),
@@ -92,6 +96,7 @@ pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, 
         ca_pem,
         insecure: src.insecure_skip_tls_verify,
         pool_size: 16,
+        allowlist: Some(allowlist),
     };
     Ok(S3::connect_with(endpoint, Some(credentials)).await?)
 }

@@ -11,7 +11,7 @@ use kube::{Client, Config};
 use std::time::Duration;
 
 /// The operator binary as a test runs it: watching `ns`, with the test
-/// ground's kubeconfig and Redis, stdout dropped and its log (stderr) in
+/// ground's kubeconfig and Redis, its S3 servers allowed, stdout dropped and its log (stderr) in
 /// `log`. The caller adds its own flags (at least `--metrics-addr`) and
 /// spawns it. A macro: only the operator's own tests have its binary
 /// (other crates' tests share this file).
@@ -26,11 +26,21 @@ macro_rules! operator_command {
                 "BUCKETSCAN_REDIS_URL",
                 std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
             )
+            .env(
+                "BUCKETSCAN_ALLOWED_ENDPOINTS",
+                $crate::cluster::TEST_GROUND_ENDPOINTS,
+            )
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create($log).unwrap());
         command
     }};
 }
+
+/// The operator's endpoint allowlist in these tests: the test ground's S3
+/// servers listen on loopback, which the default refuses (a tenant must
+/// not reach the operator's own host), so every operator a test starts
+/// allows it by name, as a platform would list its store.
+pub const TEST_GROUND_ENDPOINTS: &str = "127.0.0.1";
 
 /// A copy of the test ground's kubeconfig, written to `path`, whose user
 /// impersonates `user` (`as:`, which kube-rs and kubectl send as the

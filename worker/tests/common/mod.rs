@@ -236,6 +236,7 @@ impl Server {
                 ca_pem: None,
                 insecure: false,
                 pool_size: 64,
+                allowlist: None,
             },
             Some(credentials),
         )

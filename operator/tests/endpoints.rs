@@ -1,0 +1,129 @@
+//! The operator's endpoint allowlist (`--allowed-endpoints`, chart value
+//! `operator.allowedEndpoints`) with the real operator binary against the
+//! test ground's kube-apiserver, Redis and versitygw: a scan with a
+//! credentials Secret whose endpoint is the operator's own loopback, named
+//! by address or by a name that resolves to it, fails with reason
+//! EndpointNotAllowed and the endpoint never sees a connection, neither
+//! while planning nor when the scan is deleted; with the allowlist naming
+//! the address the same scan is planned through it.
+
+mod cluster;
+#[path = "../../worker/tests/common/mod.rs"]
+mod common;
+
+use bucketscan_operator::crd::BucketScan;
+use cluster::*;
+use common::*;
+use kube::api::{Api, DeleteParams, PostParams};
+use std::collections::BTreeMap;
+use std::process::Child;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const NS: &str = "endpoints";
+
+/// A TCP forwarder on 127.0.0.1 to `upstream` (HOST:PORT) that counts the
+/// connections it accepts: the endpoint the scans name.
+async fn counting_forwarder(upstream: String) -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// The operator with the allowlist `allowed` (`None`: the default).
+fn start_operator(tag: &str, allowed: Option<&str>) -> Child {
+    let mut command = operator_command!(NS, temp_path(&format!("operator-endpoints-{tag}.log")));
+    command.args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())]);
+    match allowed {
+        Some(list) => command.env("BUCKETSCAN_ALLOWED_ENDPOINTS", list),
+        None => command.env_remove("BUCKETSCAN_ALLOWED_ENDPOINTS"),
+    };
+    command.spawn().unwrap()
+}
+
+async fn delete_and_wait(scans: &Api<BucketScan>, name: &str) {
+    scans.delete(name, &DeleteParams::default()).await.unwrap();
+    eventually(&format!("{name} deleted"), 60, async || {
+        scans.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_never_connects_to_an_endpoint_its_allowlist_refuses() {
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let s3 = versitygw();
+    let bucket = s3.bucket("allow").await;
+    let out = s3.bucket("allow-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..20).map(|i| (format!("k{i:03}"), Seeded::default())).collect();
+    s3.seed(&bucket, &seeded).await;
+    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
+    let upstream = s3.endpoint.trim_start_matches("http://").to_string();
+    let (port, seen) = counting_forwarder(upstream).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+
+    // The default: loopback is refused, by address and by name.
+    let mut operator = start_operator("default", None);
+    for (name, host) in [("by-address", "127.0.0.1"), ("by-name", "localhost")] {
+        let endpoint = format!("http://{host}:{port}");
+        let scan = s3_scan(name, &endpoint, &bucket, &out, serde_json::json!({}));
+        scans.create(&PostParams::default(), &scan).await.unwrap();
+    }
+    for name in ["by-address", "by-name"] {
+        let (_, _, message) = eventually(&format!("{name} refused"), 60, async || {
+            condition(&scans, name, "Failed")
+                .await
+                .filter(|(status, reason, _)| status == "True" && reason == "EndpointNotAllowed")
+        })
+        .await;
+        assert!(message.contains("loopback"), "{message}");
+        assert!(message.contains("operator.allowedEndpoints"), "{message}");
+    }
+    let (_, _, by_name) = condition(&scans, "by-name", "Failed").await.unwrap();
+    assert!(by_name.contains("localhost resolves to 127.0.0.1"), "{by_name}");
+    assert!(event_reasons(&client, NS)
+        .await
+        .iter()
+        .any(|r| r == "EndpointNotAllowed"));
+    // Deleting them (the finalizer's cleanup of their parts) sends nothing either.
+    delete_and_wait(&scans, "by-address").await;
+    delete_and_wait(&scans, "by-name").await;
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        0,
+        "the refused endpoint was connected to"
+    );
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+
+    // Allowed by the platform: the same endpoint, by name, is planned through it.
+    let mut operator = start_operator("allowed", Some("127.0.0.1"));
+    let endpoint = format!("http://localhost:{port}");
+    let scan = s3_scan("allowed", &endpoint, &bucket, &out, serde_json::json!({}));
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+    eventually("allowed planned", 60, async || {
+        condition(&scans, "allowed", "Planned")
+            .await
+            .filter(|(status, _, _)| status == "True")
+    })
+    .await;
+    assert!(seen.load(Ordering::SeqCst) > 0);
+    delete_and_wait(&scans, "allowed").await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
