@@ -1344,13 +1344,13 @@ async fn operator_reconciles(
         let queue = Queue::on(&admin, &scan, "operator", Duration::from_secs(30));
         match queue.plan_complete().await {
             Ok(Some(_)) => planned = true,
-            Ok(None) if planned => {
-                if bucketscan_core::fleet::recovery::replan(&s3, spec, &queue)
-                    .await
-                    .is_ok()
-                {
-                    replans += 1;
-                }
+            Ok(None)
+                if planned
+                    && bucketscan_core::fleet::recovery::replan(&s3, spec, &queue)
+                        .await
+                        .is_ok() =>
+            {
+                replans += 1;
             }
             _ => {}
         }
