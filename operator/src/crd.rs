@@ -499,6 +499,10 @@ pub struct AutoscaleState {
     /// began: held there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub knee: Option<i32>,
+    /// What made it the knee: `Governed`, `LatencyRise`, `Throttling` or
+    /// `RateFlat` (the StoreSaturated reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knee_reason: Option<String>,
     /// Unix seconds since when every worker of the last step has been
     /// ready (absent while some are not): its rate is judged after that.
     #[serde(default, skip_serializing_if = "Option::is_none")]

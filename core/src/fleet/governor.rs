@@ -161,6 +161,17 @@ pub enum Signal {
     LatencyRise,
 }
 
+impl Signal {
+    /// In words, for a status message.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Signal::None => "",
+            Signal::Throttling => "throttling",
+            Signal::LatencyRise => "latency rise",
+        }
+    }
+}
+
 /// One partition's governor.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Governor {
