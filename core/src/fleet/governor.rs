@@ -56,6 +56,10 @@ pub struct GovernorConfig {
     pub probe: f64,
     /// Factor applied on a latency rise.
     pub latency_beta: f64,
+    /// Consecutive risen windows that make a latency rise.
+    pub latency_windows: u64,
+    /// Windows after a cut without another.
+    pub recovery_windows: u64,
     /// A window's mean latency above this many times the lowest seen is a rise.
     pub latency_rise: f64,
     /// Windows with fewer requests say nothing about latency.
@@ -88,6 +92,8 @@ impl Default for GovernorConfig {
             share_weight: 4.0,
             probe: 0.02,
             latency_beta: 0.9,
+            latency_windows: 2,
+            recovery_windows: 2,
             latency_rise: 2.0,
             min_requests: 20,
             grace_windows: 2,
@@ -218,6 +224,14 @@ pub struct Governor {
     pub share: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_us: Option<f64>,
+    /// Windows left after a cut in which no other cut comes: the 503s and
+    /// latencies they hold are of requests sent before it (and their
+    /// retries), as TCP cuts once per round trip.
+    #[serde(default)]
+    pub recovering: u64,
+    /// Consecutive windows with latency risen (one is noise).
+    #[serde(default)]
+    pub risen_windows: u64,
 }
 
 impl Governor {
@@ -245,6 +259,9 @@ impl Governor {
         let allowed = self.limit(cfg);
         let share = w.throttled_share();
         next.windows += 1;
+        next.risen_windows = if risen { self.risen_windows + 1 } else { 0 };
+        let recovering = self.recovering > 0;
+        next.recovering = self.recovering.saturating_sub(1);
         if w.requests > 0 {
             next.measured = measured;
             next.share = share;
@@ -268,6 +285,8 @@ impl Governor {
         let pushback = self.is_pushback(w, cfg);
         if pushback && self.windows < cfg.grace_windows {
             // A startup burst: counted, not cut for.
+        } else if (pushback || risen) && recovering {
+            // Requests sent before the last cut, and their retries: hold.
         } else if pushback {
             let served = measured.min(allowed.unwrap_or(f64::INFINITY));
             let excess = (share - self.noise).max(0.0);
@@ -283,9 +302,11 @@ impl Governor {
             });
             next.cut(served, beta, cfg);
             next.signal = Signal::Throttling;
-        } else if risen && self.rate.is_some() {
+        } else if risen && next.risen_windows >= cfg.latency_windows && self.rate.is_some() {
             next.cut(measured.min(allowed.unwrap_or(measured)), cfg.latency_beta, cfg);
             next.signal = Signal::LatencyRise;
+        } else if risen {
+            // One risen window is noise (a client's own pause): hold.
         } else if let Some(rate) = self.rate {
             let peak = self.peak.unwrap_or(rate);
             let grown = if self.throttled_above(w, cfg.share_margin / 2.0) {
@@ -382,6 +403,7 @@ impl Governor {
             rate = rate.min(c);
         }
         self.rate = Some(rate);
+        self.recovering = cfg.recovery_windows;
         self.peak = Some(served.max(rate));
         self.step = (served * cfg.probe).max(cfg.floor);
     }
@@ -556,9 +578,15 @@ mod tests {
         assert_eq!(g.rate, Some(4_500.0));
         assert_eq!(g.peak, Some(5_000.0));
         assert_eq!(g.throttles, 40);
-        // Many throttled (2,000 of 6,000 requests): the SDKs' 0.7, and from
-        // what was allowed, not measured (the fleet may still be sending
-        // faster than allowed for a moment).
+        // The next two windows hold requests sent before the cut and their
+        // retries: no second cut for them (TCP: one cut per round trip).
+        let g = g
+            .step(&throttled(5_000.0, 2_500), &cfg)
+            .step(&throttled(5_000.0, 2_500), &cfg);
+        assert_eq!(g.rate, Some(4_500.0), "{g:?}");
+        // Many throttled after that (2,500 of 7,500): the SDKs' 0.7, and
+        // from what was allowed, not measured (the fleet may still be
+        // sending faster than allowed for a moment).
         let g = g.step(&throttled(5_000.0, 2_500), &cfg);
         assert_eq!(g.rate, Some(4_500.0 * 0.7));
         assert_eq!(g.peak, Some(4_500.0));
@@ -899,9 +927,13 @@ mod tests {
         let mut g = Governor::default().step(&calm(1_000.0, 1_000), &cfg);
         g = g.step(&throttled(1_000.0, 20), &cfg);
         g = g.step(&calm(900.0, 1_000), &cfg);
+        g = g.step(&calm(g.rate.unwrap(), 1_000), &cfg);
         let before = g.rate.unwrap();
-        // Latency 2.5x the lowest seen: the store is queueing.
-        let g2 = g.step(&calm(before, 2_500), &cfg);
+        // Latency 2.5x the lowest seen: the store is queueing. One window
+        // could be a pause of the client's own: held; the second cuts.
+        let g1 = g.step(&calm(before, 2_500), &cfg);
+        assert_eq!(g1.rate, Some(before), "{g1:?}");
+        let g2 = g1.step(&calm(before, 2_500), &cfg);
         assert!(g2.rate.unwrap() < before, "{g2:?}");
         assert_eq!(g2.rate, Some(before * 0.9));
         assert_eq!(g2.peak, Some(before), "where the latency rose is the new peak");
