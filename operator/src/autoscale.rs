@@ -833,7 +833,6 @@ mod tests {
             ready: workers,
             noise: 0.01,
             latency: Some((2.0, 2.0)),
-            ..Seen::default()
         });
         assert!(*seen.last().unwrap() <= 3, "{seen:?}");
         assert_eq!(d.expect("throttling").reason, "Throttling");
