@@ -38,6 +38,8 @@ import tempfile
 import threading
 import time
 
+import store_family  # the saturation section's family of store models (beside this file)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 CACHE = os.environ.get("BUCKETSCAN_CACHE", os.path.expanduser("~/.cache/bucketscan"))
@@ -566,7 +568,7 @@ class Bench:
             store.wait()
         return rows
 
-    def fleet_once(self, n, workers, scan, store_url, s3, model=(), run_fleet=None, plan_args=()):
+    def fleet_once(self, n, workers, scan, store_url, s3, model=(), run_fleet=None, plan_args=(), layout="flat"):
         """plan, `workers` x `bucketscan-worker run` (or `run_fleet(common
         args, env) -> (CPU s, peak RSS KB, what else it measured)`), merge,
         and the manifest checked against the N objects."""
@@ -575,7 +577,8 @@ class Bench:
                                   "--appendonly", "no", "--dir", self.tmp],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"redis://127.0.0.1:{port}"
-        ep = Endpoint(self.binary("synthetic-s3"), n, self.args.latency_us, forward=store_url, model=model)
+        ep = Endpoint(self.binary("synthetic-s3"), n, self.args.latency_us, forward=store_url, model=model,
+                      layout=layout)
         worker = self.binary("bucketscan-worker")
         common = ["--redis", url, "--scan", scan]
         endpoint = ["--endpoint", ep.url, "--path-style"]
@@ -1468,6 +1471,8 @@ def saturation_claims(sat):
 
 
 def render_saturation(sat, chart=None):
+    if not sat["rows"]:  # --family-only
+        return [SATURATION_HEADING, ""] + store_family.render(sat.get("family"))
     m = sat["model"]
     lines = [
         SATURATION_HEADING,
@@ -1502,6 +1507,9 @@ def render_saturation(sat, chart=None):
         lines.append(f"| {claim} | {text} | {'**met**' if met else '**missed**'} |")
     if chart:
         lines += ["", f"![objects/s and workers over time, by fleet]({chart})"]
+    family = store_family.render(sat.get("family"))
+    if family:
+        lines += [""] + family
     return lines
 
 
@@ -1879,8 +1887,17 @@ def scale_section(bench, args):
 
 def saturation_section(bench, args):
     date, load = when()
-    sat = dict(bench.saturation(), date=date, load=load)
-    if args.saturation_chart:
+    if args.family_only:
+        m = SATURATION_MODEL
+        sat = {"objects": 0, "model": m, "concurrency": SATURATION_CONCURRENCY, "rows": [], "date": date,
+               "load": load}
+    else:
+        sat = dict(bench.saturation(), date=date, load=load)
+    if args.family_rows != "none":
+        sat["family"] = store_family.measure(
+            bench, args, saturation_row, log, run_client, SATURATION_PLAN,
+            args.objects or SIZES[args.mode]["saturation"])
+    if args.saturation_chart and sat["rows"]:
         render_saturation_chart(sat, args.saturation_chart)
         base = os.path.dirname(os.path.abspath(args.markdown or args.saturation_chart))
         sat["chart"] = os.path.relpath(args.saturation_chart, base)
@@ -1963,6 +1980,15 @@ def main(argv=None):
     p.add_argument("--no-saturation", action="store_true", help="skip the saturation figures")
     p.add_argument("--no-list-latency", action="store_true",
                    help="skip the LIST latency figures (one worker, 100 ms LIST pages, shards in flight)")
+    p.add_argument("--family-rows", default="all",
+                   help="the saturation section's family of store models to run: all, quick (three rows), none, "
+                        "or names separated by commas (bench/store_family.py)")
+    p.add_argument("--family-objects", type=int, help="objects per family row (default: the saturation size)")
+    p.add_argument("--family-driven-max", type=int,
+                   help=f"drive every family row at most this fast (default {store_family.DRIVEN_MAX:,}/s; lower "
+                        "for a quick run on debug builds)")
+    p.add_argument("--family-only", action="store_true",
+                   help="in the saturation section, only the family (not the three fixed/autoscaled fleets)")
     p.add_argument("--saturation-chart", help="write the saturation plot (rate and workers over time) here")
     p.add_argument("--only", help="measure only these sections (comma-separated: scale, billion, operator, "
                                   "saturation, list_latency) and "

@@ -458,5 +458,63 @@ class ListLatency(unittest.TestCase):
         self.assertNotIn(run.LIST_LATENCY_HEADING, run.render_markdown(report_res()))
 
 
+class StoreFamily(unittest.TestCase):
+    """The saturation section's family of store models (bench/store_family.py)."""
+
+    def test_a_store_past_what_this_machine_drives_is_scaled_in_time(self):
+        import store_family as fam
+        row = ("100k", 100_000, 0.5, 0.01, None, None, "flat")
+        driven, flags, concurrency, f = fam.scaled(row)
+        self.assertEqual((driven, f), (fam.DRIVEN_MAX, 20.0))
+        # The queue holds as many requests at both scales: 0.5 ms x 100k = 10 ms x 5k.
+        self.assertEqual(flags["queue_limit_ms"], 10.0)
+        self.assertEqual(flags["throttle_share"], 0.01)
+        # Each worker brings C' / 8: 2 in flight of 3.2 ms each.
+        self.assertAlmostEqual(concurrency / (flags["head_median_ms"] / 1000), driven / fam.WORKERS_AT_C)
+        self.assertIn("--throttle-share", fam.model_flags(flags))
+        small = fam.scaled(("1k", 1_000, 5.0, 0.0, None, None, "flat"))
+        self.assertEqual((small[0], small[3], small[1]["queue_limit_ms"]), (1_000, 1.0, 5.0))
+        self.assertNotIn("throttle_share", small[1])
+        prefix = fam.scaled(("p", 5_000, 5.0, 0.0, 0.5, None, "nested"))[1]
+        self.assertEqual(prefix["prefix_limit"], 2_500)
+
+    def row(self, **kw):
+        r = {"label": "x", "share_of_capacity": 0.95, "slowdown_share": 0.004, "retry_share": 0.005,
+             "steps": 6, "final_workers": 9, "saturated": "Governed", "message": "m",
+             "saturated_at": [("Governed", 4_800.0)], "sporadic_share": 0.001}
+        r.update(kw)
+        return r
+
+    def test_every_row_is_judged_by_the_same_claims_and_says_why_it_falls_short(self):
+        import store_family as fam
+        claims, why = fam.judge(self.row(), 5_000)
+        self.assertTrue(all(m for _, m in claims), claims)
+        self.assertEqual(why, "")
+        claims, why = fam.judge(self.row(share_of_capacity=0.4, saturated="RateFlat",
+                                         message="the rate stopped growing",
+                                         saturated_at=[("RateFlat", 2_000.0)]), 5_000)
+        self.assertEqual([m for _, m in claims], [False, True, True, True, False])
+        self.assertIn("held by RateFlat: the rate stopped growing", why)
+        self.assertIn("StoreSaturated (RateFlat) at 2,000/s, below the knee", why)
+        _, why = fam.judge(self.row(share_of_capacity=0.6, final_workers=16, saturated=None), 5_000)
+        self.assertIn("all 16 workers ran", why)
+        _, why = fam.judge(self.row(slowdown_share=0.03, sporadic_share=0.01), 5_000)
+        self.assertIn("503s 3.00 % (1.00 % sporadic, 2.00 % from the store's queue)", why)
+
+    def test_the_family_is_one_table(self):
+        import store_family as fam
+        r = self.row(nominal=100_000, driven=5_000, queue_ms=0.5, sporadic=0.01, profile=None, prefix_share=None)
+        r["claims"], r["why"] = fam.judge(r, 5_000)
+        lines = fam.render({"objects": 20_000, "rows": [r, dict(r, label="y")], "driven_max": 5_000})
+        table = [l for l in lines if l.startswith("| x") or l.startswith("| y")]
+        self.assertEqual(len(table), 2)
+        self.assertIn("| 100,000 (5,000) | 0.5 ms | 1 % | 0.95 | 9 |", table[0])
+        self.assertIn("| 5/5 | – |", table[0])
+        self.assertEqual(fam.render(None), [])
+        names = [row[0] for row in fam.FAMILY]
+        self.assertTrue(set(fam.QUICK) <= set(names))
+        self.assertEqual(len(names), len(set(names)))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -470,6 +470,14 @@ pub struct AutoscaleState {
     /// began: held there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub knee: Option<i32>,
+    /// What made it the knee: `Governed`, `LatencyRise`, `Throttling` or
+    /// `RateFlat` (the StoreSaturated reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knee_reason: Option<String>,
+    /// The store's mean HEAD latency (ms) when the last step was taken: a
+    /// step that raised it 1.5x made the store queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_at_step: Option<f64>,
     /// Unix seconds since when every worker of the last step has been
     /// ready (absent while some are not): its rate is judged after that.
     #[serde(default, skip_serializing_if = "Option::is_none")]

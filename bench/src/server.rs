@@ -73,6 +73,8 @@ pub struct Stats {
     pub slowdowns: AtomicU64,
     /// Of those, the ones the capacity or a per-prefix limit turned away.
     pub throttled: AtomicU64,
+    /// Of those, the ones the model's sporadic share gave (not the load).
+    pub sporadic: AtomicU64,
     pub resets: AtomicU64,
     pub internal_errors: AtomicU64,
     /// Requests passed on to `forward` (not counted in `requests`).
@@ -86,12 +88,13 @@ impl Stats {
     pub fn json(&self) -> String {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "{{\"requests\":{},\"lists\":{},\"heads\":{},\"slowdowns\":{},\"throttled\":{},\"resets\":{},\"internal_errors\":{},\"forwarded\":{},\"queued_us\":{}}}",
+            "{{\"requests\":{},\"lists\":{},\"heads\":{},\"slowdowns\":{},\"throttled\":{},\"sporadic\":{},\"resets\":{},\"internal_errors\":{},\"forwarded\":{},\"queued_us\":{}}}",
             get(&self.requests),
             get(&self.lists),
             get(&self.heads),
             get(&self.slowdowns),
             get(&self.throttled),
+            get(&self.sporadic),
             get(&self.resets),
             get(&self.internal_errors),
             get(&self.forwarded),
@@ -181,6 +184,12 @@ async fn modelled(req: &Request<Incoming>, config: &Config, store: &Store, stats
             stats.requests.fetch_add(1, Ordering::Relaxed);
             stats.slowdowns.fetch_add(1, Ordering::Relaxed);
             stats.throttled.fetch_add(1, Ordering::Relaxed);
+            Modelled::Answer(slow_down())
+        }
+        Admission::SporadicSlowDown => {
+            stats.requests.fetch_add(1, Ordering::Relaxed);
+            stats.slowdowns.fetch_add(1, Ordering::Relaxed);
+            stats.sporadic.fetch_add(1, Ordering::Relaxed);
             Modelled::Answer(slow_down())
         }
         Admission::InternalError => {

@@ -4,7 +4,9 @@
 //! (latency grows with the queue) and a request that would wait longer than
 //! the queue limit is answered 503 SlowDown at once; an optional per-prefix
 //! limit does the same per key partition (AWS: 5,500 GET/HEAD per second per
-//! partitioned prefix); connection resets and 500s come at given shares.
+//! partitioned prefix); connection resets, 500s and sporadic 503 SlowDown
+//! answers (whatever the load: a partition splitting, a node restarting)
+//! come at given shares.
 //! Profiles and their sources: docs/store-model.md.
 //!
 //! Cheap on purpose (tens of thousands of requests per second on 2 cores):
@@ -67,6 +69,8 @@ pub struct StoreModel {
     pub resets: f64,
     /// Share of requests answered 500 InternalError.
     pub errors: f64,
+    /// Share of requests answered 503 SlowDown whatever the load.
+    pub throttles: f64,
 }
 
 impl StoreModel {
@@ -81,6 +85,7 @@ impl StoreModel {
             queue_limit: Duration::from_millis(100),
             resets: 0.0,
             errors: 0.0,
+            throttles: 0.0,
         }
     }
 
@@ -137,8 +142,10 @@ impl StoreModel {
 pub enum Admission {
     /// Answer normally after queueing this long, then the service time.
     Serve { queued: Duration, service: Duration },
-    /// 503 SlowDown, at once.
+    /// 503 SlowDown, at once: the capacity or a per-prefix limit.
     SlowDown,
+    /// 503 SlowDown, at once, at the sporadic share (not the load).
+    SporadicSlowDown,
     /// 500 InternalError.
     InternalError,
     /// Close the connection without an answer.
@@ -179,6 +186,9 @@ impl Store {
         }
         if fault < self.model.resets + self.model.errors {
             return Admission::InternalError;
+        }
+        if fault < self.model.resets + self.model.errors + self.model.throttles {
+            return Admission::SporadicSlowDown;
         }
         let now = self.epoch.elapsed().as_nanos() as u64;
         let limit = self.model.queue_limit.as_nanos() as u64;
@@ -293,6 +303,17 @@ mod tests {
         assert_eq!(admitted, 11);
         // 50 ms later the queue has drained.
         assert_eq!(queue(&next, 50_000_000, 1000.0, 10_000_000), Some(0));
+    }
+
+    #[test]
+    fn sporadic_slowdowns_come_at_their_share_whatever_the_load() {
+        let mut model = StoreModel::fixed(Duration::ZERO);
+        model.throttles = 0.01;
+        let store = Store::new(model);
+        let sporadic = (0..100_000)
+            .filter(|i| store.admit(Kind::Head, &format!("k{i}")) == Admission::SporadicSlowDown)
+            .count();
+        assert!((900..=1_100).contains(&sporadic), "{sporadic}");
     }
 
     #[test]

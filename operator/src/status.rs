@@ -334,13 +334,15 @@ mod tests {
         assert_eq!(
             governed(&Summary {
                 throttles: 3,
-                limited: vec![]
+                limited: vec![],
+                ..Summary::default()
             }),
             (None, None, 3)
         );
         let one = Summary {
             throttles: 40,
             limited: vec![("hot/".into(), 4_199.6)],
+            ..Summary::default()
         };
         assert_eq!(governed(&one), (Some("hot/ 4200/s".into()), Some(4200), 40));
         let many = Summary {
@@ -348,6 +350,7 @@ mod tests {
             limited: (0..5)
                 .map(|i| (format!("{}/", "p".repeat(60 + i)), 100.0))
                 .collect(),
+            ..Summary::default()
         };
         let (text, total, _) = governed(&many);
         let text = text.unwrap();

@@ -17,7 +17,7 @@
 use anyhow::Context;
 use bucketscan_core::fleet::governor::summarise;
 use bucketscan_core::fleet::queue::{Queue, RedisConfig};
-use bucketscan_operator::autoscale::{decide, AutoscaleConfig, Observation};
+use bucketscan_operator::autoscale::{self, decide, AutoscaleConfig, Observation};
 use bucketscan_operator::crd::{AutoscaleState, Workers};
 use bucketscan_operator::desired::desired_replicas;
 use clap::Parser;
@@ -60,6 +60,14 @@ struct Tick {
     rate: f64,
     throttles: u64,
     saturated: Option<&'static str>,
+    /// The StoreSaturated message (its figures).
+    message: Option<String>,
+    /// The share of requests the governor holds, the store's noise share,
+    /// and its latency and baseline (ms).
+    governed: f64,
+    noise: f64,
+    latency_ms: Option<f64>,
+    baseline_ms: Option<f64>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -95,21 +103,23 @@ async fn main() -> anyhow::Result<()> {
         let rate = queue
             .live_rate(time::OffsetDateTime::now_utc().unix_timestamp())
             .await?;
-        let throttles = summarise(&queue.governors().await?).throttles;
+        let governor = summarise(&queue.governors().await?);
+        let throttles = governor.throttles;
         let bound = desired_replicas(&bounds, Some(left));
         let (want, saturated) = match args.fixed {
-            Some(_) => (bound, None),
+            Some(_) => (bound, None::<autoscale::Saturated>),
             None => {
                 let obs = Observation {
-                    now_secs: now_secs(),
-                    rate,
-                    throttles,
-                    ready: fleet.running() as i32,
-                    ceiling: None,
+                    governed: governor.held_share(),
+                    governed_by: governor.held_by.describe(),
+                    throttle_noise: governor.noise,
+                    latency_ms: governor.latency_us.map(|l| l / 1000.0),
+                    baseline_ms: governor.baseline_us.map(|l| l / 1000.0),
+                    ..Observation::of(now_secs(), rate, throttles, fleet.running() as i32)
                 };
                 let d = decide(state.as_ref(), &obs, args.min, bound, &cfg);
                 state = Some(d.state);
-                (d.workers, d.saturated.map(|s| s.reason))
+                (d.workers, d.saturated)
             }
         };
         // Workers exit by themselves when the queue drains; none is started
@@ -123,7 +133,12 @@ async fn main() -> anyhow::Result<()> {
             pending: counts.pending,
             rate,
             throttles,
-            saturated,
+            saturated: saturated.as_ref().map(|s| s.reason),
+            message: saturated.map(|s| s.message),
+            governed: governor.held_share(),
+            noise: governor.noise,
+            latency_ms: governor.latency_us.map(|l| l / 1000.0),
+            baseline_ms: governor.baseline_us.map(|l| l / 1000.0),
         });
         tokio::time::sleep(Duration::from_millis(args.tick_ms)).await;
     }

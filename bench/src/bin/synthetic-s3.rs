@@ -98,6 +98,11 @@ struct ModelArgs {
     /// Share of requests answered 500 InternalError (0 to 1).
     #[arg(long)]
     error_share: Option<f64>,
+    /// Share of requests answered 503 SlowDown whatever the load (0 to 1):
+    /// sporadic throttling, as a store splitting a partition gives. Applies
+    /// with --passthrough too.
+    #[arg(long)]
+    throttle_share: Option<f64>,
 }
 
 impl ModelArgs {
@@ -124,6 +129,7 @@ impl ModelArgs {
         m.queue_limit = self.queue_limit_ms.map(ms).unwrap_or(m.queue_limit);
         m.resets = self.reset_share.unwrap_or(m.resets);
         m.errors = self.error_share.unwrap_or(m.errors);
+        m.throttles = self.throttle_share.unwrap_or(m.throttles);
         for (name, l) in [("list", m.list), ("head", m.head)] {
             anyhow::ensure!(
                 l.p99 >= l.median,
@@ -132,12 +138,20 @@ impl ModelArgs {
                 l.median
             );
         }
-        for (flag, share) in [("--reset-share", m.resets), ("--error-share", m.errors)] {
+        for (flag, share) in [
+            ("--reset-share", m.resets),
+            ("--error-share", m.errors),
+            ("--throttle-share", m.throttles),
+        ] {
             anyhow::ensure!(
                 (0.0..=1.0).contains(&share),
                 "{flag} must be between 0 and 1, not {share}"
             );
         }
+        anyhow::ensure!(
+            m.resets + m.errors + m.throttles <= 1.0,
+            "--reset-share, --error-share and --throttle-share add up to more than 1"
+        );
         for (flag, rate) in [("--capacity", m.capacity), ("--prefix-limit", m.prefix_limit)] {
             anyhow::ensure!(
                 rate.is_none_or(|r| r > 0.0),

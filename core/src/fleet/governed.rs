@@ -112,6 +112,9 @@ pub async fn govern_alone(engine: Arc<Engine>, window: Duration, cfg: GovernorCo
         let now = (Sample::of(&engine), tokio::time::Instant::now());
         let windows = alone_windows(&now.0, &last.0, now.1.duration_since(last.1));
         states = step_all(&states, &windows, &cfg);
+        for (partition, w) in &windows {
+            tracing::debug!(partition, ?w, governor = ?states.get(partition), "governor window");
+        }
         apply(&engine, &rates(&states, &cfg, 1));
         last = now;
     }

@@ -267,13 +267,22 @@ fn autoscaled(scan: &BucketScan, st: &mut BucketScanStatus, seen: &Observed, bou
     if w.replicas.is_some() || (w.min_replicas.is_none() && w.max_replicas.is_none()) {
         return bound;
     }
+    let g = &seen.governor;
     let obs = autoscale::Observation {
-        now_secs: now.0.as_second(),
-        rate: seen.rate,
-        throttles: seen.governor.throttles,
-        // As the last reconcile saw them (observe_workers runs after).
-        ready: st.numbers.ready_workers.unwrap_or(0),
         ceiling: scan.spec.max_requests_per_second.map(f64::from),
+        governed: g.held_share(),
+        governed_by: g.held_by.describe(),
+        throttle_noise: g.noise,
+        latency_ms: g.latency_us.map(|l| l / 1000.0),
+        baseline_ms: g.baseline_us.map(|l| l / 1000.0),
+        // Ready workers as the last reconcile saw them (observe_workers runs
+        // after).
+        ..autoscale::Observation::of(
+            now.0.as_second(),
+            seen.rate,
+            g.throttles,
+            st.numbers.ready_workers.unwrap_or(0),
+        )
     };
     let min = w.min_replicas.unwrap_or(1);
     let d = autoscale::decide(
