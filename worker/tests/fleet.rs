@@ -145,6 +145,29 @@ impl Fleet {
     }
 }
 
+/// The spec the planner stores for a scan of all of `bucket` into
+/// `s3://OUTPUT_BUCKET/OUTPUT_PREFIX`, as the tests that plan again build it.
+fn scan_spec(
+    bucket: &str,
+    output_bucket: &str,
+    output_prefix: &str,
+    scan: &str,
+) -> bucketscan_core::fleet::spec::ScanSpec {
+    bucketscan_core::fleet::spec::ScanSpec {
+        bucket: bucket.to_string(),
+        prefix: String::new(),
+        output_bucket: output_bucket.to_string(),
+        output_prefix: output_prefix.to_string(),
+        gzip: false,
+        only_with_metadata: false,
+        max_failures: 5,
+        format: Default::default(),
+        layout: Default::default(),
+        file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
+        scan_id: scan.to_string(),
+    }
+}
+
 /// 20,000 objects, 80 % of them under one prefix; every fifth has metadata.
 fn skewed_bucket() -> BTreeMap<String, Seeded> {
     (0..20_000)
@@ -603,19 +626,7 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
     // Redis restarts empty.
     redis::cmd("FLUSHALL").query_async::<()>(&mut con).await.unwrap();
 
-    let spec = bucketscan_core::fleet::spec::ScanSpec {
-        bucket: bucket.clone(),
-        prefix: String::new(),
-        output_bucket: out.clone(),
-        output_prefix: "lost/".into(),
-        gzip: false,
-        only_with_metadata: false,
-        max_failures: 5,
-        format: Default::default(),
-        layout: Default::default(),
-        file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
-        scan_id: "lost".into(),
-    };
+    let spec = scan_spec(&bucket, &out, "lost/", "lost");
     let client_s3 = s3.s3().await;
     let queue = Queue::connect(&RedisConfig::new(&url), "lost", "test", Duration::from_secs(30))
         .await
@@ -752,19 +763,7 @@ async fn a_part_upload_that_fails_for_good_fails_its_shard_not_the_worker() {
     let seeded: BTreeMap<String, Seeded> = (0..50).map(|i| (format!("b{i:02}"), Seeded::default())).collect();
     s3.seed(&bucket, &seeded).await;
     let scan = format!("beat-{}", std::process::id());
-    let spec = bucketscan_core::fleet::spec::ScanSpec {
-        bucket: bucket.clone(),
-        prefix: String::new(),
-        output_bucket: format!("{bucket}-missing"),
-        output_prefix: "o/".into(),
-        gzip: false,
-        only_with_metadata: false,
-        max_failures: 5,
-        format: Default::default(),
-        layout: Default::default(),
-        file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
-        scan_id: scan.clone(),
-    };
+    let spec = scan_spec(&bucket, &format!("{bucket}-missing"), "o/", &scan);
     let lease = Duration::from_millis(900);
     let queue = Queue::connect(&RedisConfig::new(redis_url()), &scan, "w", lease)
         .await
@@ -1344,13 +1343,9 @@ async fn operator_reconciles(
         let queue = Queue::on(&admin, &scan, "operator", Duration::from_secs(30));
         match queue.plan_complete().await {
             Ok(Some(_)) => planned = true,
-            Ok(None)
-                if planned
-                    && bucketscan_core::fleet::recovery::replan(&s3, spec, &queue)
-                        .await
-                        .is_ok() =>
-            {
-                replans += 1;
+            Ok(None) if planned => {
+                let replanned = bucketscan_core::fleet::recovery::replan(&s3, spec, &queue).await;
+                replans += u32::from(replanned.is_ok());
             }
             _ => {}
         }
@@ -1399,19 +1394,7 @@ async fn a_redis_restart_with_scan_users_ends_exact(persist: bool) {
         redis: url.clone(),
         scan: scan.clone(),
     };
-    let spec = bucketscan_core::fleet::spec::ScanSpec {
-        bucket: bucket.clone(),
-        prefix: String::new(),
-        output_bucket: out.clone(),
-        output_prefix: "r/".into(),
-        gzip: false,
-        only_with_metadata: false,
-        max_failures: 5,
-        format: Default::default(),
-        layout: Default::default(),
-        file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
-        scan_id: scan.clone(),
-    };
+    let spec = scan_spec(&bucket, &out, "r/", &scan);
     // Redis goes down as the plan starts, and comes back without the
     // scan's user (and without functions, unless it persists).
     redis.crash();
