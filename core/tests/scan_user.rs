@@ -228,10 +228,64 @@ async fn a_step_refuses_an_oversize_value() {
 /// scan's user may not load them: its step waits, within its patience, for
 /// the operator to load them (as the operator does on every reconcile),
 /// and past it fails transiently. An admin connection loads them itself.
+/// A redis-server of one test's own, stopped with it: the function library
+/// is server-wide, and an admin connection of any test running beside this
+/// one would load it again while this one waits for it to be missing.
+struct OwnRedis {
+    server: std::process::Child,
+    url: String,
+}
+
+impl OwnRedis {
+    async fn start() -> OwnRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/install-deps.sh installs it)");
+        let url = format!("redis://127.0.0.1:{port}");
+        let client = redis::Client::open(url.as_str()).unwrap();
+        for _ in 0..100 {
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                if redis::cmd("PING").query_async::<String>(&mut c).await.is_ok() {
+                    return OwnRedis { server, url };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("redis-server on port {port} did not start");
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
 #[tokio::test]
 async fn a_scan_user_waits_for_the_operator_to_load_the_functions() {
+    let own_redis = OwnRedis::start().await;
+    let redis_url = || own_redis.url.clone();
     let scan = scan_id("fn");
     let admin = RedisConfig::new(redis_url()).connect().await.unwrap();
+    // As the operator does at start.
+    admin.load_functions().await.unwrap();
     let password = hex::encode(rand::random::<[u8; 16]>());
     admin.set_scan_user(&scan, &password).await.unwrap();
     let url = url_with_user(&redis_url(), &scan_user(&scan), &password).unwrap();

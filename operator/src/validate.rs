@@ -351,13 +351,13 @@ mod tests {
         }
         let mut s = scan("", "results", None);
         let default = vec![image_repository(crate::desired::DEFAULT_IMAGE).to_string()];
-        assert_eq!(default, ["bucketscan"]);
-        s.spec.workers.image = Some("bucketscan:0.2.0".into());
+        assert_eq!(default, ["ghcr.io/bucketscan/bucketscan"]);
+        s.spec.workers.image = Some("ghcr.io/bucketscan/bucketscan:0.2.0".into());
         assert!(worker_image(&s, &default).is_ok());
         s.spec.workers.image = Some("evil.example/miner:1".into());
         let err = worker_image(&s, &default).unwrap_err();
         assert!(
-            err.contains("allowed: bucketscan (chart value worker.allowedImages)"),
+            err.contains("allowed: ghcr.io/bucketscan/bucketscan (chart value worker.allowedImages)"),
             "{err}"
         );
     }
