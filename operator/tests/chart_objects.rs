@@ -396,7 +396,7 @@ fn operator_workers_and_merge_default_to_one_image() {
     assert_eq!(resources, desired::default_worker_resources());
     assert_eq!(
         value("BUCKETSCAN_ALLOWED_WORKER_IMAGES").as_deref(),
-        Some("bucketscan"),
+        Some("ghcr.io/bucketscan/bucketscan"),
         "by default the chart's own worker image only"
     );
     let allowed_with = |values: &[&str]| {

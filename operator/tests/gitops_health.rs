@@ -27,26 +27,29 @@ use std::time::Duration;
 
 const NS: &str = "gitops";
 
-fn start_operator() -> Child {
-    let log = std::fs::File::create(temp_path("operator-gitops.log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .args([
-            "--namespace",
-            NS,
-            "--lease-secs",
-            "5",
-            "--metrics-addr",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
-        )
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+/// The operator, stopped with the test even when an assertion fails (a
+/// panicking test must not leave it reconciling for the next one).
+struct Operator(Child);
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_operator() -> Operator {
+    Operator(
+        operator_command!(NS, temp_path("operator-gitops.log"))
+            .args([
+                "--lease-secs",
+                "5",
+                "--metrics-addr",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// What each tool says of one object.
@@ -165,7 +168,7 @@ async fn gitops_tools_read_each_phase_of_a_real_scan() {
     waiting.spec.source.credentials_secret.as_mut().unwrap().name = "not-yet".into();
     scans.create(&PostParams::default(), &waiting).await.unwrap();
 
-    let mut operator = start_operator();
+    let operator = start_operator();
     // `done` runs to the end: its worker and merge run as their pods would.
     let deployment = eventually("done's workers", 60, async || {
         deployments.get_opt("done-workers").await.ok()?
@@ -274,8 +277,7 @@ async fn gitops_tools_read_each_phase_of_a_real_scan() {
 
     // A spec the operator has not seen yet (it is stopped) is in progress
     // for every tool, whatever the status says.
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    drop(operator);
     scans
         .patch(
             "done",

@@ -199,6 +199,10 @@ pub struct Context {
     /// key and `Kind/name`: the desired object's hash and the version the
     /// API server gave it (`owned::Mine::apply_changed`).
     pub(super) applied: Mutex<HashMap<String, AppliedChildren>>,
+    /// Each active scan's Redis password, by scan id, as its Secret holds
+    /// it: setting the user again on every reconcile costs no API request
+    /// (read from the Secret once after an operator restart).
+    pub(super) redis_passwords: Mutex<HashMap<String, String>>,
 }
 
 impl Context {
@@ -232,6 +236,7 @@ impl Context {
             scans: std::sync::OnceLock::new(),
             started: Mutex::default(),
             applied: Mutex::default(),
+            redis_passwords: Mutex::default(),
         })
     }
 }

@@ -29,17 +29,26 @@ pub(super) async fn refresh(scan: &BucketScan, ctx: &Context) -> Result<(), Erro
     if !ctx.settings.redis_scan_users {
         return Ok(());
     }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
-    let held = match owned::get(&secrets, scan, &desired::redis_secret_name(scan)).await {
-        // Secrets of this namespace are out of the operator's reach: it
-        // never gave a pod a password here, and the scan says why when it
-        // reads its credentials (`SecretForbidden`).
-        Err(Error::Kube(kube::Error::Api(e))) if e.code == 403 => return Ok(()),
-        other => other?,
-    };
     let id = desired::scan_id(scan);
-    if let Some(password) = held_password(held.object.as_ref(), &scan_user(&id)) {
+    let known = ctx.redis_passwords.lock().expect("lock").get(&id).cloned();
+    let password = match known {
+        Some(password) => Some(password),
+        None => {
+            let secrets: Api<Secret> =
+                Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+            let held = match owned::get(&secrets, scan, &desired::redis_secret_name(scan)).await {
+                // Secrets of this namespace are out of the operator's reach: it
+                // never gave a pod a password here, and the scan says why when it
+                // reads its credentials (`SecretForbidden`).
+                Err(Error::Kube(kube::Error::Api(e))) if e.code == 403 => return Ok(()),
+                other => other?,
+            };
+            held_password(held.object.as_ref(), &scan_user(&id))
+        }
+    };
+    if let Some(password) = password {
         ctx.connection.set_scan_user(&id, &password).await?;
+        ctx.redis_passwords.lock().expect("lock").insert(id, password);
     }
     Ok(())
 }
@@ -67,13 +76,17 @@ pub(super) async fn pods_redis_url(
     // The password the pods already hold, so a running pod keeps working.
     let password = held_password(held, &user).unwrap_or_else(|| hex::encode(rand::random::<[u8; 24]>()));
     ctx.connection.set_scan_user(&id, &password).await?;
-    url_with_user(&ctx.redis.url, &user, &password).map_err(Error::Config)
+    let url = url_with_user(&ctx.redis.url, &user, &password).map_err(Error::Config);
+    ctx.redis_passwords.lock().expect("lock").insert(id, password);
+    url
 }
 
 /// The scan's pods are gone: so goes their user.
 pub(super) async fn delete_scan_user(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
     if ctx.settings.redis_scan_users {
-        ctx.connection.delete_scan_user(&desired::scan_id(scan)).await?;
+        let id = desired::scan_id(scan);
+        ctx.connection.delete_scan_user(&id).await?;
+        ctx.redis_passwords.lock().expect("lock").remove(&id);
     }
     Ok(())
 }
