@@ -267,6 +267,9 @@ impl OwnRedis {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let mut server = server;
+        let _ = server.kill();
+        let _ = server.wait();
         panic!("redis-server on port {port} did not start");
     }
 }
