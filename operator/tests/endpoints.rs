@@ -127,3 +127,64 @@ async fn the_operator_never_connects_to_an_endpoint_its_allowlist_refuses() {
     operator.kill().unwrap();
     operator.wait().unwrap();
 }
+
+/// Review F4: a scan with no endpoint (AWS) had its region put raw into
+/// `https://s3.{region}.amazonaws.com`, so `x@127.0.0.1:PORT/` sent the
+/// operator's signed requests to 127.0.0.1:PORT, past an allowlist that
+/// names only other stores. The API server refuses such a region (the CRD's
+/// pattern), and the operator, even under a list naming the address, never
+/// connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_that_would_name_another_host_is_refused_before_any_connection() {
+    // A namespace of its own: its operator must not judge the other tests' scans.
+    const NS: &str = "endpoints-region";
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let s3 = versitygw();
+    let upstream = s3.endpoint.trim_start_matches("http://").to_string();
+    let (port, seen) = counting_forwarder(upstream).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
+    let mut command = operator_command!(NS, temp_path("operator-endpoints-region.log"));
+    command.args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())]);
+    command.env("BUCKETSCAN_ALLOWED_ENDPOINTS", "127.0.0.1,minio.storage.svc:9000");
+    let mut operator = command.spawn().unwrap();
+    for (name, region) in [
+        ("region-at", format!("x@127.0.0.1:{port}/")),
+        ("region-query", "us-east-1?x=".to_string()),
+        ("region-upper", "US-EAST-1".to_string()),
+    ] {
+        let mut scan = s3_scan(name, "", "photos", "photos-out", serde_json::json!({}));
+        scan.spec.source.endpoint = None;
+        scan.spec.source.region = region.clone();
+        let refused = scans.create(&PostParams::default(), &scan).await.unwrap_err();
+        let kube::Error::Api(status) = refused else {
+            panic!("{region}: {refused:?}")
+        };
+        assert_eq!(status.code, 422, "{region}: {status:?}");
+        assert!(
+            status.message.contains("region must be 1-64 lower-case letters"),
+            "{region}: {}",
+            status.message
+        );
+    }
+    // A valid region is admitted (dry run: the scan would reach AWS): the
+    // pattern refuses only what it must.
+    let mut scan = s3_scan("region-ok", "", "photos", "photos-out", serde_json::json!({}));
+    scan.spec.source.endpoint = None;
+    scan.spec.source.region = "eu-west-1".into();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    scans.create(&dry_run, &scan).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        0,
+        "a region moved the operator's requests to another host"
+    );
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
