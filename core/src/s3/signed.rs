@@ -459,29 +459,18 @@ mod tests {
     use super::*;
 
     fn client(url: &str, path_style: bool) -> SignedClient {
-        let endpoint = Endpoint {
-            url: Some(url.into()),
-            region: "us-east-1".into(),
-            path_style,
-            ca_pem: None,
-            insecure: false,
-            pool_size: 1,
-            allowlist: None,
-        };
-        let credentials = aws_credential_types::Credentials::new("A", "S", None, None, "test");
-        SignedClient::new(
-            &endpoint,
-            SharedCredentialsProvider::new(credentials),
-            &Learnt::new("us-east-1"),
-        )
-        .unwrap()
+        client_for(Some(url), "us-east-1", path_style).unwrap()
     }
 
     fn aws_client(region: &str) -> Result<SignedClient, S3Error> {
+        client_for(None, region, false)
+    }
+
+    fn client_for(url: Option<&str>, region: &str, path_style: bool) -> Result<SignedClient, S3Error> {
         let endpoint = Endpoint {
-            url: None,
+            url: url.map(String::from),
             region: region.into(),
-            path_style: false,
+            path_style,
             ca_pem: None,
             insecure: false,
             pool_size: 1,
