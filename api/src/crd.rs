@@ -94,8 +94,10 @@ pub struct Source {
     #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#\\\\s]+/?$')").message("endpoint must be http(s)://HOST[:PORT] without a path"))]
     #[schemars(length(max = 2048))]
     pub endpoint: Option<String>,
-    /// Region to sign requests for.
+    /// Region to sign requests for (on AWS also part of the host name):
+    /// lower-case letters, digits and dashes, such as us-east-1.
     #[serde(default = "default_region")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9-]{1,64}$')").message("region must be 1-64 lower-case letters, digits and dashes, such as us-east-1"))]
     #[schemars(length(max = 64))]
     pub region: String,
     /// Bucket name.

@@ -88,3 +88,27 @@ async fn an_address_the_allowlist_names_is_reached_and_no_list_means_no_check() 
     list(&s3).await.unwrap_err();
     assert!(seen.load(Ordering::SeqCst) > after_allowed);
 }
+
+/// Review F4: with no endpoint URL (AWS) the region is part of the host
+/// name; `x@127.0.0.1:PORT/` made it `127.0.0.1:PORT`. No client is built
+/// for such a region, with or without an allowlist (the CLI has none).
+#[tokio::test]
+async fn a_region_that_names_another_host_builds_no_client() {
+    let (port, seen) = counting_server().await;
+    for allowlist in [None, Some(EndpointAllowlist::parse(&["127.0.0.1"]).unwrap())] {
+        let endpoint = Endpoint {
+            url: None,
+            region: format!("x@127.0.0.1:{port}/"),
+            path_style: false,
+            ca_pem: None,
+            insecure: true,
+            pool_size: 4,
+            allowlist: allowlist.map(Arc::new),
+        };
+        let credentials = aws_credential_types::Credentials::new("id", "secret", None, None, "test");
+        let refused = S3::connect_with(endpoint, Some(credentials)).await.err().unwrap();
+        assert!(matches!(refused, S3Error::Config(_)), "{refused:?}");
+        assert!(refused.to_string().contains("is not a region name"), "{refused}");
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 0, "the server was connected to");
+}

@@ -56,9 +56,9 @@ pub async fn logs(
             tail_lines: tail,
             ..LogParams::default()
         };
-        match pods.logs(&name, &params).await {
-            Ok(text) => {
-                for line in text.lines() {
+        match pod_log(&pods, &name, &params).await {
+            Ok(bytes) => {
+                for line in lossy(&bytes).lines() {
                     let _ = writeln!(out, "[{name}] {line}");
                 }
             }
@@ -73,9 +73,39 @@ pub async fn logs(
     Ok(out)
 }
 
+/// One pod's log as the bytes it wrote: kube's `logs` decodes strictly, so
+/// one byte that is not UTF-8 (a worker printing a binary key) failed the
+/// whole command.
+async fn pod_log(pods: &Api<Pod>, name: &str, params: &LogParams) -> Result<Vec<u8>, kube::Error> {
+    use futures::AsyncReadExt;
+    let mut stream = pods.log_stream(name, params).await?;
+    let mut bytes = Vec::new();
+    stream
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(kube::Error::ReadEvents)?;
+    Ok(bytes)
+}
+
+/// A log as text, each invalid byte sequence shown as U+FFFD (the caller
+/// then makes control characters visible, `render::terminal`).
+fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(bytes)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::selector;
+    use super::{lossy, selector};
+
+    #[test]
+    fn a_byte_that_is_not_utf8_is_shown_not_fatal() {
+        let log = b"key a\xff\xfeb listed\nnext line\n";
+        let text = lossy(log);
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            ["key a\u{fffd}\u{fffd}b listed", "next line"]
+        );
+    }
 
     #[test]
     fn the_selector_names_the_operator_s_labels_of_the_scan() {

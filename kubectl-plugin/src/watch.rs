@@ -97,7 +97,8 @@ pub async fn watch(client: &Client, namespace: &str, name: &str) -> Result<Strin
             Ok(watcher::Event::Delete(_)) => return Err(gone(&mut screen, name)),
             // The backoff retries: a dropped connection is no reason to stop.
             Err(e) => {
-                eprintln!("watch interrupted ({e}); retrying");
+                // The error may quote what the API server sent: shown, not obeyed.
+                eprintln!("watch interrupted ({}); retrying", terminal(&e.to_string()));
                 continue;
             }
         };

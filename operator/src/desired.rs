@@ -58,6 +58,10 @@ pub struct Settings {
     pub redis_scan_users: bool,
     /// LIST requests planning a scan may spend (the planner's budget).
     pub plan_list_budget: usize,
+    /// How long the operator may spend planning one scan in one reconcile
+    /// (a store that answers slowly or never would hold a reconcile slot
+    /// for hours); past it the scan is blocked, reason PlanningSlow.
+    pub planning_deadline: std::time::Duration,
     /// Namespaces whose scans this operator runs (and whose Secrets its RBAC
     /// lets it read); empty: any.
     pub scan_namespaces: Vec<String>,
@@ -80,6 +84,7 @@ impl Default for Settings {
             redis_scan_users: true,
             stall_after: std::time::Duration::from_secs(300),
             plan_list_budget: PlanOptions::default().max_requests,
+            planning_deadline: std::time::Duration::from_secs(120),
             scan_namespaces: Vec::new(),
             allowed_endpoints: Default::default(),
             limits: Default::default(),

@@ -3,8 +3,15 @@
 //! oldest first; a namespace with hundreds of due scans would take every
 //! slot, and another namespace's scan would wait behind all of them. Here a
 //! namespace may hold only its share of the slots: an equal share among the
-//! namespaces that want reconciles now, and never every slot (one stays
-//! free for a namespace not seen yet). A scan over its namespace's share is
+//! namespaces that want reconciles now. The last free slot is kept for a
+//! namespace that holds none, however many namespaces are busy: a
+//! namespace not seen yet starts at once unless every slot is taken by a
+//! namespace of its own, and then it is the first woken. The unit is the
+//! namespace: a tenant owning N namespaces gets N shares (limit who may
+//! create namespaces, or run one operator per tenant, to bound that).
+//! Planning in the operator has a deadline of its own
+//! (`--planning-deadline-seconds`), so a slot is never held for long by a
+//! store that does not answer. A scan over its namespace's share is
 //! put off, which costs no API call, and waits in its namespace's line;
 //! each slot that frees wakes the first scan of the namespace that holds
 //! the fewest (so the slots never idle while scans wait, and namespaces
@@ -30,6 +37,9 @@ pub struct FairShare {
     running: HashMap<String, usize>,
     /// Per namespace, the names of scans put off, first come first.
     waiting: HashMap<String, VecDeque<(String, Instant)>>,
+    /// Scans woken for a freed slot (namespace, name), with when they were
+    /// put off: their place in line until they start.
+    woken: HashMap<(String, String), Instant>,
 }
 
 impl FairShare {
@@ -49,14 +59,22 @@ impl FairShare {
             line.retain(|(_, at)| now.saturating_duration_since(*at) < FORGET);
             !line.is_empty()
         });
+        self.woken
+            .retain(|_, at| now.saturating_duration_since(*at) < FORGET);
         let holds = self.running.get(ns).copied().unwrap_or(0);
         let line = self.waiting.entry(ns.to_string()).or_default();
+        let queued = line
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, at)| *at)
+            .or_else(|| self.woken.remove(&(ns.to_string(), name.to_string())))
+            .unwrap_or(now);
         line.retain(|(n, _)| n != name);
-        if holds >= self.share(ns) {
-            self.waiting
-                .entry(ns.to_string())
-                .or_default()
-                .push_back((name.to_string(), now));
+        if !self.may_take(ns, holds) || self.behind_in_line(ns, holds) {
+            // Its place in line is kept (`queued`), not taken again at the back.
+            let line = self.waiting.entry(ns.to_string()).or_default();
+            let at = line.partition_point(|(_, t)| *t <= queued);
+            line.insert(at, (name.to_string(), queued));
             return false;
         }
         if self.waiting.get(ns).is_some_and(VecDeque::is_empty) {
@@ -80,16 +98,42 @@ impl FairShare {
             .waiting
             .iter()
             .filter(|(ns, line)| {
-                !line.is_empty() && self.running.get(*ns).copied().unwrap_or(0) < self.share(ns)
+                !line.is_empty() && self.may_take(ns, self.running.get(*ns).copied().unwrap_or(0))
             })
             .min_by_key(|(ns, line)| (self.running.get(*ns).copied().unwrap_or(0), line[0].1))
             .map(|(ns, _)| ns.clone())?;
         let line = self.waiting.get_mut(&next)?;
-        let (name, _) = line.pop_front()?;
+        let (name, at) = line.pop_front()?;
         if line.is_empty() {
             self.waiting.remove(&next);
         }
+        self.woken.insert((next.clone(), name.clone()), at);
         Some((next, name))
+    }
+
+    /// Whether `ns`, holding `holds` slots, may take one more: below its
+    /// share, and, when it holds one already, not the last free slot (that
+    /// one is for a namespace holding none).
+    fn may_take(&self, ns: &str, holds: usize) -> bool {
+        let taken: usize = self.running.values().sum();
+        let last_free = self.slots > 1 && taken + 1 >= self.slots;
+        holds < self.share(ns) && !(holds > 0 && last_free)
+    }
+
+    /// Whether a namespace holding slots would take one that a namespace
+    /// holding fewer is owed (one in line, or woken for a freed slot and
+    /// not started yet). With the last slot kept free, two busy namespaces
+    /// share one slot less than they would split evenly, and without this
+    /// the one with more scans due would keep the extra one.
+    fn behind_in_line(&self, ns: &str, holds: usize) -> bool {
+        let owed = |other: &str| {
+            let theirs = self.running.get(other).copied().unwrap_or(0);
+            other != ns && theirs < holds && self.may_take(other, theirs)
+        };
+        self.waiting
+            .iter()
+            .any(|(other, line)| !line.is_empty() && owed(other))
+            || self.woken.keys().any(|(other, _)| owed(other))
     }
 
     /// The slots `ns` may hold: the slots divided among the namespaces that
@@ -228,28 +272,66 @@ mod tests {
         for name in ["a1", "a2", "a3"] {
             assert!(share.try_start("a", name, now));
         }
-        assert!(!share.try_start("a", "a4", now), "one slot stays for others");
+        let later = now + Duration::from_millis(1);
+        assert!(!share.try_start("a", "a4", later), "one slot stays for others");
         assert!(share.try_start("b", "b1", now));
         // Two namespaces want slots: 2 each. a frees one and holds 2:
-        // nobody to wake; b takes the free slot.
+        // nobody to wake; b, holding one, may not take the last free slot.
         assert_eq!(share.finish("a"), None);
-        assert!(share.try_start("b", "b2", now));
-        assert!(!share.try_start("b", "b3", now), "b holds its share of 2");
-        // a frees another: a4, first in a's line, is woken.
-        assert_eq!(share.finish("a"), Some(("a".into(), "a4".into())));
-        assert!(share.try_start("a", "a4", now));
-        // b frees one: b3's turn.
+        assert!(!share.try_start("b", "b2", now), "the last free slot");
+        // a frees another: two free. b waited first: b2 is woken.
+        assert_eq!(share.finish("a"), Some(("b".into(), "b2".into())));
+        assert!(share.try_start("b", "b2", later));
+        assert!(
+            !share.try_start("b", "b3", later + Duration::from_millis(2)),
+            "b holds its share of 2"
+        );
+        // b frees one: a4's turn.
+        assert_eq!(share.finish("b"), Some(("a".into(), "a4".into())));
+        assert!(share.try_start("a", "a4", later));
+        // b frees its last: b3's turn.
         assert_eq!(share.finish("b"), Some(("b".into(), "b3".into())));
-        assert!(share.try_start("b", "b3", now));
-        // b is done and nobody waits: a may take 3 again.
+        assert!(share.try_start("b", "b3", later));
+        // All done and nobody waits: a may take 3 again.
+        share.finish("a");
+        share.finish("a");
         share.finish("b");
-        share.finish("b");
-        assert!(share.try_start("a", "a5", now));
+        for name in ["a5", "a6", "a7"] {
+            assert!(share.try_start("a", name, now), "{name}");
+        }
         assert_eq!(share.running["a"], 3);
         // A scan in line for long is forgotten (deleted, or back by itself).
-        assert!(!share.try_start("a", "a6", now));
+        assert!(!share.try_start("a", "a8", now));
         assert!(share.try_start("c", "c1", now + FORGET));
         assert!(!share.waiting.contains_key("a"));
         assert_eq!(FairShare::new(1).share("a"), 1);
+    }
+
+    #[test]
+    fn busy_namespaces_never_take_the_last_free_slot() {
+        // Review F5: with 4 slots, two busy namespaces (one tenant's two
+        // namespaces) took 2 each and a third waited for a reconcile to end,
+        // which against a store that never answers was hours.
+        let now = Instant::now();
+        let mut share = FairShare::new(4);
+        assert!(share.try_start("t1", "a", now));
+        assert!(share.try_start("t2", "b", now));
+        assert!(share.try_start("t1", "c", now));
+        assert!(!share.try_start("t2", "d", now), "t2 would take the last slot");
+        assert!(!share.try_start("t1", "e", now + Duration::from_millis(1)));
+        assert!(share.try_start("other", "x", now), "a newcomer starts at once");
+        // A slot frees: the busy namespaces waiting are not woken for it,
+        // it stays for the next newcomer.
+        assert_eq!(share.finish("t1"), None);
+        assert!(!share.try_start("t2", "d", now + Duration::from_millis(1)));
+        assert!(share.try_start("late", "y", now));
+        // Once the busy ones have freed more, they take turns again.
+        assert_eq!(share.finish("other"), None);
+        assert_eq!(share.finish("late"), Some(("t2".into(), "d".into())));
+        // One slot: kept free for nobody, it is taken in turn.
+        let mut one = FairShare::new(1);
+        assert!(one.try_start("a", "a", now));
+        one.finish("a");
+        assert!(one.try_start("b", "b", now));
     }
 }

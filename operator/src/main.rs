@@ -130,6 +130,14 @@ struct Args {
           default_value_t = bucketscan_core::keyspace::planner::PlanOptions::default().max_requests as u32,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     plan_list_budget: u32,
+    /// Seconds the operator may spend planning one scan (scans with a
+    /// credentials Secret) in one reconcile. A store that answers slowly or
+    /// not at all would otherwise hold a reconcile slot for hours; past the
+    /// deadline the scan is Blocked (reason PlanningSlow) and planned again
+    /// after the backoff, continuing what was planned.
+    #[arg(long, env = "BUCKETSCAN_PLANNING_DEADLINE_SECONDS", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    planning_deadline_seconds: u64,
     /// Log format: text or json.
     #[arg(long, env = "BUCKETSCAN_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -240,6 +248,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         redis_scan_users: args.redis_scan_users,
         stall_after: Duration::from_secs(args.stall_seconds),
         plan_list_budget: args.plan_list_budget as usize,
+        planning_deadline: Duration::from_secs(args.planning_deadline_seconds),
         allowed_endpoints: Arc::new(allowed_endpoints),
         limits: bucketscan_operator::limits::Limits {
             active_scans_per_namespace: args.max_active_scans_per_namespace,

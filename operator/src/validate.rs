@@ -107,40 +107,43 @@ fn image_matches(image: &str, entry: &str) -> bool {
 /// the older (then the first by namespace and name) goes ahead; a scan that is
 /// planned already always does.
 ///
-/// A scan of another namespace is never named, nor its bucket or prefix:
-/// the refusal says only that one runs there (a tenant learns nothing of
-/// another's scans from it).
+/// Two scans are on the same store when their endpoints, normalised
+/// ([`store_of`]), are equal: `http://MinIO.storage.svc:80/` is
+/// `http://minio.storage.svc`, and a short name (`http://minio:9000`)
+/// names a Service of the scan's own namespace, so it is another store in
+/// another namespace.
+///
+/// A scan of another namespace is never named, nor its bucket or prefix,
+/// and the refusal is one message whatever the reason (its output or the
+/// keyspace it scans): a tenant learns nothing of another's scans from it
+/// but that one runs.
 pub fn output_conflict(scan: &BucketScan, others: &[BucketScan]) -> Result<(), String> {
     let bucket = &scan.spec.output.bucket;
     let out = output_prefix(scan);
-    let same_store = |o: &BucketScan| o.spec.source.endpoint == scan.spec.source.endpoint;
+    let ours_store = store_of(scan);
+    let same_store = |o: &BucketScan| store_of(o) == ours_store;
     for other in others.iter().filter(|o| blocks(scan, o) && same_store(o)) {
         let ours = other.namespace() == scan.namespace();
         let name = format!("{}/{}", other.namespace().unwrap_or_default(), other.name_any());
         let other_out = output_prefix(other);
-        if &other.spec.output.bucket == bucket && prefixes_overlap(&out, &other_out) {
-            if !ours {
-                return Err(format!(
-                    "the output s3://{bucket}/{out} overlaps the output of a scan in another namespace \
-                     that is still running: the two scans would overwrite each other's results; choose \
-                     another output prefix"
-                ));
-            }
+        let overlaps_output = &other.spec.output.bucket == bucket && prefixes_overlap(&out, &other_out);
+        let src = &other.spec.source;
+        let inside_keyspace = &src.bucket == bucket && out.starts_with(&src.prefix);
+        if !ours && (overlaps_output || inside_keyspace) {
+            return Err(format!(
+                "the output s3://{bucket}/{out} conflicts with a scan in another namespace that is \
+                 still running (the two would write into each other's files): choose another output \
+                 bucket or prefix"
+            ));
+        }
+        if overlaps_output {
             return Err(format!(
                 "the output s3://{bucket}/{out} overlaps the output s3://{bucket}/{other_out} of \
                  BucketScan {name}, which is still running: the two scans would overwrite and delete \
                  each other's parts; choose another output prefix or wait until {name} has finished"
             ));
         }
-        let src = &other.spec.source;
-        if &src.bucket == bucket && out.starts_with(&src.prefix) {
-            if !ours {
-                return Err(format!(
-                    "the output s3://{bucket}/{out} lies inside a keyspace that a scan in another \
-                     namespace is scanning: its result would contain this scan's files; choose another \
-                     output prefix"
-                ));
-            }
+        if inside_keyspace {
             return Err(format!(
                 "the output s3://{bucket}/{out} lies inside the keyspace s3://{}/{} that BucketScan \
                  {name} is scanning: its result would contain this scan's parts; choose another \
@@ -150,6 +153,37 @@ pub fn output_conflict(scan: &BucketScan, others: &[BucketScan]) -> Result<(), S
         }
     }
     Ok(())
+}
+
+/// The store a scan's endpoint names, normalised: scheme and host in lower
+/// case, no trailing dot or slash, the scheme's default port written out; a
+/// Service name qualified with the scan's namespace (`minio` and
+/// `minio.NS.svc.cluster.local` are `minio.NS.svc`). No endpoint: AWS.
+fn store_of(scan: &BucketScan) -> String {
+    let Some(endpoint) = scan.spec.source.endpoint.as_deref() else {
+        return "aws".into();
+    };
+    // The CRD admits only `http(s)://AUTHORITY[/]`.
+    let Some((scheme, authority)) = endpoint.trim_end_matches('/').split_once("://") else {
+        return endpoint.to_string();
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse::<u16>().ok()),
+        _ => (authority, None),
+    };
+    let port = port.unwrap_or(if scheme == "http" { 80 } else { 443 });
+    let mut host = host.trim_end_matches('.').to_ascii_lowercase();
+    let literal = host.starts_with('[') || host.parse::<std::net::Ipv4Addr>().is_ok();
+    if !literal {
+        if !host.contains('.') {
+            host = format!("{host}.{}.svc", scan.namespace().unwrap_or_default());
+        } else if let Some(service) = host.strip_suffix(".svc.cluster.local") {
+            host = format!("{service}.svc");
+        }
+    }
+    format!("{scheme}://{host}:{port}")
 }
 
 /// Whether `other` is a running scan that goes before `scan`: one that is
@@ -288,6 +322,30 @@ mod tests {
         for secret in ["other-tenant", "theirs", "s3://results/shared/ "] {
             assert!(!err.contains(secret), "{secret} in {err}");
         }
+        // Writing into their keyspace: the same message (no oracle of
+        // which of their buckets and prefixes it is).
+        let mut their_reader = theirs.clone();
+        their_reader.spec.output.bucket = "elsewhere".into();
+        their_reader.spec.source.bucket = "results".into();
+        their_reader.spec.source.prefix = "shared/".into();
+        assert_eq!(
+            output_conflict(&me, std::slice::from_ref(&their_reader)).unwrap_err(),
+            err
+        );
+        // The same store written differently is the same store ...
+        let mut me_store = me.clone();
+        me_store.spec.source.endpoint = Some("http://MinIO.storage.svc.:80/".into());
+        theirs.spec.source.endpoint = Some("http://minio.storage.svc.cluster.local".into());
+        assert_eq!(
+            output_conflict(&me_store, std::slice::from_ref(&theirs)).unwrap_err(),
+            err
+        );
+        // ... and a Service's short name is a store of each namespace.
+        me_store.spec.source.endpoint = Some("http://minio:9000".into());
+        theirs.spec.source.endpoint = Some("http://minio:9000".into());
+        assert!(output_conflict(&me_store, std::slice::from_ref(&theirs)).is_ok());
+        theirs.spec.source.endpoint = Some("http://minio.ns.svc:9000".into());
+        assert!(output_conflict(&me_store, std::slice::from_ref(&theirs)).is_err());
         theirs.spec.source.endpoint = Some("https://another-store.example".into());
         assert!(output_conflict(&me, &[theirs]).is_ok(), "another store");
         // Writing into a running scan's keyspace is one.

@@ -14,7 +14,7 @@ mod common;
 use bucketscan_operator::crd::BucketScan;
 use cluster::*;
 use common::*;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -126,4 +126,145 @@ async fn the_operator_never_connects_to_an_endpoint_its_allowlist_refuses() {
     delete_and_wait(&scans, "allowed").await;
     operator.kill().unwrap();
     operator.wait().unwrap();
+}
+
+/// Review F4: a scan with no endpoint (AWS) had its region put raw into
+/// `https://s3.{region}.amazonaws.com`, so `x@127.0.0.1:PORT/` sent the
+/// operator's signed requests to 127.0.0.1:PORT, past an allowlist that
+/// names only other stores. The API server refuses such a region (the CRD's
+/// pattern), and the operator, even under a list naming the address, never
+/// connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_that_would_name_another_host_is_refused_before_any_connection() {
+    // A namespace of its own: its operator must not judge the other tests' scans.
+    const NS: &str = "endpoints-region";
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let s3 = versitygw();
+    let upstream = s3.endpoint.trim_start_matches("http://").to_string();
+    let (port, seen) = counting_forwarder(upstream).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
+    let mut command = operator_command!(NS, temp_path("operator-endpoints-region.log"));
+    command.args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())]);
+    command.env("BUCKETSCAN_ALLOWED_ENDPOINTS", "127.0.0.1,minio.storage.svc:9000");
+    let mut operator = command.spawn().unwrap();
+    for (name, region) in [
+        ("region-at", format!("x@127.0.0.1:{port}/")),
+        ("region-query", "us-east-1?x=".to_string()),
+        ("region-upper", "US-EAST-1".to_string()),
+    ] {
+        let mut scan = s3_scan(name, "", "photos", "photos-out", serde_json::json!({}));
+        scan.spec.source.endpoint = None;
+        scan.spec.source.region = region.clone();
+        let refused = scans.create(&PostParams::default(), &scan).await.unwrap_err();
+        let kube::Error::Api(status) = refused else {
+            panic!("{region}: {refused:?}")
+        };
+        assert_eq!(status.code, 422, "{region}: {status:?}");
+        assert!(
+            status.message.contains("region must be 1-64 lower-case letters"),
+            "{region}: {}",
+            status.message
+        );
+    }
+    // A valid region is admitted (dry run: the scan would reach AWS): the
+    // pattern refuses only what it must.
+    let mut scan = s3_scan("region-ok", "", "photos", "photos-out", serde_json::json!({}));
+    scan.spec.source.endpoint = None;
+    scan.spec.source.region = "eu-west-1".into();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    scans.create(&dry_run, &scan).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        0,
+        "a region moved the operator's requests to another host"
+    );
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
+
+/// A TCP server on 127.0.0.1 that accepts connections and never answers:
+/// a tenant's tarpit endpoint.
+async fn stalling_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    port
+}
+
+/// Review F5: planning in the operator had no total deadline, so a store
+/// that accepts connections and never answers (each request waits 30 s and
+/// is retried) held a reconcile slot for hours, and the scans behind it
+/// waited. With `--planning-deadline-seconds` the tarpit scans are Blocked
+/// (reason PlanningSlow, retried with backoff) and another scan is planned
+/// meanwhile, with two reconcile slots of which one namespace may hold one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_never_answers_does_not_hold_the_operator_s_slots() {
+    const NS: &str = "endpoints-tarpit";
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let s3 = versitygw();
+    let bucket = s3.bucket("tarpit").await;
+    let out = s3.bucket("tarpit-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..5).map(|i| (format!("k{i:03}"), Seeded::default())).collect();
+    s3.seed(&bucket, &seeded).await;
+    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
+    let tarpit = format!("http://127.0.0.1:{}", stalling_server().await);
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let mut command = operator_command!(NS, temp_path("operator-endpoints-tarpit.log"));
+    command.args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())]);
+    command.args(["--concurrency", "2", "--planning-deadline-seconds", "4"]);
+    let mut operator = command.spawn().unwrap();
+    for name in ["tarpit-1", "tarpit-2"] {
+        let scan = s3_scan(name, &tarpit, "photos", "photos-out", serde_json::json!({}));
+        scans.create(&PostParams::default(), &scan).await.unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let good = s3_scan("good", &s3.endpoint, &bucket, &out, serde_json::json!({}));
+    scans.create(&PostParams::default(), &good).await.unwrap();
+    let started = std::time::Instant::now();
+    eventually("good planned", 60, async || {
+        condition(&scans, "good", "Planned")
+            .await
+            .filter(|(status, _, _)| status == "True")
+    })
+    .await;
+    for name in ["tarpit-1", "tarpit-2"] {
+        let (_, _, message) = eventually(&format!("{name} blocked"), 60, async || {
+            condition(&scans, name, "Blocked")
+                .await
+                .filter(|(status, reason, _)| status == "True" && reason == "PlanningSlow")
+        })
+        .await;
+        assert!(message.contains("--planning-deadline-seconds"), "{message}");
+    }
+    // Each request to the tarpit alone waits 30 s: planned well before.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+    // Gone without the operator's cleanup (which would wait for the tarpit).
+    let unfinalized = serde_json::json!({"metadata": {"finalizers": null}});
+    for name in ["tarpit-1", "tarpit-2", "good"] {
+        scans
+            .patch(name, &PatchParams::default(), &Patch::Merge(&unfinalized))
+            .await
+            .unwrap();
+        delete_and_wait(&scans, name).await;
+    }
 }

@@ -48,19 +48,29 @@ enum Pattern {
 /// Why `ip` is never reached by default, when it is one of those: the
 /// operator's own loopback, link-local addresses (the cloud's instance
 /// metadata service at 169.254.169.254, and fe80::/10), the metadata
-/// service's IPv6 address on EC2, and the unspecified address (which Linux
-/// connects to the local host). IPv4 addresses written as IPv6
-/// (`::ffff:127.0.0.1`) count as the IPv4 address.
+/// service's IPv6 address on EC2, Alibaba Cloud's metadata service
+/// (100.100.100.200, not link-local), and the unspecified address (which
+/// Linux connects to the local host). IPv4 addresses written as IPv6
+/// (`::ffff:127.0.0.1`) count as the IPv4 address, and so do those
+/// translated by NAT64's well-known prefix (`64:ff9b::169.254.169.254`,
+/// which a NAT64 gateway forwards to the IPv4 address).
 pub fn never_by_default(ip: IpAddr) -> Option<&'static str> {
     let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .or_else(|| nat64_embedded(v6))
+            .map_or(ip, IpAddr::V4),
         v4 => v4,
     };
     const EC2_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+    const ALIBABA_METADATA: std::net::Ipv4Addr = std::net::Ipv4Addr::new(100, 100, 100, 200);
     match ip {
         IpAddr::V4(v4) if v4.is_loopback() => Some("a loopback address"),
         IpAddr::V4(v4) if v4.is_link_local() => {
             Some("a link-local address (where the instance metadata service answers)")
+        }
+        IpAddr::V4(v4) if v4 == ALIBABA_METADATA => {
+            Some("the instance metadata service's address (Alibaba Cloud)")
         }
         IpAddr::V4(v4) if v4.octets()[0] == 0 => Some("an unspecified address"),
         IpAddr::V6(v6) if v6.is_loopback() => Some("a loopback address"),
@@ -69,6 +79,15 @@ pub fn never_by_default(ip: IpAddr) -> Option<&'static str> {
         IpAddr::V6(v6) if v6 == EC2_METADATA_V6 => Some("the instance metadata service's address"),
         _ => None,
     }
+}
+
+/// The IPv4 address in NAT64's well-known prefix `64:ff9b::/96` (RFC 6052).
+fn nat64_embedded(v6: Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]).then(|| {
+        let [.., a, b, c, d] = v6.octets();
+        std::net::Ipv4Addr::new(a, b, c, d)
+    })
 }
 
 impl EndpointAllowlist {
@@ -99,8 +118,11 @@ impl EndpointAllowlist {
 
     /// Whether a connection to `addr`, which `host` (a name or an address
     /// literal) resolved to, is allowed; the refusal says why. `aws`: the
-    /// client's endpoint is AWS itself (no endpoint URL: its host names are
-    /// the SDK's, never a tenant's), allowed like an empty list.
+    /// client's endpoint is AWS itself (no endpoint URL), whose hosts
+    /// (`*.amazonaws.com`, `*.amazonaws.com.cn`) are allowed like an empty
+    /// list; any other host of such a client is judged by the entries (the
+    /// host is built from the tenant's region and bucket, which must never
+    /// widen the list).
     ///
     /// An entry naming the address's network, or exactly the host, allows
     /// it, even a loopback one (the platform chose it); otherwise the
@@ -131,7 +153,8 @@ impl EndpointAllowlist {
                 "{what}: the operator never sends a scan's requests there"
             ));
         }
-        if self.entries.is_empty() || aws || self.entries.iter().any(|e| covers(e, under)) {
+        let aws_host = aws && is_aws_host(&host);
+        if self.entries.is_empty() || aws_host || self.entries.iter().any(|e| covers(e, under)) {
             return Ok(());
         }
         Err(format!(
@@ -183,6 +206,12 @@ impl EndpointAllowlist {
     pub fn check_endpoint(&self, url: Option<&str>) -> Result<(), S3Error> {
         self.check_url(url).map_err(S3Error::NotAllowed)
     }
+}
+
+/// A host name of AWS itself (commercial and China partitions).
+fn is_aws_host(host: &str) -> bool {
+    let labels_ok = valid_name(host);
+    labels_ok && (host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn"))
 }
 
 /// Host names compare in lower case, without a trailing dot.
@@ -284,6 +313,13 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "fd00:ec2::254",
+            // Review F7: Alibaba Cloud's metadata service, and NAT64 forms.
+            "100.100.100.200",
+            "::ffff:100.100.100.200",
+            "64:ff9b::169.254.169.254",
+            "64:ff9b::7f00:1",
+            "64:ff9b::100.100.100.200",
+            "64:ff9b::0.0.0.0",
         ] {
             let refusal = default
                 .check_address(refused, at(refused, 80), false)
@@ -293,7 +329,15 @@ mod tests {
                 .check_url(Some(&format!("http://{}", bracketed(refused))))
                 .is_err());
         }
-        for allowed in ["10.0.0.5", "192.168.1.1", "52.216.1.1", "fd00::1", "2600::1"] {
+        for allowed in [
+            "10.0.0.5",
+            "192.168.1.1",
+            "52.216.1.1",
+            "fd00::1",
+            "2600::1",
+            "100.100.100.201",
+            "64:ff9b::52.216.1.1",
+        ] {
             assert_eq!(
                 default.check_address(allowed, at(allowed, 443), false),
                 Ok(()),
@@ -372,6 +416,34 @@ mod tests {
         assert!(l
             .check_address("s3.us-east-1.amazonaws.com", at("52.1.1.1", 443), false)
             .is_err());
+        assert!(l
+            .check_address("b.s3.cn-north-1.amazonaws.com.cn", at("52.1.1.1", 443), true)
+            .is_ok());
+    }
+
+    #[test]
+    fn an_aws_client_reaches_only_aws_hosts_past_an_explicit_list() {
+        let l = list(&["minio.storage.svc:9000"]);
+        // A region or bucket that made the AWS host another one (review F4).
+        for host in [
+            "10.0.3.7",
+            "x@10.0.3.7",
+            "evil.example.com",
+            "s3.amazonaws.com.evil.net",
+        ] {
+            let refusal = l.check_address(host, at("10.0.3.7", 8443), true).unwrap_err();
+            assert!(
+                refusal.contains("not in the operator's endpoint allowlist"),
+                "{host}: {refusal}"
+            );
+        }
+        assert!(l
+            .check_address("s3.eu-west-1.amazonaws.com", at("52.1.1.1", 443), true)
+            .is_ok());
+        // With no entry the default still applies to any host.
+        assert!(EndpointAllowlist::default()
+            .check_address("10.0.3.7", at("10.0.3.7", 8443), true)
+            .is_ok());
     }
 
     #[test]

@@ -54,6 +54,7 @@ impl S3 {
         endpoint: Endpoint,
         credentials: Option<aws_credential_types::Credentials>,
     ) -> Result<Arc<S3>, S3Error> {
+        endpoint.checked_region()?;
         let http_client = sdk_http_client(&endpoint)?;
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(endpoint.region.clone()))

@@ -158,6 +158,7 @@ impl SignedClient {
         credentials: SharedCredentialsProvider,
         learnt: &Learnt,
     ) -> Result<SignedClient, S3Error> {
+        endpoint.checked_region()?;
         let base: http::Uri = endpoint
             .base_url()
             .parse()
@@ -197,7 +198,7 @@ impl SignedClient {
         query: &str,
     ) -> Result<(http::Response<hyper::body::Incoming>, Arc<str>), S3Error> {
         let region = self.learnt.regions.of(bucket);
-        let (host, path) = self.address(bucket, encoded_key, &region);
+        let (host, path) = self.address(bucket, encoded_key, &region)?;
         let to = Destination {
             scheme: &self.scheme,
             host: &host,
@@ -251,7 +252,7 @@ impl SignedClient {
         if named == signed_for {
             return None;
         }
-        let (host, path) = self.address(bucket, "", signed_for);
+        let (host, path) = self.address(bucket, "", signed_for).ok()?;
         let to = Destination {
             scheme: &self.scheme,
             host: &host,
@@ -400,21 +401,40 @@ impl SignedClient {
     /// certificate's `*.` wildcard, so such buckets go path style, as the AWS
     /// SDKs address them.
     /// On AWS (no endpoint URL) the host names the bucket's region.
-    fn address(&self, bucket: &str, encoded_key: &str, region: &str) -> (Cow<'_, str>, String) {
+    ///
+    /// The bucket and the region are refused unless they are made of the
+    /// characters of a host name: an `@`, `/`, `?`, `#` or `:` in them would
+    /// move the request to another server (`x@10.0.3.7:8443/`).
+    fn address(
+        &self,
+        bucket: &str,
+        encoded_key: &str,
+        region: &str,
+    ) -> Result<(Cow<'_, str>, String), S3Error> {
         let authority: Cow<'_, str> = if self.aws_regional {
+            let region = valid_region(region)
+                .filter(|r| *r == region)
+                .ok_or_else(|| S3Error::Config(format!("region {region:?} is not a region name")))?;
             Cow::Owned(format!("s3.{region}.amazonaws.com"))
         } else {
             Cow::Borrowed(&self.authority)
         };
-        let dotted_over_tls = bucket.contains('.') && self.scheme == "https";
-        match (self.path_style || dotted_over_tls, encoded_key.is_empty()) {
-            (true, true) => (authority, format!("/{bucket}")),
-            (true, false) => (authority, format!("/{bucket}/{encoded_key}")),
-            (false, _) => (
-                Cow::Owned(format!("{bucket}.{authority}")),
-                format!("/{encoded_key}"),
-            ),
+        if !host_safe_bucket(bucket) {
+            return Err(S3Error::Config(format!(
+                "bucket {bucket:?} is not a bucket name: use letters, digits, dots, dashes and underscores"
+            )));
         }
+        let dotted_over_tls = bucket.contains('.') && self.scheme == "https";
+        Ok(
+            match (self.path_style || dotted_over_tls, encoded_key.is_empty()) {
+                (true, true) => (authority, format!("/{bucket}")),
+                (true, false) => (authority, format!("/{bucket}/{encoded_key}")),
+                (false, _) => (
+                    Cow::Owned(format!("{bucket}.{authority}")),
+                    format!("/{encoded_key}"),
+                ),
+            },
+        )
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -422,14 +442,34 @@ impl SignedClient {
     }
 }
 
+/// A bucket name that cannot leave the host name or the first path segment
+/// it is put in. Stricter names are the store's to refuse (older AWS
+/// buckets and other stores allow capitals and underscores).
+fn host_safe_bucket(bucket: &str) -> bool {
+    !bucket.is_empty()
+        && bucket.len() <= 255
+        && !bucket.starts_with('.')
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn client(url: &str, path_style: bool) -> SignedClient {
+        client_for(Some(url), "us-east-1", path_style).unwrap()
+    }
+
+    fn aws_client(region: &str) -> Result<SignedClient, S3Error> {
+        client_for(None, region, false)
+    }
+
+    fn client_for(url: Option<&str>, region: &str, path_style: bool) -> Result<SignedClient, S3Error> {
         let endpoint = Endpoint {
-            url: Some(url.into()),
-            region: "us-east-1".into(),
+            url: url.map(String::from),
+            region: region.into(),
             path_style,
             ca_pem: None,
             insecure: false,
@@ -440,16 +480,42 @@ mod tests {
         SignedClient::new(
             &endpoint,
             SharedCredentialsProvider::new(credentials),
-            &Learnt::new("us-east-1"),
+            &Learnt::new(region),
         )
-        .unwrap()
+    }
+
+    #[test]
+    fn a_region_or_bucket_never_moves_a_request_to_another_host() {
+        // Review F4: `s3.{region}.amazonaws.com` with this region was
+        // https://10.0.3.7:8443/admin/api.
+        for region in [
+            "x@10.0.3.7:8443/admin/api?",
+            "a:1",
+            "a?b",
+            "a#b",
+            "a/b",
+            "EU",
+            "",
+            " us-east-1",
+        ] {
+            let refusal = aws_client(region).err().expect(region).to_string();
+            assert!(refusal.contains("is not a region name"), "{region}: {refusal}");
+        }
+        let aws = aws_client("eu-west-1").unwrap();
+        let (host, path) = aws.address("photos", "k", "eu-west-1").unwrap();
+        assert_eq!(format!("{host}{path}"), "photos.s3.eu-west-1.amazonaws.com/k");
+        // A region that reached the client some other way is refused too.
+        assert!(aws.address("photos", "k", "x@10.0.3.7:8443/").is_err());
+        for bucket in ["a@10.0.3.7:8443", "a/b", "a?b", "a#b", "a:1", "", ".."] {
+            assert!(aws.address(bucket, "k", "eu-west-1").is_err(), "{bucket:?}");
+        }
     }
 
     #[test]
     fn buckets_with_dots_over_https_are_addressed_path_style() {
         let https = client("https://s3.example.com", false);
         let address = |c: &SignedClient, bucket: &str, key: &str| {
-            let (host, path) = c.address(bucket, key, "us-east-1");
+            let (host, path) = c.address(bucket, key, "us-east-1").unwrap();
             format!("{host}{path}")
         };
         assert_eq!(address(&https, "photos", "k/1"), "photos.s3.example.com/k/1");

@@ -1,10 +1,11 @@
 //! The plain types every S3 call shares: where the endpoint is, what a LIST
 //! asks and answers, what a HEAD answers. The bottom of `s3`.
 //!
-//! May import: `error` and `allowlist` only.
+//! May import: `error`, `allowlist` and `regions` only.
 
 use super::allowlist::EndpointAllowlist;
 use super::error::S3Error;
+use super::regions::valid_region;
 use std::sync::Arc;
 
 /// Where the S3 service is and how to talk to it. Credentials are not here:
@@ -31,6 +32,22 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The region, when it is a region name (lower-case letters, digits and
+    /// dashes): it is signed into every request and, on AWS, is part of the
+    /// host name, where `x@10.0.3.7:8443/admin?` would move the request to
+    /// another server. Every client checks it before it is built.
+    pub fn checked_region(&self) -> Result<&str, S3Error> {
+        valid_region(&self.region)
+            .filter(|r| *r == self.region)
+            .ok_or_else(|| {
+                S3Error::Config(format!(
+                    "region {:?} is not a region name: use lower-case letters, digits and dashes \
+                     (at most 64), such as us-east-1",
+                    self.region
+                ))
+            })
+    }
+
     /// The base URL requests go to, with no trailing slash.
     pub fn base_url(&self) -> String {
         match &self.url {

@@ -58,6 +58,13 @@ pub enum Error {
     SecretForbidden(String),
     #[error(transparent)]
     Recovery(#[from] bucketscan_core::fleet::recovery::RecoveryError),
+    /// Planning in the operator did not finish within its deadline
+    /// (`--planning-deadline-seconds`): the store answers too slowly, or
+    /// not at all. Given up so that the reconcile slot is free for other
+    /// scans; the scan waits, blocked, and is planned again after the
+    /// backoff (a plan cut short is continued, never tiled again).
+    #[error("{0}")]
+    PlanningSlow(String),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     /// An object of a name the scan's children take (`NAME-workers`, ...)
@@ -87,6 +94,7 @@ impl Error {
             | Error::SecretIncomplete(_)
             | Error::SecretForbidden(_) => "config",
             Error::Recovery(_) => "recovery",
+            Error::PlanningSlow(_) => "s3",
             Error::NotOwned { .. } => "conflict",
             Error::Finalizer(e) => match e.as_ref() {
                 F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.kind(),
@@ -135,6 +143,7 @@ impl Error {
             Error::SecretMissing(_) => Some("SecretNotFound"),
             Error::SecretIncomplete(_) => Some("SecretIncomplete"),
             Error::SecretForbidden(_) => Some("SecretForbidden"),
+            Error::PlanningSlow(_) => Some("PlanningSlow"),
             Error::Queue(_) | Error::Plan(PlanError::Queue(_)) | Error::Recovery(RecoveryError::Queue(_)) => {
                 Some("RedisUnavailable")
             }

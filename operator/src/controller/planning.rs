@@ -22,24 +22,53 @@ use kube::api::{Api, DeleteParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
+/// Plan in the operator (scans with a credentials Secret), within the
+/// planning deadline.
 pub(super) async fn plan(
     scan: &BucketScan,
     ctx: &Context,
     queue: &Queue,
 ) -> Result<bucketscan_core::fleet::plan::Planned, Error> {
-    let s3 = s3_for(scan, ctx).await?;
-    let opts = desired::plan_options(scan, &ctx.settings);
-    Ok(plan_scan(&s3, &desired::spec_of(scan), &opts, queue).await?)
+    within_deadline(ctx, "planning", async {
+        let s3 = s3_for(scan, ctx).await?;
+        let opts = desired::plan_options(scan, &ctx.settings);
+        Ok(plan_scan(&s3, &desired::spec_of(scan), &opts, queue).await?)
+    })
+    .await
 }
 
 /// Plan again after Redis lost the scan: finished shards are restored from
-/// their records in S3, only the rest is queued.
+/// their records in S3, only the rest is queued. Within the planning
+/// deadline too.
 pub(super) async fn replan(scan: &BucketScan, ctx: &Context, queue: &Queue) -> Result<String, Error> {
-    let s3 = s3_for(scan, ctx).await?;
-    let (restored, queued) = recovery::replan(&s3, &desired::spec_of(scan), queue).await?;
-    Ok(format!(
-        "Redis had lost the scan: {restored} finished shards restored from S3, {queued} ranges queued again"
-    ))
+    within_deadline(ctx, "planning again", async {
+        let s3 = s3_for(scan, ctx).await?;
+        let (restored, queued) = recovery::replan(&s3, &desired::spec_of(scan), queue).await?;
+        Ok(format!(
+            "Redis had lost the scan: {restored} finished shards restored from S3, {queued} ranges queued again"
+        ))
+    })
+    .await
+}
+
+/// `work` cut off after `--planning-deadline-seconds`: a store that answers
+/// slowly or never (each request may wait 30 s and be retried) must not
+/// hold one of the controller's few reconcile slots for hours. Cutting it
+/// off is safe: planning stores the spec and its shards so that a plan cut
+/// short is continued, never tiled again (`plan_scan`).
+async fn within_deadline<T>(
+    ctx: &Context,
+    what: &str,
+    work: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let deadline = ctx.settings.planning_deadline;
+    tokio::time::timeout(deadline, work).await.unwrap_or_else(|_| {
+        Err(Error::PlanningSlow(format!(
+            "{what} did not finish within {} s (operator flag --planning-deadline-seconds): \
+             the store answers too slowly or not at all; planning again after a backoff",
+            deadline.as_secs()
+        )))
+    })
 }
 
 /// Where planning by Job stands (scans that use their pods' identity).
