@@ -475,6 +475,7 @@ pub struct AutoscaleState {
     /// What made it the knee: `Governed`, `LatencyRise`, `Throttling` or
     /// `RateFlat` (the StoreSaturated reason).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
     pub knee_reason: Option<String>,
     /// The store's mean HEAD latency (ms) when the last step was taken: a
     /// step that raised it 1.5x made the store queue.
