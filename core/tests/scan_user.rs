@@ -280,3 +280,87 @@ async fn a_scan_user_waits_for_the_operator_to_load_the_functions() {
     own.delete_scan().await.unwrap();
     admin.delete_scan_user(&scan).await.unwrap();
 }
+
+/// What a scan's own user writes into its keys does not become the
+/// operator's memory nor a function that holds Redis: a 25 MB worker status,
+/// a manifest of 25 MB, counters of a thousand times more fields than any
+/// scan has, and a million expired leases. The operator's reads leave out
+/// (or refuse, for what the scan cannot go on without) what is over their
+/// bounds, and its reap requeues at most a batch per call.
+#[tokio::test]
+async fn the_operators_reads_stay_small_whatever_a_scan_user_writes() {
+    use bucketscan_core::fleet::queue::{MAX_HASH_FIELDS, REAP_BATCH};
+    let scan = scan_id("hostile");
+    let admin = RedisConfig::new(redis_url()).connect().await.unwrap();
+    let password = hex::encode(rand::random::<[u8; 16]>());
+    admin.set_scan_user(&scan, &password).await.unwrap();
+    let url = url_with_user(&redis_url(), &scan_user(&scan), &password).unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let slow = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+    let mut tenant = client
+        .get_multiplexed_async_connection_with_config(&slow)
+        .await
+        .unwrap();
+    let operator = queue_at(&redis_url(), &scan).await;
+    let keys = operator.keys();
+
+    let huge = format!("[{}0]", "0,".repeat(12_500_000)); // 25 MB of JSON
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let honest = format!("{{\"updated\":{now},\"rate\":5.0}}");
+    let mut raw = redis::pipe();
+    raw.hset(keys.workers(), "big", &huge)
+        .hset(keys.workers(), "honest", &honest)
+        .hset(keys.meta(), "manifest", &huge)
+        .hset(keys.governor(), "p", &huge);
+    for i in 0..MAX_HASH_FIELDS * 2 {
+        raw.hset(keys.counters(), format!("junk{i}"), 1);
+    }
+    raw.query_async::<()>(&mut tenant)
+        .await
+        .expect("the scan's user may write these");
+    for chunk in 0..100 {
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(keys.leases());
+        for i in 0..10_000 {
+            zadd.arg(1).arg(format!("fake{chunk}-{i}"));
+        }
+        zadd.query_async::<()>(&mut tenant).await.unwrap();
+    }
+
+    let workers = operator.workers().await.unwrap();
+    assert_eq!(
+        workers.keys().collect::<Vec<_>>(),
+        ["honest"],
+        "the 25 MB status is left out"
+    );
+    assert_eq!(operator.live_rate(now).await.unwrap(), 5.0);
+    assert!(operator.governors().await.unwrap().is_empty());
+    assert!(
+        operator.counters().await.unwrap().is_empty(),
+        "counters of more fields than the bound are not read"
+    );
+    let e = operator
+        .meta_field("manifest")
+        .await
+        .expect_err("a 25 MB manifest");
+    assert!(matches!(e, QueueError::Oversized { .. }), "{e}");
+    assert!(
+        e.to_string().contains("larger than bucketscan ever writes"),
+        "{e}"
+    );
+
+    let started = std::time::Instant::now();
+    let (requeued, dead) = operator.reap(3).await.unwrap();
+    assert_eq!(requeued + dead, REAP_BATCH as u64, "one batch per call");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        operator.counts().await.unwrap().leased,
+        1_000_000 - REAP_BATCH as u64
+    );
+    operator.delete_scan().await.unwrap();
+    admin.delete_scan_user(&scan).await.unwrap();
+}

@@ -33,7 +33,7 @@ pub fn user_of(url: &str) -> Option<String> {
 /// outside functions too; what it can store that way is bounded by the
 /// server (`proto-max-bulk-len`, `maxmemory`), not by this list (see
 /// docs/queue-protocol.md, "Who may write what").
-pub const FUNCTION_COMMANDS: [&str; 27] = [
+pub const FUNCTION_COMMANDS: [&str; 29] = [
     "del",
     "exists",
     "hdel",
@@ -41,10 +41,12 @@ pub const FUNCTION_COMMANDS: [&str; 27] = [
     "hget",
     "hgetall",
     "hincrby",
+    "hkeys",
     "hlen",
     "hmget",
     "hset",
     "hsetnx",
+    "hstrlen",
     "lindex",
     "llen",
     "lpush",

@@ -41,10 +41,12 @@ pub enum Step {
     Govern,
     Reap,
     Restore,
+    /// Read-only (`no-writes`): a hash read with bounds (see `read_hash.lua`).
+    ReadHash,
 }
 
 impl Step {
-    const ALL: [Step; 10] = [
+    const ALL: [Step; 11] = [
         Step::Enqueue,
         Step::Take,
         Step::Renew,
@@ -55,6 +57,7 @@ impl Step {
         Step::Govern,
         Step::Reap,
         Step::Restore,
+        Step::ReadHash,
     ];
 
     fn name(self) -> &'static str {
@@ -69,6 +72,7 @@ impl Step {
             Step::Govern => "govern",
             Step::Reap => "reap",
             Step::Restore => "restore",
+            Step::ReadHash => "read_hash",
         }
     }
 
@@ -84,7 +88,14 @@ impl Step {
             Step::Govern => include_str!("govern.lua"),
             Step::Reap => include_str!("reap.lua"),
             Step::Restore => include_str!("restore.lua"),
+            Step::ReadHash => include_str!("read_hash.lua"),
         }
+    }
+
+    /// Steps that only read: registered `no-writes`, so Redis runs them
+    /// even at maxmemory and on a replica, and they can change nothing.
+    fn reads_only(self) -> bool {
+        matches!(self, Step::ReadHash)
     }
 }
 
@@ -129,9 +140,11 @@ fn assemble(version: &str) -> String {
     text.push_str(include_str!("fenced.lua"));
     for step in Step::ALL {
         let name = step.name();
+        let flags = if step.reads_only() { "'no-writes'" } else { "" };
         text.push_str(&format!(
             "\nlocal function {name}(KEYS, ARGV)\nbounded('{name}', ARGV)\n{}end\n\
-             redis.register_function('bs_{version}_{name}', {name})\n",
+             redis.register_function{{function_name = 'bs_{version}_{name}', callback = {name}, \
+             flags = {{{flags}}}}}\n",
             step.body()
         ));
     }
@@ -238,7 +251,7 @@ mod tests {
         assert_eq!(version.len(), 8);
         assert_eq!(assemble(version), library.text);
         for step in Step::ALL {
-            let name = format!("'bs_{version}_{}'", step.name());
+            let name = format!("function_name = 'bs_{version}_{}'", step.name());
             assert!(library.text.contains(&name), "{name} registered");
         }
         let call = library.call(Step::Take, &["k".into()]);

@@ -49,8 +49,8 @@ pub enum QueueError {
     #[error("redis: {0}")]
     Redis(redis::RedisError),
     #[error(
-        "Redis is out of memory (maxmemory reached) and refuses writes: give it more memory or \
-         free some, then run again ({0})"
+        "Redis is out of memory (maxmemory reached) and refuses writes: the scan waits and tries \
+         again; give Redis more memory or let other scans finish ({0})"
     )]
     OutOfMemory(redis::RedisError),
     #[error("redis did not answer for {} s: {error}", patience.as_secs())]
@@ -58,6 +58,13 @@ pub enum QueueError {
         patience: Duration,
         error: redis::RedisError,
     },
+    /// A key of the scan is larger than bucketscan writes: something else
+    /// (the scan's own Redis user, by hand) wrote it.
+    #[error(
+        "Redis key {key} is larger than bucketscan ever writes ({what}): something other than \
+         bucketscan wrote it; delete the scan and start it again"
+    )]
+    Oversized { key: String, what: String },
     #[error("shard {id} has a malformed range: {source}")]
     BadRange { id: String, source: serde_json::Error },
     // Not a `source` either, for the same reason.
@@ -99,6 +106,9 @@ impl QueueError {
         matches!(
             self,
             QueueError::Unreachable { .. }
+                // Full now, not for good: a scan that finishes frees its
+                // keys, so other tenants' scans wait rather than fail.
+                | QueueError::OutOfMemory(_)
                 | QueueError::KeptChanging
                 | QueueError::FunctionsMissing { .. }
                 | QueueError::UserUnknown(_)
@@ -926,7 +936,9 @@ impl Queue {
         }))
     }
 
-    /// Requeue shards whose lease expired; returns (requeued, dead-lettered).
+    /// Requeue shards whose lease expired, at most [`REAP_BATCH`] of them
+    /// (the oldest; the next call takes the next ones); returns (requeued,
+    /// dead-lettered).
     pub async fn reap(&self, max_failures: u32) -> Result<(u64, u64), QueueError> {
         let mut con = self.con.clone();
         let keys = [
@@ -936,7 +948,7 @@ impl Queue {
             self.keys.shard_prefix(),
         ];
         let mut call = LIBRARY.call(Step::Reap, &keys);
-        call.arg(max_failures);
+        call.arg(max_failures).arg(REAP_BATCH);
         self.invoke(&mut con, &call).await
     }
 
@@ -1054,8 +1066,7 @@ impl Queue {
 
     /// The scan's spec, or `None` when the scan is not planned (or Redis lost it).
     pub async fn spec<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, QueueError> {
-        let mut con = self.con.clone();
-        let json: Option<String> = con.hget(self.keys.meta(), "spec").await?;
+        let json = self.meta_field("spec").await?;
         json.map(|j| serde_json::from_str(&j))
             .transpose()
             .map_err(|source| QueueError::BadRange {
@@ -1076,10 +1087,50 @@ impl Queue {
         self.set_meta_field(PLAN_COMPLETE, summary_json).await
     }
 
-    /// A meta field (`created`, `merged`, ...).
+    /// A meta field (`created`, `merged`, ...), refused when it is larger
+    /// than bucketscan ever writes ([`MAX_META_BYTES`]): the scan's own user
+    /// may write there, and the operator reads it.
     pub async fn meta_field(&self, field: &str) -> Result<Option<String>, QueueError> {
+        let read = self
+            .read_hash(&self.keys.meta(), 1, MAX_META_BYTES, &[field])
+            .await?;
+        if read.skipped > 0 {
+            return Err(QueueError::Oversized {
+                key: self.keys.meta(),
+                what: format!("field {field:?} is over {MAX_META_BYTES} bytes"),
+            });
+        }
+        Ok(read.entries.into_values().next())
+    }
+
+    /// A hash of the scan read with bounds, in one read-only function (see
+    /// `read_hash.lua`): at most `max_fields` fields (none when `fields` is
+    /// empty and the hash has more), none whose name or value is over
+    /// `max_bytes`. What it leaves out it counts, and logs.
+    pub async fn read_hash(
+        &self,
+        key: &str,
+        max_fields: usize,
+        max_bytes: usize,
+        fields: &[&str],
+    ) -> Result<BoundedHash, QueueError> {
         let mut con = self.con.clone();
-        Ok(con.hget(self.keys.meta(), field).await?)
+        let mut call = LIBRARY.call(Step::ReadHash, &[key.to_string()]);
+        call.arg(max_fields).arg(max_bytes).arg(fields);
+        let answer: Vec<redis::Value> = self.invoke(&mut con, &call).await?;
+        let read = BoundedHash::of_answer(&answer);
+        if read.left_out(max_fields, fields.is_empty()) {
+            tracing::warn!(
+                key,
+                fields = read.fields,
+                too_large = read.skipped,
+                max_fields,
+                max_bytes,
+                "a hash of the scan is larger than bucketscan writes (did something else write \
+                 it?): read only what is within the bounds"
+            );
+        }
+        Ok(read)
     }
 
     pub async fn set_meta_field(&self, field: &str, value: &str) -> Result<(), QueueError> {
@@ -1167,18 +1218,24 @@ impl Queue {
         Ok(())
     }
 
-    /// The governors' states (JSON by partition), for status.
+    /// The governors' states (JSON by partition), for status (bounded:
+    /// see [`Queue::read_hash`]).
     pub async fn governors(&self) -> Result<std::collections::BTreeMap<String, String>, QueueError> {
-        let mut con = self.con.clone();
-        let mut all: std::collections::BTreeMap<String, String> = con.hgetall(self.keys.governor()).await?;
+        let mut all = self
+            .read_hash(&self.keys.governor(), MAX_HASH_FIELDS, MAX_STATUS_BYTES, &[])
+            .await?
+            .entries;
         all.retain(|k, _| !k.starts_with('_'));
         Ok(all)
     }
 
-    /// Each worker's last reported status (JSON), by name.
+    /// Each worker's last reported status (JSON), by name (bounded: see
+    /// [`Queue::read_hash`]).
     pub async fn workers(&self) -> Result<std::collections::BTreeMap<String, String>, QueueError> {
-        let mut con = self.con.clone();
-        Ok(con.hgetall(self.keys.workers()).await?)
+        Ok(self
+            .read_hash(&self.keys.workers(), MAX_HASH_FIELDS, MAX_STATUS_BYTES, &[])
+            .await?
+            .entries)
     }
 
     /// The scan's HEADs per second now: the sum of the rates its workers
@@ -1190,16 +1247,23 @@ impl Queue {
             .workers()
             .await?
             .values()
-            .filter_map(|json| serde_json::from_str::<serde_json::Value>(json).ok())
-            .filter(|v| v["updated"].as_i64().is_some_and(|t| now_unix - t <= LIVE_SECS))
-            .filter_map(|v| v["rate"].as_f64())
+            .filter_map(|json| serde_json::from_str::<LiveRate>(json).ok())
+            .filter(|v| v.updated.is_some_and(|t| now_unix - t <= LIVE_SECS))
+            .filter_map(|v| v.rate)
+            .filter(|r| r.is_finite() && *r >= 0.0)
             .sum())
     }
 
-    /// The scan's progress totals.
+    /// The scan's progress totals (bounded: see [`Queue::read_hash`];
+    /// a counter that is not a number is left out).
     pub async fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>, QueueError> {
-        let mut con = self.con.clone();
-        Ok(con.hgetall(self.keys.counters()).await?)
+        Ok(self
+            .read_hash(&self.keys.counters(), MAX_HASH_FIELDS, 64, &[])
+            .await?
+            .entries
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+            .collect())
     }
 
     /// Every shard of the scan with its state, for merging and reports.
@@ -1253,6 +1317,65 @@ impl Queue {
         let mut con = self.con.clone();
         Ok(con.hget(self.keys.shard(id), "last_error").await?)
     }
+}
+
+/// The most expired leases one reap requeues (see `reap.lua`).
+pub const REAP_BATCH: usize = 500;
+/// The most fields the operator reads of a scan's status hashes (workers,
+/// governors, counters): more workers than any scan may have replicas.
+pub const MAX_HASH_FIELDS: usize = 4_096;
+/// The most bytes of a worker's status or a governor's state read (they
+/// are a few hundred).
+pub const MAX_STATUS_BYTES: usize = 4_096;
+/// The most bytes of a meta field read (the spec is under 64 KiB; the
+/// merge manifest lists dead shards with their errors cut at 4 KiB).
+pub const MAX_META_BYTES: usize = 8 << 20;
+
+/// What [`Queue::read_hash`] read.
+#[derive(Debug, Default)]
+pub struct BoundedHash {
+    pub entries: std::collections::BTreeMap<String, String>,
+    /// Fields the hash has in all.
+    pub fields: u64,
+    /// Fields left out because a name or value was over the bound.
+    pub skipped: u64,
+}
+
+impl BoundedHash {
+    fn of_answer(answer: &[redis::Value]) -> BoundedHash {
+        let int = |v: Option<&redis::Value>| match v {
+            Some(redis::Value::Int(n)) => *n as u64,
+            _ => 0,
+        };
+        let text = |v: &redis::Value| match v {
+            redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        };
+        BoundedHash {
+            fields: int(answer.first()),
+            skipped: int(answer.get(1)),
+            entries: answer
+                .get(2..)
+                .unwrap_or_default()
+                .chunks_exact(2)
+                .filter_map(|c| Some((text(&c[0])?, text(&c[1])?)))
+                .collect(),
+        }
+    }
+
+    /// Something was left out: fields over the bound, or (reading all) a
+    /// hash with too many fields to read.
+    fn left_out(&self, max_fields: usize, all: bool) -> bool {
+        self.skipped > 0 || (all && self.fields > max_fields as u64)
+    }
+}
+
+/// The two fields of a worker's status the live rate needs (a small typed
+/// parse: a status is not trusted to be what a worker wrote).
+#[derive(serde::Deserialize)]
+struct LiveRate {
+    updated: Option<i64>,
+    rate: Option<f64>,
 }
 
 /// The result counts (`n:FIELD`) of a shard hash.
