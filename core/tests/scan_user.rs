@@ -176,7 +176,8 @@ async fn a_scan_user_runs_its_own_scan_and_reaches_nothing_else() {
     // then (Redis restarted and forgot the user; or the scan ended) waits
     // within its patience for the operator to set the user again, then
     // fails transiently (exit 75), not as a failed plan or scan.
-    q.delete_scan().await.unwrap();
+    // (As the operator does it: an admin finds the scan's keys by SCAN.)
+    queue_at(&redis_url(), &mine).await.delete_scan().await.unwrap();
     admin.delete_scan_user(&mine).await.unwrap();
     let mut config = RedisConfig::new(&url);
     config.patience = Duration::from_secs(1);
@@ -311,7 +312,8 @@ async fn the_operators_reads_stay_small_whatever_a_scan_user_writes() {
     raw.hset(keys.workers(), "big", &huge)
         .hset(keys.workers(), "honest", &honest)
         .hset(keys.meta(), "manifest", &huge)
-        .hset(keys.governor(), "p", &huge);
+        .hset(keys.governor(), "p", &huge)
+        .set(keys.meta().replace(":meta", ":junk"), "a key no step writes");
     for i in 0..MAX_HASH_FIELDS * 2 {
         raw.hset(keys.counters(), format!("junk{i}"), 1);
     }
