@@ -67,9 +67,12 @@ pub const FUNCTION_COMMANDS: [&str; 29] = [
 
 /// The commands the worker, planner and merge send themselves: reads of
 /// the scan's state, the few meta, part-stats and governor fields written
-/// outside a step, transactions of reads, durability waits, and what the
-/// client sends on connecting.
-pub const CLIENT_COMMANDS: [&str; 18] = [
+/// outside a step, durability waits, and what the client sends on
+/// connecting. No MULTI/EXEC: a transaction of a million reads would hold
+/// Redis for every tenant, and no one can kill it; reads that must be of one
+/// instant are a read-only function (`read_keys.lua`), which FUNCTION KILL
+/// can stop.
+pub const CLIENT_COMMANDS: [&str; 15] = [
     "fcall",
     "hget",
     "hgetall",
@@ -81,9 +84,6 @@ pub const CLIENT_COMMANDS: [&str; 18] = [
     "scard",
     "smembers",
     "zcard",
-    "multi",
-    "exec",
-    "discard",
     "wait",
     "waitaof",
     "ping",

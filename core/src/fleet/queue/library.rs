@@ -43,10 +43,12 @@ pub enum Step {
     Restore,
     /// Read-only (`no-writes`): a hash read with bounds (see `read_hash.lua`).
     ReadHash,
+    /// Read-only (`no-writes`): several keys at one instant (`read_keys.lua`).
+    ReadKeys,
 }
 
 impl Step {
-    const ALL: [Step; 11] = [
+    const ALL: [Step; 12] = [
         Step::Enqueue,
         Step::Take,
         Step::Renew,
@@ -58,6 +60,7 @@ impl Step {
         Step::Reap,
         Step::Restore,
         Step::ReadHash,
+        Step::ReadKeys,
     ];
 
     fn name(self) -> &'static str {
@@ -73,6 +76,7 @@ impl Step {
             Step::Reap => "reap",
             Step::Restore => "restore",
             Step::ReadHash => "read_hash",
+            Step::ReadKeys => "read_keys",
         }
     }
 
@@ -89,13 +93,14 @@ impl Step {
             Step::Reap => include_str!("reap.lua"),
             Step::Restore => include_str!("restore.lua"),
             Step::ReadHash => include_str!("read_hash.lua"),
+            Step::ReadKeys => include_str!("read_keys.lua"),
         }
     }
 
     /// Steps that only read: registered `no-writes`, so Redis runs them
     /// even at maxmemory and on a replica, and they can change nothing.
     fn reads_only(self) -> bool {
-        matches!(self, Step::ReadHash)
+        matches!(self, Step::ReadHash | Step::ReadKeys)
     }
 }
 

@@ -910,18 +910,15 @@ impl Queue {
         Ok(state)
     }
 
-    /// The parts and counts Redis recorded for `lease`'s shard, read in one
-    /// transaction, or `None` unless the shard is still leased to `lease` with
+    /// The parts and counts Redis recorded for `lease`'s shard, read at one
+    /// instant (one read-only function), or `None` unless the shard is still leased to `lease` with
     /// its range and checkpoint: only then do they cover exactly the range up
     /// to the checkpoint.
     pub async fn recorded(&self, lease: &Lease) -> Result<Option<Recorded>, QueueError> {
-        let mut con = self.con.clone();
-        let (hash, parts): (std::collections::HashMap<String, String>, Vec<String>) = redis::pipe()
-            .atomic()
-            .hgetall(self.keys.shard(&lease.id))
-            .lrange(self.keys.parts(&lease.id), 0, -1)
-            .query_async(&mut con)
-            .await?;
+        let keys = [self.keys.shard(&lease.id), self.keys.parts(&lease.id)];
+        let read = self.read_keys(&keys, &["hash".into(), "list".into()]).await?;
+        let (hash, parts): (std::collections::HashMap<String, String>, Vec<String>) =
+            redis::from_redis_value(redis::Value::Array(read)).map_err(|e| QueueError::Redis(e.into()))?;
         let field = |k: &str| hash.get(k).map(String::as_str);
         let token = lease.token.to_string();
         let range = json(&lease.shard);
