@@ -16,8 +16,10 @@
 //! of a scan; any connection whose `FCALL` finds no function loads it once
 //! itself (admin, tests, a single-process `scan`). A scan's user may not
 //! (NOPERM): after a Redis restart it waits, within its patience, for the
-//! operator to load the library again, then gives up with a transient
-//! error ([`super::QueueError::FunctionsMissing`]).
+//! operator to load the library again, then gives up with an error that is
+//! not transient ([`super::QueueError::FunctionsMissing`]): the operator
+//! loads its library every few seconds, so a library still missing after
+//! the patience is another release's, which no wait brings.
 //!
 //! May import: `patient` (the connection and its backoff).
 

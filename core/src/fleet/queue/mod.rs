@@ -81,11 +81,17 @@ pub enum QueueError {
     /// (splits still going on): worth reading again later.
     #[error("the scan's shards kept changing while they were read")]
     KeptChanging,
-    /// Redis does not have the queue's functions and this user may not
-    /// load them: Redis restarted, and the operator loads them again.
+    /// Redis does not have this program's queue functions and this user
+    /// may not load them, for longer than the operator takes to load its
+    /// own (at start and on every reconcile, a few seconds apart): this
+    /// program is of another release than the operator (its library has
+    /// another version), and waiting longer would wait forever. Not
+    /// transient, so the scan fails saying so instead of retrying.
     #[error(
-        "Redis has not got the queue's functions (library {library}) and this user may not load \
-         them; waited {} s for the operator to load them (it does at start and on every reconcile)",
+        "Redis has not got this program's queue functions (library {library}) and this user may \
+         not load them; waited {} s, while the operator loads its own library on every reconcile: \
+         this image is of another release than the operator's. Run the scan with the operator's \
+         worker image (leave spec.workers.image unset, or give the image of the operator's release)",
         patience.as_secs()
     )]
     FunctionsMissing { library: String, patience: Duration },
@@ -110,7 +116,6 @@ impl QueueError {
                 // keys, so other tenants' scans wait rather than fail.
                 | QueueError::OutOfMemory(_)
                 | QueueError::KeptChanging
-                | QueueError::FunctionsMissing { .. }
                 | QueueError::UserUnknown(_)
         )
     }
