@@ -379,3 +379,56 @@ async fn the_operators_reads_stay_small_whatever_a_scan_user_writes() {
     operator.delete_scan().await.unwrap();
     admin.delete_scan_user(&scan).await.unwrap();
 }
+
+/// The operator's per-scan budget, on the real Redis: it counts every key
+/// of the scan's name (junk its user wrote too) and their memory, in
+/// bounded steps, and switching the user off ends what it can write.
+#[tokio::test]
+async fn a_scans_redis_usage_is_counted_and_its_user_switched_off() {
+    let scan = scan_id("budget");
+    let admin = RedisConfig::new(redis_url()).connect().await.unwrap();
+    let password = hex::encode(rand::random::<[u8; 16]>());
+    admin.set_scan_user(&scan, &password).await.unwrap();
+    let url = url_with_user(&redis_url(), &scan_user(&scan), &password).unwrap();
+    let mut config = RedisConfig::new(&url);
+    config.patience = Duration::from_secs(1);
+    let q = Queue::connect(&config, &scan, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    q.enqueue(&[Shard::prefix("a/")]).await.unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut tenant = client.get_multiplexed_async_connection().await.unwrap();
+    let junk = |i: usize| q.keys().meta().replace(":meta", &format!(":junk{i}"));
+    for i in 0..3 {
+        redis::cmd("SET")
+            .arg(junk(i))
+            .arg("x".repeat(1 << 20))
+            .query_async::<()>(&mut tenant)
+            .await
+            .unwrap();
+    }
+    let operator = queue_at(&redis_url(), &scan).await;
+    let usage = operator.usage(200_000, u64::MAX).await.unwrap();
+    assert!(usage.complete, "{usage:?}");
+    assert!(
+        usage.keys >= 3 + 3,
+        "junk, meta, pending, shards, shard: {usage:?}"
+    );
+    assert!(usage.bytes >= 3 << 20, "{usage:?}");
+    // Bounded: it stops once past what it was asked to find.
+    let early = operator.usage(200_000, 1).await.unwrap();
+    assert!(early.bytes >= 1, "{early:?}");
+
+    admin.switch_off_scan_user(&scan).await.unwrap();
+    let e = redis::cmd("SET")
+        .arg(junk(9))
+        .arg("more")
+        .query_async::<()>(&mut tenant)
+        .await
+        .expect_err("a switched-off user writes nothing");
+    let _ = e;
+    let e = config.connect().await.err().expect("a switched-off user");
+    assert!(matches!(e, QueueError::UserUnknown(_)), "{e}");
+    operator.delete_scan().await.unwrap();
+    admin.delete_scan_user(&scan).await.unwrap();
+}

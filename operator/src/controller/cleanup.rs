@@ -189,6 +189,7 @@ fn with_an_allowed_image(scan: &BucketScan, allowed: &[String]) -> BucketScan {
 
 fn forget(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     ctx.last_status.lock().expect("lock").remove(&key_of(scan));
+    ctx.last_budget.lock().expect("lock").remove(&key_of(scan));
     ctx.started.lock().expect("lock").remove(&key_of(scan));
     ctx.applied.lock().expect("lock").remove(&key_of(scan));
     ctx.metrics.forget_scan(&scan_labels(scan));

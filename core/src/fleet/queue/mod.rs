@@ -514,6 +514,37 @@ impl RedisConnection {
             .await?;
         Ok(())
     }
+
+    /// Switch a scan's user off and close its connections (a scan over its
+    /// Redis budget): it can write nothing more; its keys stay for cleanup.
+    pub async fn switch_off_scan_user(&self, scan: &str) -> Result<(), QueueError> {
+        let mut con = self.0.clone();
+        let user = scan_user(scan);
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&user)
+            .arg("off")
+            .query_async::<()>(&mut con)
+            .await?;
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("USER")
+            .arg(&user)
+            .query_async::<redis::Value>(&mut con)
+            .await?;
+        Ok(())
+    }
+}
+
+/// What a scan holds in Redis (see [`Queue::usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub keys: u64,
+    /// `MEMORY USAGE` summed over those keys.
+    pub bytes: u64,
+    /// Every key of the scan was counted (false: the count stopped at its
+    /// bound, and is a lower bound).
+    pub complete: bool,
 }
 
 /// Redis's memory (see [`RedisConnection::memory`]).
@@ -1325,6 +1356,44 @@ impl Queue {
             }
             if next == 0 {
                 return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// The keys of the scan and the memory they hold, counted by `SCAN
+    /// MATCH bs:{S}:* COUNT 1000` and `MEMORY USAGE` of each (an admin's
+    /// commands), stopping after about `max_keys` keys (bounded work per
+    /// call) and as soon as `stop_at` bytes are reached.
+    pub async fn usage(&self, max_keys: u64, stop_at: u64) -> Result<Usage, QueueError> {
+        let mut con = self.con.clone();
+        let pattern = format!("{}*", glob_escaped(&self.keys.base));
+        let mut usage = Usage::default();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut con)
+                .await?;
+            if !keys.is_empty() {
+                let mut pipe = redis::pipe();
+                for key in &keys {
+                    pipe.cmd("MEMORY").arg("USAGE").arg(key);
+                }
+                let sizes: Vec<Option<u64>> = pipe.query_async(&mut con).await?;
+                usage.keys += keys.len() as u64;
+                usage.bytes += sizes.into_iter().flatten().sum::<u64>();
+            }
+            if next == 0 {
+                usage.complete = true;
+                return Ok(usage);
+            }
+            if usage.keys >= max_keys || usage.bytes >= stop_at {
+                return Ok(usage);
             }
             cursor = next;
         }
