@@ -222,6 +222,7 @@ mod tests {
             active_scans_per_namespace: 10,
             workers_per_scan: 20,
             target_shards: 500,
+            redis_bytes_per_scan: 0,
         };
         let mut s = scan("a", "s", 0, None);
         assert_eq!(over_limit(&s, &limits), Ok(()));

@@ -33,7 +33,7 @@ pub fn user_of(url: &str) -> Option<String> {
 /// outside functions too; what it can store that way is bounded by the
 /// server (`proto-max-bulk-len`, `maxmemory`), not by this list (see
 /// docs/queue-protocol.md, "Who may write what").
-pub const FUNCTION_COMMANDS: [&str; 29] = [
+pub const FUNCTION_COMMANDS: [&str; 31] = [
     "del",
     "exists",
     "hdel",
@@ -50,11 +50,13 @@ pub const FUNCTION_COMMANDS: [&str; 29] = [
     "lindex",
     "llen",
     "lpush",
+    "lrange",
     "rpop",
     "rpush",
     "sadd",
     "set",
     "sismember",
+    "smembers",
     "time",
     "zadd",
     "zcard",
@@ -247,6 +249,8 @@ mod tests {
             include_str!("govern.lua"),
             include_str!("reap.lua"),
             include_str!("restore.lua"),
+            include_str!("read_hash.lua"),
+            include_str!("read_keys.lua"),
             include_str!("fenced.lua"),
         ] {
             for call in file.split("redis.call('").skip(1) {
