@@ -154,6 +154,12 @@ async fn a_scan_user_runs_its_own_scan_and_reaches_nothing_else() {
         &["ACL", "LIST"],
         &["SUBSCRIBE", "x"],
         &["CLIENT", "LIST"],
+        // No transactions: a MULTI of a million reads holds Redis for
+        // everyone and cannot be killed (the merge's one-instant read is
+        // a read-only function, which FUNCTION KILL can stop).
+        &["MULTI"],
+        &["EXEC"],
+        &["DISCARD"],
         // Keys hidden in another database would escape the cleanup.
         &["SELECT", "1"],
         &["MOVE", &format!("bs:{{{mine}}}:shards"), "1"],
@@ -176,7 +182,8 @@ async fn a_scan_user_runs_its_own_scan_and_reaches_nothing_else() {
     // then (Redis restarted and forgot the user; or the scan ended) waits
     // within its patience for the operator to set the user again, then
     // fails transiently (exit 75), not as a failed plan or scan.
-    q.delete_scan().await.unwrap();
+    // (As the operator does it: an admin finds the scan's keys by SCAN.)
+    queue_at(&redis_url(), &mine).await.delete_scan().await.unwrap();
     admin.delete_scan_user(&mine).await.unwrap();
     let mut config = RedisConfig::new(&url);
     config.patience = Duration::from_secs(1);
@@ -319,7 +326,10 @@ async fn a_scan_user_waits_for_the_operator_to_load_the_functions() {
     loads.await.unwrap();
     assert_eq!(q.finish(&lease, &Finish::Done).await.unwrap(), "done");
 
-    // Never loaded within the patience: a transient error naming them.
+    // Never loaded within the patience (the operator loads its own library
+    // every few seconds: this one is another release's): an error that is
+    // not transient, naming the library and what to do, so the scan fails
+    // instead of waiting forever.
     unload.query_async::<()>(&mut root).await.unwrap();
     config.patience = Duration::from_secs(1);
     let impatient = Queue::connect(&config, &scan, "w", Duration::from_secs(30))
@@ -327,7 +337,11 @@ async fn a_scan_user_waits_for_the_operator_to_load_the_functions() {
         .unwrap();
     let e = impatient.take().await.expect_err("no functions");
     assert!(matches!(e, QueueError::FunctionsMissing { .. }), "{e}");
-    assert!(e.is_transient() && e.to_string().contains(&LIBRARY.name), "{e}");
+    assert!(!e.is_transient(), "{e}");
+    assert!(
+        e.to_string().contains(&LIBRARY.name) && e.to_string().contains("operator's worker image"),
+        "{e}"
+    );
 
     // An admin connection (the operator's, a single-process scan) loads
     // them itself on the first step that misses them.
@@ -335,5 +349,143 @@ async fn a_scan_user_waits_for_the_operator_to_load_the_functions() {
     assert_eq!(own.counts().await.unwrap().done, 1);
     assert!(own.take().await.unwrap().is_none());
     own.delete_scan().await.unwrap();
+    admin.delete_scan_user(&scan).await.unwrap();
+}
+
+/// What a scan's own user writes into its keys does not become the
+/// operator's memory nor a function that holds Redis: a 25 MB worker status,
+/// a manifest of 25 MB, counters of a thousand times more fields than any
+/// scan has, and a million expired leases. The operator's reads leave out
+/// (or refuse, for what the scan cannot go on without) what is over their
+/// bounds, and its reap requeues at most a batch per call.
+#[tokio::test]
+async fn the_operators_reads_stay_small_whatever_a_scan_user_writes() {
+    use bucketscan_core::fleet::queue::{MAX_HASH_FIELDS, REAP_BATCH};
+    let scan = scan_id("hostile");
+    let admin = RedisConfig::new(redis_url()).connect().await.unwrap();
+    let password = hex::encode(rand::random::<[u8; 16]>());
+    admin.set_scan_user(&scan, &password).await.unwrap();
+    let url = url_with_user(&redis_url(), &scan_user(&scan), &password).unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let slow = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+    let mut tenant = client
+        .get_multiplexed_async_connection_with_config(&slow)
+        .await
+        .unwrap();
+    let operator = queue_at(&redis_url(), &scan).await;
+    let keys = operator.keys();
+
+    let huge = format!("[{}0]", "0,".repeat(12_500_000)); // 25 MB of JSON
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let honest = format!("{{\"updated\":{now},\"rate\":5.0}}");
+    let mut raw = redis::pipe();
+    raw.hset(keys.workers(), "big", &huge)
+        .hset(keys.workers(), "honest", &honest)
+        .hset(keys.meta(), "manifest", &huge)
+        .hset(keys.governor(), "p", &huge)
+        .set(keys.meta().replace(":meta", ":junk"), "a key no step writes");
+    for i in 0..MAX_HASH_FIELDS * 2 {
+        raw.hset(keys.counters(), format!("junk{i}"), 1);
+    }
+    raw.query_async::<()>(&mut tenant)
+        .await
+        .expect("the scan's user may write these");
+    for chunk in 0..100 {
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(keys.leases());
+        for i in 0..10_000 {
+            zadd.arg(1).arg(format!("fake{chunk}-{i}"));
+        }
+        zadd.query_async::<()>(&mut tenant).await.unwrap();
+    }
+
+    let workers = operator.workers().await.unwrap();
+    assert_eq!(
+        workers.keys().collect::<Vec<_>>(),
+        ["honest"],
+        "the 25 MB status is left out"
+    );
+    assert_eq!(operator.live_rate(now).await.unwrap(), 5.0);
+    assert!(operator.governors().await.unwrap().is_empty());
+    assert!(
+        operator.counters().await.unwrap().is_empty(),
+        "counters of more fields than the bound are not read"
+    );
+    let e = operator
+        .meta_field("manifest")
+        .await
+        .expect_err("a 25 MB manifest");
+    assert!(matches!(e, QueueError::Oversized { .. }), "{e}");
+    assert!(
+        e.to_string().contains("larger than bucketscan ever writes"),
+        "{e}"
+    );
+
+    let started = std::time::Instant::now();
+    let (requeued, dead) = operator.reap(3).await.unwrap();
+    assert_eq!(requeued + dead, REAP_BATCH as u64, "one batch per call");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        operator.counts().await.unwrap().leased,
+        1_000_000 - REAP_BATCH as u64
+    );
+    operator.delete_scan().await.unwrap();
+    admin.delete_scan_user(&scan).await.unwrap();
+}
+
+/// The operator's per-scan budget, on the real Redis: it counts every key
+/// of the scan's name (junk its user wrote too) and their memory, in
+/// bounded steps, and switching the user off ends what it can write.
+#[tokio::test]
+async fn a_scans_redis_usage_is_counted_and_its_user_switched_off() {
+    let scan = scan_id("budget");
+    let admin = RedisConfig::new(redis_url()).connect().await.unwrap();
+    let password = hex::encode(rand::random::<[u8; 16]>());
+    admin.set_scan_user(&scan, &password).await.unwrap();
+    let url = url_with_user(&redis_url(), &scan_user(&scan), &password).unwrap();
+    let mut config = RedisConfig::new(&url);
+    config.patience = Duration::from_secs(1);
+    let q = Queue::connect(&config, &scan, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    q.enqueue(&[Shard::prefix("a/")]).await.unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut tenant = client.get_multiplexed_async_connection().await.unwrap();
+    let junk = |i: usize| q.keys().meta().replace(":meta", &format!(":junk{i}"));
+    for i in 0..3 {
+        redis::cmd("SET")
+            .arg(junk(i))
+            .arg("x".repeat(1 << 20))
+            .query_async::<()>(&mut tenant)
+            .await
+            .unwrap();
+    }
+    let operator = queue_at(&redis_url(), &scan).await;
+    let usage = operator.usage(200_000, u64::MAX).await.unwrap();
+    assert!(usage.complete, "{usage:?}");
+    assert!(
+        usage.keys >= 3 + 3,
+        "junk, meta, pending, shards, shard: {usage:?}"
+    );
+    assert!(usage.bytes >= 3 << 20, "{usage:?}");
+    // Bounded: it stops once past what it was asked to find.
+    let early = operator.usage(200_000, 1).await.unwrap();
+    assert!(early.bytes >= 1, "{early:?}");
+
+    admin.switch_off_scan_user(&scan).await.unwrap();
+    let e = redis::cmd("SET")
+        .arg(junk(9))
+        .arg("more")
+        .query_async::<()>(&mut tenant)
+        .await
+        .expect_err("a switched-off user writes nothing");
+    let _ = e;
+    let e = config.connect().await.err().expect("a switched-off user");
+    assert!(matches!(e, QueueError::UserUnknown(_)), "{e}");
+    operator.delete_scan().await.unwrap();
     admin.delete_scan_user(&scan).await.unwrap();
 }

@@ -22,6 +22,10 @@ pub struct Limits {
     /// Shards one scan may plan (`sharding.targetShards`): each lives in the
     /// shared Redis.
     pub target_shards: u32,
+    /// Bytes one scan's keys may hold in Redis (its own user can write
+    /// them); more: its user is switched off and it fails with OverLimit.
+    /// 0: no limit.
+    pub redis_bytes_per_scan: u64,
 }
 
 impl Default for Limits {
@@ -30,6 +34,7 @@ impl Default for Limits {
             active_scans_per_namespace: 10,
             workers_per_scan: 100,
             target_shards: 10_000,
+            redis_bytes_per_scan: 64 << 20,
         }
     }
 }
@@ -217,6 +222,7 @@ mod tests {
             active_scans_per_namespace: 10,
             workers_per_scan: 20,
             target_shards: 500,
+            redis_bytes_per_scan: 0,
         };
         let mut s = scan("a", "s", 0, None);
         assert_eq!(over_limit(&s, &limits), Ok(()));

@@ -86,6 +86,11 @@ struct Args {
     #[arg(long, env = "BUCKETSCAN_MAX_TARGET_SHARDS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     max_target_shards: u32,
+    /// Bytes one scan's keys may hold in Redis (counted about once a
+    /// minute); more: the scan's Redis user is switched off and the scan
+    /// fails with OverLimit. 0: no limit.
+    #[arg(long, env = "BUCKETSCAN_MAX_REDIS_BYTES_PER_SCAN", default_value_t = 64 << 20)]
+    max_redis_bytes_per_scan: u64,
     /// Requests a second to the Kubernetes API, on average (client-go's
     /// QPS); beyond the burst, requests wait their turn.
     #[arg(long, env = "BUCKETSCAN_KUBE_API_QPS", default_value_t = 50.0)]
@@ -254,6 +259,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             active_scans_per_namespace: args.max_active_scans_per_namespace,
             workers_per_scan: args.max_workers_per_scan,
             target_shards: args.max_target_shards,
+            redis_bytes_per_scan: args.max_redis_bytes_per_scan,
         },
         ..Settings::default()
     };

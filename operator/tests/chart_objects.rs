@@ -593,3 +593,35 @@ fn every_chart_value_is_in_the_readme() {
         assert!(!rows.iter().any(|r| row_documents(r, absent)), "{absent}");
     }
 }
+
+/// The bundled Redis bounds its clients' buffers (maxmemory-clients) as
+/// well as its data, and the chart refuses the two together at or over the
+/// container's limit (the kernel would kill Redis before Redis refuses a
+/// write); the operator gets the per-scan Redis budget.
+#[test]
+fn redis_memory_and_client_buffers_fit_its_limit_and_scans_have_a_budget() {
+    let objects = render(&[]);
+    let text = serde_json::to_string(&objects).unwrap();
+    assert!(
+        text.contains("--maxmemory-clients \\\"64mb\\\""),
+        "maxmemory-clients set"
+    );
+    assert!(text.contains("--max-redis-bytes-per-scan=67108864"));
+    let out = Command::new("helm")
+        .args([
+            "template",
+            "bs",
+            "charts/bucketscan",
+            "--set",
+            "redis.maxmemoryClients=200mb",
+        ])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "384mb + 200mb over 512Mi is refused");
+    assert!(
+        err.contains("must stay below redis.resources.limits.memory"),
+        "{err}"
+    );
+}

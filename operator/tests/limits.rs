@@ -206,3 +206,59 @@ async fn a_steady_reconcile_makes_few_api_requests() {
     operator.kill().unwrap();
     operator.wait().unwrap();
 }
+
+/// A scan whose keys grow past the per-scan Redis budget (its own user can
+/// write them: here junk beside its queue) has its Redis user switched off
+/// and fails with OverLimit naming the budget, within about a minute (the
+/// count runs once a minute per scan, not on every reconcile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_over_its_redis_budget_is_switched_off_and_fails() {
+    const NS: &str = "budget";
+    let client = client().await;
+    let (s3, bucket, out) = ground(&client, NS).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let mut operator = start_operator(NS, free_port(), &["--max-redis-bytes-per-scan", "1048576"]);
+    let scan = s3_scan("fat", &s3.endpoint, &bucket, &out, serde_json::json!({}));
+    scans.create(&PostParams::default(), &scan).await.unwrap();
+    wait_phase(&scans, "fat", Phase::Scanning).await;
+    let id = bucketscan_operator::desired::scan_id(&scans.get("fat").await.unwrap());
+    let redis = redis::Client::open(std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap()).unwrap();
+    let mut root = redis.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("SET")
+        .arg(format!("bs:{{{id}}}:junk"))
+        .arg("x".repeat(2 << 20))
+        .query_async::<()>(&mut root)
+        .await
+        .unwrap();
+    let message = eventually("fat Failed OverLimit", 120, async || {
+        let status = scans.get("fat").await.ok()?.status?;
+        let failed = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Failed" && c.status == "True")?;
+        (status.phase == Phase::Failed && failed.reason == "OverLimit").then(|| failed.message.clone())
+    })
+    .await;
+    assert!(
+        message.contains("over the budget of 1048576 bytes") && message.contains("switched off"),
+        "{message}"
+    );
+    let user: redis::Value = redis::cmd("ACL")
+        .arg("GETUSER")
+        .arg(format!("bucketscan.{id}"))
+        .query_async(&mut root)
+        .await
+        .unwrap();
+    // Off, or already gone (a failed scan's user is deleted as it ends).
+    assert!(
+        user == redis::Value::Nil || format!("{user:?}").contains("off"),
+        "{user:?}"
+    );
+    scans.delete("fat", &DeleteParams::default()).await.unwrap();
+    eventually("fat deleted", 60, async || {
+        scans.get_opt("fat").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}

@@ -197,13 +197,42 @@ async fn transient_causes_block_a_scan_until_they_pass_and_never_fail_it() {
     .await;
     assert!(event_reasons(&client).await.iter().any(|r| r == "CleanupSkipped"));
 
-    // With Redis back, deletion cleans up as usual.
+    // 5. With Redis back, deletion cleans Redis up, the annotation or not: the
+    //    annotation (which a tenant may set) skips only what cannot be
+    //    reached, and a Redis user and keys left behind would outlive every
+    //    quota.
     redis.restart();
+    let mut root = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let users_and_keys = async |root: &mut redis::aio::MultiplexedConnection| {
+        let users: Vec<String> = redis::cmd("ACL").arg("USERS").query_async(root).await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("bs:*").query_async(root).await.unwrap();
+        let users: Vec<String> = users
+            .into_iter()
+            .filter(|u| u.starts_with("bucketscan."))
+            .collect();
+        (users, keys)
+    };
+    eventually("late's user and keys set again", 60, async || {
+        let (users, keys) = users_and_keys(&mut root).await;
+        (!users.is_empty() && !keys.is_empty()).then_some(())
+    })
+    .await;
+    scans
+        .patch("late", &PatchParams::default(), &Patch::Merge(&skip))
+        .await
+        .unwrap();
     scans.delete("late", &DeleteParams::default()).await.unwrap();
     eventually("late deleted", 60, async || {
         scans.get_opt("late").await.ok()?.is_none().then_some(())
     })
     .await;
+    let (users, keys) = users_and_keys(&mut root).await;
+    assert!(users.is_empty(), "a scan user outlives its scan: {users:?}");
+    assert!(keys.is_empty(), "keys outlive their scan: {keys:?}");
     operator.kill().unwrap();
     operator.wait().unwrap();
 }

@@ -4,7 +4,7 @@
 
 use super::admission::check_output;
 use super::children::{ensure_workers, stop_jobs, Stop};
-use super::context::{lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
+use super::context::{key_of, lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
 use super::finish::{fail, finished};
 use super::health::observe_workers;
 use super::merge::merging;
@@ -175,6 +175,12 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         seen = observe(&queue).await?;
     }
 
+    if let Some(message) =
+        super::budget::over_budget(ctx, &queue, &key_of(scan), &desired::scan_id(scan)).await?
+    {
+        stop_jobs(scan, ctx, Stop::All).await?;
+        return fail(scan, ctx, st, "OverLimit", &message, &now).await;
+    }
     queue.reap(max_failures()).await?;
     let work_left = seen.shards.pending + seen.shards.leased;
     let replicas = crate::limits::capped_workers(

@@ -1,9 +1,13 @@
-//! Deletion (the finalizer): the scan's Redis keys and its parts in S3 go;
-//! the merged result stays. A scan without a credentials Secret has its
-//! parts deleted by a Job under its workers' identity, never the operator's. An unreachable store does not block deletion
-//! (its parts are left, with a warning, after at most [`S3_CLEANUP`]);
-//! Redis must be reached to delete its keys, unless the scan carries the
-//! escape annotation [`SKIP_CLEANUP`] (for a Redis gone for good).
+//! Deletion (the finalizer): the scan's Redis keys, its Redis user and its
+//! parts in S3 go; the merged result stays. A scan without a credentials
+//! Secret has its parts deleted by a Job under its workers' identity, never
+//! the operator's. An unreachable store does not block deletion (its parts
+//! are left, with a warning, after at most [`S3_CLEANUP`]); Redis must be
+//! reached to delete its keys and user, unless the scan carries the escape
+//! annotation [`SKIP_CLEANUP`] (for a Redis or store gone for good). The
+//! annotation never leaves what can be reached in Redis: a tenant may set it,
+//! and a working Redis user with keys that outlive their scan would be Redis
+//! memory and access no quota counts.
 
 use super::context::{key_of, lease, scan_labels, Context, Error, MANAGER};
 use super::owned;
@@ -20,17 +24,19 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
-/// Delete: the scan's Redis keys and its parts in S3 go; the merged result
-/// (if any) stays.
+/// Delete: the scan's Redis keys and user and its parts in S3 go; the
+/// merged result (if any) stays.
 pub(super) async fn cleanup(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
-    if skips_cleanup(scan) {
-        let note = format!("{SKIP_CLEANUP} is set: the scan's Redis keys and parts in S3 are left");
+    let skip = skips_cleanup(scan);
+    if skip {
+        let note = format!(
+            "{SKIP_CLEANUP} is set: the scan's parts in S3 are left; its Redis keys and user go if Redis \
+             answers within {} s",
+            REDIS_WHEN_SKIPPING.as_secs()
+        );
         tracing::warn!(scan = %scan.name_any(), "{note}");
         publish(ctx, scan, EventType::Warning, "CleanupSkipped", &note).await;
-        return forget(scan, ctx);
-    }
-    let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
-    if crate::validate::scan_namespace(scan, &ctx.settings.scan_namespaces).is_err() {
+    } else if crate::validate::scan_namespace(scan, &ctx.settings.scan_namespaces).is_err() {
         // Never started (and its Secrets are out of the operator's reach).
     } else if desired::uses_pod_identity(scan) {
         delete_parts_by_job(scan, ctx).await?;
@@ -51,13 +57,38 @@ pub(super) async fn cleanup(scan: &BucketScan, ctx: &Context) -> Result<Action, 
             Err(_) => tracing::warn!(scan = %scan.name_any(), "the store did not answer: the parts are left"),
         }
     }
-    queue.delete_scan().await?;
-    delete_scan_user(scan, ctx).await?;
+    if !skip {
+        delete_from_redis(scan, ctx).await?;
+    } else {
+        match tokio::time::timeout(REDIS_WHEN_SKIPPING, delete_from_redis(scan, ctx)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(scan = %scan.name_any(), error = %e, "{SKIP_CLEANUP}: Redis refused; its keys and user are left")
+            }
+            Err(_) => {
+                tracing::warn!(scan = %scan.name_any(), "{SKIP_CLEANUP}: Redis did not answer; its keys and user are left")
+            }
+        }
+    }
     forget(scan, ctx)
 }
 
-/// The annotation that lets a scan go without cleaning Redis and S3 (its
-/// value `"true"`): the escape when Redis is gone for good.
+/// Every key of the scan (by name, so keys its own user wrote beside the
+/// queue's go too) and its Redis user.
+async fn delete_from_redis(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
+    let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
+    // The user first: it can write no more keys while they are deleted.
+    delete_scan_user(scan, ctx).await?;
+    queue.delete_scan().await?;
+    Ok(())
+}
+
+/// How long a scan with [`SKIP_CLEANUP`] tries Redis before it goes without.
+const REDIS_WHEN_SKIPPING: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The annotation that lets a scan go without what cannot be reached (its
+/// value `"true"`): its parts in S3 are left; its Redis keys and user only
+/// when Redis does not answer (the escape when Redis is gone for good).
 pub const SKIP_CLEANUP: &str = "bucketscan.dev/skip-cleanup";
 
 /// How long deletion waits for the store.
@@ -158,6 +189,7 @@ fn with_an_allowed_image(scan: &BucketScan, allowed: &[String]) -> BucketScan {
 
 fn forget(scan: &BucketScan, ctx: &Context) -> Result<Action, Error> {
     ctx.last_status.lock().expect("lock").remove(&key_of(scan));
+    ctx.last_budget.lock().expect("lock").remove(&key_of(scan));
     ctx.started.lock().expect("lock").remove(&key_of(scan));
     ctx.applied.lock().expect("lock").remove(&key_of(scan));
     ctx.metrics.forget_scan(&scan_labels(scan));

@@ -183,6 +183,8 @@ pub struct Context {
     pub namespace: Option<String>,
     /// When each scan's status was last written.
     pub(super) last_status: Mutex<HashMap<String, Instant>>,
+    /// When each scan's Redis usage was last counted (`budget`).
+    pub(super) last_budget: Mutex<HashMap<String, Instant>>,
     /// Blocked scans: attempts in a row that met a transient cause.
     pub(super) blocked: Mutex<HashMap<String, u32>>,
     /// Plan Jobs started again after a transient failure, per scan (the
@@ -237,6 +239,7 @@ impl Context {
             metrics,
             namespace,
             last_status: Mutex::default(),
+            last_budget: Mutex::default(),
             blocked: Mutex::default(),
             plan_retries: Mutex::default(),
             merge_retries: Mutex::default(),

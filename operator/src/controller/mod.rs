@@ -30,6 +30,7 @@
 mod admission;
 mod apply;
 mod blocked;
+mod budget;
 mod children;
 mod cleanup;
 mod conflict;

@@ -16,8 +16,10 @@
 //! of a scan; any connection whose `FCALL` finds no function loads it once
 //! itself (admin, tests, a single-process `scan`). A scan's user may not
 //! (NOPERM): after a Redis restart it waits, within its patience, for the
-//! operator to load the library again, then gives up with a transient
-//! error ([`super::QueueError::FunctionsMissing`]).
+//! operator to load the library again, then gives up with an error that is
+//! not transient ([`super::QueueError::FunctionsMissing`]): the operator
+//! loads its library every few seconds, so a library still missing after
+//! the patience is another release's, which no wait brings.
 //!
 //! May import: `patient` (the connection and its backoff).
 
@@ -41,10 +43,14 @@ pub enum Step {
     Govern,
     Reap,
     Restore,
+    /// Read-only (`no-writes`): a hash read with bounds (see `read_hash.lua`).
+    ReadHash,
+    /// Read-only (`no-writes`): several keys at one instant (`read_keys.lua`).
+    ReadKeys,
 }
 
 impl Step {
-    const ALL: [Step; 10] = [
+    const ALL: [Step; 12] = [
         Step::Enqueue,
         Step::Take,
         Step::Renew,
@@ -55,6 +61,8 @@ impl Step {
         Step::Govern,
         Step::Reap,
         Step::Restore,
+        Step::ReadHash,
+        Step::ReadKeys,
     ];
 
     fn name(self) -> &'static str {
@@ -69,6 +77,8 @@ impl Step {
             Step::Govern => "govern",
             Step::Reap => "reap",
             Step::Restore => "restore",
+            Step::ReadHash => "read_hash",
+            Step::ReadKeys => "read_keys",
         }
     }
 
@@ -84,7 +94,15 @@ impl Step {
             Step::Govern => include_str!("govern.lua"),
             Step::Reap => include_str!("reap.lua"),
             Step::Restore => include_str!("restore.lua"),
+            Step::ReadHash => include_str!("read_hash.lua"),
+            Step::ReadKeys => include_str!("read_keys.lua"),
         }
+    }
+
+    /// Steps that only read: registered `no-writes`, so Redis runs them
+    /// even at maxmemory and on a replica, and they can change nothing.
+    fn reads_only(self) -> bool {
+        matches!(self, Step::ReadHash | Step::ReadKeys)
     }
 }
 
@@ -129,9 +147,11 @@ fn assemble(version: &str) -> String {
     text.push_str(include_str!("fenced.lua"));
     for step in Step::ALL {
         let name = step.name();
+        let flags = if step.reads_only() { "'no-writes'" } else { "" };
         text.push_str(&format!(
             "\nlocal function {name}(KEYS, ARGV)\nbounded('{name}', ARGV)\n{}end\n\
-             redis.register_function('bs_{version}_{name}', {name})\n",
+             redis.register_function{{function_name = 'bs_{version}_{name}', callback = {name}, \
+             flags = {{{flags}}}}}\n",
             step.body()
         ));
     }
@@ -238,7 +258,7 @@ mod tests {
         assert_eq!(version.len(), 8);
         assert_eq!(assemble(version), library.text);
         for step in Step::ALL {
-            let name = format!("'bs_{version}_{}'", step.name());
+            let name = format!("function_name = 'bs_{version}_{}'", step.name());
             assert!(library.text.contains(&name), "{name} registered");
         }
         let call = library.call(Step::Take, &["k".into()]);

@@ -49,8 +49,8 @@ pub enum QueueError {
     #[error("redis: {0}")]
     Redis(redis::RedisError),
     #[error(
-        "Redis is out of memory (maxmemory reached) and refuses writes: give it more memory or \
-         free some, then run again ({0})"
+        "Redis is out of memory (maxmemory reached) and refuses writes: the scan waits and tries \
+         again; give Redis more memory or let other scans finish ({0})"
     )]
     OutOfMemory(redis::RedisError),
     #[error("redis did not answer for {} s: {error}", patience.as_secs())]
@@ -58,6 +58,13 @@ pub enum QueueError {
         patience: Duration,
         error: redis::RedisError,
     },
+    /// A key of the scan is larger than bucketscan writes: something else
+    /// (the scan's own Redis user, by hand) wrote it.
+    #[error(
+        "Redis key {key} is larger than bucketscan ever writes ({what}): something other than \
+         bucketscan wrote it; delete the scan and start it again"
+    )]
+    Oversized { key: String, what: String },
     #[error("shard {id} has a malformed range: {source}")]
     BadRange { id: String, source: serde_json::Error },
     // Not a `source` either, for the same reason.
@@ -74,11 +81,17 @@ pub enum QueueError {
     /// (splits still going on): worth reading again later.
     #[error("the scan's shards kept changing while they were read")]
     KeptChanging,
-    /// Redis does not have the queue's functions and this user may not
-    /// load them: Redis restarted, and the operator loads them again.
+    /// Redis does not have this program's queue functions and this user
+    /// may not load them, for longer than the operator takes to load its
+    /// own (at start and on every reconcile, a few seconds apart): this
+    /// program is of another release than the operator (its library has
+    /// another version), and waiting longer would wait forever. Not
+    /// transient, so the scan fails saying so instead of retrying.
     #[error(
-        "Redis has not got the queue's functions (library {library}) and this user may not load \
-         them; waited {} s for the operator to load them (it does at start and on every reconcile)",
+        "Redis has not got this program's queue functions (library {library}) and this user may \
+         not load them; waited {} s, while the operator loads its own library on every reconcile: \
+         this image is of another release than the operator's. Run the scan with the operator's \
+         worker image (leave spec.workers.image unset, or give the image of the operator's release)",
         patience.as_secs()
     )]
     FunctionsMissing { library: String, patience: Duration },
@@ -99,8 +112,10 @@ impl QueueError {
         matches!(
             self,
             QueueError::Unreachable { .. }
+                // Full now, not for good: a scan that finishes frees its
+                // keys, so other tenants' scans wait rather than fail.
+                | QueueError::OutOfMemory(_)
                 | QueueError::KeptChanging
-                | QueueError::FunctionsMissing { .. }
                 | QueueError::UserUnknown(_)
         )
     }
@@ -499,6 +514,37 @@ impl RedisConnection {
             .await?;
         Ok(())
     }
+
+    /// Switch a scan's user off and close its connections (a scan over its
+    /// Redis budget): it can write nothing more; its keys stay for cleanup.
+    pub async fn switch_off_scan_user(&self, scan: &str) -> Result<(), QueueError> {
+        let mut con = self.0.clone();
+        let user = scan_user(scan);
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&user)
+            .arg("off")
+            .query_async::<()>(&mut con)
+            .await?;
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("USER")
+            .arg(&user)
+            .query_async::<redis::Value>(&mut con)
+            .await?;
+        Ok(())
+    }
+}
+
+/// What a scan holds in Redis (see [`Queue::usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub keys: u64,
+    /// `MEMORY USAGE` summed over those keys.
+    pub bytes: u64,
+    /// Every key of the scan was counted (false: the count stopped at its
+    /// bound, and is a lower bound).
+    pub complete: bool,
 }
 
 /// Redis's memory (see [`RedisConnection::memory`]).
@@ -900,18 +946,15 @@ impl Queue {
         Ok(state)
     }
 
-    /// The parts and counts Redis recorded for `lease`'s shard, read in one
-    /// transaction, or `None` unless the shard is still leased to `lease` with
+    /// The parts and counts Redis recorded for `lease`'s shard, read at one
+    /// instant (one read-only function), or `None` unless the shard is still leased to `lease` with
     /// its range and checkpoint: only then do they cover exactly the range up
     /// to the checkpoint.
     pub async fn recorded(&self, lease: &Lease) -> Result<Option<Recorded>, QueueError> {
-        let mut con = self.con.clone();
-        let (hash, parts): (std::collections::HashMap<String, String>, Vec<String>) = redis::pipe()
-            .atomic()
-            .hgetall(self.keys.shard(&lease.id))
-            .lrange(self.keys.parts(&lease.id), 0, -1)
-            .query_async(&mut con)
-            .await?;
+        let keys = [self.keys.shard(&lease.id), self.keys.parts(&lease.id)];
+        let read = self.read_keys(&keys, &["hash".into(), "list".into()]).await?;
+        let (hash, parts): (std::collections::HashMap<String, String>, Vec<String>) =
+            redis::from_redis_value(redis::Value::Array(read)).map_err(|e| QueueError::Redis(e.into()))?;
         let field = |k: &str| hash.get(k).map(String::as_str);
         let token = lease.token.to_string();
         let range = json(&lease.shard);
@@ -926,7 +969,9 @@ impl Queue {
         }))
     }
 
-    /// Requeue shards whose lease expired; returns (requeued, dead-lettered).
+    /// Requeue shards whose lease expired, at most [`REAP_BATCH`] of them
+    /// (the oldest; the next call takes the next ones); returns (requeued,
+    /// dead-lettered).
     pub async fn reap(&self, max_failures: u32) -> Result<(u64, u64), QueueError> {
         let mut con = self.con.clone();
         let keys = [
@@ -936,7 +981,7 @@ impl Queue {
             self.keys.shard_prefix(),
         ];
         let mut call = LIBRARY.call(Step::Reap, &keys);
-        call.arg(max_failures);
+        call.arg(max_failures).arg(REAP_BATCH);
         self.invoke(&mut con, &call).await
     }
 
@@ -1054,8 +1099,7 @@ impl Queue {
 
     /// The scan's spec, or `None` when the scan is not planned (or Redis lost it).
     pub async fn spec<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, QueueError> {
-        let mut con = self.con.clone();
-        let json: Option<String> = con.hget(self.keys.meta(), "spec").await?;
+        let json = self.meta_field("spec").await?;
         json.map(|j| serde_json::from_str(&j))
             .transpose()
             .map_err(|source| QueueError::BadRange {
@@ -1076,10 +1120,50 @@ impl Queue {
         self.set_meta_field(PLAN_COMPLETE, summary_json).await
     }
 
-    /// A meta field (`created`, `merged`, ...).
+    /// A meta field (`created`, `merged`, ...), refused when it is larger
+    /// than bucketscan ever writes ([`MAX_META_BYTES`]): the scan's own user
+    /// may write there, and the operator reads it.
     pub async fn meta_field(&self, field: &str) -> Result<Option<String>, QueueError> {
+        let read = self
+            .read_hash(&self.keys.meta(), 1, MAX_META_BYTES, &[field])
+            .await?;
+        if read.skipped > 0 {
+            return Err(QueueError::Oversized {
+                key: self.keys.meta(),
+                what: format!("field {field:?} is over {MAX_META_BYTES} bytes"),
+            });
+        }
+        Ok(read.entries.into_values().next())
+    }
+
+    /// A hash of the scan read with bounds, in one read-only function (see
+    /// `read_hash.lua`): at most `max_fields` fields (none when `fields` is
+    /// empty and the hash has more), none whose name or value is over
+    /// `max_bytes`. What it leaves out it counts, and logs.
+    pub async fn read_hash(
+        &self,
+        key: &str,
+        max_fields: usize,
+        max_bytes: usize,
+        fields: &[&str],
+    ) -> Result<BoundedHash, QueueError> {
         let mut con = self.con.clone();
-        Ok(con.hget(self.keys.meta(), field).await?)
+        let mut call = LIBRARY.call(Step::ReadHash, &[key.to_string()]);
+        call.arg(max_fields).arg(max_bytes).arg(fields);
+        let answer: Vec<redis::Value> = self.invoke(&mut con, &call).await?;
+        let read = BoundedHash::of_answer(&answer);
+        if read.left_out(max_fields, fields.is_empty()) {
+            tracing::warn!(
+                key,
+                fields = read.fields,
+                too_large = read.skipped,
+                max_fields,
+                max_bytes,
+                "a hash of the scan is larger than bucketscan writes (did something else write \
+                 it?): read only what is within the bounds"
+            );
+        }
+        Ok(read)
     }
 
     pub async fn set_meta_field(&self, field: &str, value: &str) -> Result<(), QueueError> {
@@ -1167,18 +1251,24 @@ impl Queue {
         Ok(())
     }
 
-    /// The governors' states (JSON by partition), for status.
+    /// The governors' states (JSON by partition), for status (bounded:
+    /// see [`Queue::read_hash`]).
     pub async fn governors(&self) -> Result<std::collections::BTreeMap<String, String>, QueueError> {
-        let mut con = self.con.clone();
-        let mut all: std::collections::BTreeMap<String, String> = con.hgetall(self.keys.governor()).await?;
+        let mut all = self
+            .read_hash(&self.keys.governor(), MAX_HASH_FIELDS, MAX_STATUS_BYTES, &[])
+            .await?
+            .entries;
         all.retain(|k, _| !k.starts_with('_'));
         Ok(all)
     }
 
-    /// Each worker's last reported status (JSON), by name.
+    /// Each worker's last reported status (JSON), by name (bounded: see
+    /// [`Queue::read_hash`]).
     pub async fn workers(&self) -> Result<std::collections::BTreeMap<String, String>, QueueError> {
-        let mut con = self.con.clone();
-        Ok(con.hgetall(self.keys.workers()).await?)
+        Ok(self
+            .read_hash(&self.keys.workers(), MAX_HASH_FIELDS, MAX_STATUS_BYTES, &[])
+            .await?
+            .entries)
     }
 
     /// The scan's HEADs per second now: the sum of the rates its workers
@@ -1190,16 +1280,23 @@ impl Queue {
             .workers()
             .await?
             .values()
-            .filter_map(|json| serde_json::from_str::<serde_json::Value>(json).ok())
-            .filter(|v| v["updated"].as_i64().is_some_and(|t| now_unix - t <= LIVE_SECS))
-            .filter_map(|v| v["rate"].as_f64())
+            .filter_map(|json| serde_json::from_str::<LiveRate>(json).ok())
+            .filter(|v| v.updated.is_some_and(|t| now_unix - t <= LIVE_SECS))
+            .filter_map(|v| v.rate)
+            .filter(|r| r.is_finite() && *r >= 0.0)
             .sum())
     }
 
-    /// The scan's progress totals.
+    /// The scan's progress totals (bounded: see [`Queue::read_hash`];
+    /// a counter that is not a number is left out).
     pub async fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>, QueueError> {
-        let mut con = self.con.clone();
-        Ok(con.hgetall(self.keys.counters()).await?)
+        Ok(self
+            .read_hash(&self.keys.counters(), MAX_HASH_FIELDS, 64, &[])
+            .await?
+            .entries
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+            .collect())
     }
 
     /// Every shard of the scan with its state, for merging and reports.
@@ -1233,19 +1330,73 @@ impl Queue {
         Ok(out)
     }
 
-    /// Remove every key of the scan.
+    /// Remove every key of the scan: every key named `bs:{S}:*`, found by
+    /// `SCAN` (so keys its own user wrote beside the queue's go too; needs
+    /// an admin connection), in batches of about a thousand.
     pub async fn delete_scan(&self) -> Result<(), QueueError> {
         let mut con = self.con.clone();
-        let ids: Vec<String> = con.smembers(self.keys.shards()).await?;
-        for chunk in ids.chunks(500) {
-            let keys: Vec<String> = chunk
-                .iter()
-                .flat_map(|id| [self.keys.shard(id), self.keys.parts(id)])
-                .collect();
-            con.del::<_, ()>(keys).await?;
+        let pattern = format!("{}*", glob_escaped(&self.keys.base));
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut con)
+                .await?;
+            if !keys.is_empty() {
+                // UNLINK: a large value is freed in the background, not
+                // while Redis answers no one else.
+                redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async::<()>(&mut con)
+                    .await?;
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
         }
-        con.del::<_, ()>(self.keys.scan_wide()).await?;
-        Ok(())
+    }
+
+    /// The keys of the scan and the memory they hold, counted by `SCAN
+    /// MATCH bs:{S}:* COUNT 1000` and `MEMORY USAGE` of each (an admin's
+    /// commands), stopping after about `max_keys` keys (bounded work per
+    /// call) and as soon as `stop_at` bytes are reached.
+    pub async fn usage(&self, max_keys: u64, stop_at: u64) -> Result<Usage, QueueError> {
+        let mut con = self.con.clone();
+        let pattern = format!("{}*", glob_escaped(&self.keys.base));
+        let mut usage = Usage::default();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut con)
+                .await?;
+            if !keys.is_empty() {
+                let mut pipe = redis::pipe();
+                for key in &keys {
+                    pipe.cmd("MEMORY").arg("USAGE").arg(key);
+                }
+                let sizes: Vec<Option<u64>> = pipe.query_async(&mut con).await?;
+                usage.keys += keys.len() as u64;
+                usage.bytes += sizes.into_iter().flatten().sum::<u64>();
+            }
+            if next == 0 {
+                usage.complete = true;
+                return Ok(usage);
+            }
+            if usage.keys >= max_keys || usage.bytes >= stop_at {
+                return Ok(usage);
+            }
+            cursor = next;
+        }
     }
 
     /// The last error of a shard (for dead letters).
@@ -1253,6 +1404,77 @@ impl Queue {
         let mut con = self.con.clone();
         Ok(con.hget(self.keys.shard(id), "last_error").await?)
     }
+}
+
+/// `text` matched literally in a `SCAN MATCH` pattern.
+fn glob_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The most expired leases one reap requeues (see `reap.lua`).
+pub const REAP_BATCH: usize = 500;
+/// The most fields the operator reads of a scan's status hashes (workers,
+/// governors, counters): more workers than any scan may have replicas.
+pub const MAX_HASH_FIELDS: usize = 4_096;
+/// The most bytes of a worker's status or a governor's state read (they
+/// are a few hundred).
+pub const MAX_STATUS_BYTES: usize = 4_096;
+/// The most bytes of a meta field read (the spec is under 64 KiB; the
+/// merge manifest lists dead shards with their errors cut at 4 KiB).
+pub const MAX_META_BYTES: usize = 8 << 20;
+
+/// What [`Queue::read_hash`] read.
+#[derive(Debug, Default)]
+pub struct BoundedHash {
+    pub entries: std::collections::BTreeMap<String, String>,
+    /// Fields the hash has in all.
+    pub fields: u64,
+    /// Fields left out because a name or value was over the bound.
+    pub skipped: u64,
+}
+
+impl BoundedHash {
+    fn of_answer(answer: &[redis::Value]) -> BoundedHash {
+        let int = |v: Option<&redis::Value>| match v {
+            Some(redis::Value::Int(n)) => *n as u64,
+            _ => 0,
+        };
+        let text = |v: &redis::Value| match v {
+            redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        };
+        BoundedHash {
+            fields: int(answer.first()),
+            skipped: int(answer.get(1)),
+            entries: answer
+                .get(2..)
+                .unwrap_or_default()
+                .chunks_exact(2)
+                .filter_map(|c| Some((text(&c[0])?, text(&c[1])?)))
+                .collect(),
+        }
+    }
+
+    /// Something was left out: fields over the bound, or (reading all) a
+    /// hash with too many fields to read.
+    fn left_out(&self, max_fields: usize, all: bool) -> bool {
+        self.skipped > 0 || (all && self.fields > max_fields as u64)
+    }
+}
+
+/// The two fields of a worker's status the live rate needs (a small typed
+/// parse: a status is not trusted to be what a worker wrote).
+#[derive(serde::Deserialize)]
+struct LiveRate {
+    updated: Option<i64>,
+    rate: Option<f64>,
 }
 
 /// The result counts (`n:FIELD`) of a shard hash.

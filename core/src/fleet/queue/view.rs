@@ -7,6 +7,7 @@
 //!
 //! May import: nothing of the crate but the queue.
 
+use super::library::{Step, LIBRARY};
 use super::{shard_record, Queue, QueueError, ShardRecord, PLAN_COMPLETE};
 use redis::AsyncCommands;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -34,25 +35,27 @@ type Read = (
 );
 
 impl Queue {
-    /// The scan as the merge needs it, read in one MULTI/EXEC. The set of
-    /// shard ids is read first to know what to ask; it is read again inside
-    /// the transaction, and the read is repeated if it changed meanwhile.
+    /// The scan as the merge needs it, read in one read-only function
+    /// (`read_keys.lua`: atomic, as a MULTI/EXEC was, which a scan's user
+    /// may no longer send). The set of shard ids is read first to know what
+    /// to ask; it is read again inside the function, and the read is
+    /// repeated if it changed meanwhile.
     pub async fn merge_view(&self) -> Result<MergeView, QueueError> {
         let mut con = self.con.clone();
         let mut ids: BTreeSet<String> = con.smembers(self.keys.shards()).await?;
         for _ in 0..ATTEMPTS {
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .hget(self.keys.meta(), PLAN_COMPLETE)
-                .smembers(self.keys.shards());
+            let mut keys = vec![self.keys.meta(), self.keys.shards()];
+            let mut hows = vec![format!("field:{PLAN_COMPLETE}"), "set".to_string()];
             // Hashes, then parts lists: two groups, read back as two arrays.
             for id in &ids {
-                pipe.hgetall(self.keys.shard(id));
+                keys.push(self.keys.shard(id));
+                hows.push("hash".into());
             }
             for id in &ids {
-                pipe.lrange(self.keys.parts(id), 0, -1);
+                keys.push(self.keys.parts(id));
+                hows.push("list".into());
             }
-            let values: Vec<redis::Value> = pipe.query_async(&mut con).await?;
+            let values: Vec<redis::Value> = self.read_keys(&keys, &hows).await?;
             let (plan_complete, now, hashes, parts) = split(values, ids.len())?;
             if now != ids {
                 ids = now;
@@ -75,7 +78,21 @@ impl Queue {
     }
 }
 
-/// The transaction's answers: the mark, the id set, `n` hashes, `n` lists.
+impl Queue {
+    /// `keys` read as `hows` says, at one instant (see `read_keys.lua`).
+    pub(super) async fn read_keys(
+        &self,
+        keys: &[String],
+        hows: &[String],
+    ) -> Result<Vec<redis::Value>, QueueError> {
+        let mut con = self.con.clone();
+        let mut call = LIBRARY.call(Step::ReadKeys, keys);
+        call.arg(hows);
+        self.invoke(&mut con, &call).await
+    }
+}
+
+/// The function's answers: the mark, the id set, `n` hashes, `n` lists.
 fn split(values: Vec<redis::Value>, n: usize) -> Result<Read, QueueError> {
     let mut values = values.into_iter();
     let mut next = || values.next().unwrap_or(redis::Value::Nil);
