@@ -1330,6 +1330,20 @@ impl Queue {
         Ok(out)
     }
 
+    /// One `SCAN cursor MATCH pattern COUNT 1000` page: the next cursor (0
+    /// at the end) and the keys found (an admin's command).
+    async fn scan_keys_page(&self, pattern: &str, cursor: u64) -> Result<(u64, Vec<String>), QueueError> {
+        let mut con = self.con.clone();
+        Ok(redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut con)
+            .await?)
+    }
+
     /// Remove every key of the scan: every key named `bs:{S}:*`, found by
     /// `SCAN` (so keys its own user wrote beside the queue's go too; needs
     /// an admin connection), in batches of about a thousand.
@@ -1338,14 +1352,7 @@ impl Queue {
         let pattern = format!("{}*", glob_escaped(&self.keys.base));
         let mut cursor: u64 = 0;
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut con)
-                .await?;
+            let (next, keys) = self.scan_keys_page(&pattern, cursor).await?;
             if !keys.is_empty() {
                 // UNLINK: a large value is freed in the background, not
                 // while Redis answers no one else.
@@ -1371,14 +1378,7 @@ impl Queue {
         let mut usage = Usage::default();
         let mut cursor: u64 = 0;
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut con)
-                .await?;
+            let (next, keys) = self.scan_keys_page(&pattern, cursor).await?;
             if !keys.is_empty() {
                 let mut pipe = redis::pipe();
                 for key in &keys {
