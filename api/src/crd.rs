@@ -81,6 +81,29 @@ pub struct BucketScanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1").message("activeDeadlineSeconds must be at least 1"))]
     pub active_deadline_seconds: Option<i64>,
+    /// An earlier complete result of the same bucket, prefix and output
+    /// format to be incremental against: objects whose size, ETag and
+    /// LastModified match its record (and were safely older than its start)
+    /// are not HEADed again but taken from it, and the scan also writes the
+    /// changes since it under `changes/`. See docs/incremental.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
+}
+
+/// The result an incremental scan starts from: exactly one of `scan` and
+/// `manifest`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.scan) != has(self.manifest)").message("baseline takes exactly one of scan (a BucketScan in this namespace) and manifest (s3://BUCKET/KEY of a result's manifest.json)"))]
+pub struct Baseline {
+    /// A Complete BucketScan in this namespace; its status.manifest is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub scan: Option<String>,
+    /// `s3://BUCKET/KEY` of a result's manifest.json, on the output's store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 6, max = 2048))]
+    pub manifest: Option<String>,
 }
 
 /// The bucket to scan.
@@ -450,6 +473,9 @@ pub struct BucketScanStatus {
     /// maxReplicas), so a restarted operator goes on where it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<AutoscaleState>,
+    /// What changed since the baseline (incremental scans only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<ChangeCounts>,
 }
 
 /// What the throughput-seeking autoscaler keeps from its last step.
@@ -553,4 +579,20 @@ pub struct ObjectCounts {
     pub errors: u64,
     /// Bytes of the objects HEADed (their sizes, not bytes transferred).
     pub bytes: u64,
+}
+
+/// Changes an incremental scan found against its baseline, by kind.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeCounts {
+    /// Objects not in the baseline.
+    pub added: u64,
+    /// Baseline objects no longer listed.
+    pub removed: u64,
+    /// Objects whose size or ETag changed.
+    pub content_changed: u64,
+    /// Objects whose content stayed and whose metadata changed.
+    pub metadata_changed: u64,
+    /// Objects taken from the baseline without a HEAD.
+    pub reused: u64,
 }
