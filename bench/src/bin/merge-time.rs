@@ -53,6 +53,8 @@ fn record(part: usize, n: usize) -> Record {
         missing_metadata: None,
         error: None,
         http_status: None,
+        change: None,
+        previous: None,
     }
 }
 

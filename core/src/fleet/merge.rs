@@ -163,7 +163,7 @@ pub struct Manifest {
     pub records: u64,
 }
 
-pub use crate::scan::dataset::DataFile;
+pub use crate::scan::dataset::{Block, DataFile};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeadShard {
@@ -573,6 +573,7 @@ async fn put_file(s3: &Arc<S3>, spec: &ScanSpec, key: &str, pieces: Vec<Piece>) 
 }
 
 fn describe_file(spec: &ScanSpec, key: &str, parts: &[Described], composed: Composed) -> DataFile {
+    let blocks = blocks_of(spec, parts, composed.bytes);
     DataFile {
         location: format!("s3://{}/{key}", spec.output_bucket),
         first_key: parts.first().map(|d| d.stats.first.clone()),
@@ -581,7 +582,32 @@ fn describe_file(spec: &ScanSpec, key: &str, parts: &[Described], composed: Comp
         bytes: composed.bytes,
         etag: composed.etag,
         sha256: None,
+        blocks,
     }
+}
+
+/// Where each part begins in a text file that is the format's header and
+/// the parts one after another (a gzip part is whole members): what an
+/// incremental scan seeks to. None when the file is not exactly that (a
+/// Parquet file, a single result composed in two levels).
+fn blocks_of(spec: &ScanSpec, parts: &[Described], file_bytes: u64) -> Vec<Block> {
+    if !spec.format.is_text() {
+        return Vec::new();
+    }
+    let header = lead(spec).len() as u64;
+    let mut offset = header;
+    let mut blocks = Vec::with_capacity(parts.len());
+    for d in parts.iter().filter(|d| d.stats.records > 0) {
+        blocks.push(Block {
+            first_key: d.stats.first.clone(),
+            offset,
+        });
+        offset += d.part.size;
+    }
+    if offset != file_bytes {
+        return Vec::new();
+    }
+    blocks
 }
 
 fn sum_counts(shards: &[ShardRecord]) -> BTreeMap<String, u64> {
