@@ -21,11 +21,8 @@ use bucketscan_operator::crd::BucketScan;
 use cluster::*;
 use common::*;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::Client;
-use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::time::{Duration, Instant};
+use kube::{api::Patch, api::PatchParams, api::PostParams, Api, Client};
+use std::{path::Path, path::PathBuf, process::Child, time::Duration, time::Instant};
 
 const RELEASE: &str = "bylabel";
 const RELEASE_NS: &str = "bylabel-release";
@@ -39,7 +36,7 @@ const LABEL: &str = "bylabel.bucketscan.dev/scans";
 const SELECTOR: &str = "bylabel.bucketscan.dev/scans=true";
 
 fn account() -> String {
-    format!("system:serviceaccount:{RELEASE_NS}:{RELEASE}-bucketscan")
+    chart_account(RELEASE, RELEASE_NS)
 }
 
 /// The chart's RBAC for `values`, applied, and a kubeconfig acting as its
@@ -216,21 +213,13 @@ async fn scans_run_where_the_namespace_labels_match_and_nowhere_else() {
         scans.create(&PostParams::default(), &scan).await.unwrap();
         scans
     };
-    let settled = async |scans: &Api<BucketScan>, ns: &str, type_: &str, status: &str, reason: &str| {
-        eventually(&format!("{ns}: {type_}={status} ({reason})"), 60, async || {
-            let (s, r, message) = condition(scans, ns, type_).await?;
-            (s == status && r == reason).then_some(message)
-        })
-        .await
-    };
-
     // Labelled before the start: planned.
     let team = create(LABELLED).await;
     // Labelled now, while its operator runs: taken in by the watch (the
     // plain namespace's refusal below gives the watch time to see it).
     label(&client, LATER).await;
     let plain = create(PLAIN).await;
-    let message = settled(&plain, PLAIN, "Failed", "True", "NamespaceNotAllowed").await;
+    let message = wait_condition(&plain, PLAIN, "Failed", "True", "NamespaceNotAllowed").await;
     assert_eq!(
         message,
         format!(
@@ -241,7 +230,7 @@ async fn scans_run_where_the_namespace_labels_match_and_nowhere_else() {
     );
     let later = create(LATER).await;
     for (scans, ns) in [(&team, LABELLED), (&later, LATER)] {
-        let planned = settled(scans, ns, "Planned", "True", "Planned").await;
+        let planned = wait_condition(scans, ns, "Planned", "True", "Planned").await;
         assert!(planned.contains("shards"), "{planned}");
     }
 
