@@ -628,6 +628,18 @@ fn redis_memory_and_client_buffers_fit_its_limit_and_scans_have_a_budget() {
     );
 }
 
+/// `helm template` with `values`, which must fail: its stderr.
+fn refused(values: &[&str]) -> String {
+    let out = Command::new("helm")
+        .args(["template", "bs", "charts/bucketscan"])
+        .args(values)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{values:?} rendered");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn env_value(container: &Value, name: &str) -> Option<String> {
     container["env"]
         .as_array()?
@@ -689,6 +701,9 @@ fn release_pods_take_pull_secrets_and_the_operator_pod_its_metadata() {
         "the Deployment still selects its pods"
     );
     assert_eq!(template["spec"]["priorityClassName"], "cluster-critical-ops");
+    // An annotation the API server would refuse (not a string) is refused by the schema.
+    let boolean = refused(&["--set=operator.podAnnotations.sidecar\\.istio\\.io/inject=false"]);
+    assert!(boolean.contains("got boolean, want string"), "{boolean}");
 
     let default = render(&[]);
     for (kind, component) in [
@@ -857,21 +872,11 @@ fn a_pod_monitor_scrapes_the_operator_pods() {
     let port = &operator["spec"]["template"]["spec"]["containers"][0]["ports"][0];
     assert_eq!(endpoint["port"], port["name"]);
 
-    let both = Command::new("helm")
-        .args(["template", "bs", "charts/bucketscan"])
-        .args([
-            "--set=metrics.podMonitor.enabled=true",
-            "--set=metrics.serviceMonitor.enabled=true",
-        ])
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    assert!(!both.status.success());
-    assert!(
-        String::from_utf8_lossy(&both.stderr).contains("choose one"),
-        "{}",
-        String::from_utf8_lossy(&both.stderr)
-    );
+    let both = refused(&[
+        "--set=metrics.podMonitor.enabled=true",
+        "--set=metrics.serviceMonitor.enabled=true",
+    ]);
+    assert!(both.contains("choose one"), "{both}");
 }
 
 /// Ports of a NetworkPolicy rule, as (protocol, port).
