@@ -228,6 +228,12 @@ struct PlanArgs {
     /// done records in S3 and queue only the rest.
     #[arg(long)]
     replan: bool,
+    /// Incremental scan: s3://BUCKET/KEY of an earlier complete result's
+    /// manifest.json (same bucket, prefix and format). Unchanged objects are
+    /// not HEADed again, and the merge writes the changes since it under
+    /// OUTPUT/changes/. docs/incremental.md.
+    #[arg(long)]
+    baseline: Option<String>,
 }
 
 #[derive(Args)]

@@ -311,3 +311,125 @@ async fn baselines_of_another_prefix_or_without_every_object_are_refused() {
         stderr(&run)
     );
 }
+
+/// `bucketscan-worker ARGS` of one distributed scan.
+fn fleet_command(s3: &Server, scan: &str, args: &[&str]) -> std::process::Command {
+    let redis =
+        std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with scripts/with-test-servers.sh");
+    let mut cmd = s3.worker_command(&[], args);
+    cmd.args(["--redis", &redis, "--scan", scan]);
+    cmd
+}
+
+/// Plan, run two workers with small parts, merge.
+fn fleet_scan(s3: &Server, scan: &str, plan: &[&str]) -> String {
+    let run = |args: &[&str]| {
+        let out = fleet_command(s3, scan, args).output().unwrap();
+        assert_success(&out);
+        stderr(&out)
+    };
+    let mut args = vec!["plan", "--target-shards", "6", "--min-shard-objects", "10"];
+    args.extend_from_slice(plan);
+    run(&args);
+    let mut workers: Vec<_> = ["w1", "w2"]
+        .iter()
+        .map(|name| {
+            fleet_command(s3, scan, &["run", "--name", name, "--part-objects", "20"])
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for w in &mut workers {
+        assert!(wait_exit(w, std::time::Duration::from_secs(120)).success());
+    }
+    run(&["merge"])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distributed_incremental_scan_equals_a_full_one_with_the_exact_change_set() {
+    let s3 = minio();
+    let bucket = s3.bucket("inc-fleet").await;
+    let out = s3.bucket("inc-fleet-out").await;
+    let seeded = keyspace();
+    s3.seed(&bucket, &seeded).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3_100)).await;
+    let id = |name: &str| format!("{name}-{bucket}");
+    let output = |name: &str| format!("s3://{out}/{name}/");
+    let common = |name: &str| {
+        let mut args = vec![
+            "--bucket".to_string(),
+            bucket.clone(),
+            "--output".into(),
+            output(name),
+        ];
+        args.extend(["--layout", "dataset", "--gzip"].map(String::from));
+        args
+    };
+    let args = common("full");
+    fleet_scan(
+        &s3,
+        &id("full"),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+
+    let made = change_bucket(&s3, &bucket).await;
+    let mut args = common("inc");
+    args.extend(["--baseline".to_string(), format!("s3://{out}/full/manifest.json")]);
+    fleet_scan(
+        &s3,
+        &id("inc"),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let args = common("full2");
+    fleet_scan(
+        &s3,
+        &id("full2"),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+
+    let read_manifest = |name: &'static str| {
+        let s3 = s3.clone();
+        let out = out.clone();
+        async move {
+            serde_json::from_slice::<bucketscan_core::fleet::merge::Manifest>(
+                &s3.read(&out, &format!("{name}/manifest.json")).await,
+            )
+            .unwrap()
+        }
+    };
+    let full = read_manifest("full").await;
+    assert!(
+        full.store_check.as_ref().is_some_and(|c| c.last_modified_moves),
+        "{:?}",
+        full.store_check
+    );
+    let inc = read_manifest("inc").await;
+    let full2 = read_manifest("full2").await;
+    let got = records_of(&s3, &inc.files, true).await;
+    let want = records_of(&s3, &full2.files, true).await;
+    assert_eq!(
+        got, want,
+        "the incremental result equals a full scan, record by record"
+    );
+    let i = inc.incremental.expect("an incremental manifest");
+    assert!(i.reused_records, "{i:?}");
+    let changes = records_of(&s3, &i.change_files, true).await;
+    let found: Changes = changes
+        .iter()
+        .map(|(k, r)| (k.clone(), r.change.unwrap()))
+        .collect();
+    assert_eq!(found, made);
+    let c = &i.counts;
+    assert_eq!(
+        (c.added, c.removed, c.content_changed, c.metadata_changed),
+        (3, 3, 3, 3)
+    );
+    assert_eq!(inc.counts["objects"], want.len() as u64);
+    assert_eq!(c.heads, 9, "only the new and changed objects are HEADed: {i:?}");
+    assert_eq!(
+        s3.key_count(&out, "inc/parts/").await,
+        0,
+        "parts are removed after the merge"
+    );
+}

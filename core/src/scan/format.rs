@@ -248,7 +248,7 @@ pub fn record_keys(format: Format, body: &[u8]) -> Result<Vec<String>, String> {
                     .map_err(|e| format!("bad JSON line: {e}"))
             })
             .collect(),
-        Format::Csv => Ok(parse_csv(body)?
+        Format::Csv => Ok(parse_csv_rows(body)?
             .into_iter()
             .map(|mut row| row.swap_remove(1))
             .collect()),
