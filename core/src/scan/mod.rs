@@ -8,6 +8,7 @@
 pub mod baseline;
 pub mod dataset;
 pub mod engine;
+pub mod filter;
 pub mod format;
 pub mod listed;
 pub mod output;
