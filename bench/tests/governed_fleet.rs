@@ -76,6 +76,7 @@ async fn engine(url: &str) -> Arc<Engine> {
             page_size: 1000,
             max_rate: None,
             metadata_source: Default::default(),
+            filter: Default::default(),
         },
     )
 }

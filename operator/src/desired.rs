@@ -580,6 +580,7 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
         scan_id: scan_id(scan),
         baseline: baseline_manifest(scan),
         change_set: false,
+        filter: Default::default(),
     }
 }
 

@@ -58,6 +58,7 @@ fn engine_for(
             page_size: 1000,
             max_rate,
             metadata_source,
+            filter: spec.filter.clone(),
         },
     )
 }
@@ -69,6 +70,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
             args.output
         );
     };
+    let filter = args.filters.filter(&args.source.prefix)?;
     let spec = ScanSpec {
         bucket: args.source.bucket.clone(),
         prefix: args.source.prefix.clone(),
@@ -83,6 +85,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         scan_id: args.queue.scan.clone(),
         baseline: args.baseline.clone(),
         change_set: false,
+        filter,
     };
     // Before Redis or S3 is asked anything (the estimate comes with planning).
     check_output(spec.format, spec.layout, spec.file_size, spec.gzip, 0).map_err(anyhow::Error::msg)?;
@@ -152,12 +155,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let summary = runner.run().await?;
     let c = engine.counters.snapshot();
     eprintln!(
-        "worker {owner}: {} shards done, {} failed, {} objects ({} HEADs, {} from the listing){}",
+        "worker {owner}: {} shards done, {} failed, {} objects ({} HEADs, {} from the listing; {} left out by the filter){}",
         summary.shards_done,
         summary.shards_failed,
         c.listed,
         c.heads,
         c.from_listing,
+        c.filtered,
         if summary.stopped {
             "; stopped, shard released"
         } else {

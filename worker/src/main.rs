@@ -1,6 +1,7 @@
 //! `bucketscan-worker`: scans S3 shards and HEADs every object.
 
 mod distributed;
+mod filter_args;
 mod progress;
 
 use anyhow::Context;
@@ -119,6 +120,8 @@ struct ScanArgs {
     /// Keep only objects that have user metadata (errors are always kept).
     #[arg(long)]
     only_with_metadata: bool,
+    #[command(flatten)]
+    filters: filter_args::FilterArgs,
     /// HEAD implementation: fast (signed hyper requests) or sdk (aws-sdk-s3).
     #[arg(long, default_value = "fast")]
     head_client: HeadClientKind,
@@ -204,6 +207,8 @@ struct PlanArgs {
     file_size: u64,
     #[arg(long)]
     only_with_metadata: bool,
+    #[command(flatten)]
+    filters: filter_args::FilterArgs,
     /// Shards to plan (more appear while the scan runs: idle workers get
     /// the rest of a busy worker's shard split off for them).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -451,6 +456,7 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
         anyhow::bail!("--baseline needs --layout dataset and an S3 output (-o s3://BUCKET/PREFIX/): the change set is a dataset beside the result, and the store check writes a canary object there");
     }
     let src = &args.source;
+    let filter = args.filters.filter(&src.prefix)?;
     let s3 = src.endpoint.connect(args.concurrency as usize).await?;
     s3.check_bucket(&src.bucket)
         .await
@@ -478,6 +484,7 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
             page_size: 1000,
             max_rate: None,
             metadata_source: args.metadata_source,
+            filter: filter.clone(),
         },
     );
     if let Some(baseline) = baseline {
@@ -496,7 +503,9 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
         });
     }
     let plan_opts = PlanOptions {
-        prefix: src.prefix.clone(),
+        // Where the include globs all start, if narrower: nothing before
+        // it can be kept, so nothing before it is listed.
+        prefix: filter.listing_prefix(&src.prefix),
         delimiter: Some(args.delimiter.clone()).filter(|d| !d.is_empty()),
         target_shards: args.target_shards as usize,
         ..PlanOptions::default()
@@ -552,13 +561,14 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let c = engine.counters.snapshot();
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "scanned {} objects in {} shards in {:.1}s ({} HEADs, {:.0} HEAD/s; {} from the listing): {} with metadata, {} vanished, {} errors, {} retries; wrote {} records ({} bytes) to {}",
+        "scanned {} objects in {} shards in {:.1}s ({} HEADs, {:.0} HEAD/s; {} from the listing; {} left out by the filter): {} with metadata, {} vanished, {} errors, {} retries; wrote {} records ({} bytes) to {}",
         c.listed,
         shard_count,
         secs,
         c.heads,
         c.heads as f64 / secs.max(1e-9),
         c.from_listing,
+        c.filtered,
         c.with_metadata,
         c.vanished,
         c.errors,

@@ -28,6 +28,7 @@ fn engine(s3: &Arc<S3>, bucket: &str, kind: HeadClientKind) -> Arc<Engine> {
             page_size: 1000,
             max_rate: None,
             metadata_source: Default::default(),
+            filter: Default::default(),
         },
     )
 }
@@ -342,6 +343,7 @@ async fn empty_truncated_pages_do_not_end_a_listing() {
             page_size: 25,
             max_rate: None,
             metadata_source: Default::default(),
+            filter: Default::default(),
         },
     );
     let out = temp_path("empty-pages.jsonl");

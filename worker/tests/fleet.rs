@@ -167,6 +167,7 @@ fn scan_spec(
         scan_id: scan.to_string(),
         baseline: None,
         change_set: false,
+        filter: Default::default(),
     }
 }
 
@@ -786,6 +787,7 @@ async fn a_part_upload_that_fails_for_good_fails_its_shard_not_the_worker() {
             page_size: 1000,
             max_rate: None,
             metadata_source: Default::default(),
+            filter: Default::default(),
         },
     );
     let runner = Runner {

@@ -658,6 +658,7 @@ async fn run_seed(seed: u64) -> Run {
         scan_id: scan.clone(),
         baseline: None,
         change_set: false,
+        filter: Default::default(),
     };
     let fleet = Fleet {
         url: url.clone(),
@@ -761,6 +762,7 @@ impl Fleet {
                     page_size: page,
                     max_rate: None,
                     metadata_source: Default::default(),
+                    filter: Default::default(),
                 },
             );
             let runner = Runner {

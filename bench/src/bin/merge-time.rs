@@ -106,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
             scan_id: scan.clone(),
             baseline: None,
             change_set: false,
+            filter: Default::default(),
         };
         s3.send_retried(&scan, |sdk| sdk.create_bucket().bucket(&scan).send())
             .await?;

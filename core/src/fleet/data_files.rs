@@ -205,6 +205,7 @@ mod tests {
             scan_id: "s".into(),
             baseline: None,
             change_set: false,
+            filter: Default::default(),
         };
         for n in [0, 7, 999_999, 1_000_000, 123_456_789] {
             assert_eq!(data_index(&spec, &spec.data_key(n)), Some(n));

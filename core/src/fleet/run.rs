@@ -619,7 +619,7 @@ impl Progress {
     /// Counter deltas since the last report and the HEAD rate over the same
     /// interval: both measured between the two snapshots, so a report that
     /// took long (Redis restarting) cannot inflate the next rate.
-    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 8], f64) {
+    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 9], f64) {
         let d = |f: fn(&CountersSnapshot) -> u64| f(now).saturating_sub(f(&self.last));
         let deltas = [
             ("listed", d(|c| c.listed)),
@@ -633,6 +633,9 @@ impl Progress {
             ("from_listing", d(|c| c.from_listing)),
             // Incremental scans: records taken from the baseline.
             ("reused", d(|c| c.reused)),
+            // Listed objects the spec's filter left out (no HEAD, no
+            // record): not scanned, counted apart.
+            ("filtered", d(|c| c.filtered)),
         ];
         let secs = taken.duration_since(self.at).as_secs_f64().max(1e-3);
         (deltas, (deltas[1].1 as f64 / secs).round())

@@ -2,9 +2,10 @@
 //! read by every worker and by the merge, so workers need only the Redis URL,
 //! the scan id and the endpoint.
 //!
-//! May import: `keyspace`, `scan::format`, `scan::dataset` (file names) and `s3::upload` (its limits).
+//! May import: `keyspace`, `scan::format`, `scan::filter`, `scan::dataset` (file names) and `s3::upload` (its limits).
 
 use crate::s3::upload::{MAX_OBJECT_SIZE, MAX_PARTS};
+use crate::scan::filter::ObjectFilter;
 use crate::scan::format::{Format, Layout};
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +58,10 @@ pub struct ScanSpec {
     /// writes it with the change parts under `changes/` (`for_changes`).
     #[serde(skip)]
     pub change_set: bool,
+    /// Objects every worker leaves out, judged from the listing before any
+    /// HEAD (`scan::filter`). Specs stored before filters read as none.
+    #[serde(default, skip_serializing_if = "ObjectFilter::is_empty")]
+    pub filter: ObjectFilter,
 }
 
 /// The fewest bytes a record takes in the result: a JSONL record of an
@@ -281,6 +286,7 @@ mod tests {
             scan_id: "ns.s.1234".into(),
             baseline: None,
             change_set: false,
+            filter: Default::default(),
         };
         assert_eq!(
             spec.part_key("abc", 1, 0, None),

@@ -8,10 +8,11 @@
 //! and the manifest is written last: a reader that finds it finds a
 //! complete dataset.
 //!
-//! May import: `record`, `format`, `output` and `s3`.
+//! May import: `record`, `format`, `filter`, `output` and `s3`.
 
 use crate::s3::error::S3Error;
 use crate::s3::S3;
+use crate::scan::filter::ObjectFilter;
 use crate::scan::output::{Destination, OutputOptions, OutputSummary, RecordWriter};
 use crate::scan::record::{Record, Status};
 use serde::{Deserialize, Serialize};
@@ -267,6 +268,11 @@ pub struct DatasetCounts {
     pub with_metadata: u64,
     pub vanished: u64,
     pub errors: u64,
+    /// Listed objects the filter left out, not among `objects` (a shard
+    /// resumed after a transient failure counts those it lists again
+    /// twice). Manifests from before filters read as 0.
+    #[serde(default)]
+    pub filtered: u64,
 }
 
 impl DatasetCounts {
@@ -319,6 +325,9 @@ pub struct DatasetManifest {
     /// it, and the change set's files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental: Option<IncrementalSummary>,
+    /// The filter the scan applied to its listing (`{}`: none).
+    #[serde(default)]
+    pub filter: ObjectFilter,
 }
 
 /// What an incremental scan did against its baseline.

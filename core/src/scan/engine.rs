@@ -5,7 +5,7 @@
 //! store lists metadata (`listed`), the listing's entries become records
 //! without a HEAD.
 //!
-//! May import: `record`, `listed`, `partition`, `keyspace` and `s3`.
+//! May import: `record`, `listed`, `filter`, `partition`, `keyspace` and `s3`.
 
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
@@ -13,6 +13,7 @@ use crate::s3::HeadClient;
 use crate::s3::HeadResult;
 use crate::s3::{BucketLister, ListRequest, ListedObject, Pages, S3};
 use crate::scan::baseline::{Baseline, RangeReader};
+use crate::scan::filter::ObjectFilter;
 use crate::scan::listed::{
     disagreement, record_from_listing, sample_indices, MetadataLister, MetadataSource,
 };
@@ -39,6 +40,9 @@ pub struct EngineOptions {
     /// HEAD every object, or take metadata from the listing where the store
     /// gives it (docs/metadata-source.md).
     pub metadata_source: MetadataSource,
+    /// Objects to leave out, judged from the listing before any HEAD
+    /// (`scan::filter`).
+    pub filter: ObjectFilter,
 }
 
 /// What the consumer does with one listed entry.
@@ -117,6 +121,9 @@ pub struct Counters {
     pub removed: AtomicU64,
     pub content_changed: AtomicU64,
     pub metadata_changed: AtomicU64,
+    /// Listed objects the filter left out: no HEAD, no record, not counted
+    /// in `listed`.
+    pub filtered: AtomicU64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -138,6 +145,7 @@ pub struct CountersSnapshot {
     pub removed: u64,
     pub content_changed: u64,
     pub metadata_changed: u64,
+    pub filtered: u64,
 }
 
 impl Counters {
@@ -160,6 +168,7 @@ impl Counters {
             removed: self.removed.load(Relaxed),
             content_changed: self.content_changed.load(Relaxed),
             metadata_changed: self.metadata_changed.load(Relaxed),
+            filtered: self.filtered.load(Relaxed),
         }
     }
 }
@@ -518,6 +527,7 @@ impl Engine {
             if let Some(end) = end {
                 objects.truncate(end);
             }
+            self.drop_filtered(&mut objects);
             // Sent as they are made, not gathered first: a page's tasks in a
             // new vector of their own were a large allocation per page, on
             // pages the kernel had to zero again (docs/head-path.md).
@@ -782,6 +792,19 @@ impl Engine {
 }
 
 impl Engine {
+    /// Leave out the listed objects the filter rejects, before they become
+    /// tasks: they cost no HEAD and make no record.
+    fn drop_filtered(&self, objects: &mut Vec<ListedObject>) {
+        if self.opts.filter.is_empty() {
+            return;
+        }
+        let listed = objects.len();
+        objects.retain(|o| self.opts.filter.admits(o));
+        self.counters
+            .filtered
+            .fetch_add((listed - objects.len()) as u64, Relaxed);
+    }
+
     /// Count a pass in which `key`'s HEAD used up its retries; returns the
     /// passes so far.
     fn head_failed(&self, key: &str) -> u32 {

@@ -333,7 +333,8 @@ pub fn parse_time(text: &str) -> Result<OffsetDateTime, TimeError> {
     if let Ok(t) = OffsetDateTime::parse(text, &Rfc3339) {
         return Ok(t);
     }
-    let date = time::format_description::parse("[year]-[month]-[day]").expect("a valid description");
+    let date =
+        time::format_description::parse_borrowed::<2>("[year]-[month]-[day]").expect("a valid description");
     time::Date::parse(text, &date)
         .map(|d| d.midnight().assume_utc())
         .map_err(|_| TimeError::Unreadable)

@@ -185,6 +185,10 @@ pub async fn scan_dataset(
             baseline_bytes_read: inc.baseline.bytes_read.load(std::sync::atomic::Ordering::Relaxed),
         }
     });
+    counts.filtered = engine
+        .counters
+        .filtered
+        .load(std::sync::atomic::Ordering::Relaxed);
     let format = &opts.output_opts;
     let manifest = DatasetManifest {
         result: root.data_location(),
@@ -204,6 +208,7 @@ pub async fn scan_dataset(
         only_with_metadata: engine.opts.only_with_metadata,
         store_check: check,
         incremental,
+        filter: engine.opts.filter.clone(),
     };
     manifest.write(root, Some(&engine.s3)).await?;
     Ok(DatasetSummary {
