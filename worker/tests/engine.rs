@@ -552,3 +552,178 @@ mod fault_proxy {
         Proxy { url, injected }
     }
 }
+
+/// Put `key` with `size` bytes in `class` (None: the server's default).
+async fn put_in_class(server: &Server, bucket: &str, key: &str, size: usize, class: Option<&str>) {
+    let mut put = server
+        .client()
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(aws_sdk_s3::primitives::ByteStream::from(vec![b'x'; size]));
+    if let Some(class) = class {
+        put = put.storage_class(class.into());
+    }
+    put.send().await.unwrap_or_else(|e| panic!("put {key}: {e:?}"));
+}
+
+/// The keyspace of the filter tests: `f/old/` written more than a second
+/// before `f/new/marker.csv`, the rest more than a second after it. Returns
+/// the marker's LastModified as listed.
+async fn seed_for_filters(server: &Server, bucket: &str, classes: bool) -> String {
+    for i in 0..20 {
+        put_in_class(server, bucket, &format!("f/old/{i:03}.csv"), 5, None).await;
+    }
+    // LastModified has whole seconds on some stores: a second and more
+    // apart, the batches are on both sides of the marker's time.
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    put_in_class(server, bucket, "f/new/marker.csv", 5, None).await;
+    let s3 = server.s3().await;
+    let req = ListRequest {
+        prefix: "f/new/marker.csv".into(),
+        max_keys: 1,
+        ..Default::default()
+    };
+    let page = s3.list_page(bucket, &req).await.unwrap();
+    let marker_time = page.objects[0].last_modified.clone().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    for i in 0..30 {
+        put_in_class(server, bucket, &format!("f/new/a-{i:02}.csv"), i, None).await;
+    }
+    for i in 0..10 {
+        put_in_class(server, bucket, &format!("f/new/b-{i:02}.json"), 5, None).await;
+    }
+    for i in 0..5 {
+        put_in_class(server, bucket, &format!("f/new/tmp/x-{i:02}.csv"), 5, None).await;
+    }
+    if classes {
+        for i in 0..5 {
+            put_in_class(
+                server,
+                bucket,
+                &format!("f/new/ia-{i:02}.csv"),
+                5,
+                Some("STANDARD_IA"),
+            )
+            .await;
+        }
+    }
+    marker_time
+}
+
+/// Scan the whole bucket with `filter` through `scan_shards`: the records
+/// written and the engine's counters.
+async fn scan_filtered(
+    server: &Server,
+    bucket: &str,
+    filter: bucketscan_core::scan::filter::ObjectFilter,
+    metadata_source: bucketscan_core::scan::listed::MetadataSource,
+    name: &str,
+) -> (
+    BTreeMap<String, Record>,
+    bucketscan_core::scan::engine::CountersSnapshot,
+) {
+    let s3 = server.s3().await;
+    let lister = BucketLister { s3: &s3, bucket };
+    let opts = PlanOptions {
+        target_shards: 3,
+        page_size: 7,
+        ..PlanOptions::default()
+    };
+    let shards = plan(&lister, &opts).await.unwrap();
+    let engine = Engine::new(
+        s3.clone(),
+        HeadClient::new(HeadClientKind::Fast, &s3).unwrap(),
+        EngineOptions {
+            bucket: bucket.into(),
+            concurrency: 8,
+            only_with_metadata: false,
+            page_size: 7,
+            max_rate: None,
+            metadata_source,
+            filter,
+        },
+    );
+    let out = temp_path(name);
+    let scan = ScanOptions {
+        shard_parallelism: 2,
+        output: Destination::File(out.clone()),
+        output_opts: OutputOptions::default(),
+    };
+    scan_shards(&engine, shards, &scan).await.unwrap();
+    let records = parse_records(&std::fs::read(&out).unwrap());
+    (records, engine.counters.snapshot())
+}
+
+/// Filters are judged from the listing: what they leave out gets no HEAD,
+/// no record, and is counted as `filtered`, not as listed. Every kind of
+/// filter at once, each bound at its edge: the marker, modified exactly at
+/// `modified_after`, is kept; sizes 1 and 20 are kept, 0 and 21 are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filtered_objects_get_no_head_and_no_record() {
+    use bucketscan_core::scan::filter::{FilterSpec, ObjectFilter};
+    let server = moto();
+    let bucket = server.bucket("filters").await;
+    let marker_time = seed_for_filters(&server, &bucket, true).await;
+    let filter = ObjectFilter::new(FilterSpec {
+        modified_after: Some(marker_time.clone()),
+        modified_before: Some("2100-01-01".into()),
+        min_size: Some(1),
+        max_size: Some(20),
+        include: vec!["f/**/*.csv".into()],
+        exclude: vec!["f/new/tmp/**".into()],
+        storage_classes: vec!["standard".into()],
+    })
+    .unwrap();
+    let (records, counters) =
+        scan_filtered(&server, &bucket, filter, Default::default(), "filters.jsonl").await;
+    let mut want: Vec<String> = (1..=20).map(|i| format!("f/new/a-{i:02}.csv")).collect();
+    want.push("f/new/marker.csv".into());
+    want.sort();
+    assert_eq!(
+        records.keys().cloned().collect::<Vec<_>>(),
+        want,
+        "marker at {marker_time}"
+    );
+    // 20 old + a-00 (empty) + a-21..a-29 (too big) + 10 json + 5 tmp + 5 IA.
+    assert_eq!(counters.filtered, 50);
+    assert_eq!(
+        counters.heads, 21,
+        "a HEAD for each object kept, none for the others"
+    );
+    assert_eq!(counters.listed, 21);
+}
+
+/// With metadata from the listing (MinIO), filtered objects are not made
+/// into records either: `from_listing` counts only the objects kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_apply_to_records_made_from_the_listing() {
+    use bucketscan_core::scan::filter::{FilterSpec, ObjectFilter};
+    use bucketscan_core::scan::listed::MetadataSource;
+    let server = minio();
+    let bucket = server.bucket("filters-listed").await;
+    seed_for_filters(&server, &bucket, false).await;
+    let filter = ObjectFilter::new(FilterSpec {
+        max_size: Some(3),
+        include: vec!["f/new/*.csv".into()],
+        ..FilterSpec::default()
+    })
+    .unwrap();
+    for source in [MetadataSource::List, MetadataSource::Auto] {
+        let (records, counters) =
+            scan_filtered(&server, &bucket, filter.clone(), source, "filters-listed.jsonl").await;
+        let want: Vec<String> = (0..=3).map(|i| format!("f/new/a-{i:02}.csv")).collect();
+        assert_eq!(records.keys().cloned().collect::<Vec<_>>(), want, "{source:?}");
+        // 66 objects in all: 4 kept.
+        assert_eq!(counters.filtered, 62, "{source:?}");
+        assert_eq!(counters.listed, 4, "{source:?}");
+        assert_eq!(
+            counters.heads + counters.from_listing,
+            4,
+            "{source:?}: {counters:?}"
+        );
+        if source == MetadataSource::List {
+            assert_eq!(counters.heads, 0, "all four from the listing");
+        }
+    }
+}
