@@ -494,3 +494,84 @@ fn an_unknown_head_client_is_a_usage_error() {
         stderr(&out)
     );
 }
+
+/// Each bad value of a filter flag, for `scan` and `plan`: one clear line
+/// naming the flag and what to write instead, a usage error (2) for a value
+/// bad in itself, a failure (1) for flags that together keep nothing, all
+/// before the store or Redis is asked anything (both are closed ports).
+#[test]
+fn bad_filter_flags_are_refused_before_any_request() {
+    let scan = ["scan", "--bucket", "b", "--endpoint", "http://127.0.0.1:1"];
+    let plan = [
+        "plan",
+        "--scan",
+        "s",
+        "--redis",
+        "redis://127.0.0.1:1",
+        "--endpoint",
+        "http://127.0.0.1:1",
+        "--bucket",
+        "b",
+        "--output",
+        "s3://o/",
+    ];
+    let usage: [(&[&str], &str); 8] = [
+        (
+            &["--modified-after", "yesterday"],
+            "invalid value 'yesterday' for '--modified-after <TIME>': is neither an RFC 3339 time",
+        ),
+        (
+            &["--modified-before", "2026-05-01 00:00"],
+            "invalid value '2026-05-01 00:00' for '--modified-before <TIME>': is neither an RFC 3339 time",
+        ),
+        (
+            &["--min-size", "10MiB"],
+            "invalid value '10MiB' for '--min-size <BYTES>': \"10MiB\" is not a size in bytes: write a whole number",
+        ),
+        (
+            &["--max-size=-1"],
+            "invalid value '-1' for '--max-size <BYTES>': \"-1\" is not a size in bytes",
+        ),
+        (
+            &["--include", "logs/[0-9"],
+            "invalid value 'logs/[0-9' for '--include <GLOB>': the '[' at character 6 has no closing ']'",
+        ),
+        (
+            &["--exclude", "tmp\\"],
+            "invalid value 'tmp\\' for '--exclude <GLOB>': it ends with a lone '\\'",
+        ),
+        (
+            &["--include", ""],
+            "invalid value '' for '--include <GLOB>': a glob cannot be empty",
+        ),
+        (
+            &["--storage-class", "GLACIER IR"],
+            "invalid value 'GLACIER IR' for '--storage-class <CLASS>': \"GLACIER IR\" is not a storage class name",
+        ),
+    ];
+    let refused: [(&[&str], &str); 3] = [
+        (
+            &["--min-size", "10", "--max-size", "9"],
+            "error: invalid filter flags: the minimum size 10 is above the maximum size 9 (bytes): no object can match",
+        ),
+        (
+            &["--modified-after", "2026-05-02", "--modified-before", "2026-05-01T23:00:00-01:00"],
+            "error: invalid filter flags: the modified-after time 2026-05-02T00:00:00Z is not before the modified-before time 2026-05-02T00:00:00Z",
+        ),
+        (
+            &["--prefix", "logs/", "--include", "*.csv"],
+            "error: include glob \"*.csv\" can never match a key under the prefix \"logs/\": a glob matches the whole key, prefix included, and '*' and '?' stop at '/' (did you mean \"logs/*.csv\"?)",
+        ),
+    ];
+    for command in [&scan[..], &plan[..]] {
+        for (flags, message) in usage {
+            let out = worker(&[command, flags].concat(), &[]);
+            assert_eq!(out.status.code(), Some(2), "{flags:?}: usage error");
+            assert!(stderr(&out).contains(message), "{flags:?}: {}", stderr(&out));
+        }
+        for (flags, message) in refused {
+            let line = one_error_line(&worker(&[command, flags].concat(), &[]));
+            assert!(line.starts_with(message), "{flags:?}: {line}");
+        }
+    }
+}

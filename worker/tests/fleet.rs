@@ -1513,3 +1513,74 @@ async fn a_redis_restart_without_persistence_with_scan_users_ends_exact() {
 async fn a_redis_restart_with_persistence_with_scan_users_ends_exact() {
     a_redis_restart_with_scan_users_ends_exact(true).await;
 }
+
+/// `plan` stores the filter in the scan's spec; every worker applies it to
+/// its listing (no HEAD for what it leaves out), the live counters count
+/// those apart as `filtered`, and the manifest records the filter (in its
+/// spec) with the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_scan_is_planned_run_and_merged_with_its_filter() {
+    let s3 = moto();
+    let bucket = s3.bucket("filter-fleet").await;
+    let out = s3.bucket("filter-fleet-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..600)
+        .map(|i| {
+            let key = format!(
+                "d/{:02}/{i:04}.{}",
+                i % 7,
+                if i % 3 == 0 { "csv" } else { "json" }
+            );
+            (
+                key,
+                Seeded {
+                    size: i % 10,
+                    metadata: Default::default(),
+                },
+            )
+        })
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: format!("filters-{}", std::process::id()),
+    };
+    fleet.run_ok(&[
+        "plan",
+        "--bucket",
+        &bucket,
+        "--output",
+        &format!("s3://{out}/f/"),
+        "--target-shards",
+        "4",
+        "--min-shard-objects",
+        "50",
+        "--include",
+        "d/*/*.csv",
+        "--exclude",
+        "d/00/**",
+        "--min-size",
+        "1",
+    ]);
+    let mut worker = fleet.spawn_worker("only", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(600)).success());
+    fleet.run_ok(&["merge"]);
+    let kept: BTreeMap<String, Seeded> = seeded
+        .into_iter()
+        .filter(|(k, o)| k.ends_with(".csv") && !k.starts_with("d/00/") && o.size >= 1)
+        .collect();
+    assert_matches_seed(&parse_records(&s3.read(&out, "f/result.jsonl").await), &kept);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "f/manifest.json").await).unwrap();
+    assert_eq!(
+        manifest["spec"]["filter"],
+        serde_json::json!({"min_size": 1, "include": ["d/*/*.csv"], "exclude": ["d/00/**"]})
+    );
+    assert_eq!(manifest["counts"]["objects"], kept.len(), "{manifest}");
+    assert_eq!(manifest["progress"]["filtered"], 600 - kept.len(), "{manifest}");
+    assert_eq!(
+        fleet.counter("heads").await,
+        kept.len() as u64,
+        "no HEAD for what was left out"
+    );
+}

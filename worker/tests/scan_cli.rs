@@ -366,3 +366,136 @@ async fn output_to_s3_is_one_object() {
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain).unwrap();
     assert_matches_seed(&parse_records(&plain), &seeded);
 }
+
+/// The keyspace of the filter flags' tests (moto: it keeps storage classes).
+async fn seed_for_filter_flags(s3: &Server, bucket: &str) {
+    let client = s3.client();
+    let mut objects: Vec<(String, usize, Option<&str>)> = (0..10)
+        .map(|i| (format!("logs/2026/a-{i}.csv"), i, None))
+        .collect();
+    objects.extend([
+        ("logs/2026/b.json".to_string(), 5, None),
+        ("logs/tmp/c.csv".to_string(), 5, None),
+        ("logs/2026/ia.csv".to_string(), 5, Some("STANDARD_IA")),
+        ("other/d.csv".to_string(), 5, None),
+    ]);
+    for (key, size, class) in objects {
+        let mut put = client
+            .put_object()
+            .bucket(bucket)
+            .key(&key)
+            .body(vec![b'x'; size].into());
+        if let Some(class) = class {
+            put = put.storage_class(class.into());
+        }
+        put.send().await.unwrap_or_else(|e| panic!("put {key}: {e:?}"));
+    }
+}
+
+fn keys_of(out: &std::process::Output) -> Vec<String> {
+    parse_records(&out.stdout).into_keys().collect()
+}
+
+/// Each filter flag of `scan`, alone and together: only what they keep is
+/// in the result, and the summary counts what they left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_filter_flags_keep_only_what_they_match() {
+    let s3 = moto();
+    let bucket = s3.bucket("filter-flags").await;
+    seed_for_filter_flags(&s3, &bucket).await;
+    let scan = |extra: &[&str]| {
+        let out = s3.worker(&[&["scan", "--bucket", &bucket, "--quiet"][..], extra].concat());
+        assert_success(&out);
+        out
+    };
+    let all = scan(&[
+        "--prefix",
+        "logs/",
+        "--include",
+        "logs/**/*.csv",
+        "--exclude",
+        "logs/tmp/**",
+        "--min-size",
+        "2",
+        "--max-size",
+        "8",
+        "--storage-class",
+        "STANDARD",
+        "--modified-after",
+        "2000-01-01",
+        "--modified-before",
+        "2100-01-01T00:00:00Z",
+    ]);
+    let want: Vec<String> = (2..=8).map(|i| format!("logs/2026/a-{i}.csv")).collect();
+    assert_eq!(keys_of(&all), want);
+    // a-0, a-1, a-9, b.json, tmp/c.csv and ia.csv; other/ is not listed.
+    assert!(
+        stderr(&all).contains("6 left out by the filter"),
+        "{}",
+        stderr(&all)
+    );
+
+    let cases: [(&[&str], &[&str]); 7] = [
+        (&["--modified-before", "2000-01-01"], &[]),
+        (&["--modified-after", "2100-01-01"], &[]),
+        (&["--min-size", "9"], &["logs/2026/a-9.csv"]),
+        (&["--max-size", "0"], &["logs/2026/a-0.csv"]),
+        (&["--storage-class", "standard_ia"], &["logs/2026/ia.csv"]),
+        (
+            &["--include", "*/*.csv", "--include", "logs/*/b.*"],
+            &["logs/2026/b.json", "other/d.csv"],
+        ),
+        (
+            &["--exclude", "logs/2026/**", "--exclude", "**/d.csv"],
+            &["logs/tmp/c.csv"],
+        ),
+    ];
+    for (flags, want) in cases {
+        assert_eq!(keys_of(&scan(flags)), want, "{flags:?}");
+    }
+}
+
+/// A dataset's manifest records the filter and what it left out; include
+/// globs that share a start make the listing start there (nothing before
+/// it is listed, so nothing is left out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_dataset_records_its_filter_in_the_manifest() {
+    let s3 = moto();
+    let bucket = s3.bucket("filter-manifest").await;
+    seed_for_filter_flags(&s3, &bucket).await;
+    let dir = temp_path("filter-manifest");
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = |extra: &[&str]| {
+        let args = [
+            &["scan", "--bucket", &bucket, "--quiet", "--layout", "dataset"][..],
+            &["-o", dir.to_str().unwrap()],
+            extra,
+        ]
+        .concat();
+        let out = s3.worker(&args);
+        assert_success(&out);
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(dir.join("manifest.json")).unwrap())
+            .unwrap()
+    };
+    let manifest = run(&["--include", "logs/2026/a-?.csv", "--modified-after", "2026-01-01"]);
+    assert_eq!(
+        manifest["filter"],
+        serde_json::json!({"modified_after": "2026-01-01T00:00:00Z", "include": ["logs/2026/a-?.csv"]})
+    );
+    assert_eq!(manifest["records"], 10, "{manifest}");
+    assert_eq!(
+        manifest["counts"]["filtered"], 0,
+        "listed from logs/2026/a- on: {manifest}"
+    );
+
+    let _ = std::fs::remove_dir_all(&dir);
+    let manifest = run(&["--max-size", "4"]);
+    assert_eq!(manifest["filter"], serde_json::json!({"max_size": 4}));
+    assert_eq!(manifest["records"], 5, "a-0 to a-4: {manifest}");
+    assert_eq!(manifest["counts"]["filtered"], 9, "{manifest}");
+
+    let _ = std::fs::remove_dir_all(&dir);
+    let manifest = run(&[]);
+    assert_eq!(manifest["filter"], serde_json::json!({}), "no filter");
+    assert_eq!(manifest["counts"]["filtered"], 0);
+}
