@@ -367,13 +367,54 @@ pub struct Sharding {
     pub min_shard_objects: Option<u64>,
 }
 
-/// Which objects go into the result.
+/// Which objects go into the result. Every filter but `onlyWithMetadata` is
+/// judged from the listing (LastModified, size, key, storage class), so an
+/// object it leaves out costs no HEAD; the scan counts those as `filtered`.
+/// See docs/results.md, "Filters".
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.minSizeBytes) || !has(self.maxSizeBytes) || self.minSizeBytes <= self.maxSizeBytes").message("minSizeBytes must not exceed maxSizeBytes: no object could match"))]
+#[x_kube(validation = Rule::new("!has(self.modifiedAfter) || !has(self.modifiedBefore) || self.modifiedAfter < self.modifiedBefore").message("modifiedAfter must be before modifiedBefore: no object could match (the window is [modifiedAfter, modifiedBefore))"))]
+#[x_kube(validation = Rule::new("self == oldSelf").message("filters cannot change once a scan exists (its workers apply the filters it was planned with): create a new BucketScan"))]
 pub struct Filters {
     /// Keep only objects that have user metadata (errors are always kept).
     #[serde(default)]
     pub only_with_metadata: bool,
+    /// Keep only objects last modified at or after this time (RFC 3339,
+    /// such as 2026-05-01T00:00:00Z).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), extend("format" = "date-time"))]
+    pub modified_after: Option<String>,
+    /// Keep only objects last modified before this time (excluded: one
+    /// scan's modifiedBefore can be the next one's modifiedAfter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), extend("format" = "date-time"))]
+    pub modified_before: Option<String>,
+    /// Keep only objects of at least this many bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_size_bytes: Option<u64>,
+    /// Keep only objects of at most this many bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size_bytes: Option<u64>,
+    /// Keep only keys that match one of these globs. A glob matches the
+    /// whole key, the source prefix included: `*` and `?` stop at `/`, `**`
+    /// crosses it, `[a-z]` and `[!a-z]` match one character, `\` escapes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100), inner(length(min = 1, max = 1024)))]
+    pub include: Vec<String>,
+    /// Leave out keys that match one of these globs (wins over `include`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100), inner(length(min = 1, max = 1024)))]
+    pub exclude: Vec<String>,
+    /// Keep only objects of one of these storage classes, such as STANDARD
+    /// or GLACIER_IR (case does not matter; an object the listing gives no
+    /// class is STANDARD).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_-]+$"))
+    )]
+    pub storage_classes: Vec<String>,
 }
 
 /// What the scan is doing.

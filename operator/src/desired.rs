@@ -580,7 +580,8 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
         scan_id: scan_id(scan),
         baseline: baseline_manifest(scan),
         change_set: false,
-        filter: Default::default(),
+        // Checked before planning (`validate::validate`).
+        filter: crate::filters::object_filter(scan).unwrap_or_default(),
     }
 }
 
@@ -683,6 +684,7 @@ pub fn plan_args(scan: &BucketScan, settings: &Settings, replan: bool) -> Vec<St
     if let Some(baseline) = &spec.baseline {
         args.extend(["--baseline".into(), baseline.clone()]);
     }
+    args.extend(crate::filters::plan_flags(spec.filter.spec()));
     if replan {
         args.push("--replan".into());
     }

@@ -10,6 +10,7 @@ pub mod autoscale;
 pub mod controller;
 pub mod desired;
 pub mod fairness;
+pub mod filters;
 pub mod leader;
 pub mod limits;
 pub mod metrics;

@@ -8,6 +8,7 @@ use kube::ResourceExt;
 
 pub fn validate(scan: &BucketScan) -> Result<(), String> {
     baseline(scan)?;
+    crate::filters::object_filter(scan)?;
     let src = &scan.spec.source;
     let out = output_prefix(scan);
     if scan.spec.output.bucket != src.bucket {

@@ -53,6 +53,14 @@ fn failure(scan: &BucketScan) -> (String, String) {
 
 /// The output prefix of the scan's spec as stored in Redis by planning.
 async fn planned_output_prefix(scan: &BucketScan) -> String {
+    planned_spec(scan).await["output_prefix"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The scan's spec as planning stored it in Redis, where workers read it.
+async fn planned_spec(scan: &BucketScan) -> serde_json::Value {
     let id = bucketscan_operator::desired::scan_id(scan);
     let client = redis::Client::open(std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap()).unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
@@ -62,8 +70,7 @@ async fn planned_output_prefix(scan: &BucketScan) -> String {
         .query_async(&mut con)
         .await
         .unwrap();
-    let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
-    spec["output_prefix"].as_str().unwrap().to_string()
+    serde_json::from_str(&spec).unwrap()
 }
 
 async fn warning_notes(client: &Client, reason: &str) -> Vec<String> {
@@ -226,6 +233,106 @@ async fn outputs_never_collide() {
     );
 
     for name in ["first", "plain", "second", "into", "inside", "keyless"] {
+        scans.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually("every scan deleted", 60, async || {
+        scans
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
+
+/// `spec.filters` the schema lets through but the workers could not use
+/// (glob syntax, an include glob no key under the prefix can match) fail
+/// the scan with InvalidSpec naming the field; good filters reach the spec
+/// that planning stores for the workers, normalised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_reach_the_planned_spec_or_fail_the_scan() {
+    const FNS: &str = "admission-filters";
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, FNS).await;
+    let s3 = versitygw();
+    let bucket = s3.bucket("adm-filters").await;
+    let out = s3.bucket("adm-filters-out").await;
+    s3.seed(
+        &bucket,
+        &(0..20)
+            .map(|i| (format!("logs/k{i:02}.csv"), Seeded::default()))
+            .collect(),
+    )
+    .await;
+    create_s3_secret(&client, FNS, "s3", &s3.access_key, &s3.secret_key).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), FNS);
+    let mut operator = operator_command!(FNS, temp_path("operator-admission-filters.log"))
+        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
+        .spawn()
+        .unwrap();
+    let create = |name: &'static str, prefix: &'static str, filters: serde_json::Value| {
+        let scan: BucketScan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+            "metadata": {"name": name},
+            "spec": {
+                "source": {"endpoint": s3.endpoint, "bucket": bucket, "prefix": prefix, "pathStyle": true,
+                           "credentialsSecret": {"name": "s3"}},
+                "output": {"bucket": out, "prefix": format!("{name}/")},
+                "workers": {"replicas": 1},
+                "filters": filters,
+            }
+        }))
+        .unwrap();
+        let scans = scans.clone();
+        async move { scans.create(&PostParams::default(), &scan).await.unwrap() }
+    };
+
+    create(
+        "filtered",
+        "logs/",
+        serde_json::json!({"modifiedAfter": "2026-05-01T02:00:00+02:00", "maxSizeBytes": 100,
+                           "include": ["logs/**/*.csv"], "exclude": ["logs/tmp/**"],
+                           "storageClasses": ["STANDARD"]}),
+    )
+    .await;
+    let filtered = settled(&scans, "filtered").await;
+    assert_eq!(
+        filtered.status.as_ref().unwrap().phase,
+        Phase::Scanning,
+        "{filtered:?}"
+    );
+    assert_eq!(
+        planned_spec(&filtered).await["filter"],
+        serde_json::json!({"modified_after": "2026-05-01T00:00:00Z", "max_size": 100,
+                           "include": ["logs/**/*.csv"], "exclude": ["logs/tmp/**"],
+                           "storage_classes": ["STANDARD"]})
+    );
+
+    create("bad-glob", "", serde_json::json!({"include": ["logs/[0-9"]})).await;
+    let (reason, message) = failure(&settled(&scans, "bad-glob").await);
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        message.starts_with(
+            "spec.filters: include glob \"logs/[0-9\": the '[' at character 6 has no closing ']'"
+        ),
+        "{message}"
+    );
+
+    create("relative", "logs/", serde_json::json!({"include": ["*.csv"]})).await;
+    let (reason, message) = failure(&settled(&scans, "relative").await);
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        message.contains("can never match a key under the prefix \"logs/\"")
+            && message.contains("did you mean \"logs/*.csv\"?"),
+        "{message}"
+    );
+
+    for name in ["filtered", "bad-glob", "relative"] {
         scans.delete(name, &DeleteParams::default()).await.unwrap();
     }
     eventually("every scan deleted", 60, async || {

@@ -347,3 +347,97 @@ fn json_merge(target: &mut serde_json::Value, change: &serde_json::Value) {
         (t, c) => *t = c.clone(),
     }
 }
+
+/// `spec.filters` on the real API server: a scan with every filter is
+/// stored as written; each bad value the schema can judge is refused with
+/// the rule's message (the rest is the operator's, `filters::object_filter`).
+#[tokio::test]
+async fn the_api_server_judges_the_filters_it_can() {
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, "crd-filters").await;
+    let api: Api<BucketScan> = Api::namespaced(client.clone(), "crd-filters");
+    let filters = serde_json::json!({
+        "onlyWithMetadata": true,
+        "modifiedAfter": "2026-05-01T00:00:00Z",
+        "modifiedBefore": "2026-06-01T00:00:00+02:00",
+        "minSizeBytes": 1,
+        "maxSizeBytes": 1073741824u64,
+        "include": ["2026/**/*.jpg", "-odd/[a-z]?"],
+        "exclude": ["**/thumbs/**"],
+        "storageClasses": ["STANDARD", "glacier_ir"]
+    });
+    let mut body = valid("filtered");
+    body["spec"]["filters"] = filters.clone();
+    assert_eq!(create(&api, body).await, None);
+    let stored = api.get("filtered").await.unwrap();
+    assert_eq!(serde_json::to_value(&stored.spec.filters).unwrap(), filters);
+    // The workers apply the filters the scan was planned with: they cannot
+    // change afterwards.
+    let patch = serde_json::json!({"spec": {"filters": {"minSizeBytes": 2}}});
+    let err = api
+        .patch("filtered", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("filters cannot change once a scan exists"),
+        "{err}"
+    );
+
+    let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+        (
+            "min-over-max",
+            serde_json::json!({"minSizeBytes": 10, "maxSizeBytes": 9}),
+            "minSizeBytes must not exceed maxSizeBytes",
+        ),
+        (
+            "empty-window",
+            serde_json::json!({"modifiedAfter": "2026-05-02T00:00:00Z", "modifiedBefore": "2026-05-02T01:00:00+01:00"}),
+            "modifiedAfter must be before modifiedBefore",
+        ),
+        (
+            "not-a-time",
+            serde_json::json!({"modifiedAfter": "yesterday"}),
+            "spec.filters.modifiedAfter",
+        ),
+        (
+            "negative-size",
+            serde_json::json!({"minSizeBytes": -1}),
+            "spec.filters.minSizeBytes",
+        ),
+        (
+            "empty-glob",
+            serde_json::json!({"include": [""]}),
+            "spec.filters.include[0]",
+        ),
+        (
+            "long-glob",
+            serde_json::json!({"exclude": ["a".repeat(1025)]}),
+            "Too long: may not be",
+        ),
+        (
+            "many-globs",
+            serde_json::json!({"include": vec!["a"; 101]}),
+            "Too many: 101: must have at most 100 items",
+        ),
+        (
+            "bad-class",
+            serde_json::json!({"storageClasses": ["GLACIER IR"]}),
+            "spec.filters.storageClasses[0]",
+        ),
+        (
+            "many-classes",
+            serde_json::json!({"storageClasses": vec!["STANDARD"; 17]}),
+            "must have at most 16 items",
+        ),
+    ];
+    for (name, filters, message) in cases {
+        let mut body = valid(name);
+        body["spec"]["filters"] = filters;
+        let refused = create(&api, body)
+            .await
+            .unwrap_or_else(|| panic!("{name}: accepted"));
+        assert!(refused.contains(message), "{name}: {refused}");
+    }
+}
