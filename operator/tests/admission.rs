@@ -232,7 +232,14 @@ async fn outputs_never_collide() {
         blocked.1
     );
 
-    for name in ["first", "plain", "second", "into", "inside", "keyless"] {
+    delete_all(&scans, &["first", "plain", "second", "into", "inside", "keyless"]).await;
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
+
+/// Delete the scans `names` and wait until none is left.
+async fn delete_all(scans: &Api<BucketScan>, names: &[&str]) {
+    for name in names {
         scans.delete(name, &DeleteParams::default()).await.unwrap();
     }
     eventually("every scan deleted", 60, async || {
@@ -245,8 +252,6 @@ async fn outputs_never_collide() {
             .then_some(())
     })
     .await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
 }
 
 /// `spec.filters` the schema lets through but the workers could not use
@@ -332,19 +337,7 @@ async fn filters_reach_the_planned_spec_or_fail_the_scan() {
         "{message}"
     );
 
-    for name in ["filtered", "bad-glob", "relative"] {
-        scans.delete(name, &DeleteParams::default()).await.unwrap();
-    }
-    eventually("every scan deleted", 60, async || {
-        scans
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    delete_all(&scans, &["filtered", "bad-glob", "relative"]).await;
     operator.kill().unwrap();
     operator.wait().unwrap();
 }

@@ -55,6 +55,22 @@ fn final_error_line(out: &Output) -> String {
     last.to_string()
 }
 
+/// `plan` with Redis and the endpoint on closed ports: what it refuses, it
+/// refuses before asking either.
+const PLAN_UNREACHABLE: [&str; 11] = [
+    "plan",
+    "--scan",
+    "s",
+    "--redis",
+    "redis://127.0.0.1:1",
+    "--endpoint",
+    "http://127.0.0.1:1",
+    "--bucket",
+    "b",
+    "--output",
+    "s3://o/",
+];
+
 fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -251,19 +267,7 @@ fn output_settings_that_cannot_work_are_refused_before_any_request() {
         "{}",
         stderr(&out)
     );
-    let plan = [
-        "plan",
-        "--scan",
-        "s",
-        "--redis",
-        "redis://127.0.0.1:1",
-        "--endpoint",
-        "http://127.0.0.1:1",
-        "--bucket",
-        "b",
-        "--output",
-        "s3://o/",
-    ];
+    let plan = PLAN_UNREACHABLE;
     let out = worker(&[&plan[..], &["--layout", "many"]].concat(), &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("use single or dataset"), "{}", stderr(&out));
@@ -502,19 +506,7 @@ fn an_unknown_head_client_is_a_usage_error() {
 #[test]
 fn bad_filter_flags_are_refused_before_any_request() {
     let scan = ["scan", "--bucket", "b", "--endpoint", "http://127.0.0.1:1"];
-    let plan = [
-        "plan",
-        "--scan",
-        "s",
-        "--redis",
-        "redis://127.0.0.1:1",
-        "--endpoint",
-        "http://127.0.0.1:1",
-        "--bucket",
-        "b",
-        "--output",
-        "s3://o/",
-    ];
+    let plan = PLAN_UNREACHABLE;
     let usage: [(&[&str], &str); 8] = [
         (
             &["--modified-after", "yesterday"],
