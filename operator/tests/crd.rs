@@ -399,12 +399,17 @@ async fn the_api_server_judges_the_filters_it_can() {
         (
             "not-a-time",
             serde_json::json!({"modifiedAfter": "yesterday"}),
-            "spec.filters.modifiedAfter",
+            "spec.filters.modifiedAfter in body must be of type date-time",
+        ),
+        (
+            "no-offset",
+            serde_json::json!({"modifiedBefore": "2026-05-01T00:00:00"}),
+            "spec.filters.modifiedBefore in body must be of type date-time",
         ),
         (
             "negative-size",
             serde_json::json!({"minSizeBytes": -1}),
-            "spec.filters.minSizeBytes",
+            "should be greater than or equal to 0",
         ),
         (
             "empty-glob",
