@@ -464,7 +464,7 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let baseline = match &args.baseline {
         Some(location) => {
             let baseline = Baseline::load(&s3, location).await?;
-            baseline.admit(&src.bucket, &src.prefix, args.format)?;
+            baseline.admit(&src.bucket, &src.prefix, args.format, &filter)?;
             Some(Arc::new(baseline))
         }
         None => None,

@@ -477,3 +477,49 @@ async fn a_distributed_incremental_scan_equals_a_full_one_with_the_exact_change_
         "parts are removed after the merge"
     );
 }
+
+/// A filtered incremental scan is against a baseline scanned with the same
+/// filter: one of another filter is refused (every object only one of the
+/// two keeps would be an added or a removed change), and with the same one
+/// the change set holds the changes to the objects the filter keeps, no
+/// others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_incremental_scan_needs_a_baseline_of_the_same_filter() {
+    let s3 = minio();
+    let bucket = s3.bucket("inc-filter").await;
+    let out = s3.bucket("inc-filter-out").await;
+    s3.seed(&bucket, &keyspace()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3_100)).await;
+    let dataset = |prefix: &str, extra: &[&str]| {
+        let output = format!("s3://{out}/{prefix}");
+        let mut args = vec!["scan", "--bucket", &bucket, "--layout", "dataset", "-o", &output];
+        args.extend_from_slice(extra);
+        s3.worker(&args)
+    };
+    let only_a = ["--include", "a/**"];
+    assert_success(&dataset("all/", &[]));
+    assert_success(&dataset("only-a/", &only_a));
+    let made = change_bucket(&s3, &bucket).await;
+    let baseline = |name: &str| format!("s3://{out}/{name}/manifest.json");
+
+    let run = dataset("x/", &[&only_a[..], &["--baseline", &baseline("all")]].concat());
+    assert!(!run.status.success());
+    assert!(
+        stderr(&run).contains("its scan's filter is {}, this scan's is {\"include\":[\"a/**\"]}"),
+        "{}",
+        stderr(&run)
+    );
+
+    assert_success(&dataset(
+        "inc/",
+        &[&only_a[..], &["--baseline", &baseline("only-a")]].concat(),
+    ));
+    let inc = manifest(&s3, &out, "inc/").await;
+    let changes = records_of(&s3, &inc.incremental.unwrap().change_files, false).await;
+    let found: Changes = changes
+        .iter()
+        .map(|(k, r)| (k.clone(), r.change.unwrap()))
+        .collect();
+    let want: Changes = made.into_iter().filter(|(k, _)| k.starts_with("a/")).collect();
+    assert_eq!(found, want);
+}

@@ -13,14 +13,15 @@
 //! Which objects may be taken from the baseline without a HEAD: see
 //! [`Baseline::reusable`].
 //!
-//! May import: `record`, `format`, `parquet`, `dataset`, `store_check`,
-//! `keyspace::shard` and `s3`.
+//! May import: `record`, `format`, `filter`, `parquet`, `dataset`,
+//! `store_check`, `keyspace::shard` and `s3`.
 
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::s3::types::ListedObject;
 use crate::s3::S3;
 use crate::scan::dataset::DataFile;
+use crate::scan::filter::ObjectFilter;
 use crate::scan::format::{is_csv_header, parse_csv_record, take_csv_rows, Format};
 use crate::scan::record::{Record, Status};
 use crate::scan::store_check::{unix_secs, StoreCheck};
@@ -65,6 +66,8 @@ struct ManifestView {
     files: Vec<DataFile>,
     shards_dead: Option<u64>,
     store_check: Option<StoreCheck>,
+    #[serde(default)]
+    filter: ObjectFilter,
 }
 
 #[derive(Deserialize)]
@@ -78,6 +81,8 @@ struct SpecView {
     gzip: bool,
     #[serde(default)]
     only_with_metadata: bool,
+    #[serde(default)]
+    filter: ObjectFilter,
 }
 
 /// A loaded baseline.
@@ -90,6 +95,8 @@ pub struct Baseline {
     pub format: Format,
     pub gzip: bool,
     pub files: Vec<DataFile>,
+    /// The filter its scan applied to the listing (`scan::filter`).
+    pub filter: ObjectFilter,
     /// Its scan's store check: when it started, in the store's time.
     pub check: StoreCheck,
     /// Unix seconds of `check.started`.
@@ -184,14 +191,25 @@ impl Baseline {
             format,
             gzip,
             files: view.files,
+            filter: match &view.spec {
+                Some(spec) => spec.filter.clone(),
+                None => view.filter.clone(),
+            },
             check,
             started,
             bytes_read: AtomicU64::new(0),
         })
     }
 
-    /// Refuse a baseline of another bucket, prefix or format than the scan's.
-    pub fn admit(&self, bucket: &str, prefix: &str, format: Format) -> Result<(), BaselineError> {
+    /// Refuse a baseline of another bucket, prefix, format or filter than
+    /// the scan's.
+    pub fn admit(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        format: Format,
+        filter: &ObjectFilter,
+    ) -> Result<(), BaselineError> {
         let refused = |reason: String| BaselineError::Refused {
             location: self.location.clone(),
             reason,
@@ -213,6 +231,15 @@ impl Baseline {
                 "its format is {}, this scan's is {}: the change set and the result keep one format",
                 self.format.extension(false),
                 format.extension(false)
+            )));
+        }
+        if self.filter != *filter {
+            let json = |f: &ObjectFilter| serde_json::to_string(f).unwrap_or_default();
+            return Err(refused(format!(
+                "its scan's filter is {}, this scan's is {}: an object only one of them keeps would \
+                 count as added or removed; use a baseline scanned with the same filter",
+                json(&self.filter),
+                json(filter)
             )));
         }
         Ok(())
@@ -581,15 +608,45 @@ mod tests {
             (b.bucket.as_str(), b.prefix.as_str(), b.format),
             ("photos", "a/", Format::Jsonl)
         );
-        b.admit("photos", "a/", Format::Jsonl).unwrap();
+        let none = ObjectFilter::default();
+        b.admit("photos", "a/", Format::Jsonl, &none).unwrap();
         for (bucket, prefix, format, word) in [
             ("other", "a/", Format::Jsonl, "bucket"),
             ("photos", "b/", Format::Jsonl, "prefix"),
             ("photos", "a/", Format::Csv, "format"),
         ] {
-            let e = b.admit(bucket, prefix, format).unwrap_err().to_string();
+            let e = b.admit(bucket, prefix, format, &none).unwrap_err().to_string();
             assert!(e.contains(word), "{e}");
         }
+    }
+
+    /// A baseline holds the objects its filter kept: one scanned with
+    /// another filter would make every object only one of them keeps an
+    /// added or a removed change.
+    #[test]
+    fn a_baseline_of_another_filter_is_refused() {
+        use crate::scan::filter::FilterSpec;
+        let filtered = ObjectFilter::new(FilterSpec {
+            include: vec!["a/**/*.csv".into()],
+            ..FilterSpec::default()
+        })
+        .unwrap();
+        let with_filter = manifest(&format!("{CHECK},\"filter\":{{\"include\":[\"a/**/*.csv\"]}}"));
+        let b = Baseline::parse("s3://out/x/manifest.json", with_filter.as_bytes()).unwrap();
+        assert_eq!(b.filter, filtered);
+        b.admit("photos", "a/", Format::Jsonl, &filtered).unwrap();
+        let e = b
+            .admit("photos", "a/", Format::Jsonl, &ObjectFilter::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("its scan's filter is {\"include\":[\"a/**/*.csv\"]}, this scan's is {}"),
+            "{e}"
+        );
+        let unfiltered = Baseline::parse("s3://out/x/manifest.json", manifest(CHECK).as_bytes()).unwrap();
+        assert!(unfiltered
+            .admit("photos", "a/", Format::Jsonl, &filtered)
+            .is_err());
     }
 
     #[test]
