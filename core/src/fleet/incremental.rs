@@ -93,7 +93,7 @@ pub async fn load_baseline(s3: &S3, spec: &ScanSpec) -> Result<Option<Arc<Baseli
         return Ok(None);
     };
     let baseline = Baseline::load(s3, location).await?;
-    baseline.admit(&spec.bucket, &spec.prefix, spec.format)?;
+    baseline.admit(&spec.bucket, &spec.prefix, spec.format, &spec.filter)?;
     Ok(Some(Arc::new(baseline)))
 }
 
