@@ -359,9 +359,16 @@ pub fn check_storage_class(class: &str) -> Result<(), FilterError> {
 
 /// A checked filter, ready for [`ObjectFilter::admits`]. Stored as its
 /// [`FilterSpec`] (normalised), and checked again when read.
+/// One pointer wide: it rides in every scan spec and engine, whose futures
+/// are large already (a larger spec overflowed a debug build's stack).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(try_from = "FilterSpec", into = "FilterSpec")]
 pub struct ObjectFilter {
+    inner: std::sync::Arc<Compiled>,
+}
+
+#[derive(Debug, Default)]
+struct Compiled {
     spec: FilterSpec,
     after: Option<OffsetDateTime>,
     before: Option<OffsetDateTime>,
@@ -371,7 +378,7 @@ pub struct ObjectFilter {
 
 impl PartialEq for ObjectFilter {
     fn eq(&self, other: &ObjectFilter) -> bool {
-        self.spec == other.spec
+        self.inner.spec == other.inner.spec
     }
 }
 
@@ -384,7 +391,7 @@ impl TryFrom<FilterSpec> for ObjectFilter {
 
 impl From<ObjectFilter> for FilterSpec {
     fn from(filter: ObjectFilter) -> FilterSpec {
-        filter.spec
+        filter.inner.spec.clone()
     }
 }
 
@@ -432,22 +439,24 @@ impl ObjectFilter {
             check_storage_class(class)?;
         }
         Ok(ObjectFilter {
-            spec,
-            after,
-            before,
-            include,
-            exclude,
+            inner: std::sync::Arc::new(Compiled {
+                spec,
+                after,
+                before,
+                include,
+                exclude,
+            }),
         })
     }
 
     /// The filter as written (normalised).
     pub fn spec(&self) -> &FilterSpec {
-        &self.spec
+        &self.inner.spec
     }
 
     /// Keeps every object.
     pub fn is_empty(&self) -> bool {
-        self.spec == FilterSpec::default()
+        self.inner.spec == FilterSpec::default()
     }
 
     /// Does the scan keep this listed object? The cheap tests first: most
@@ -460,13 +469,15 @@ impl ObjectFilter {
     }
 
     fn admits_size(&self, size: u64) -> bool {
-        self.spec.min_size.is_none_or(|min| size >= min) && self.spec.max_size.is_none_or(|max| size <= max)
+        self.inner.spec.min_size.is_none_or(|min| size >= min)
+            && self.inner.spec.max_size.is_none_or(|max| size <= max)
     }
 
     fn admits_storage_class(&self, class: Option<&str>) -> bool {
         let class = class.unwrap_or("STANDARD");
-        self.spec.storage_classes.is_empty()
+        self.inner.spec.storage_classes.is_empty()
             || self
+                .inner
                 .spec
                 .storage_classes
                 .iter()
@@ -474,26 +485,26 @@ impl ObjectFilter {
     }
 
     fn admits_modified(&self, last_modified: Option<&str>) -> bool {
-        if self.after.is_none() && self.before.is_none() {
+        if self.inner.after.is_none() && self.inner.before.is_none() {
             return true;
         }
         let Some(t) = last_modified.and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok()) else {
             return true; // nothing to judge by: kept (see the module doc)
         };
-        self.after.is_none_or(|a| t >= a) && self.before.is_none_or(|b| t < b)
+        self.inner.after.is_none_or(|a| t >= a) && self.inner.before.is_none_or(|b| t < b)
     }
 
     /// Kept by the key globs alone.
     pub fn admits_key(&self, key: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|g| g.matches(key)))
-            && !self.exclude.iter().any(|g| g.matches(key))
+        (self.inner.include.is_empty() || self.inner.include.iter().any(|g| g.matches(key)))
+            && !self.inner.exclude.iter().any(|g| g.matches(key))
     }
 
     /// Refuse include globs that no key under `prefix` can match: a glob
     /// written relative to the prefix (`*.csv` under `logs/`) would quietly
     /// keep nothing.
     pub fn check_prefix(&self, prefix: &str) -> Result<(), FilterError> {
-        for glob in &self.include {
+        for glob in &self.inner.include {
             let literal = glob.literal_prefix();
             // Too few folders: `*.csv` under `logs/` (`*` stops at `/`).
             let too_shallow = glob.depth.is_some_and(|d| d < prefix.matches('/').count());
@@ -518,7 +529,7 @@ impl ObjectFilter {
     /// see every key the include globs match: the longest start they all
     /// share, when it lies under `prefix`.
     pub fn listing_prefix(&self, prefix: &str) -> String {
-        let mut globs = self.include.iter().map(KeyGlob::literal_prefix);
+        let mut globs = self.inner.include.iter().map(KeyGlob::literal_prefix);
         let Some(first) = globs.next() else {
             return prefix.to_string();
         };
