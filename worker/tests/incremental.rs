@@ -296,7 +296,10 @@ async fn a_store_that_keeps_last_modified_on_a_metadata_replace_gets_every_objec
     assert_eq!(i.counts.heads, want.len() as u64, "every object HEADed");
     assert_eq!(records_of(&s3, &inc.files, false).await, want);
     let changes = records_of(&s3, &i.change_files, false).await;
-    let found: Changes = changes.iter().map(|(k, r)| (k.clone(), r.change.unwrap())).collect();
+    let found: Changes = changes
+        .iter()
+        .map(|(k, r)| (k.clone(), r.change.unwrap()))
+        .collect();
     assert_eq!(found, made);
 }
 

@@ -100,13 +100,13 @@ pub async fn plan_scan(
     }
     // Before any shard is queued, so before any HEAD: the store check, and
     // the baseline, whose faults are the scan's, said once.
-    ensure_store_check(s3, spec)
+    let store = ensure_store_check(s3, spec)
         .await
         .map_err(|source| PlanError::Output {
             bucket: spec.output_bucket.clone(),
             source,
         })?;
-    load_baseline(s3, spec).await.map_err(|e| match e {
+    load_baseline(s3, spec, &store).await.map_err(|e| match e {
         BaselineError::Read { source, .. } if source.is_retryable() => PlanError::Output {
             bucket: spec.output_bucket.clone(),
             source,
