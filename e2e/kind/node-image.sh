@@ -238,8 +238,9 @@ podman commit -q --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"
 podman rm -f -t 0 "$builder" >/dev/null
 podman rmi "$IMAGE-base" >/dev/null
 # Earlier builds go (1 GB each), unless a cluster still runs on one.
-podman images --format '{{.Repository}}:{{.Tag}}' | grep "^${IMAGE%:*}:" | grep -vx "$IMAGE" |
-  while read -r old; do podman rmi "$old" >/dev/null 2>&1 || true; done
+for old in $(podman images --format '{{.Repository}}:{{.Tag}}' | grep "^${IMAGE%:*}:" | grep -vx "$IMAGE" || true); do
+  podman rmi "$old" >/dev/null 2>&1 || true
+done
 rm -rf "$ROOT"
 log "kind node image $IMAGE built in $((SECONDS - begin))s"
 echo "$IMAGE" >&3
