@@ -53,10 +53,21 @@ test:
     scripts/test-all.sh
 
 # The real-cluster end to end: local cluster up (kept running), images,
-# helm install, a 20,000-object scan, then the chaos scan. E2E_CLUSTER=kind
-# runs it on a kind cluster instead (needs Docker; see e2e/README.md).
+# helm install, a 20,000-object scan, then the chaos scan. `just e2e-kind`
+# runs it on a kind cluster instead.
 e2e: deps build-e2e
     e2e/run.sh test
+
+# The same end to end on a kind cluster (Docker or Podman; see e2e/README.md):
+# the official kindest/node image, or KIND_NODE_IMAGE=local for one built
+# here without registries (e2e/kind/node-image.sh). The cluster keeps running;
+# `just kind-down` deletes it.
+e2e-kind: deps build-e2e
+    E2E_CLUSTER=kind e2e/run.sh test
+
+# Delete the kind cluster of `just e2e-kind`, its network and its test servers.
+kind-down:
+    e2e/kind/down.sh
 
 # Stop the local e2e cluster (`just cluster-down --purge` also deletes its state).
 cluster-down *ARGS:
