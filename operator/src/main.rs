@@ -310,7 +310,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         args.namespace.clone(),
     );
-    let controller = controller::run(ctx, args.concurrency, args.namespace.as_deref());
+    // BucketScans and the schedules that make them, under the same lease.
+    let controller = async {
+        tokio::join!(
+            controller::run(ctx.clone(), args.concurrency, args.namespace.as_deref()),
+            controller::run_schedules(ctx, args.namespace.as_deref()),
+        )
+    };
     tokio::select! {
         // Shut down by a signal: a standby takes over at once.
         _ = controller => {
