@@ -67,24 +67,28 @@ pub async fn client() -> Client {
     Client::try_from(config).unwrap()
 }
 
-/// Apply crds/ (as `kubectl apply` would) and wait until it is served.
+/// Apply crds/ (as `kubectl apply` would) and wait until they are served:
+/// BucketScan's and BucketScanSchedule's, as the chart installs both.
 pub async fn install_crd(client: &Client) {
-    let yaml = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../crds/bucketscans.bucketscan.dev.yaml"
-    ))
-    .unwrap();
+    install_crd_named(client, "bucketscans").await;
+    install_crd_named(client, "bucketscanschedules").await;
+}
+
+async fn install_crd_named(client: &Client, plural: &str) {
+    let name = format!("{plural}.bucketscan.dev");
+    let yaml =
+        std::fs::read_to_string(format!("{}/../crds/{name}.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     api.patch(
-        "bucketscans.bucketscan.dev",
+        &name,
         &PatchParams::apply("bucketscan-test").force(),
         &Patch::Apply(&crd),
     )
     .await
     .unwrap();
     for _ in 0..100 {
-        let got = api.get("bucketscans.bucketscan.dev").await.unwrap();
+        let got = api.get(&name).await.unwrap();
         let established = got
             .status
             .and_then(|s| s.conditions)
