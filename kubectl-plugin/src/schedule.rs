@@ -6,7 +6,7 @@
 //! May import: error, render
 
 use crate::error::Error;
-use crate::render::thousands;
+use crate::render::{columns, thousands};
 use bucketscan_api::crd::BucketScan;
 use bucketscan_api::schedule::{BucketScanSchedule, SCHEDULE_LABEL};
 use kube::api::ListParams;
@@ -154,7 +154,7 @@ pub fn report(schedule: &BucketScanSchedule, runs: &[BucketScan]) -> String {
         out,
         "  runs (newest first; changes: +added -removed ~content m metadata):"
     );
-    out.push_str(&aligned(&rows, "    "));
+    out.push_str(&columns(&rows, "    "));
     out
 }
 
@@ -184,23 +184,7 @@ pub fn table(schedules: &[BucketScanSchedule], namespaces: bool) -> String {
         }
         rows.push(row);
     }
-    aligned(&rows, "")
-}
-
-fn aligned(rows: &[Vec<String>], indent: &str) -> String {
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        let _ = writeln!(out, "{indent}{}", cells.join("   ").trim_end());
-    }
-    out
+    columns(&rows, "")
 }
 
 #[cfg(test)]

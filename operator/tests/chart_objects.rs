@@ -420,9 +420,10 @@ fn operator_workers_and_merge_default_to_one_image() {
     assert_eq!(allowed_with(&["--set=worker.allowedImages={*}"]), "*");
 }
 
-/// The chart's CRD (templates/crds.yaml) is the generated one, with the
-/// chart's labels; `crds.keep` adds the annotation that makes `helm
-/// uninstall` leave it, and `crds.install=false` renders none.
+/// The chart's CRDs (templates/crds.yaml: BucketScan's and
+/// BucketScanSchedule's) are the generated ones, with the chart's labels;
+/// `crds.keep` adds the annotation that makes `helm uninstall` leave them,
+/// and `crds.install=false` renders none.
 #[test]
 fn the_crd_is_the_generated_one_and_follows_the_crds_values() {
     let crds = |objects: Vec<Value>| -> Vec<Value> {
@@ -431,33 +432,36 @@ fn the_crd_is_the_generated_one_and_follows_the_crds_values() {
             .filter(|o| o["kind"] == "CustomResourceDefinition")
             .collect()
     };
-    let generated: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(repo().join("crds/bucketscans.bucketscan.dev.yaml")).unwrap(),
-    )
-    .unwrap();
-
     let kept = crds(render(&[]));
-    assert_eq!(kept.len(), 1, "one CRD by default");
-    let mut crd = kept[0].clone();
-    assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
-    assert_eq!(crd["metadata"]["labels"]["app.kubernetes.io/name"], "bucketscan");
-    let metadata = crd["metadata"].as_object_mut().unwrap();
-    metadata.remove("labels");
-    metadata.remove("annotations");
-    // YAML through Helm's fromYaml/toYaml writes `minimum: 0.0` as `0`: the
-    // same JSON number, so numbers compare as numbers.
-    assert!(
-        same_numbers(&crd) == same_numbers(&generated),
-        "the rendered CRD differs from crds/ (run `just crds`)"
-    );
+    assert_eq!(kept.len(), 2, "the two CRDs by default");
+    for (rendered, file) in kept.iter().zip(["bucketscans", "bucketscanschedules"]) {
+        let generated: Value = serde_saphyr::from_str(
+            &std::fs::read_to_string(repo().join(format!("crds/{file}.bucketscan.dev.yaml"))).unwrap(),
+        )
+        .unwrap();
+        let mut crd = rendered.clone();
+        assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+        assert_eq!(crd["metadata"]["labels"]["app.kubernetes.io/name"], "bucketscan");
+        let metadata = crd["metadata"].as_object_mut().unwrap();
+        metadata.remove("labels");
+        metadata.remove("annotations");
+        // YAML through Helm's fromYaml/toYaml writes `minimum: 0.0` as `0`: the
+        // same JSON number, so numbers compare as numbers.
+        assert!(
+            same_numbers(&crd) == same_numbers(&generated),
+            "the rendered CRD {file} differs from crds/ (run `just crds`)"
+        );
+    }
 
     let dropped = crds(render(&["--set=crds.keep=false"]));
-    assert_eq!(dropped.len(), 1);
-    assert!(
-        dropped[0]["metadata"].get("annotations").is_none(),
-        "{}",
-        dropped[0]["metadata"]
-    );
+    assert_eq!(dropped.len(), 2);
+    for crd in &dropped {
+        assert!(
+            crd["metadata"].get("annotations").is_none(),
+            "{}",
+            crd["metadata"]
+        );
+    }
 
     assert!(crds(render(&["--set=crds.install=false"])).is_empty());
 }

@@ -29,6 +29,18 @@ fn start_operator(ns: &str, flags: &[&str]) -> Child {
     command.spawn().unwrap()
 }
 
+/// The CRDs, namespace `ns`, and the APIs of its schedules and scans.
+async fn ground(ns: &str) -> (kube::Client, Api<BucketScanSchedule>, Api<BucketScan>) {
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, ns).await;
+    (
+        client.clone(),
+        Api::namespaced(client.clone(), ns),
+        Api::namespaced(client, ns),
+    )
+}
+
 /// A schedule whose runs are suspended scans (active until deleted).
 fn schedule(name: &str, cron: &str, spec: serde_json::Value) -> BucketScanSchedule {
     let mut body = serde_json::json!({
@@ -82,11 +94,7 @@ async fn stop(mut operator: Child) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_minute_makes_a_scan_forbid_holds_the_next_and_suspend_stops_it() {
     const NS: &str = "schedule-forbid";
-    let client = client().await;
-    install_crd(&client).await;
-    namespace(&client, NS).await;
-    let schedules: Api<BucketScanSchedule> = Api::namespaced(client.clone(), NS);
-    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let (client, schedules, scans) = ground(NS).await;
     let operator = start_operator(NS, &[]);
     let made = schedules
         .create(
@@ -192,11 +200,7 @@ async fn every_minute_makes_a_scan_forbid_holds_the_next_and_suspend_stops_it() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replace_deletes_the_active_scan_for_the_next_run() {
     const NS: &str = "schedule-replace";
-    let client = client().await;
-    install_crd(&client).await;
-    namespace(&client, NS).await;
-    let schedules: Api<BucketScanSchedule> = Api::namespaced(client.clone(), NS);
-    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let (client, schedules, scans) = ground(NS).await;
     let operator = start_operator(NS, &[]);
     let body = schedule(
         "hourly",
@@ -238,11 +242,7 @@ async fn replace_deletes_the_active_scan_for_the_next_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_failed_history_limit_holds_and_bad_schedules_say_why() {
     const NS: &str = "schedule-history";
-    let client = client().await;
-    install_crd(&client).await;
-    namespace(&client, NS).await;
-    let schedules: Api<BucketScanSchedule> = Api::namespaced(client.clone(), NS);
-    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let (client, schedules, scans) = ground(NS).await;
     // Scans asking 5 workers fail at once (OverLimit).
     let operator = start_operator(NS, &["--max-workers-per-scan=2"]);
     let body = schedule(
@@ -301,41 +301,37 @@ async fn the_failed_history_limit_holds_and_bad_schedules_say_why() {
 
     // A bad cron expression and a bad time zone: Ready=False, Stalled, the
     // reason and what to fix.
-    let bad = schedule("bad-cron", "61 * * * *", serde_json::json!({}));
-    schedules.create(&PostParams::default(), &bad).await.unwrap();
-    let (_, reason, message) = eventually("bad-cron refused", 30, async || {
-        ready(&schedules, "bad-cron")
-            .await
-            .filter(|(s, _, _)| s == "False")
-    })
-    .await;
-    assert_eq!(reason, "InvalidSchedule");
-    assert!(
-        message.contains("minute field: 61 is out of range 0-59"),
-        "{message}"
-    );
-    let st = schedules.get("bad-cron").await.unwrap().status.unwrap();
-    assert!(st
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Stalled" && c.status == "True"));
-    let bad = schedule(
-        "bad-zone",
-        "@daily",
-        serde_json::json!({"timeZone": "Mars/Olympus_Mons"}),
-    );
-    schedules.create(&PostParams::default(), &bad).await.unwrap();
-    let (_, reason, message) = eventually("bad-zone refused", 30, async || {
-        ready(&schedules, "bad-zone")
-            .await
-            .filter(|(s, _, _)| s == "False")
-    })
-    .await;
-    assert_eq!(reason, "InvalidTimeZone");
-    assert!(
-        message.contains("\"Mars/Olympus_Mons\" is not an IANA time zone"),
-        "{message}"
-    );
+    for (name, cron, zone, want_reason, want_message) in [
+        (
+            "bad-cron",
+            "61 * * * *",
+            None,
+            "InvalidSchedule",
+            "minute field: 61 is out of range 0-59",
+        ),
+        (
+            "bad-zone",
+            "@daily",
+            Some("Mars/Olympus_Mons"),
+            "InvalidTimeZone",
+            "\"Mars/Olympus_Mons\" is not an IANA time zone",
+        ),
+    ] {
+        let bad = schedule(name, cron, serde_json::json!({"timeZone": zone}));
+        schedules.create(&PostParams::default(), &bad).await.unwrap();
+        let (_, reason, message) = eventually(&format!("{name} refused"), 30, async || {
+            ready(&schedules, name).await.filter(|(s, _, _)| s == "False")
+        })
+        .await;
+        assert_eq!(reason, want_reason);
+        assert!(message.contains(want_message), "{message}");
+        let st = schedules.get(name).await.unwrap().status.unwrap();
+        assert!(st
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Stalled" && c.status == "True"));
+        assert_eq!(st.next_schedule_time, None);
+    }
     // Mended: it runs.
     let fix = serde_json::json!({"spec": {"timeZone": "Europe/Berlin"}});
     schedules

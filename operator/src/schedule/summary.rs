@@ -35,7 +35,7 @@ pub fn check(schedule: &BucketScanSchedule, scan_namespaces: &[String]) -> Resul
     }
     let ns = schedule.namespace().unwrap_or_default();
     let anywhere = scan_namespaces.is_empty() || scan_namespaces.iter().any(|n| n == "*");
-    if !anywhere && !scan_namespaces.iter().any(|n| *n == ns) {
+    if !anywhere && !scan_namespaces.contains(&ns) {
         return Err(Refusal {
             reason: "NamespaceNotAllowed",
             message: format!(

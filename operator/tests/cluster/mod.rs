@@ -311,7 +311,7 @@ pub fn apply_objects(objects: &[serde_json::Value], file_name: &str) {
 }
 
 /// The chart's ValidatingAdmissionPolicies and their bindings, the
-/// BucketScan one limited to namespaces labelled `bucketscan.dev/test=LABEL`:
+/// BucketScan and BucketScanSchedule ones limited to namespaces labelled `bucketscan.dev/test=LABEL`:
 /// the test ground's API server is shared by tests running at the same
 /// time, whose scans (created as the admin, with ServiceAccounts and
 /// PriorityClasses of their own) the lists of another test must not refuse.
@@ -327,7 +327,8 @@ pub fn admission_policies(objects: &[serde_json::Value], label: &str) -> Vec<ser
         })
         .cloned()
         .map(|mut o| {
-            let bucketscans = o["metadata"]["name"].as_str().unwrap().ends_with("-bucketscans");
+            let name = o["metadata"]["name"].as_str().unwrap();
+            let bucketscans = name.ends_with("-bucketscans") || name.ends_with("-bucketscanschedules");
             if o["kind"] == "ValidatingAdmissionPolicyBinding" && bucketscans {
                 o["spec"]["matchResources"] = serde_json::json!({
                     "namespaceSelector": {"matchLabels": {"bucketscan.dev/test": label}}
