@@ -174,7 +174,8 @@ pub struct BucketScanScheduleStatus {
     #[serde(default)]
     pub active_count: i32,
     /// Runs skipped since the schedule was made: late past
-    /// startingDeadlineSeconds, or held by Forbid past it.
+    /// startingDeadlineSeconds (held by Forbid past it too), or whose name
+    /// a scan that is not the schedule's holds.
     #[serde(default)]
     pub skipped_runs: u64,
     /// Why the last run was skipped or held, and when it was due.

@@ -359,3 +359,47 @@ async fn the_failed_history_limit_holds_and_bad_schedules_say_why() {
     );
     stop(operator).await;
 }
+
+/// A scan that holds the name of a run and is not the schedule's is left
+/// alone: the run is skipped, and the schedule says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_name_another_scan_holds_is_skipped_and_the_scan_left_alone() {
+    const NS: &str = "schedule-taken";
+    let (client, schedules, scans) = ground(NS).await;
+    let operator = start_operator(NS, &[]);
+    let body = schedule("taken", "* * * * *", serde_json::json!({}));
+    schedules.create(&PostParams::default(), &body).await.unwrap();
+    let next = eventually("the next run's time", 30, async || {
+        schedules.get("taken").await.ok()?.status?.next_schedule_time
+    })
+    .await;
+    let name = format!("taken-{}", next.0.as_second() / 60);
+    let foreign: BucketScan = serde_json::from_value(serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan", "metadata": {"name": name},
+        "spec": {"source": {"endpoint": "http://127.0.0.1:9", "bucket": "photos", "pathStyle": true},
+                 "output": {"bucket": "inventory", "prefix": "mine/"}, "suspend": true}
+    }))
+    .unwrap();
+    scans.create(&PostParams::default(), &foreign).await.unwrap();
+    let st = eventually("the run skipped", 75, async || {
+        let st = schedules.get("taken").await.ok()?.status?;
+        (st.skipped_runs == 1).then_some(st)
+    })
+    .await;
+    let why = st.last_skip.unwrap();
+    assert!(
+        why.contains(&format!("BucketScan {name} exists and is not this schedule's")),
+        "{why}"
+    );
+    assert!(st.active.is_empty(), "{:?}", st.active);
+    let left = scans.get(&name).await.unwrap();
+    assert!(
+        left.owner_references().is_empty(),
+        "the foreign scan was not taken over"
+    );
+    assert_eq!(left.spec.output.prefix.as_deref(), Some("mine/"));
+    assert!(event_reasons(&client, NS)
+        .await
+        .contains(&"RunNameTaken".to_string()));
+    stop(operator).await;
+}

@@ -18,7 +18,7 @@ use super::context::{apply_params, Context, Error, ERROR_REQUEUE};
 use crate::crd::BucketScan;
 use crate::fairness::{FairShare, DEFER};
 use crate::metrics::ResultLabel;
-use crate::schedule::build::{desired_scan, last_successful, runs};
+use crate::schedule::build::{baseline_for, desired_scan, last_successful, runs, Run};
 use crate::schedule::history::to_prune;
 use crate::schedule::summary::{check, refused, running};
 use crate::schedule::timing::{decide, requeue_after, Decision, Facts};
@@ -195,42 +195,17 @@ async fn reconcile_one(schedule: &BucketScanSchedule, ctx: &Context) -> Result<A
             missed_earlier,
             ..
         } => {
-            for old in replace {
-                delete(&scans, old).await?;
-                publish(
-                    ctx,
-                    schedule,
-                    EventType::Normal,
-                    "RunReplaced",
-                    &format!("deleted BucketScan {old} (concurrencyPolicy Replace) for the run of {at}"),
-                )
-                .await;
-            }
-            active.retain(|a| !replace.contains(a));
-            let baseline = last_successful(&runs).map(|r| r.name.clone());
-            let scan = desired_scan(schedule, *at, baseline.as_deref());
-            let scan_name = scan.name_any();
-            match scans.create(&PostParams::default(), &scan).await {
-                Ok(_) => {}
-                // Made already (an operator restarted before it wrote the
-                // status): the same scheduled time, the same name.
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
-            let mut note = format!("started BucketScan {scan_name} for the run of {at}");
-            if let Some(b) = &baseline {
-                if schedule.spec.incremental {
-                    note.push_str(&format!(", incremental against {b}"));
-                }
-            }
-            if *missed_earlier {
-                note.push_str("; earlier runs were missed (the operator was down or the schedule suspended): only the latest starts");
-            }
-            publish(ctx, schedule, EventType::Normal, "RunStarted", &note).await;
+            let started = start(ctx, schedule, &scans, &runs, *at, replace, *missed_earlier).await?;
             outcome(if replace.is_empty() { "started" } else { "replaced" });
+            active.retain(|a| !replace.contains(a));
             st.last_schedule_time = Some(Time(*at));
-            if !active.contains(&scan_name) {
-                active.push(scan_name);
+            match started {
+                Ok(name) if !active.contains(&name) => active.push(name),
+                Ok(_) => {}
+                Err(why) => {
+                    st.skipped_runs += 1;
+                    st.last_skip = Some(why);
+                }
             }
         }
         Decision::Skip { at, late, .. } => {
@@ -298,6 +273,57 @@ async fn reconcile_one(schedule: &BucketScanSchedule, ctx: &Context) -> Result<A
         now_ts,
         schedule.spec.starting_deadline_seconds,
     )))
+}
+
+/// Start the run of `at`: delete the scans `replace` names, then create
+/// the run's scan. `Ok(name)`, or `Err(why)` when its name holds a scan that
+/// is not this schedule's (left alone: the run is skipped).
+async fn start(
+    ctx: &Context,
+    schedule: &BucketScanSchedule,
+    scans: &Api<BucketScan>,
+    runs: &[Run],
+    at: Timestamp,
+    replace: &[String],
+    missed_earlier: bool,
+) -> Result<Result<String, String>, Error> {
+    for old in replace {
+        delete(scans, old).await?;
+        let note = format!("deleted BucketScan {old} (concurrencyPolicy Replace) for the run of {at}");
+        publish(ctx, schedule, EventType::Normal, "RunReplaced", &note).await;
+    }
+    let baseline = baseline_for(schedule, runs).map(|r| r.name.clone());
+    let scan = desired_scan(schedule, at, baseline.as_deref());
+    let name = scan.name_any();
+    match scans.create(&PostParams::default(), &scan).await {
+        Ok(_) => {}
+        // Made already (an operator restarted before it wrote the status:
+        // the same scheduled time, the same name), unless another made it.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let existing = scans.get(&name).await?;
+            let ours = existing
+                .owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == schedule.metadata.uid.as_ref());
+            if !ours {
+                let why = format!(
+                    "the run of {at} was skipped: BucketScan {name} exists and is not this schedule's (it is left alone)"
+                );
+                publish(ctx, schedule, EventType::Warning, "RunNameTaken", &why).await;
+                return Ok(Err(why));
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let mut note = format!("started BucketScan {name} for the run of {at}");
+    if let Some(b) = baseline.filter(|_| schedule.spec.incremental) {
+        note.push_str(&format!(", incremental against {b}"));
+    }
+    if missed_earlier {
+        note.push_str("; earlier runs were missed (the operator was down or the schedule suspended): only the latest starts");
+    }
+    publish(ctx, schedule, EventType::Normal, "RunStarted", &note).await;
+    Ok(Ok(name))
 }
 
 /// Delete a scan of the schedule (its finalizer cleans its Redis keys and

@@ -6,7 +6,7 @@
 //!
 //! May import: `crd`.
 
-use crate::crd::{Baseline, BucketScan, Phase};
+use crate::crd::{Baseline, BucketScan, BucketScanSpec, Phase};
 use bucketscan_api::schedule::{BucketScanSchedule, SCHEDULE_LABEL};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -77,6 +77,8 @@ pub struct Run {
     pub finished: Option<Timestamp>,
     /// The scan it is incremental against.
     pub baseline: Option<String>,
+    /// What a baseline must share with the run that uses it ([`shape`]).
+    pub shape: String,
 }
 
 impl Run {
@@ -109,17 +111,38 @@ pub fn runs(schedule: &BucketScanSchedule, scans: &[BucketScan]) -> Vec<Run> {
                 .and_then(|st| st.completion_time.as_ref())
                 .map(|t| t.0),
             baseline: s.spec.baseline.as_ref().and_then(|b| b.scan.clone()),
+            shape: shape(&s.spec),
         })
         .collect();
     runs.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
     runs
 }
 
-/// The newest Complete run: the next run's baseline.
+/// The newest Complete run.
 pub fn last_successful(runs: &[Run]) -> Option<&Run> {
     runs.iter()
         .filter(|r| r.phase == Phase::Complete)
         .max_by(|a, b| (a.time(), &a.name).cmp(&(b.time(), &b.name)))
+}
+
+/// The next run's baseline: the newest Complete run of the same store,
+/// bucket, prefix and result format as the template now (a scan refuses a
+/// baseline of another; after such a change of the template the next run
+/// is a full scan).
+pub fn baseline_for<'a>(schedule: &BucketScanSchedule, runs: &'a [Run]) -> Option<&'a Run> {
+    let wanted = shape(&schedule.spec.scan_template);
+    let same: Vec<Run> = runs.iter().filter(|r| r.shape == wanted).cloned().collect();
+    let name = last_successful(&same)?.name.clone();
+    runs.iter().find(|r| r.name == name)
+}
+
+/// What a baseline must share with the scan incremental against it.
+fn shape(spec: &BucketScanSpec) -> String {
+    let (source, output) = (&spec.source, &spec.output);
+    format!(
+        "{:?} {} {} {:?} {:?}",
+        source.endpoint, source.bucket, source.prefix, output.format, output.layout
+    )
 }
 
 #[cfg(test)]
@@ -189,6 +212,29 @@ mod tests {
         );
         let full = desired_scan(&schedule(None, false), at, Some("nightly-29401080"));
         assert_eq!(full.spec.baseline, None);
+    }
+
+    #[test]
+    fn a_baseline_is_a_complete_run_of_the_same_bucket_prefix_and_format() {
+        let mut s = schedule(None, true);
+        let complete = |scan: &mut BucketScan| {
+            scan.status = Some(crate::crd::BucketScanStatus {
+                phase: Phase::Complete,
+                ..Default::default()
+            })
+        };
+        let mut old = desired_scan(&s, ts("2026-11-25T02:00:00Z"), None);
+        complete(&mut old);
+        let mut newer = desired_scan(&s, ts("2026-11-26T02:00:00Z"), None);
+        complete(&mut newer);
+        let found = runs(&s, &[old.clone(), newer.clone()]);
+        assert_eq!(
+            baseline_for(&s, &found).map(|r| r.name.as_str()),
+            Some("nightly-29927640")
+        );
+        // The template now writes Parquet: no earlier run can be its baseline.
+        s.spec.scan_template.output.format = crate::crd::Format::Parquet;
+        assert_eq!(baseline_for(&s, &runs(&s, &[old, newer])), None);
     }
 
     #[test]

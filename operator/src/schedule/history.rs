@@ -47,6 +47,7 @@ mod tests {
             created: Some(t),
             finished: (phase == Phase::Complete || phase == Phase::Failed).then_some(t),
             baseline: baseline.map(str::to_string),
+            shape: String::new(),
         }
     }
 
