@@ -144,9 +144,11 @@ pub enum ConcurrencyPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct BucketScanScheduleStatus {
     /// Ready (True while the schedule is valid and running; False with
-    /// reason InvalidSchedule, InvalidTimeZone, NamespaceNotAllowed or
-    /// Suspended), and Stalled (kstatus: present only while True, when the
-    /// spec must be fixed).
+    /// reason InvalidSchedule, InvalidTimeZone, NameTooLong,
+    /// NamespaceNotAllowed or Suspended), and Stalled (kstatus: present
+    /// only while True, when the spec must be fixed). No Reconciling: a
+    /// valid schedule is current between its runs, as kstatus reads a
+    /// CronJob; its runs are BucketScans with their own conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
