@@ -629,3 +629,43 @@ fn redis_memory_and_client_buffers_fit_its_limit_and_scans_have_a_budget() {
         "{err}"
     );
 }
+
+/// BucketScanSchedules in the chart's roles: the operator watches them,
+/// writes their status and creates and deletes their runs; the aggregated
+/// edit role writes them, view reads them.
+#[test]
+fn the_roles_grant_bucketscanschedules() {
+    let objects = render(&[]);
+    let grants = |role: &str, resource: &str, verb: &str| {
+        let role = objects
+            .iter()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == role)
+            .unwrap_or_else(|| panic!("no ClusterRole {role}"));
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            r["resources"].as_array().unwrap().iter().any(|x| x == resource)
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == verb)
+        })
+    };
+    let operator = "bs-bucketscan";
+    for verb in ["get", "list", "watch"] {
+        assert!(grants(operator, "bucketscanschedules", verb), "{verb}");
+        assert!(
+            grants("bs-bucketscan-view", "bucketscanschedules", verb),
+            "{verb}"
+        );
+    }
+    assert!(grants(operator, "bucketscanschedules/status", "patch"));
+    assert!(grants(operator, "bucketscanschedules/finalizers", "update"));
+    assert!(
+        !grants(operator, "bucketscanschedules", "update"),
+        "the operator never writes a schedule's spec"
+    );
+    for verb in ["create", "delete"] {
+        assert!(grants(operator, "bucketscans", verb), "a schedule's runs: {verb}");
+        assert!(
+            grants("bs-bucketscan-edit", "bucketscanschedules", verb),
+            "{verb}"
+        );
+    }
+    assert!(!grants("bs-bucketscan-view", "bucketscanschedules", "create"));
+}
