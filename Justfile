@@ -22,8 +22,13 @@ deps:
     scripts/install-servers.sh
     scripts/install-kube.sh
 
-# Formatting and lints (warnings are errors), and the module layers.
-lint: layers
+# Formatting and lints (warnings are errors), the module layers, and the
+# chart's README against its values.yaml.
+lint: lint-code chart-docs-check
+
+# lint without the chart's README (`just test` checks that once helm-docs,
+# built in the background with Kubernetes, is there).
+lint-code: layers
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
@@ -69,6 +74,20 @@ torture N="20":
     scripts/install-deps.sh
     scripts/install-servers.sh
     BUCKETSCAN_TORTURE_SEEDS={{N}} scripts/with-test-servers.sh cargo nextest run -p bucketscan-worker --test torture --run-ignored only --no-capture
+
+# helm-docs' flags: the chart's own template, values in values.yaml's order.
+helm_docs := "helm-docs --chart-search-root charts/bucketscan --template-files README.md.gotmpl --sort-values-order file --log-level warning"
+
+# Write charts/bucketscan/README.md from README.md.gotmpl and values.yaml's
+# `# --` comments (helm-docs, built by scripts/install-kube.sh).
+chart-docs:
+    {{helm_docs}}
+
+# Fail when charts/bucketscan/README.md is not what `just chart-docs` writes.
+chart-docs-check:
+    command -v helm-docs >/dev/null || { echo "helm-docs is missing: run scripts/install-kube.sh" >&2; exit 1; }
+    {{helm_docs}} --dry-run | diff -u charts/bucketscan/README.md - \
+      || { echo "charts/bucketscan/README.md is stale: run 'just chart-docs'" >&2; exit 1; }
 
 # Write crds/ (and the chart's copy, which templates/crds.yaml reads) from the Rust types.
 crds:

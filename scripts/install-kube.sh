@@ -8,6 +8,7 @@
 #   helm                            (chart lint and template)
 #   kubeconform                     (schema check of rendered manifests)
 #   validate-krew-manifest          (krew's check of the release's plugin manifest)
+#   helm-docs                       (the chart's README from values.yaml: `just chart-docs`)
 #   gitops-health                   (kstatus, Argo CD's Lua and Flux's CEL
 #                                   health of real BucketScans: scripts/gitops-health)
 # Idempotent: a binary of the pinned version is kept. A cold build takes about
@@ -24,6 +25,7 @@ CACHE=${BUCKETSCAN_CACHE:-$HOME/.cache/bucketscan}
 BIN=$CACHE/bin
 K8S_VERSION=v1.34.4
 HELM_VERSION=v4.3.1
+HELM_DOCS_VERSION=v1.14.2
 KUBECONFORM_VERSION=v0.7.0
 KREW_VERSION=v0.4.3
 COREDNS_VERSION=v1.12.4
@@ -114,6 +116,10 @@ go_tool helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
 go_tool kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform
 # krew's own manifest check, for the plugin manifest `just release` writes.
 go_tool validate-krew-manifest "$KREW_VERSION" sigs.k8s.io/krew/cmd/validate-krew-manifest
+# The chart's README, generated from values.yaml's `# --` comments
+# (`just chart-docs`; `just lint` checks it is current). About 0.8
+# CPU-minutes cold.
+go_tool helm-docs "$HELM_DOCS_VERSION" github.com/norwoodj/helm-docs/cmd/helm-docs
 # CoreDNS's main package is its module root; static, so the image is the binary.
 go_tool coredns "$COREDNS_VERSION" github.com/coredns/coredns
 # The GitOps health reader of operator/tests/gitops_health.rs, from this

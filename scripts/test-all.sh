@@ -22,7 +22,7 @@ phase deps scripts/install-deps.sh
 . scripts/tool-builds.sh
 start_tool_builds
 
-phase lint just lint
+phase lint just lint-code
 phase build-tests cargo nextest run --workspace --no-run --cargo-quiet
 phase crds-check env CRDGEN="$TARGET/debug/crdgen" just crds-check
 phase build-e2e just build-e2e
@@ -35,6 +35,8 @@ phase tests scripts/with-test-servers.sh \
   cargo nextest run --workspace --no-fail-fast --cargo-quiet -E "$no_kube" || failed+=(tests)
 await_tool kube
 tool_builds_log
+# The rest of `just lint`: helm-docs is built with Kubernetes.
+phase chart-docs-check just chart-docs-check
 phase tests-kube env BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh \
   cargo nextest run --workspace --no-fail-fast --cargo-quiet -E "not ($no_kube)" || failed+=(tests-kube)
 if [ ${#failed[@]} -gt 0 ]; then

@@ -84,6 +84,7 @@ async fn expired_lease_is_requeued_and_the_old_holder_is_fenced_off() {
     let first = Commit {
         checkpoint: Some("p000/k1"),
         part: Some("parts/a"),
+        changes: None,
         counts: &[("objects", 2), ("with_metadata", 1)],
     };
     assert!(slow.commit(&mut old, &first).await.unwrap());
@@ -340,6 +341,7 @@ async fn every_step_whose_reply_is_lost_takes_effect_once() {
     let commit = Commit {
         checkpoint: Some("p000/k1"),
         part: Some("parts/one"),
+        changes: None,
         counts: &[("objects", 5)],
     };
     assert!(cut!(busy.commit(&mut lease, &commit)).unwrap());
@@ -459,6 +461,7 @@ fn commit<'a>(checkpoint: &'a str, part: &'a str) -> Commit<'a> {
     Commit {
         checkpoint: Some(checkpoint),
         part: Some(part),
+        changes: None,
         counts: &[("objects", 1)],
     }
 }
@@ -810,6 +813,8 @@ async fn a_plan_queues_again_what_its_redis_lost_before_the_mark() {
         layout: Default::default(),
         file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
         scan_id: scan.clone(),
+        baseline: None,
+        change_set: false,
     };
     let tiles = uncovered("", &[Shard::prefix("m/")]);
     let mut all = tiles.clone();

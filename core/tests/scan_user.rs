@@ -55,6 +55,7 @@ async fn a_scan_user_runs_its_own_scan_and_reaches_nothing_else() {
     let commit = Commit {
         checkpoint: Some("p0/a"),
         part: Some("parts/x/0"),
+        changes: None,
         counts: &[("objects", 1)],
     };
     assert!(q.commit(&mut lease, &commit).await.unwrap());

@@ -578,6 +578,8 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
         layout: core_layout(scan.spec.output.layout),
         file_size: scan.spec.output.file_size_bytes.unwrap_or(DEFAULT_FILE_SIZE),
         scan_id: scan_id(scan),
+        baseline: None,
+        change_set: false,
     }
 }
 

@@ -9,6 +9,7 @@
 mod check;
 
 use bucketscan_core::fleet::queue::RedisConfig;
+use bucketscan_operator::controller::labelled_namespaces::LabelledNamespaces;
 use bucketscan_operator::controller::{self, Context};
 use bucketscan_operator::desired::{self, Settings};
 use bucketscan_operator::leader::LeaderElection;
@@ -63,6 +64,15 @@ struct Args {
     /// a scan elsewhere fails with reason NamespaceNotAllowed.
     #[arg(long, env = "BUCKETSCAN_SCAN_NAMESPACES", value_delimiter = ',')]
     scan_namespaces: Vec<String>,
+    /// Namespaces whose BucketScans this operator runs, by label, instead
+    /// of --scan-namespaces: a label selector (`bucketscan.dev/scans=true`,
+    /// `team in (a,b),!frozen`) matched against the namespaces' labels as
+    /// they change. Needs list and watch on Namespaces (the chart's
+    /// `operator.scanNamespaceSelector` grants them, and binds the
+    /// scan-namespace rights cluster-wide); a scan elsewhere fails with
+    /// reason NamespaceNotAllowed.
+    #[arg(long, env = "BUCKETSCAN_SCAN_NAMESPACE_SELECTOR")]
+    scan_namespace_selector: Option<String>,
     /// Endpoints the operator may send a scan's requests to (planning and
     /// cleanup of scans with a credentialsSecret), comma-separated: host
     /// names, *.DOMAIN, addresses or networks (10.0.0.0/8), each optionally
@@ -226,6 +236,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if args.kube_api_qps.is_nan() || args.kube_api_qps <= 0.0 {
         anyhow::bail!("--kube-api-qps (BUCKETSCAN_KUBE_API_QPS) must be above 0");
     }
+    let scan_namespace_selector = scan_namespace_selector(&args)?;
     let metrics = Arc::new(Metrics::default());
     let config = kube::Config::infer()
         .await
@@ -272,6 +283,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .apiserver_version()
         .await
         .context("the Kubernetes API does not answer")?;
+    // The labelled namespaces listed before any scan is judged; a selector
+    // the operator cannot honour stops it here, with the reason.
+    let labelled = match &scan_namespace_selector {
+        Some(selector) => Some(LabelledNamespaces::watch(client.clone(), selector).await?),
+        None => None,
+    };
     let connection = connect_redis(&redis).await?;
     // The queue's functions, before any scan's pod calls them (and again
     // on every reconcile: a Redis that restarted lost them).
@@ -310,12 +327,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         args.namespace.clone(),
     );
-    // BucketScans and the schedules that make them, under the same lease.
+    if let Some(labelled) = labelled {
+        ctx.run_scans_in(labelled);
+    }
+    // The schedules that make BucketScans, under the same lease: a task of
+    // its own (inside the BucketScan controller's future it made that
+    // future deep enough to overflow the main thread's stack).
+    let schedules = {
+        let (ctx, namespace) = (ctx.clone(), args.namespace.clone());
+        tokio::spawn(async move { controller::run_schedules(ctx, namespace.as_deref()).await })
+    };
     let controller = async {
-        tokio::join!(
-            controller::run(ctx.clone(), args.concurrency, args.namespace.as_deref()),
-            controller::run_schedules(ctx, args.namespace.as_deref()),
-        )
+        controller::run(ctx, args.concurrency, args.namespace.as_deref()).await;
+        schedules.abort();
     };
     tokio::select! {
         // Shut down by a signal: a standby takes over at once.
@@ -333,6 +357,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
             _ => Ok(()),
         },
     }
+}
+
+/// The label selector that chooses scan namespaces, if given: never
+/// together with a list of them (which one would hold is a guess).
+fn scan_namespace_selector(args: &Args) -> anyhow::Result<Option<String>> {
+    let selector = args
+        .scan_namespace_selector
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    let listed = args.scan_namespaces.iter().any(|n| !n.is_empty());
+    if selector.is_some() && listed {
+        anyhow::bail!(
+            "--scan-namespace-selector (BUCKETSCAN_SCAN_NAMESPACE_SELECTOR) and --scan-namespaces \
+             (BUCKETSCAN_SCAN_NAMESPACES) are both given: choose the namespaces by label or by name, not both"
+        );
+    }
+    Ok(selector.map(str::to_string))
 }
 
 /// The images scans may name: the list given, or else the repository of

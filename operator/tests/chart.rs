@@ -68,6 +68,30 @@ const VALUE_SETS: &[(&str, &[&str])] = &[
             "--set=crds.keep=false",
         ],
     ),
+    (
+        // Every option for real installs on at once (issue 31, 3).
+        "install-options",
+        &[
+            "--set=fullnameOverride=scanner",
+            "--set=imagePullSecrets[0].name=regcred",
+            "--set=image.digest=sha256:abababababababababababababababababababababababababababababababab",
+            "--set=worker.image.digest=sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd",
+            "--set-string=operator.podAnnotations.example\\.com/owner=platform",
+            "--set=operator.podLabels.team=platform",
+            "--set=operator.priorityClassName=system-cluster-critical",
+            "--set-string=operator.scanNamespaceSelector.matchLabels.bucketscan\\.dev/scans=true",
+            "--set=operator.scanNamespaceSelector.matchExpressions[0].key=team",
+            "--set=operator.scanNamespaceSelector.matchExpressions[0].operator=In",
+            "--set=operator.scanNamespaceSelector.matchExpressions[0].values={a,b}",
+            "--set=operator.networkPolicy.enabled=true",
+            "--set=operator.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
+            "--set=operator.networkPolicy.kubeApiServerCidrs={172.18.0.2/32}",
+            "--set=operator.networkPolicy.s3Cidrs={10.0.0.0/8,fd00::/8}",
+            "--set=operator.networkPolicy.s3Ports={443,9000}",
+            "--set=operator.networkPolicy.extraEgress[0].ports[0].port=8443",
+            "--set=metrics.podMonitor.enabled=true",
+        ],
+    ),
 ];
 
 #[tokio::test]
@@ -119,13 +143,17 @@ async fn the_chart_lints_and_renders_valid_manifests() {
 }
 
 /// kubeconform -strict against the schemas at `location`, then the API
-/// server's own dry run. ServiceMonitors and PrometheusRules are left out:
+/// server's own dry run. ServiceMonitors, PodMonitors and PrometheusRules are left out:
 /// their CRDs belong to prometheus-operator, which neither has here (the
 /// rules themselves are checked by promtool in observability.rs).
 fn check_manifests(name: &str, manifests: &str, location: &str) {
     let checked: String = manifests
         .split("\n---")
-        .filter(|doc| !doc.contains("kind: ServiceMonitor") && !doc.contains("kind: PrometheusRule"))
+        .filter(|doc| {
+            !["kind: ServiceMonitor", "kind: PodMonitor", "kind: PrometheusRule"]
+                .iter()
+                .any(|kind| doc.contains(kind))
+        })
         .collect::<Vec<_>>()
         .join("\n---");
     let file = scratch(&format!("{name}.yaml"));

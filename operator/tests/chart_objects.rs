@@ -8,6 +8,7 @@
 
 use bucketscan_operator::crd::{BucketScan, BucketScanSpec, Output, Source};
 use bucketscan_operator::desired::{self, Settings};
+use bucketscan_operator::validate;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -51,7 +52,7 @@ fn labels(v: &Value) -> BTreeMap<String, String> {
     serde_json::from_value(v.clone()).unwrap_or_default()
 }
 
-/// Whether a LabelSelector (matchLabels, matchExpressions In/NotIn/Exists) selects `l`.
+/// Whether a LabelSelector (matchLabels, matchExpressions In/NotIn/Exists/DoesNotExist) selects `l`.
 fn selects(selector: &Value, l: &BTreeMap<String, String>) -> bool {
     let by_label = labels(&selector["matchLabels"])
         .iter()
@@ -67,6 +68,7 @@ fn selects(selector: &Value, l: &BTreeMap<String, String>) -> bool {
                 "In" => value.is_some_and(listed),
                 "NotIn" => !value.is_some_and(listed),
                 "Exists" => value.is_some(),
+                "DoesNotExist" => value.is_none(),
                 other => panic!("operator {other} not handled"),
             }
         });
@@ -668,4 +670,572 @@ fn the_roles_grant_bucketscanschedules() {
         );
     }
     assert!(!grants("bs-bucketscan-view", "bucketscanschedules", "create"));
+}
+
+/// `helm template` with `values`, which must fail: its stderr.
+fn refused(values: &[&str]) -> String {
+    let out = Command::new("helm")
+        .args(["template", "bs", "charts/bucketscan"])
+        .args(values)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{values:?} rendered");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn env_value(container: &Value, name: &str) -> Option<String> {
+    container["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .map(|e| e["value"].as_str().unwrap().to_string())
+}
+
+fn pod_spec<'a>(objects: &'a [Value], kind: &str, component: &str) -> &'a Value {
+    let o = find(objects, kind, component).unwrap_or_else(|| panic!("a {kind} {component}"));
+    if kind == "Pod" {
+        &o["spec"]
+    } else {
+        &o["spec"]["template"]["spec"]
+    }
+}
+
+fn kinds(objects: &[Value], kind: &str) -> Vec<Value> {
+    objects.iter().filter(|o| o["kind"] == kind).cloned().collect()
+}
+
+/// The release's pods (operator, Redis, the helm test pod) pull with
+/// `imagePullSecrets`; the operator pod takes `podAnnotations`, `podLabels`
+/// (under the selector's labels, which win) and `priorityClassName`; none of
+/// them is rendered by default.
+#[test]
+fn release_pods_take_pull_secrets_and_the_operator_pod_its_metadata() {
+    let objects = render(&[
+        "--set=imagePullSecrets[0].name=regcred",
+        "--set=imagePullSecrets[1].name=mirror",
+        "--set-string=operator.podAnnotations.prometheus\\.io/scrape=true",
+        "--set=operator.podLabels.team=platform",
+        "--set=operator.podLabels.app\\.kubernetes\\.io/component=not-the-operator",
+        "--set=operator.priorityClassName=cluster-critical-ops",
+    ]);
+    let secrets = serde_json::json!([{"name": "regcred"}, {"name": "mirror"}]);
+    for (kind, component) in [
+        ("Deployment", "operator"),
+        ("Deployment", "redis"),
+        ("Pod", "test"),
+    ] {
+        assert_eq!(
+            pod_spec(&objects, kind, component)["imagePullSecrets"],
+            secrets,
+            "{component}"
+        );
+    }
+    let operator = find(&objects, "Deployment", "operator").unwrap();
+    let template = &operator["spec"]["template"];
+    assert_eq!(
+        template["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    let pod = pod_labels(operator);
+    assert_eq!(pod["team"], "platform");
+    assert_eq!(pod["app.kubernetes.io/component"], "operator");
+    assert!(
+        selects(&operator["spec"]["selector"], &pod),
+        "the Deployment still selects its pods"
+    );
+    assert_eq!(template["spec"]["priorityClassName"], "cluster-critical-ops");
+    // An annotation the API server would refuse (not a string) is refused by the schema.
+    let boolean = refused(&["--set=operator.podAnnotations.sidecar\\.istio\\.io/inject=false"]);
+    assert!(boolean.contains("got boolean, want string"), "{boolean}");
+
+    let default = render(&[]);
+    for (kind, component) in [
+        ("Deployment", "operator"),
+        ("Deployment", "redis"),
+        ("Pod", "test"),
+    ] {
+        let spec = pod_spec(&default, kind, component);
+        assert!(spec.get("imagePullSecrets").is_none(), "{component}: {spec}");
+        assert!(spec.get("priorityClassName").is_none(), "{component}");
+    }
+    let operator = find(&default, "Deployment", "operator").unwrap();
+    assert!(operator["spec"]["template"]["metadata"]
+        .get("annotations")
+        .is_none());
+    assert_eq!(
+        pod_labels(operator),
+        labels(&operator["spec"]["selector"]["matchLabels"]),
+        "by default the pod has the selector's labels only"
+    );
+}
+
+/// `image.digest` and `worker.image.digest`: REPOSITORY@DIGEST for the
+/// operator, the helm test pod and the worker image the operator gives
+/// scans (BUCKETSCAN_WORKER_IMAGE); the default allowlist still admits the
+/// digest form, and the operator puts it in the worker Deployment as it is.
+#[test]
+fn digests_pin_the_operator_and_the_scans_images() {
+    let operator_digest = format!("sha256:{}", "ab".repeat(32));
+    let worker_digest = format!("sha256:{}", "cd".repeat(32));
+    let objects = render(&[
+        "--set=image.tag=9.9.9",
+        &format!("--set=image.digest={operator_digest}"),
+        &format!("--set=worker.image.digest={worker_digest}"),
+    ]);
+    let operator = &pod_spec(&objects, "Deployment", "operator")["containers"][0];
+    let pinned = format!("ghcr.io/bucketscan/bucketscan@{operator_digest}");
+    assert_eq!(
+        operator["image"],
+        pinned.as_str(),
+        "the tag is ignored with a digest"
+    );
+    assert_eq!(
+        pod_spec(&objects, "Pod", "test")["containers"][0]["image"],
+        pinned.as_str()
+    );
+    let worker_image = env_value(operator, "BUCKETSCAN_WORKER_IMAGE").unwrap();
+    assert_eq!(
+        worker_image,
+        format!("ghcr.io/bucketscan/bucketscan@{worker_digest}")
+    );
+
+    let allowed: Vec<String> = env_value(operator, "BUCKETSCAN_ALLOWED_WORKER_IMAGES")
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(allowed, [desired::image_repository(&worker_image)]);
+    let mut scan = a_scan();
+    scan.spec.workers.image = Some(worker_image.clone());
+    assert_eq!(
+        validate::worker_image(&scan, &allowed),
+        Ok(()),
+        "a scan naming the digest form"
+    );
+    scan.spec.workers.image = Some(format!("elsewhere.example/bucketscan@{worker_digest}"));
+    assert!(
+        validate::worker_image(&scan, &allowed).is_err(),
+        "another repository's digest"
+    );
+    let settings = Settings {
+        worker_image: worker_image.clone(),
+        ..Settings::default()
+    };
+    let workers = desired::worker_deployment(&a_scan(), &settings, 1, false);
+    let container = &workers.spec.unwrap().template.spec.unwrap().containers[0];
+    assert_eq!(container.image.as_deref(), Some(worker_image.as_str()));
+
+    let default = render(&[]);
+    let operator = &pod_spec(&default, "Deployment", "operator")["containers"][0];
+    assert_eq!(operator["image"], desired::DEFAULT_IMAGE);
+    assert_eq!(
+        env_value(operator, "BUCKETSCAN_WORKER_IMAGE").as_deref(),
+        Some(desired::DEFAULT_IMAGE)
+    );
+}
+
+/// `fullnameOverride` names every object; `nameOverride` replaces the
+/// chart's name in the prefix; neither touches labels or selectors, and the
+/// names that point at objects (ServiceAccount, Redis address, bindings)
+/// follow.
+#[test]
+fn name_overrides_rename_every_object_and_keep_the_labels() {
+    let names = |objects: &[Value]| -> Vec<String> {
+        objects
+            .iter()
+            .filter(|o| o["kind"] != "CustomResourceDefinition")
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let default = render(&[]);
+    assert!(
+        names(&default).iter().all(|n| n.starts_with("bs-bucketscan")),
+        "{:?}",
+        names(&default)
+    );
+
+    let renamed = render(&["--set=fullnameOverride=scanner"]);
+    let renamed_names = names(&renamed);
+    assert!(
+        renamed_names.iter().all(|n| n.starts_with("scanner")),
+        "{renamed_names:?}"
+    );
+    assert_eq!(renamed_names.len(), names(&default).len());
+    let operator = find(&renamed, "Deployment", "operator").unwrap();
+    let spec = &operator["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], "scanner");
+    let redis_url = env_value(&spec["containers"][0], "BUCKETSCAN_REDIS_URL").unwrap();
+    assert!(
+        redis_url.ends_with("@scanner-redis.scans.svc:6379"),
+        "{redis_url}"
+    );
+    assert_eq!(pod_labels(operator)["app.kubernetes.io/name"], "bucketscan");
+    for binding in kinds(&renamed, "ClusterRoleBinding")
+        .iter()
+        .chain(&kinds(&renamed, "RoleBinding"))
+    {
+        let subject = &binding["subjects"][0];
+        if subject["kind"] == "ServiceAccount" {
+            assert!(
+                subject["name"].as_str().unwrap().starts_with("scanner"),
+                "{binding}"
+            );
+        }
+    }
+
+    let short = render(&["--set=nameOverride=scan"]);
+    assert!(
+        names(&short).iter().all(|n| n.starts_with("bs-scan")),
+        "{:?}",
+        names(&short)
+    );
+}
+
+/// `metrics.podMonitor`: a PodMonitor that selects the operator's pods and
+/// scrapes their metrics port; not together with the ServiceMonitor.
+#[test]
+fn a_pod_monitor_scrapes_the_operator_pods() {
+    assert!(kinds(&render(&[]), "PodMonitor").is_empty(), "none by default");
+    let objects = render(&[
+        "--set=metrics.podMonitor.enabled=true",
+        "--set=metrics.podMonitor.interval=15s",
+        "--set=metrics.podMonitor.labels.release=prom",
+    ]);
+    let [monitor] = &kinds(&objects, "PodMonitor")[..] else {
+        panic!("one PodMonitor")
+    };
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prom");
+    let operator = find(&objects, "Deployment", "operator").unwrap();
+    assert!(selects(&monitor["spec"]["selector"], &pod_labels(operator)));
+    let redis = find(&objects, "Deployment", "redis").unwrap();
+    assert!(!selects(&monitor["spec"]["selector"], &pod_labels(redis)));
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["interval"], "15s");
+    assert_eq!(endpoint["path"], "/metrics");
+    let port = &operator["spec"]["template"]["spec"]["containers"][0]["ports"][0];
+    assert_eq!(endpoint["port"], port["name"]);
+
+    let both = refused(&[
+        "--set=metrics.podMonitor.enabled=true",
+        "--set=metrics.serviceMonitor.enabled=true",
+    ]);
+    assert!(both.contains("choose one"), "{both}");
+}
+
+/// Ports of a NetworkPolicy rule, as (protocol, port).
+fn rule_ports(rule: &Value) -> Vec<(String, i64)> {
+    rule["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["protocol"].as_str().unwrap_or("TCP").to_string(),
+                p["port"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `operator.networkPolicy`: off by default; on, the operator pod admits
+/// only its metrics port (from `metricsFrom` and the helm test pod) and
+/// reaches only DNS, the API server, Redis and S3, on their ports, at the
+/// addresses given.
+#[test]
+fn the_operator_network_policy_opens_only_what_the_operator_uses() {
+    let operator_policy = |objects: &[Value]| {
+        kinds(objects, "NetworkPolicy")
+            .into_iter()
+            .find(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "operator")
+    };
+    assert!(operator_policy(&render(&[])).is_none(), "off by default");
+
+    let objects = render(&[
+        "--set=operator.networkPolicy.enabled=true",
+        "--set=metrics.port=9090",
+        "--set=operator.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
+        "--set=operator.networkPolicy.kubeApiServerCidrs={172.18.0.2/32}",
+        "--set=operator.networkPolicy.s3Cidrs={10.20.0.0/16,fd00::/8}",
+        "--set=operator.networkPolicy.s3Ports={443,9000}",
+    ]);
+    let policy = operator_policy(&objects).expect("the operator's NetworkPolicy");
+    let operator = find(&objects, "Deployment", "operator").unwrap();
+    let redis = find(&objects, "Deployment", "redis").unwrap();
+    assert!(selects(&policy["spec"]["podSelector"], &pod_labels(operator)));
+    assert!(!selects(&policy["spec"]["podSelector"], &pod_labels(redis)));
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"])
+    );
+
+    let [ingress] = &policy["spec"]["ingress"].as_array().unwrap()[..] else {
+        panic!("one ingress rule")
+    };
+    assert_eq!(rule_ports(ingress), [("TCP".to_string(), 9090)]);
+    let from = ingress["from"].as_array().unwrap();
+    assert_eq!(
+        from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+    let test_pod = labels(&find(&objects, "Pod", "test").unwrap()["metadata"]["labels"]);
+    assert!(
+        from.iter()
+            .any(|p| p.get("namespaceSelector").is_none() && selects(&p["podSelector"], &test_pod)),
+        "the helm test pod reaches /readyz"
+    );
+
+    let egress = policy["spec"]["egress"].as_array().unwrap();
+    let rule_with = |port: i64| {
+        egress
+            .iter()
+            .find(|r| rule_ports(r).iter().any(|(_, p)| *p == port))
+            .unwrap_or_else(|| panic!("an egress rule for port {port}"))
+    };
+    let dns = rule_with(53);
+    assert_eq!(
+        rule_ports(dns),
+        [("UDP".to_string(), 53), ("TCP".to_string(), 53)]
+    );
+    assert_eq!(dns["to"][0]["podSelector"]["matchLabels"]["k8s-app"], "kube-dns");
+    let api = rule_with(6443);
+    assert_eq!(
+        api["to"],
+        serde_json::json!([{"ipBlock": {"cidr": "172.18.0.2/32"}}])
+    );
+    let to_redis = rule_with(6379);
+    assert!(selects(&to_redis["to"][0]["podSelector"], &pod_labels(redis)));
+    let s3 = rule_with(9000);
+    assert_eq!(
+        s3["to"],
+        serde_json::json!([{"ipBlock": {"cidr": "10.20.0.0/16"}}, {"ipBlock": {"cidr": "fd00::/8"}}])
+    );
+    assert_eq!(egress.len(), 4, "DNS, API server, Redis, S3: {egress:?}");
+
+    // Defaults when on: any source may scrape; those ports at any address;
+    // an external Redis on its ports.
+    let open = render(&[
+        "--set=operator.networkPolicy.enabled=true",
+        "--set=redis.bundled=false",
+        "--set=redis.external.url=redis://redis.example:6379",
+    ]);
+    let policy = operator_policy(&open).unwrap();
+    assert!(policy["spec"]["ingress"][0].get("from").is_none());
+    let egress = policy["spec"]["egress"].as_array().unwrap();
+    let ports: Vec<Vec<(String, i64)>> = egress.iter().map(rule_ports).collect();
+    assert!(
+        ports.contains(&vec![("TCP".into(), 443), ("TCP".into(), 6443)]),
+        "{ports:?}"
+    );
+    assert!(
+        ports.contains(&vec![("TCP".into(), 6379), ("TCP".into(), 26379)]),
+        "{ports:?}"
+    );
+    assert!(ports.contains(&vec![("TCP".into(), 443)]), "{ports:?}");
+    assert!(egress[1..].iter().all(|r| r.get("to").is_none()), "{egress:?}");
+}
+
+/// `operator.scanNamespaceSelector`: the operator gets the selector (and no
+/// list), the scan-namespace rules are bound cluster-wide with list and
+/// watch on Namespaces added (a RoleBinding cannot wait for a namespace
+/// labelled later), and Redis admits scan pods from the same namespaces.
+/// Without it nothing of this is rendered.
+#[test]
+fn a_namespace_selector_reaches_the_operator_rbac_and_redis() {
+    let objects = render(&[
+        "--set-string=operator.scanNamespaceSelector.matchLabels.bucketscan\\.dev/scans=true",
+        "--set=operator.scanNamespaceSelector.matchExpressions[0].key=team",
+        "--set=operator.scanNamespaceSelector.matchExpressions[0].operator=In",
+        "--set=operator.scanNamespaceSelector.matchExpressions[0].values={a,b}",
+        "--set=operator.scanNamespaceSelector.matchExpressions[1].key=frozen",
+        "--set=operator.scanNamespaceSelector.matchExpressions[1].operator=DoesNotExist",
+    ]);
+    let operator = &pod_spec(&objects, "Deployment", "operator")["containers"][0];
+    assert_eq!(
+        env_value(operator, "BUCKETSCAN_SCAN_NAMESPACE_SELECTOR").as_deref(),
+        Some("bucketscan.dev/scans=true,team in (a,b),!frozen")
+    );
+    assert_eq!(
+        env_value(operator, "BUCKETSCAN_SCAN_NAMESPACES"),
+        None,
+        "not both"
+    );
+    let namespaces_rule = |objects: &[Value]| {
+        kinds(objects, "ClusterRole")
+            .iter()
+            .filter(|r| r["metadata"]["name"] == "bs-bucketscan")
+            .flat_map(|r| r["rules"].as_array().unwrap().clone())
+            .find(|rule| rule["resources"] == serde_json::json!(["namespaces"]))
+    };
+    assert_eq!(
+        namespaces_rule(&objects).expect("list and watch on Namespaces")["verbs"],
+        serde_json::json!(["list", "watch"])
+    );
+    let bindings = kinds(&objects, "ClusterRoleBinding");
+    assert!(
+        bindings
+            .iter()
+            .any(|b| b["roleRef"]["name"] == "bs-bucketscan-scan-namespace"),
+        "the scan-namespace rules cluster-wide"
+    );
+    assert!(
+        kinds(&objects, "RoleBinding")
+            .iter()
+            .all(|b| b["roleRef"]["name"] != "bs-bucketscan-scan-namespace"),
+        "no RoleBinding per namespace"
+    );
+    let redis_policy = find(&objects, "NetworkPolicy", "redis").unwrap();
+    let peer = &redis_policy["spec"]["ingress"][0]["from"][1];
+    let ns = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let selector = &peer["namespaceSelector"];
+    assert!(selects(
+        selector,
+        &ns(&[("bucketscan.dev/scans", "true"), ("team", "a")])
+    ));
+    assert!(!selects(
+        selector,
+        &ns(&[("bucketscan.dev/scans", "true"), ("team", "c")])
+    ));
+    assert!(!selects(selector, &ns(&[("team", "a")])));
+    assert!(!selects(
+        selector,
+        &ns(&[("bucketscan.dev/scans", "true"), ("team", "a"), ("frozen", "")])
+    ));
+
+    let default = render(&[]);
+    assert!(namespaces_rule(&default).is_none(), "no Namespaces by default");
+    let operator = &pod_spec(&default, "Deployment", "operator")["containers"][0];
+    assert_eq!(env_value(operator, "BUCKETSCAN_SCAN_NAMESPACE_SELECTOR"), None);
+    assert_eq!(
+        env_value(operator, "BUCKETSCAN_SCAN_NAMESPACES").as_deref(),
+        Some("default")
+    );
+    assert!(kinds(&default, "ClusterRoleBinding")
+        .iter()
+        .all(|b| b["roleRef"]["name"] != "bs-bucketscan-scan-namespace"));
+
+    // A namespaced install ignores the selector, as it ignores the list.
+    let own = render(&[
+        "--set=operator.watchOwnNamespace=true",
+        "--set=operator.scanNamespaceSelector.matchLabels.scans=on",
+    ]);
+    let operator = &pod_spec(&own, "Deployment", "operator")["containers"][0];
+    assert_eq!(env_value(operator, "BUCKETSCAN_SCAN_NAMESPACE_SELECTOR"), None);
+    assert!(kinds(&own, "ClusterRoleBinding").is_empty());
+}
+
+/// Chart.yaml: where the project is, who keeps it, the Kubernetes the
+/// tests run (docs/testing.md), and Artifact Hub's annotations, each valid
+/// YAML naming what the chart holds (the CRDs of crds/, an example of
+/// each, the images the chart runs by default).
+#[test]
+fn chart_metadata_names_the_project_the_tested_kubernetes_and_artifact_hub_facts() {
+    let chart: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo().join("charts/bucketscan/Chart.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(chart["home"], "https://github.com/bucketscan/bucketscan");
+    assert!(chart["sources"].as_array().unwrap().contains(&chart["home"]));
+    assert!(chart["maintainers"][0]["name"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty()));
+    let testing = std::fs::read_to_string(repo().join("docs/testing.md")).unwrap();
+    let tested = testing
+        .lines()
+        .find_map(|l| l.strip_prefix("Kubernetes: "))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("docs/testing.md names the Kubernetes the tests run");
+    let minor = tested.rsplit_once('.').unwrap().0;
+    assert_eq!(chart["kubeVersion"], format!(">={minor}.0-0"), "tested: {tested}");
+
+    let annotation = |key: &str| -> Value {
+        let text = chart["annotations"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key}"));
+        serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
+    assert_eq!(chart["annotations"]["artifacthub.io/license"], "Apache-2.0");
+    for link in annotation("artifacthub.io/links").as_array().unwrap() {
+        assert!(link["url"].as_str().unwrap().starts_with("https://"), "{link}");
+    }
+    let crds: Vec<Value> = std::fs::read_dir(repo().join("crds"))
+        .unwrap()
+        .map(|e| serde_saphyr::from_str(&std::fs::read_to_string(e.unwrap().path()).unwrap()).unwrap())
+        .collect();
+    let listed = annotation("artifacthub.io/crds");
+    let examples = annotation("artifacthub.io/crdsExamples");
+    for crd in &crds {
+        let kind = &crd["spec"]["names"]["kind"];
+        let entry = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["kind"] == *kind)
+            .unwrap_or_else(|| panic!("artifacthub.io/crds lists {kind}"));
+        assert_eq!(entry["name"], crd["metadata"]["name"]);
+        let versions: Vec<&Value> = crd["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| &v["name"])
+            .collect();
+        assert!(versions.contains(&&entry["version"]), "{entry}");
+        assert!(
+            examples.as_array().unwrap().iter().any(|e| e["kind"] == *kind),
+            "an example {kind} in artifacthub.io/crdsExamples"
+        );
+    }
+    let example: BucketScan =
+        serde_json::from_value(examples[0].clone()).expect("the example is a BucketScan");
+    assert!(bucketscan_operator::validate::validate(&example).is_ok());
+    for change in annotation("artifacthub.io/changes").as_array().unwrap() {
+        assert!(["added", "changed", "deprecated", "removed", "fixed", "security"]
+            .contains(&change["kind"].as_str().unwrap()));
+    }
+    let images: Vec<String> = annotation("artifacthub.io/images")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["image"].as_str().unwrap().to_string())
+        .collect();
+    let rendered: Vec<String> = render(&[])
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .map(|o| {
+            o["spec"]["template"]["spec"]["containers"][0]["image"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut rendered = rendered;
+    rendered.sort();
+    let mut images = images;
+    images.sort();
+    assert_eq!(
+        images, rendered,
+        "artifacthub.io/images is what the chart runs by default"
+    );
+}
+
+/// Every row of the generated values table has a description: a value
+/// without a `# --` comment would show an empty cell.
+#[test]
+fn every_chart_value_has_a_description() {
+    let readme = std::fs::read_to_string(repo().join("charts/bucketscan/README.md")).unwrap();
+    let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| `")).collect();
+    assert!(rows.len() > 80, "{}", rows.len());
+    let bare: Vec<&&str> = rows
+        .iter()
+        .filter(|r| r.split('|').nth(4).is_none_or(|d| d.trim().is_empty()))
+        .collect();
+    assert!(
+        bare.is_empty(),
+        "values without a description in values.yaml: {bare:?}"
+    );
 }

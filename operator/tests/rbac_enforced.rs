@@ -48,7 +48,7 @@ const SCAN_NAMESPACES: &str = "enforced-team,enforced-unbound";
 
 /// The chart's ServiceAccount, as the API server names it.
 fn account() -> String {
-    format!("system:serviceaccount:{RELEASE_NS}:{RELEASE}-bucketscan")
+    chart_account(RELEASE, RELEASE_NS)
 }
 
 /// `helm template` of the chart with `scan_namespaces`; its ServiceAccount,
@@ -108,22 +108,6 @@ fn operator_as_chart(ns: &str, kubeconfig: &Path) -> (Child, PathBuf) {
         .spawn()
         .unwrap();
     (child, log)
-}
-
-/// Waits until condition `type_` of `name` has `status` and `reason`; its
-/// message.
-async fn wait_condition(
-    scans: &Api<BucketScan>,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-) -> String {
-    eventually(&format!("{name}: {type_}={status} ({reason})"), 60, async || {
-        let (s, r, message) = condition(scans, name, type_).await?;
-        (s == status && r == reason).then_some(message)
-    })
-    .await
 }
 
 /// Waits for an event with `reason` in `ns` (the operator publishes it

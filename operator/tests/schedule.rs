@@ -403,3 +403,28 @@ async fn a_run_whose_name_another_scan_holds_is_skipped_and_the_scan_left_alone(
         .contains(&"RunNameTaken".to_string()));
     stop(operator).await;
 }
+
+/// A schedule where the operator may not run scans starts none and says
+/// why, by the rule scans follow (`--scan-namespaces`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_outside_the_scan_namespaces_starts_nothing_and_says_why() {
+    const NS: &str = "schedule-elsewhere";
+    let (_client, schedules, scans) = ground(NS).await;
+    let operator = start_operator(NS, &["--scan-namespaces=team-only"]);
+    let body = schedule("nightly", "* * * * *", serde_json::json!({}));
+    schedules.create(&PostParams::default(), &body).await.unwrap();
+    let (_, reason, message) = eventually("refused", 30, async || {
+        ready(&schedules, "nightly")
+            .await
+            .filter(|(s, _, _)| s == "False")
+    })
+    .await;
+    assert_eq!(reason, "NamespaceNotAllowed");
+    assert!(
+        message.contains(&format!("namespace \"{NS}\" may not run BucketScans")),
+        "{message}"
+    );
+    assert!(message.contains("team-only"), "{message}");
+    assert!(runs(&scans, "nightly").await.is_empty());
+    stop(operator).await;
+}

@@ -81,6 +81,8 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         layout: args.layout,
         file_size: args.file_size,
         scan_id: args.queue.scan.clone(),
+        baseline: args.baseline.clone(),
+        change_set: false,
     };
     // Before Redis or S3 is asked anything (the estimate comes with planning).
     check_output(spec.format, spec.layout, spec.file_size, spec.gzip, 0).map_err(anyhow::Error::msg)?;

@@ -10,14 +10,17 @@ use bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE;
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
 use bucketscan_core::s3::{resolve_region, Endpoint, S3};
+use bucketscan_core::scan::baseline::Baseline;
 use bucketscan_core::scan::dataset::DatasetRoot;
-use bucketscan_core::scan::engine::{Engine, EngineOptions};
+use bucketscan_core::scan::engine::{Engine, EngineOptions, Incremental};
 use bucketscan_core::scan::format::{Format, Layout};
 use bucketscan_core::scan::listed::MetadataSource;
 use bucketscan_core::scan::output::{Destination, OutputOptions};
 use bucketscan_core::scan::single::{plan_bucket, scan_dataset, scan_shards, ScanOptions};
+use bucketscan_core::scan::store_check::{check_store, StoreCheck};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[cfg(feature = "mimalloc")]
@@ -142,6 +145,13 @@ struct ScanArgs {
     /// as a fleet's governor does (docs/governor.md).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     govern_ms: u64,
+    /// Incremental scan: s3://BUCKET/KEY of an earlier dataset's
+    /// manifest.json (same bucket, prefix and format). Objects whose size,
+    /// ETag and LastModified match its records are not HEADed again, and
+    /// the changes since it are written under OUTPUT/changes/. Needs
+    /// --layout dataset and an s3:// output. docs/incremental.md.
+    #[arg(long)]
+    baseline: Option<String>,
 }
 
 /// Which scan in which Redis.
@@ -218,6 +228,12 @@ struct PlanArgs {
     /// done records in S3 and queue only the rest.
     #[arg(long)]
     replan: bool,
+    /// Incremental scan: s3://BUCKET/KEY of an earlier complete result's
+    /// manifest.json (same bucket, prefix and format). Unchanged objects are
+    /// not HEADed again, and the merge writes the changes since it under
+    /// OUTPUT/changes/. docs/incremental.md.
+    #[arg(long)]
+    baseline: Option<String>,
 }
 
 #[derive(Args)]
@@ -431,11 +447,26 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
             Some(DatasetRoot::of(&args.output).map_err(anyhow::Error::msg)?)
         }
     };
+    if args.baseline.is_some() && !matches!(dataset, Some(DatasetRoot::S3 { .. })) {
+        anyhow::bail!("--baseline needs --layout dataset and an S3 output (-o s3://BUCKET/PREFIX/): the change set is a dataset beside the result, and the store check writes a canary object there");
+    }
     let src = &args.source;
     let s3 = src.endpoint.connect(args.concurrency as usize).await?;
     s3.check_bucket(&src.bucket)
         .await
         .context(format!("cannot list s3://{}", src.bucket))?;
+    let baseline = match &args.baseline {
+        Some(location) => {
+            let baseline = Baseline::load(&s3, location).await?;
+            baseline.admit(&src.bucket, &src.prefix, args.format)?;
+            Some(Arc::new(baseline))
+        }
+        None => None,
+    };
+    let check = match &dataset {
+        Some(DatasetRoot::S3 { bucket, prefix }) => store_check(&s3, bucket, prefix).await,
+        _ => None,
+    };
     let head = HeadClient::new(args.head_client, &s3)?;
     let engine = Engine::new(
         s3,
@@ -449,6 +480,21 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
             metadata_source: args.metadata_source,
         },
     );
+    if let Some(baseline) = baseline {
+        let trust = check.as_ref().is_some_and(|c| c.last_modified_moves);
+        if !trust {
+            eprintln!(
+                "warning: {}",
+                check
+                    .as_ref()
+                    .map_or("no store check: every object is HEADed", |c| c.detail.as_str())
+            );
+        }
+        engine.set_incremental(Incremental {
+            baseline,
+            trust_last_modified: trust,
+        });
+    }
     let plan_opts = PlanOptions {
         prefix: src.prefix.clone(),
         delimiter: Some(args.delimiter.clone()).filter(|d| !d.is_empty()),
@@ -484,7 +530,7 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
             (summary.shards, summary.output.records, summary.output.bytes)
         }
         Some(root) => {
-            let result = scan_dataset(&engine, shards, &opts, root, args.file_size, &src.prefix).await;
+            let result = scan_dataset(&engine, shards, &opts, root, args.file_size, &src.prefix, check).await;
             progress.stop();
             let summary = result.with_context(|| format!("scanning s3://{}", src.bucket))?;
             let m = &summary.manifest;
@@ -493,6 +539,13 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
                 m.files.len(),
                 m.result
             );
+            if let Some(inc) = &m.incremental {
+                let c = &inc.counts;
+                eprintln!(
+                    "changes since {}: {} added, {} removed, {} content changed, {} metadata changed ({} records taken from the baseline, {} bytes of it read); change set under {}",
+                    inc.baseline, c.added, c.removed, c.content_changed, c.metadata_changed, c.reused, inc.baseline_bytes_read, inc.changes
+                );
+            }
             (summary.shards, m.records, m.result_bytes)
         }
     };
@@ -522,6 +575,19 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
         return Ok(Finished::SomeObjectsUnreadable);
     }
     Ok(Finished::Clean)
+}
+
+/// The store check under a dataset's S3 prefix: `None`, with a warning,
+/// when the store refuses it (the dataset then cannot be a baseline).
+async fn store_check(s3: &Arc<S3>, bucket: &str, prefix: &str) -> Option<StoreCheck> {
+    let key = format!("{prefix}.bucketscan-store-check");
+    match check_store(s3, bucket, &key).await {
+        Ok(check) => Some(check),
+        Err(e) => {
+            eprintln!("warning: the store check (s3://{bucket}/{key}) failed: {e}; this dataset cannot be a baseline, and an incremental scan HEADs every object");
+            None
+        }
+    }
 }
 
 /// A background task that ends with the scope holding this guard.

@@ -109,6 +109,8 @@ async fn large_output_is_a_streamed_multipart_upload() {
             missing_metadata: None,
             error: None,
             http_status: None,
+            change: None,
+            previous: None,
         })
         .collect();
     for gzip in [false, true] {

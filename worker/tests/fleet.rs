@@ -165,6 +165,8 @@ fn scan_spec(
         layout: Default::default(),
         file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
         scan_id: scan.to_string(),
+        baseline: None,
+        change_set: false,
     }
 }
 

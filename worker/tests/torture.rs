@@ -656,6 +656,8 @@ async fn run_seed(seed: u64) -> Run {
         layout: Default::default(),
         file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
         scan_id: scan.clone(),
+        baseline: None,
+        change_set: false,
     };
     let fleet = Fleet {
         url: url.clone(),

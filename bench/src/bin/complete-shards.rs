@@ -150,6 +150,7 @@ async fn complete(
         let commit = Commit {
             checkpoint: Some(&last),
             part: Some(&key),
+            changes: None,
             counts: &counts,
         };
         ensure!(

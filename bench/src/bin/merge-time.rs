@@ -53,6 +53,8 @@ fn record(part: usize, n: usize) -> Record {
         missing_metadata: None,
         error: None,
         http_status: None,
+        change: None,
+        previous: None,
     }
 }
 
@@ -102,6 +104,8 @@ async fn main() -> anyhow::Result<()> {
             layout: Layout::Dataset,
             file_size: 1 << 30,
             scan_id: scan.clone(),
+            baseline: None,
+            change_set: false,
         };
         s3.send_retried(&scan, |sdk| sdk.create_bucket().bucket(&scan).send())
             .await?;
@@ -158,6 +162,7 @@ async fn record_parts(s3: &Arc<S3>, queue: &Queue, spec: &ScanSpec, n: usize) ->
         let commit = Commit {
             checkpoint: Some(&last),
             part: Some(key),
+            changes: None,
             counts: &counts,
         };
         if !queue.commit(&mut lease, &commit).await? {

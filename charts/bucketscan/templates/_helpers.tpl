@@ -1,8 +1,17 @@
+{{/* The prefix of every object's name: fullnameOverride, else RELEASE-NAME
+(NAME: nameOverride or the chart's name), or RELEASE alone when it already
+holds NAME. Labels and selectors keep app.kubernetes.io/name: bucketscan, so
+an override changes names only. */}}
 {{- define "bucketscan.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -26,8 +35,60 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: redis
 {{- end -}}
 
+{{/* An image of the chart (dict "image" .Values.image "appVersion"
+.Chart.AppVersion): REPOSITORY@DIGEST when image.digest is set (the tag is
+then ignored: the digest alone names the bytes), else REPOSITORY:TAG, the
+tag defaulting to the chart's appVersion. */}}
 {{- define "bucketscan.image" -}}
-{{- printf "%s:%s" .repository (default $.chartVersion .tag) -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator's image (its pod and the helm test pod). */}}
+{{- define "bucketscan.operatorImage" -}}
+{{- include "bucketscan.image" (dict "image" .Values.image "appVersion" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The default image of scans' worker, plan and merge pods. */}}
+{{- define "bucketscan.workerImage" -}}
+{{- include "bucketscan.image" (dict "image" .Values.worker.image "appVersion" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* imagePullSecrets of the pods in the release namespace (operator, Redis,
+helm test), as the pod spec takes them: [{name: SECRET}]. */}}
+{{- define "bucketscan.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets -}}
+imagePullSecrets:
+{{ toYaml . | indent 2 }}
+{{- end -}}
+{{- end -}}
+
+{{/* operator.scanNamespaceSelector as a label selector string
+(`k=v,k in (a,b),k notin (c),k,!k`), for --scan-namespace-selector; empty
+when no selector is set. */}}
+{{- define "bucketscan.scanNamespaceSelector" -}}
+{{- $sel := .Values.operator.scanNamespaceSelector | default dict -}}
+{{- $terms := list -}}
+{{- range $k, $v := ($sel.matchLabels | default dict) -}}
+{{- $terms = append $terms (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- range ($sel.matchExpressions | default list) -}}
+{{- if eq .operator "In" -}}
+{{- $terms = append $terms (printf "%s in (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "NotIn" -}}
+{{- $terms = append $terms (printf "%s notin (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "Exists" -}}
+{{- $terms = append $terms .key -}}
+{{- else if eq .operator "DoesNotExist" -}}
+{{- $terms = append $terms (printf "!%s" .key) -}}
+{{- else -}}
+{{- fail (printf "operator.scanNamespaceSelector: unknown operator %q (In, NotIn, Exists, DoesNotExist)" .operator) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $terms -}}
 {{- end -}}
 
 {{/* The Secret holding the Redis password: the user's (redis.auth.existingSecret),

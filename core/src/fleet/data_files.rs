@@ -22,10 +22,19 @@ struct Intent {
     data_files: usize,
 }
 
-/// What a replaced result's manifest says of its files (the fields read).
+/// What a replaced result's manifest says of its files (the fields read):
+/// its data files and, of an incremental scan, its change files.
 #[derive(Deserialize)]
 struct Replaced {
     files: Vec<Located>,
+    #[serde(default)]
+    incremental: Option<ReplacedChanges>,
+}
+
+#[derive(Deserialize)]
+struct ReplacedChanges {
+    #[serde(default)]
+    change_files: Vec<Located>,
 }
 
 #[derive(Deserialize)]
@@ -149,9 +158,11 @@ async fn replaced_files(s3: &S3, spec: &ScanSpec) -> Result<BTreeSet<String>, S3
     };
     let base = format!("s3://{bucket}/");
     let data = spec.data_prefix();
+    let changes = manifest.incremental.map(|i| i.change_files).unwrap_or_default();
     Ok(manifest
         .files
         .into_iter()
+        .chain(changes)
         .filter_map(|f| f.location.strip_prefix(&base).map(str::to_string))
         .filter(|key| key.starts_with(&data))
         .collect())
@@ -192,6 +203,8 @@ mod tests {
             layout: crate::scan::format::Layout::Dataset,
             file_size: crate::fleet::spec::DEFAULT_FILE_SIZE,
             scan_id: "s".into(),
+            baseline: None,
+            change_set: false,
         };
         for n in [0, 7, 999_999, 1_000_000, 123_456_789] {
             assert_eq!(data_index(&spec, &spec.data_key(n)), Some(n));

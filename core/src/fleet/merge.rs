@@ -161,9 +161,19 @@ pub struct Manifest {
     /// Records in all files.
     #[serde(default)]
     pub records: u64,
+    /// The store check made at planning: the store's time at the scan's
+    /// start, and whether LastModified moves on a metadata replace. A result
+    /// without it cannot be a baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_check: Option<crate::scan::store_check::StoreCheck>,
+    /// Incremental scans: the baseline, the change set and its counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<IncrementalSummary>,
 }
 
-pub use crate::scan::dataset::DataFile;
+pub use crate::scan::dataset::{ChangeCounts, IncrementalSummary};
+
+pub use crate::scan::dataset::{Block, DataFile};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeadShard {
@@ -218,8 +228,42 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     for shard in &shards {
         keys.extend(parts.remove(&shard.id).unwrap_or_default());
     }
+    let (change_keys, keys): (Vec<String>, Vec<String>) =
+        keys.into_iter().partition(|k| spec.is_change_part(k));
     let parts = describe_parts(s3, queue, &spec, keys).await?;
     let files = write_result(s3, &spec, &parts).await?;
+    let checked = crate::fleet::incremental::read_store_check(s3, &spec).await?;
+    let counts = sum_counts(&shards);
+    let progress = queue.counters().await?;
+    let incremental = match &spec.baseline {
+        Some(baseline) => {
+            let changes = spec.for_changes();
+            let change_parts = describe_parts(s3, queue, &changes, change_keys).await?;
+            let change_files = write_result(s3, &changes, &change_parts).await?;
+            let count = |name: &str| counts.get(name).copied().unwrap_or(0);
+            let checked = checked.clone().unwrap_or_default();
+            Some(IncrementalSummary {
+                baseline: baseline.clone(),
+                reused_records: checked.trusts_last_modified(),
+                detail: checked.detail(),
+                changes: match spec.layout {
+                    Layout::Single => format!("s3://{}/{}", spec.output_bucket, changes.result_key()),
+                    Layout::Dataset => format!("s3://{}/{}", spec.output_bucket, changes.data_prefix()),
+                },
+                change_files,
+                counts: ChangeCounts {
+                    added: count("added"),
+                    removed: count("removed"),
+                    content_changed: count("content_changed"),
+                    metadata_changed: count("metadata_changed"),
+                    reused: progress.get("reused").copied().unwrap_or(0),
+                    heads: progress.get("heads").copied().unwrap_or(0),
+                },
+                baseline_bytes_read: 0,
+            })
+        }
+        None => None,
+    };
     let dead: Vec<DeadShard> = shards
         .iter()
         .filter(|s| s.state == "dead")
@@ -244,14 +288,16 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         attempts: shards.iter().map(|s| s.attempts).sum(),
         shards_retried: shards.iter().filter(|s| s.attempts > 1).count() as u64,
         splits: shards.iter().map(|s| s.splits).sum(),
-        counts: sum_counts(&shards),
-        progress: queue.counters().await?,
+        counts,
+        progress,
         dead,
         created: queue.meta_field("created").await?,
         merged: time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default(),
         spec: spec.clone(),
+        store_check: checked.and_then(|c| c.check),
+        incremental,
     };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     let bucket = spec.output_bucket.as_str();
@@ -421,7 +467,10 @@ async fn read_stats(s3: &S3, spec: &ScanSpec, key: &str) -> Result<PartStats, Me
 /// The bytes every file starts with: the header, compressed as a gzip
 /// member of its own so the single layout can skip it in all but the first.
 fn lead(spec: &ScanSpec) -> Bytes {
-    let header = spec.format.header();
+    let header = match spec.change_set {
+        true => spec.format.change_header(),
+        false => spec.format.header(),
+    };
     if header.is_empty() || !spec.gzip {
         return header.into();
     }
@@ -573,6 +622,7 @@ async fn put_file(s3: &Arc<S3>, spec: &ScanSpec, key: &str, pieces: Vec<Piece>) 
 }
 
 fn describe_file(spec: &ScanSpec, key: &str, parts: &[Described], composed: Composed) -> DataFile {
+    let blocks = blocks_of(spec, parts, composed.bytes);
     DataFile {
         location: format!("s3://{}/{key}", spec.output_bucket),
         first_key: parts.first().map(|d| d.stats.first.clone()),
@@ -581,7 +631,32 @@ fn describe_file(spec: &ScanSpec, key: &str, parts: &[Described], composed: Comp
         bytes: composed.bytes,
         etag: composed.etag,
         sha256: None,
+        blocks,
     }
+}
+
+/// Where each part begins in a text file that is the format's header and
+/// the parts one after another (a gzip part is whole members): what an
+/// incremental scan seeks to. None when the file is not exactly that (a
+/// Parquet file, a single result composed in two levels).
+fn blocks_of(spec: &ScanSpec, parts: &[Described], file_bytes: u64) -> Vec<Block> {
+    if !spec.format.is_text() {
+        return Vec::new();
+    }
+    let header = lead(spec).len() as u64;
+    let mut offset = header;
+    let mut blocks = Vec::with_capacity(parts.len());
+    for d in parts.iter().filter(|d| d.stats.records > 0) {
+        blocks.push(Block {
+            first_key: d.stats.first.clone(),
+            offset,
+        });
+        offset += d.part.size;
+    }
+    if offset != file_bytes {
+        return Vec::new();
+    }
+    blocks
 }
 
 fn sum_counts(shards: &[ShardRecord]) -> BTreeMap<String, u64> {
@@ -647,6 +722,8 @@ mod tests {
             spec: spec.clone(),
             files: vec![],
             records: 0,
+            store_check: None,
+            incremental: None,
         };
         // A few dead shards: whole.
         let small = manifest(10);

@@ -5,7 +5,7 @@
 //! result. The top layer of the crate; the worker and the operator binaries
 //! sit above it.
 //!
-//! Inside, files form layers: `spec`, `governor`; `queue`; `recovery`, `governed`, `rewrite`, `data_files`; `plan`, `run`,
+//! Inside, files form layers: `spec`, `governor`; `queue`; `recovery`, `governed`, `rewrite`, `data_files`, `incremental`; `plan`, `run`,
 //! `merge`.
 //!
 //! May import: `s3`, `keyspace` and `scan`.
@@ -13,6 +13,7 @@
 pub mod data_files;
 pub mod governed;
 pub mod governor;
+pub mod incremental;
 pub mod merge;
 pub mod merge_plan;
 pub mod plan;

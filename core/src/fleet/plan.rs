@@ -13,12 +13,14 @@
 //! May import: `spec`, `queue`, `keyspace` and `s3`.
 
 use crate::fleet::data_files::{self, DataFilesError};
+use crate::fleet::incremental::{ensure_store_check, load_baseline};
 use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::{check_output, ScanSpec};
 use crate::keyspace::coverage::uncovered;
 use crate::keyspace::planner::{plan, BucketLister, PlanOptions};
 use crate::s3::error::S3Error;
 use crate::s3::S3;
+use crate::scan::baseline::BaselineError;
 use crate::scan::format::Layout;
 
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +98,21 @@ pub async fn plan_scan(
     if let Some(done) = plan_of(queue).await? {
         return Ok(Planned { added: 0, ..done });
     }
+    // Before any shard is queued, so before any HEAD: the store check, and
+    // the baseline, whose faults are the scan's, said once.
+    ensure_store_check(s3, spec)
+        .await
+        .map_err(|source| PlanError::Output {
+            bucket: spec.output_bucket.clone(),
+            source,
+        })?;
+    load_baseline(s3, spec).await.map_err(|e| match e {
+        BaselineError::Read { source, .. } if source.is_retryable() => PlanError::Output {
+            bucket: spec.output_bucket.clone(),
+            source,
+        },
+        refused => PlanError::Settings(refused.to_string()),
+    })?;
     let stored = queue.shard_ranges().await?;
     let (shards, estimated_objects) = if stored.is_empty() {
         let lister = BucketLister {

@@ -37,6 +37,7 @@ pub async fn rewrite_parquet(
         format: Format::Parquet,
         header: false,
         bucket: spec.bucket.clone(),
+        changes: spec.change_set,
         ..OutputOptions::default()
     };
     let dest = Destination::S3 {

@@ -19,7 +19,7 @@ use crate::keyspace::planner::{split_point, BucketLister};
 use crate::s3::error::S3Error;
 use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
-use crate::scan::record::{Record, Status};
+use crate::scan::record::{ChangeKind, Record, Status};
 use crate::scan::resume::Resumption;
 use futures::FutureExt;
 use std::sync::Arc;
@@ -82,6 +82,8 @@ pub enum RunError {
     Queue(#[from] QueueError),
     #[error(transparent)]
     S3(#[from] S3Error),
+    #[error("incremental scan: {0}")]
+    Incremental(#[from] crate::fleet::incremental::IncrementalError),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -128,6 +130,7 @@ pub struct Runner {
 
 impl Runner {
     pub async fn run(self) -> Result<RunSummary, RunError> {
+        crate::fleet::incremental::prepare_engine(&self.engine, &self.spec).await?;
         let split_wanted = Arc::new(Notify::new());
         let (stop_reporter, mut reporter) = self.spawn_progress_reporter(split_wanted.clone());
         let _governor = self.opts.govern_every.map(|every| {
@@ -364,8 +367,7 @@ impl Runner {
                     if !lease.shard.contains(&record.key) {
                         continue; // listed before a split: the upper part's worker has it
                     }
-                    let keep = self.engine.keep(&record);
-                    written = part.add(record, keep, &self.spec, lease, self.engine.s3.clone()).await;
+                    written = part.add(record, &self.engine, &self.spec, lease).await;
                     if written.is_err() {
                         break;
                     }
@@ -502,7 +504,7 @@ impl Runner {
         let Some(checkpoint) = part.last_key.clone() else {
             return Ok(true);
         };
-        let key = part.finish().await?;
+        let (key, changes) = part.finish().await?;
         if let (Some(key), Some(first), Some(last)) = (&key, &part.first_written, &part.last_written) {
             let stats = PartStats {
                 records: part.counts.written,
@@ -511,10 +513,19 @@ impl Runner {
             };
             self.queue.set_part_stats(key, &stats).await?;
         }
+        if let (Some(key), Some(c)) = (&changes, &part.changes) {
+            let stats = PartStats {
+                records: c.records,
+                first: c.first.clone(),
+                last: c.last.clone(),
+            };
+            self.queue.set_part_stats(key, &stats).await?;
+        }
         let counts = part.counts.pairs();
         let commit = Commit {
             checkpoint: Some(&checkpoint),
             part: key.as_deref(),
+            changes: changes.as_deref(),
             counts: &counts,
         };
         let recorded = self.queue.commit(lease, &commit).await?;
@@ -608,7 +619,7 @@ impl Progress {
     /// Counter deltas since the last report and the HEAD rate over the same
     /// interval: both measured between the two snapshots, so a report that
     /// took long (Redis restarting) cannot inflate the next rate.
-    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 7], f64) {
+    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 8], f64) {
         let d = |f: fn(&CountersSnapshot) -> u64| f(now).saturating_sub(f(&self.last));
         let deltas = [
             ("listed", d(|c| c.listed)),
@@ -620,6 +631,8 @@ impl Progress {
             // Records made from the listing's metadata, without a HEAD
             // (docs/metadata-source.md): objects scanned all the same.
             ("from_listing", d(|c| c.from_listing)),
+            // Incremental scans: records taken from the baseline.
+            ("reused", d(|c| c.reused)),
         ];
         let secs = taken.duration_since(self.at).as_secs_f64().max(1e-3);
         (deltas, (deltas[1].1 as f64 / secs).round())
@@ -667,6 +680,11 @@ struct PartCounts {
     vanished: u64,
     errors: u64,
     bytes: u64,
+    /// Incremental scans: changes since the baseline, by kind.
+    added: u64,
+    removed: u64,
+    content_changed: u64,
+    metadata_changed: u64,
 }
 
 impl PartCounts {
@@ -683,7 +701,16 @@ impl PartCounts {
         }
     }
 
-    fn pairs(&self) -> [(&'static str, u64); 6] {
+    fn add_change(&mut self, kind: ChangeKind) {
+        *match kind {
+            ChangeKind::Added => &mut self.added,
+            ChangeKind::Removed => &mut self.removed,
+            ChangeKind::ContentChanged => &mut self.content_changed,
+            ChangeKind::MetadataChanged => &mut self.metadata_changed,
+        } += 1;
+    }
+
+    fn pairs(&self) -> [(&'static str, u64); 10] {
         [
             ("objects", self.objects),
             ("written", self.written),
@@ -691,6 +718,10 @@ impl PartCounts {
             ("vanished", self.vanished),
             ("errors", self.errors),
             ("bytes", self.bytes),
+            ("added", self.added),
+            ("removed", self.removed),
+            ("content_changed", self.content_changed),
+            ("metadata_changed", self.metadata_changed),
         ]
     }
 }
@@ -708,6 +739,18 @@ struct Part {
     last_written: Option<String>,
     counts: PartCounts,
     opened: Instant,
+    /// Incremental scans: the change part beside this part.
+    changes: Option<ChangePart>,
+}
+
+/// The changes of a part's records (incremental scans).
+struct ChangePart {
+    key: String,
+    /// None once finished.
+    writer: Option<RecordWriter>,
+    records: u64,
+    first: String,
+    last: String,
 }
 
 impl Part {
@@ -728,16 +771,78 @@ impl Part {
             last_written: None,
             counts: PartCounts::default(),
             opened: Instant::now(),
+            changes: None,
         }
     }
 
+    /// Add one record of the engine's (an incremental scan's record may
+    /// carry a change, or be only a change: a baseline object gone).
     async fn add(
+        &mut self,
+        record: Record,
+        engine: &Engine,
+        spec: &ScanSpec,
+        lease: &Lease,
+    ) -> Result<(), S3Error> {
+        let key = record.key.clone();
+        let (result, change) = record.split_change();
+        if let Some(change) = change {
+            self.add_change(change, spec, lease, &engine.s3).await?;
+        }
+        if let Some(result) = result {
+            let keep = engine.keep(&result);
+            self.add_result(result, keep, spec, lease, &engine.s3).await?;
+        }
+        self.last_key = Some(key);
+        Ok(())
+    }
+
+    async fn add_change(
+        &mut self,
+        change: Record,
+        spec: &ScanSpec,
+        lease: &Lease,
+        s3: &Arc<crate::s3::S3>,
+    ) -> Result<(), S3Error> {
+        if self.changes.is_none() {
+            let part = spec.part_key(&lease.id, lease.token, self.pass, self.resume_after.as_deref());
+            let key = spec.change_part_key(&part);
+            let opts = OutputOptions {
+                changes: true,
+                ..part_options(spec)
+            };
+            let dest = Destination::S3 {
+                bucket: spec.output_bucket.clone(),
+                key: key.clone(),
+            };
+            self.changes = Some(ChangePart {
+                key,
+                writer: Some(RecordWriter::create(&dest, &opts, Some(s3)).await?),
+                records: 0,
+                first: change.key.clone(),
+                last: String::new(),
+            });
+        }
+        let part = self.changes.as_mut().expect("opened above");
+        let writer = part
+            .writer
+            .as_mut()
+            .ok_or_else(|| S3Error::Other("change part written after it was finished".into()))?;
+        writer.write(&change).await?;
+        part.records += 1;
+        part.last = change.key.clone();
+        self.counts
+            .add_change(change.change.expect("a change record has its change"));
+        Ok(())
+    }
+
+    async fn add_result(
         &mut self,
         record: Record,
         keep: bool,
         spec: &ScanSpec,
         lease: &Lease,
-        s3: Arc<crate::s3::S3>,
+        s3: &Arc<crate::s3::S3>,
     ) -> Result<(), S3Error> {
         if keep {
             if self.writer.is_none() {
@@ -746,14 +851,7 @@ impl Part {
                     bucket: spec.output_bucket.clone(),
                     key: key.clone(),
                 };
-                let opts = OutputOptions {
-                    gzip: spec.gzip,
-                    format: spec.format,
-                    header: false,
-                    bucket: spec.bucket.clone(),
-                    ..OutputOptions::default()
-                };
-                self.writer = Some(RecordWriter::create(&dest, &opts, Some(&s3)).await?);
+                self.writer = Some(RecordWriter::create(&dest, &part_options(spec), Some(s3)).await?);
                 self.key = Some(key);
             }
             self.writer.as_mut().expect("just created").write(&record).await?;
@@ -763,22 +861,30 @@ impl Part {
             self.last_written = Some(record.key.clone());
         }
         self.counts.add(&record, keep);
-        self.last_key = Some(record.key);
         Ok(())
     }
 
     fn is_full(&self, opts: &RunOptions) -> bool {
-        let records = self.counts.objects;
+        let records = self.counts.objects + self.changes.as_ref().map_or(0, |c| c.records);
         records >= opts.part_records || (records > 0 && self.opened.elapsed() >= opts.part_age)
     }
 
-    /// Complete the upload; returns the part's key, or `None` when no record
-    /// was kept (the checkpoint still advances).
-    async fn finish(&mut self) -> Result<Option<String>, S3Error> {
+    /// Complete the uploads; returns the part's key (`None` when no record
+    /// was kept: the checkpoint still advances) and its change part's.
+    async fn finish(&mut self) -> Result<(Option<String>, Option<String>), S3Error> {
         if let Some(w) = self.writer.take() {
             w.finish().await?;
         }
-        Ok(self.key.take())
+        let changes = match &mut self.changes {
+            Some(c) => {
+                if let Some(writer) = c.writer.take() {
+                    writer.finish().await?;
+                }
+                Some(c.key.clone())
+            }
+            None => None,
+        };
+        Ok((self.key.take(), changes))
     }
 
     fn reopen_after(&mut self, checkpoint: String) {
@@ -789,6 +895,21 @@ impl Part {
         if let Some(w) = self.writer.take() {
             w.abort().await;
         }
+        if let Some(w) = self.changes.take().and_then(|c| c.writer) {
+            w.abort().await;
+        }
+    }
+}
+
+/// How a part is written: the scan's format, no header (the merge puts it
+/// at each file's start).
+fn part_options(spec: &ScanSpec) -> OutputOptions {
+    OutputOptions {
+        gzip: spec.gzip,
+        format: spec.format,
+        header: false,
+        bucket: spec.bucket.clone(),
+        ..OutputOptions::default()
     }
 }
 

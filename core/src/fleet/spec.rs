@@ -50,6 +50,13 @@ pub struct ScanSpec {
     /// stored by releases before it (their parts are under `parts/`).
     #[serde(default)]
     pub scan_id: String,
+    /// Incremental scans: `s3://bucket/key` of the baseline's manifest.json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+    /// This spec names the scan's change set, not its result: the merge
+    /// writes it with the change parts under `changes/` (`for_changes`).
+    #[serde(skip)]
+    pub change_set: bool,
 }
 
 /// The fewest bytes a record takes in the result: a JSONL record of an
@@ -128,7 +135,37 @@ impl ScanSpec {
     /// Where the dataset's files go (and, for the single layout, where the
     /// merge stages them before joining them).
     pub fn data_prefix(&self) -> String {
-        format!("{}data/", self.output_prefix)
+        match self.change_set {
+            false => format!("{}data/", self.output_prefix),
+            true => format!("{}changes/", self.output_prefix),
+        }
+    }
+
+    /// The same scan's change set: its files, staging and intent keys.
+    pub fn for_changes(&self) -> ScanSpec {
+        ScanSpec {
+            change_set: true,
+            ..self.clone()
+        }
+    }
+
+    /// The key of a part's change part (incremental scans): beside the part,
+    /// `.changes` before the extension.
+    pub fn change_part_key(&self, part_key: &str) -> String {
+        let ext = format!(".{}", self.extension());
+        let stem = part_key.strip_suffix(&ext).unwrap_or(part_key);
+        format!("{stem}.changes{ext}")
+    }
+
+    /// Whether a recorded part is a change part.
+    pub fn is_change_part(&self, key: &str) -> bool {
+        key.ends_with(&format!(".changes.{}", self.extension()))
+    }
+
+    /// What the store check at planning found (see `scan::store_check`):
+    /// written once, before any HEAD, and kept with the parts.
+    pub fn store_check_key(&self) -> String {
+        format!("{}store-check.json", self.parts_prefix())
     }
 
     /// Data file number `n` (from 0): named so that names sort in key order
@@ -176,18 +213,21 @@ impl ScanSpec {
     /// first, then joined): among the scan's parts, deleted with them.
     pub fn staging_key(&self, n: usize) -> String {
         let name = crate::scan::dataset::sortable(n, 6);
-        format!("{}merge/{name}.{}", self.parts_prefix(), self.extension())
+        let folder = if self.change_set { "merge-changes" } else { "merge" };
+        format!("{}{folder}/{name}.{}", self.parts_prefix(), self.extension())
     }
 
     /// What the merge says it is about to write (see `fleet::merge`), so an
     /// attempt after one that died knows which data files were its own.
     pub fn merge_intent_key(&self) -> String {
-        format!("{}merge.json", self.parts_prefix())
+        let name = if self.change_set { "merge-changes" } else { "merge" };
+        format!("{}{name}.json", self.parts_prefix())
     }
 
-    /// The merged result.
+    /// The merged result (or change set).
     pub fn result_key(&self) -> String {
-        format!("{}result.{}", self.output_prefix, self.extension())
+        let name = if self.change_set { "changes" } else { "result" };
+        format!("{}{name}.{}", self.output_prefix, self.extension())
     }
 
     pub fn manifest_key(&self) -> String {
@@ -239,6 +279,8 @@ mod tests {
             layout: Layout::Single,
             file_size: DEFAULT_FILE_SIZE,
             scan_id: "ns.s.1234".into(),
+            baseline: None,
+            change_set: false,
         };
         assert_eq!(
             spec.part_key("abc", 1, 0, None),

@@ -70,7 +70,7 @@ pub struct ListRequest {
     pub with_metadata: bool,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ListedObject {
     pub key: String,
     pub size: u64,

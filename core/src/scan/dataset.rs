@@ -35,6 +35,19 @@ pub struct DataFile {
     /// process (a file composed on the server by copying parts has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// Where reading may start in the file: the first key and byte offset
+    /// of each block (a worker part of a merged text file, a whole gzip
+    /// member), in key order. An incremental scan reads only from the block
+    /// before its range (`baseline`). Empty: from the start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<Block>,
+}
+
+/// A place in a data file where records, and gzip members, begin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Block {
+    pub first_key: String,
+    pub offset: u64,
 }
 
 /// Where a dataset goes: an S3 prefix or a local directory (`data/` and
@@ -91,18 +104,35 @@ impl DatasetRoot {
     /// Make the local directories (S3 needs none).
     pub async fn prepare(&self) -> Result<(), S3Error> {
         if let DatasetRoot::Dir(dir) = self {
-            tokio::fs::create_dir_all(dir.join("data"))
-                .await
-                .map_err(|e| S3Error::Config(format!("cannot create {}: {e}", dir.join("data").display())))?;
+            for folder in [DATA, CHANGES] {
+                tokio::fs::create_dir_all(dir.join(folder)).await.map_err(|e| {
+                    S3Error::Config(format!("cannot create {}: {e}", dir.join(folder).display()))
+                })?;
+            }
         }
         Ok(())
     }
+
+    /// Where an incremental scan's change files are.
+    pub fn changes_location(&self) -> String {
+        self.location("changes/")
+    }
 }
+
+/// The folder of a dataset's data files.
+pub const DATA: &str = "data";
+/// The folder of an incremental scan's change files (same layout).
+pub const CHANGES: &str = "changes";
 
 /// The name of file `file` of shard `shard`: name order is key order.
 pub fn file_name(shard: usize, file: usize, extension: &str) -> String {
+    file_name_in(DATA, shard, file, extension)
+}
+
+/// [`file_name`] in `folder` (`data` or `changes`).
+pub fn file_name_in(folder: &str, shard: usize, file: usize, extension: &str) -> String {
     format!(
-        "data/part-{}-{}.{extension}",
+        "{folder}/part-{}-{}.{extension}",
         sortable(shard, 5),
         sortable(file, 4)
     )
@@ -130,6 +160,7 @@ pub struct ShardFiles {
     s3: Option<Arc<S3>>,
     shard: usize,
     file_size: u64,
+    folder: &'static str,
     open: Option<OpenFile>,
     done: Vec<DataFile>,
 }
@@ -155,14 +186,24 @@ impl ShardFiles {
             s3,
             shard,
             file_size,
+            folder: DATA,
             open: None,
             done: Vec::new(),
         }
     }
 
+    /// The same for an incremental scan's change files (under `changes/`,
+    /// with the change columns).
+    pub fn changes(mut self) -> Self {
+        self.folder = CHANGES;
+        self.opts.changes = true;
+        self
+    }
+
     pub async fn write(&mut self, record: &Record) -> Result<(), S3Error> {
         if self.open.is_none() {
-            let name = file_name(
+            let name = file_name_in(
+                self.folder,
                 self.shard,
                 self.done.len(),
                 self.opts.format.extension(self.opts.gzip),
@@ -199,6 +240,7 @@ impl ShardFiles {
             bytes: summary.bytes,
             etag: None,
             sha256: Some(hex::encode(summary.sha256)),
+            blocks: Vec::new(),
         });
         Ok(())
     }
@@ -265,6 +307,47 @@ pub struct DatasetManifest {
     pub shards: usize,
     /// RFC 3339, when the manifest was written.
     pub created: String,
+    /// Only objects with metadata were kept (such a result cannot be a
+    /// baseline: it does not hold every object).
+    #[serde(default)]
+    pub only_with_metadata: bool,
+    /// The store check at the scan's start (S3 outputs): its time and
+    /// whether LastModified moves on a metadata replace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_check: Option<crate::scan::store_check::StoreCheck>,
+    /// Incremental scans: the baseline's manifest, what the scan did with
+    /// it, and the change set's files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<IncrementalSummary>,
+}
+
+/// What an incremental scan did against its baseline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncrementalSummary {
+    /// `s3://bucket/key` of the baseline's manifest.
+    pub baseline: String,
+    /// Unchanged objects were taken from the baseline (the store check saw
+    /// LastModified move); otherwise every object was HEADed.
+    pub reused_records: bool,
+    /// Why, in words.
+    pub detail: String,
+    /// Where the change set is, its files (in key order) and counts.
+    pub changes: String,
+    pub change_files: Vec<DataFile>,
+    pub counts: ChangeCounts,
+    /// Bytes of the baseline read.
+    pub baseline_bytes_read: u64,
+}
+
+/// Changes by kind, and records taken without a HEAD.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeCounts {
+    pub added: u64,
+    pub removed: u64,
+    pub content_changed: u64,
+    pub metadata_changed: u64,
+    pub reused: u64,
+    pub heads: u64,
 }
 
 impl DatasetManifest {

@@ -12,11 +12,12 @@ use crate::s3::error::S3Error;
 use crate::s3::HeadClient;
 use crate::s3::HeadResult;
 use crate::s3::{BucketLister, ListRequest, ListedObject, Pages, S3};
+use crate::scan::baseline::{Baseline, RangeReader};
 use crate::scan::listed::{
     disagreement, record_from_listing, sample_indices, MetadataLister, MetadataSource,
 };
 use crate::scan::partition::{Partition, Partitions};
-use crate::scan::record::{Record, Status};
+use crate::scan::record::{ChangeKind, Previous, Record, Status};
 use crate::scan::resume::{ResumePolicy, Resumption};
 use futures::future::Either;
 use futures::StreamExt;
@@ -57,6 +58,35 @@ impl Task {
     }
 }
 
+/// One entry of a shard's scan in key order, as the lister sends it.
+// Listed is the common variant, sent once per object: not boxed.
+#[allow(clippy::large_enum_variant)]
+enum Entry {
+    /// A listed object, with its baseline record (incremental scans).
+    Listed(Task, Option<Box<Record>>),
+    /// A baseline object no longer listed (incremental scans).
+    Removed(Box<Record>),
+}
+
+impl Entry {
+    fn key(&self) -> &str {
+        match self {
+            Entry::Listed(task, _) => task.key(),
+            Entry::Removed(old) => &old.key,
+        }
+    }
+}
+
+/// What an incremental scan compares against.
+#[derive(Debug)]
+pub struct Incremental {
+    pub baseline: Arc<Baseline>,
+    /// This scan's store check saw LastModified move on a metadata replace:
+    /// unchanged objects may be taken from the baseline. Otherwise every
+    /// object is HEADed and the baseline only gives the change set.
+    pub trust_last_modified: bool,
+}
+
 /// Live counters, shared with progress reporting.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -80,6 +110,13 @@ pub struct Counters {
     pub listing_distrusted: AtomicU64,
     /// Shard scans resumed after a transient failure (see `resume`).
     pub resumed: AtomicU64,
+    /// Incremental scans: records taken from the baseline without a HEAD,
+    /// and changes found, by kind.
+    pub reused: AtomicU64,
+    pub added: AtomicU64,
+    pub removed: AtomicU64,
+    pub content_changed: AtomicU64,
+    pub metadata_changed: AtomicU64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -96,6 +133,11 @@ pub struct CountersSnapshot {
     pub from_listing: u64,
     pub listing_distrusted: u64,
     pub resumed: u64,
+    pub reused: u64,
+    pub added: u64,
+    pub removed: u64,
+    pub content_changed: u64,
+    pub metadata_changed: u64,
 }
 
 impl Counters {
@@ -113,6 +155,11 @@ impl Counters {
             from_listing: self.from_listing.load(Relaxed),
             listing_distrusted: self.listing_distrusted.load(Relaxed),
             resumed: self.resumed.load(Relaxed),
+            reused: self.reused.load(Relaxed),
+            added: self.added.load(Relaxed),
+            removed: self.removed.load(Relaxed),
+            content_changed: self.content_changed.load(Relaxed),
+            metadata_changed: self.metadata_changed.load(Relaxed),
         }
     }
 }
@@ -144,6 +191,8 @@ pub struct Engine {
     /// HEAD that succeeds looks at the map only when it holds something.
     head_failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     failing: AtomicU64,
+    /// Set once before scanning when the scan is incremental.
+    incremental: std::sync::OnceLock<Incremental>,
 }
 
 /// Passes of a shard in which one object's HEAD may use up its retries on
@@ -203,7 +252,18 @@ impl Engine {
             resume: ResumePolicy::default(),
             head_failures: Default::default(),
             failing: AtomicU64::new(0),
+            incremental: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Make the scan incremental against `incremental.baseline` (before the
+    /// first shard; later calls are ignored).
+    pub fn set_incremental(&self, incremental: Incremental) {
+        let _ = self.incremental.set(incremental);
+    }
+
+    pub fn incremental(&self) -> Option<&Incremental> {
+        self.incremental.get()
     }
 
     /// Scan one shard, sending every record in key order to `out` (writers
@@ -269,7 +329,7 @@ impl Engine {
     ) -> Result<(), S3Error> {
         let window = self.opts.concurrency.max(1);
         let page = self.opts.page_size.clamp(1, 1000) as usize;
-        let (keys_tx, keys_rx) = mpsc::channel::<Task>(2 * page);
+        let (keys_tx, keys_rx) = mpsc::channel::<Entry>(2 * page);
         let lister = tokio::spawn(self.clone().list_shard(shard.clone(), frontier.clone(), keys_tx));
 
         let engine = self.clone();
@@ -281,7 +341,7 @@ impl Engine {
             // of every shard's window waiting for a permit (16 shards of
             // 1,024 slots were 250 MB of task state, and the kernel zeroing
             // its fresh pages was 7 % of the CPU, docs/head-path.md).
-            .then(move |task| engine.clone().task_future(task))
+            .then(move |entry| engine.clone().entry_future(entry))
             // Records leave in key order, so a HEAD that finished waits for
             // the slower ones before it, and its slot in `buffered` stays
             // taken meanwhile: with only `window` slots a slow HEAD (a tail
@@ -292,7 +352,9 @@ impl Engine {
         let mut records = std::pin::pin!(records);
         while let Some(joined) = records.next().await {
             let record = joined.map_err(|e| S3Error::Other(format!("HEAD task failed: {e}")))??;
-            outcome.listed += 1;
+            if !record.is_removal() {
+                outcome.listed += 1;
+            }
             outcome.last_key = Some(record.key.clone());
             out.send(record)
                 .await
@@ -302,6 +364,51 @@ impl Engine {
             .await
             .map_err(|e| S3Error::Other(format!("lister failed: {e}")))??;
         Ok(())
+    }
+
+    /// The future of one entry's record, with what changed since the
+    /// baseline when the scan is incremental.
+    async fn entry_future(
+        self: Arc<Self>,
+        entry: Entry,
+    ) -> impl std::future::Future<Output = Result<Result<Record, S3Error>, tokio::task::JoinError>> {
+        use futures::FutureExt;
+        match entry {
+            Entry::Removed(old) => {
+                self.counters.removed.fetch_add(1, Relaxed);
+                Either::Left(std::future::ready(Ok(Ok(removed(*old)))))
+            }
+            Entry::Listed(task, old) => {
+                let record = self.clone().task_future(task).await;
+                let engine = self.clone();
+                Either::Right(
+                    record.map(move |joined| {
+                        joined.map(|made| made.map(|record| engine.with_change(record, old)))
+                    }),
+                )
+            }
+        }
+    }
+
+    /// `record` with what changed since its baseline record `old`
+    /// (incremental scans only; others pass it through).
+    fn with_change(&self, mut record: Record, old: Option<Box<Record>>) -> Record {
+        if self.incremental.get().is_none() {
+            return record;
+        }
+        let Some(kind) = change_of(&record, old.as_deref()) else {
+            return record;
+        };
+        let counter = match kind {
+            ChangeKind::Added => &self.counters.added,
+            ChangeKind::Removed => &self.counters.removed,
+            ChangeKind::ContentChanged => &self.counters.content_changed,
+            ChangeKind::MetadataChanged => &self.counters.metadata_changed,
+        };
+        counter.fetch_add(1, Relaxed);
+        record.change = Some(kind);
+        record.previous = old.map(|o| Box::new(Previous::of(&o)));
+        record
     }
 
     /// The future of one listed entry's record: a spawned HEAD, started
@@ -377,8 +484,12 @@ impl Engine {
         self: Arc<Self>,
         shard: Shard,
         frontier: Arc<Frontier>,
-        keys: mpsc::Sender<Task>,
+        keys: mpsc::Sender<Entry>,
     ) -> Result<(), S3Error> {
+        let mut baseline = self
+            .incremental
+            .get()
+            .map(|i| i.baseline.range(self.s3.clone(), &shard));
         let source = self.opts.metadata_source;
         let req = ListRequest {
             prefix: shard.prefix.clone(),
@@ -421,15 +532,58 @@ impl Engine {
             };
             for task in tasks {
                 self.counters.listed.fetch_add(1, Relaxed);
-                if keys.send(task).await.is_err() {
+                if !self.send_paired(task, baseline.as_mut(), &keys).await? {
                     return Ok(()); // the consumer stopped (it has an error to report)
                 }
             }
             if end.is_some() {
-                return Ok(());
+                break;
+            }
+        }
+        // Baseline objects of the range past the last one listed are gone.
+        if let Some(baseline) = baseline.as_mut() {
+            for old in baseline.rest().await? {
+                if keys.send(Entry::Removed(Box::new(old))).await.is_err() {
+                    return Ok(());
+                }
             }
         }
         Ok(())
+    }
+
+    /// Send one listed entry, after the baseline objects before it that are
+    /// no longer listed, paired with its own baseline record; one whose
+    /// record still holds is not HEADed. False: the consumer stopped.
+    async fn send_paired(
+        &self,
+        task: Task,
+        baseline: Option<&mut RangeReader>,
+        keys: &mpsc::Sender<Entry>,
+    ) -> Result<bool, S3Error> {
+        let Some(baseline) = baseline else {
+            return Ok(keys.send(Entry::Listed(task, None)).await.is_ok());
+        };
+        let (gone, old) = baseline.up_to(task.key()).await?;
+        for old in gone {
+            if keys.send(Entry::Removed(Box::new(old))).await.is_err() {
+                return Ok(false);
+            }
+        }
+        let task = match (task, &old) {
+            (Task::Head(obj), Some(old)) if self.may_reuse(old, &obj) => {
+                self.counters.reused.fetch_add(1, Relaxed);
+                self.count_listed_record(old);
+                Task::Made(reused(old, &obj))
+            }
+            (task, _) => task,
+        };
+        Ok(keys.send(Entry::Listed(task, old.map(Box::new))).await.is_ok())
+    }
+
+    fn may_reuse(&self, old: &Record, obj: &ListedObject) -> bool {
+        self.incremental
+            .get()
+            .is_some_and(|i| i.trust_last_modified && i.baseline.reusable(old, obj))
     }
 
     /// The entry's record from the listing when it carries metadata, else a
@@ -583,6 +737,8 @@ impl Engine {
                     missing_metadata: info.missing_metadata,
                     error: None,
                     http_status: None,
+                    change: None,
+                    previous: None,
                 }
             }
             Ok(None) if self.still_listed(&obj.key).await? => {
@@ -671,6 +827,45 @@ fn count_in(p: &Partition, throttles: u64, micros: u64) {
     p.head_micros.fetch_add(micros, Relaxed);
 }
 
+/// What changed between the baseline record `old` and this scan's `new`.
+/// Metadata is compared only when both were read in full.
+fn change_of(new: &Record, old: Option<&Record>) -> Option<ChangeKind> {
+    let Some(old) = old else {
+        return (new.status != Status::Vanished).then_some(ChangeKind::Added);
+    };
+    if new.status == Status::Vanished {
+        return Some(ChangeKind::Removed);
+    }
+    if new.size != old.size || new.etag != old.etag {
+        return Some(ChangeKind::ContentChanged);
+    }
+    let both_read = new.status == Status::Ok && old.status == Status::Ok;
+    let differs = new.metadata != old.metadata
+        || new.binary_metadata != old.binary_metadata
+        || new.content_type != old.content_type;
+    (both_read && differs).then_some(ChangeKind::MetadataChanged)
+}
+
+/// The change record of a baseline object no longer listed.
+fn removed(old: Record) -> Record {
+    let previous = Previous::of(&old);
+    Record {
+        change: Some(ChangeKind::Removed),
+        previous: Some(Box::new(previous)),
+        ..old
+    }
+}
+
+/// The baseline's record of an unchanged object, with what the listing
+/// says now of its storage class (a lifecycle transition moves neither its
+/// ETag nor its LastModified).
+fn reused(old: &Record, obj: &ListedObject) -> Record {
+    Record {
+        storage_class: obj.storage_class.clone().or_else(|| old.storage_class.clone()),
+        ..old.clone()
+    }
+}
+
 /// A record from what the listing said, for objects the HEAD could not read.
 fn listed_record(obj: ListedObject, status: Status) -> Record {
     Record {
@@ -686,6 +881,8 @@ fn listed_record(obj: ListedObject, status: Status) -> Record {
         missing_metadata: None,
         error: None,
         http_status: None,
+        change: None,
+        previous: None,
     }
 }
 

@@ -8,7 +8,7 @@
 //!
 //! May import: `record`, `parquet`.
 
-use crate::scan::record::Record;
+use crate::scan::record::{Previous, Record};
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
 
@@ -112,6 +112,25 @@ impl Format {
         }
     }
 
+    /// The header of a change set's files: the result's columns, then
+    /// [`CHANGE_COLUMNS`].
+    pub fn change_header(self) -> Vec<u8> {
+        match self {
+            Format::Jsonl | Format::Parquet => Vec::new(),
+            Format::Csv => {
+                let mut out = CSV_COLUMNS
+                    .iter()
+                    .chain(CHANGE_COLUMNS.iter())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(",")
+                    .into_bytes();
+                out.extend_from_slice(b"\r\n");
+                out
+            }
+        }
+    }
+
     /// A line-based format, written record by record; Parquet is columnar.
     pub fn is_text(self) -> bool {
         self != Format::Parquet
@@ -167,7 +186,42 @@ fn write_csv_row(r: &Record, bucket: &str, out: &mut Vec<u8>) {
         }
         write_csv_field(field, out);
     }
+    if let Some(kind) = r.change {
+        write_change_fields(kind, r.previous.as_deref(), out);
+    }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Columns a change set adds after the result's: the kind of change and
+/// the baseline's record of the object (empty for an added one).
+pub const CHANGE_COLUMNS: [&str; 6] = [
+    "change",
+    "previous_size",
+    "previous_e_tag",
+    "previous_last_modified",
+    "previous_content_type",
+    "previous_user_metadata",
+];
+
+fn write_change_fields(
+    kind: crate::scan::record::ChangeKind,
+    previous: Option<&Previous>,
+    out: &mut Vec<u8>,
+) {
+    let (size, etag, modified, content_type, metadata) = match previous {
+        Some(p) => (
+            p.size.to_string(),
+            p.etag.clone().unwrap_or_default(),
+            p.last_modified.clone().unwrap_or_default(),
+            p.content_type.clone().unwrap_or_default(),
+            serde_json::to_string(&p.metadata).expect("a map serializes"),
+        ),
+        None => Default::default(),
+    };
+    for field in [kind.as_str(), &size, &etag, &modified, &content_type, &metadata] {
+        out.push(b',');
+        write_csv_field(field, out);
+    }
 }
 
 fn write_csv_field(field: &str, out: &mut Vec<u8>) {
@@ -194,7 +248,7 @@ pub fn record_keys(format: Format, body: &[u8]) -> Result<Vec<String>, String> {
                     .map_err(|e| format!("bad JSON line: {e}"))
             })
             .collect(),
-        Format::Csv => Ok(parse_csv(body)?
+        Format::Csv => Ok(parse_csv_rows(body)?
             .into_iter()
             .map(|mut row| row.swap_remove(1))
             .collect()),
@@ -206,6 +260,20 @@ pub fn record_keys(format: Format, body: &[u8]) -> Result<Vec<String>, String> {
 
 /// Rows of RFC 4180 CSV (every row must have all columns).
 pub fn parse_csv(body: &[u8]) -> Result<Vec<Vec<String>>, String> {
+    let rows = parse_csv_rows(body)?;
+    if let Some(bad) = rows.iter().find(|r| r.len() != CSV_COLUMNS.len()) {
+        return Err(format!(
+            "CSV row has {} fields, not {}",
+            bad.len(),
+            CSV_COLUMNS.len()
+        ));
+    }
+    Ok(rows)
+}
+
+/// Rows of RFC 4180 CSV, of any number of fields (a change set's rows have
+/// [`CHANGE_COLUMNS`] too).
+pub fn parse_csv_rows(body: &[u8]) -> Result<Vec<Vec<String>>, String> {
     let text = std::str::from_utf8(body).map_err(|e| format!("CSV is not UTF-8: {e}"))?;
     let mut rows = Vec::new();
     let (mut row, mut field) = (Vec::new(), String::new());
@@ -232,14 +300,66 @@ pub fn parse_csv(body: &[u8]) -> Result<Vec<Vec<String>>, String> {
     if quoted {
         return Err("CSV ends inside a quoted field".into());
     }
-    if let Some(bad) = rows.iter().find(|r| r.len() != CSV_COLUMNS.len()) {
-        return Err(format!(
-            "CSV row has {} fields, not {}",
-            bad.len(),
-            CSV_COLUMNS.len()
-        ));
-    }
     Ok(rows)
+}
+
+/// Whether a parsed CSV row is the header row.
+pub fn is_csv_header(row: &[String]) -> bool {
+    row.iter().map(String::as_str).eq(CSV_COLUMNS)
+}
+
+/// The whole rows at the start of `pending` (all of it when `end`), taken
+/// out of it: a row ends at a line break outside quotes.
+pub fn take_csv_rows(pending: &mut Vec<u8>, end: bool) -> Result<Vec<Vec<String>>, String> {
+    let cut = if end {
+        pending.len()
+    } else {
+        let mut quoted = false;
+        let mut cut = 0;
+        for (i, b) in pending.iter().enumerate() {
+            match b {
+                b'"' => quoted = !quoted,
+                b'\n' if !quoted => cut = i + 1,
+                _ => {}
+            }
+        }
+        cut
+    };
+    let rows = parse_csv(&pending[..cut])?;
+    pending.drain(..cut);
+    Ok(rows)
+}
+
+/// A record from a CSV row of a result (the columns [`CSV_COLUMNS`]).
+pub fn parse_csv_record(row: &[String]) -> Result<Record, String> {
+    let text = |i: usize| Some(row[i].clone()).filter(|v| !v.is_empty());
+    let number = |i: usize, what: &str| -> Result<Option<u64>, String> {
+        text(i)
+            .map(|v| v.parse::<u64>().map_err(|e| format!("{what} {v:?}: {e}")))
+            .transpose()
+    };
+    let status: crate::scan::record::Status =
+        serde_json::from_value(serde_json::Value::String(row[2].clone()))
+            .map_err(|e| format!("status: {e}"))?;
+    Ok(Record {
+        key: row[1].clone(),
+        status,
+        size: number(3, "size")?.unwrap_or(0),
+        last_modified: text(4),
+        etag: text(5),
+        storage_class: text(6),
+        content_type: text(7),
+        metadata: serde_json::from_str(&row[8]).map_err(|e| format!("user_metadata: {e}"))?,
+        error: text(9),
+        http_status: number(10, "http_status")?.map(|n| n as u16),
+        binary_metadata: match text(12) {
+            Some(v) => serde_json::from_str(&v).map_err(|e| format!("binary_metadata: {e}"))?,
+            None => Vec::new(),
+        },
+        missing_metadata: number(13, "missing_metadata")?.map(|n| n as u32),
+        change: None,
+        previous: None,
+    })
 }
 
 #[cfg(test)]
@@ -262,6 +382,8 @@ mod tests {
             missing_metadata: Some(2),
             error: None,
             http_status: None,
+            change: None,
+            previous: None,
         }
     }
 

@@ -88,6 +88,8 @@ pub fn record_from_listing(obj: &ListedObject) -> Option<Record> {
         missing_metadata: None,
         error: None,
         http_status: None,
+        change: None,
+        previous: None,
     })
 }
 

@@ -5,6 +5,7 @@
 //!
 //! May import: `s3` and `keyspace`; never `fleet`.
 
+pub mod baseline;
 pub mod dataset;
 pub mod engine;
 pub mod format;
@@ -15,5 +16,6 @@ pub mod partition;
 pub mod record;
 pub mod resume;
 pub mod single;
+pub mod store_check;
 
 pub use record::{Record, Status};

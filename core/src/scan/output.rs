@@ -94,6 +94,9 @@ pub struct OutputOptions {
     pub bucket: String,
     /// First multipart part size for S3 output; at least [`MIN_PART_SIZE`].
     pub part_size: usize,
+    /// A change set's file: the result's columns and the change columns
+    /// (CSV header, Parquet schema).
+    pub changes: bool,
 }
 
 impl Default for OutputOptions {
@@ -104,6 +107,7 @@ impl Default for OutputOptions {
             header: true,
             bucket: String::new(),
             part_size: 8 * 1024 * 1024,
+            changes: false,
         }
     }
 }
@@ -130,7 +134,7 @@ impl Encoder {
         opts.format.check_gzip(opts.gzip).map_err(S3Error::Config)?;
         Ok(match (opts.format, opts.gzip) {
             (Format::Parquet, _) => Encoder::Parquet(Box::new(
-                ParquetEncoder::new(&opts.bucket).map_err(|e| S3Error::Other(e.to_string()))?,
+                ParquetEncoder::new(&opts.bucket, opts.changes).map_err(|e| S3Error::Other(e.to_string()))?,
             )),
             (_, true) => Encoder::Gzip(GzEncoder::new(Vec::new(), flate2::Compression::fast())),
             (_, false) => Encoder::Plain(Vec::new()),
@@ -237,7 +241,10 @@ impl RecordWriter {
             hasher: sha2::Sha256::default(),
         };
         if opts.header && opts.format.is_text() {
-            writer.line = opts.format.header();
+            writer.line = match opts.changes {
+                true => opts.format.change_header(),
+                false => opts.format.header(),
+            };
             writer.encode_line()?;
         }
         Ok(writer)
@@ -390,6 +397,8 @@ mod tests {
             missing_metadata: None,
             error: None,
             http_status: None,
+            change: None,
+            previous: None,
         }
     }
 

@@ -20,7 +20,7 @@
 //!
 //! May import: `record`.
 
-use crate::scan::record::{Record, Status};
+use crate::scan::record::{ChangeKind, Previous, Record, Status};
 use arrow_array::builder::{
     Int32Builder, Int64Builder, ListBuilder, MapBuilder, MapFieldNames, StringBuilder,
     TimestampMillisecondBuilder,
@@ -100,6 +100,30 @@ fn names_type() -> DataType {
     DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, false)))
 }
 
+/// A change set's Arrow schema: the result's, then the change columns
+/// (`format::CHANGE_COLUMNS`).
+pub fn change_schema() -> SchemaRef {
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let mut fields: Vec<Field> = schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.extend([
+                Field::new("change", DataType::Utf8, false),
+                Field::new("previous_size", DataType::Int64, true),
+                Field::new("previous_e_tag", DataType::Utf8, true),
+                Field::new(
+                    "previous_last_modified",
+                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                    true,
+                ),
+                Field::new("previous_content_type", DataType::Utf8, true),
+                Field::new("previous_user_metadata", metadata_type(), true),
+            ]);
+            Arc::new(Schema::new(fields))
+        })
+        .clone()
+}
+
 /// The result's Arrow schema.
 pub fn schema() -> SchemaRef {
     static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
@@ -146,14 +170,82 @@ struct Columns {
     version_id: StringBuilder,
     binary_metadata: ListBuilder<StringBuilder>,
     missing_metadata: Int32Builder,
+    /// Change sets only.
+    changes: Option<ChangeColumns>,
     rows: usize,
 }
 
+/// The change columns of a change set's rows.
+struct ChangeColumns {
+    change: StringBuilder,
+    size: Int64Builder,
+    etag: StringBuilder,
+    last_modified: TimestampMillisecondBuilder,
+    content_type: StringBuilder,
+    metadata: MapBuilder<StringBuilder, StringBuilder>,
+}
+
+fn metadata_builder() -> MapBuilder<StringBuilder, StringBuilder> {
+    MapBuilder::new(Some(map_names()), StringBuilder::new(), StringBuilder::new())
+        .with_keys_field(Arc::new(Field::new("key", DataType::Utf8, false)))
+        .with_values_field(Arc::new(Field::new("value", DataType::Utf8, true)))
+}
+
+impl ChangeColumns {
+    fn new() -> ChangeColumns {
+        ChangeColumns {
+            change: StringBuilder::new(),
+            size: Int64Builder::new(),
+            etag: StringBuilder::new(),
+            last_modified: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+            content_type: StringBuilder::new(),
+            metadata: metadata_builder(),
+        }
+    }
+
+    fn push(&mut self, r: &Record) -> Result<(), ParquetError> {
+        let kind = r.change.ok_or_else(|| {
+            ParquetError::Schema(format!("record of {:?} in a change set has no change", r.key))
+        })?;
+        self.change.append_value(kind.as_str());
+        let previous = r.previous.as_deref();
+        self.size
+            .append_option(previous.map(|p| i64::try_from(p.size).unwrap_or(i64::MAX)));
+        self.etag.append_option(previous.and_then(|p| p.etag.as_deref()));
+        self.last_modified.append_option(
+            previous
+                .and_then(|p| p.last_modified.as_deref())
+                .map(millis)
+                .transpose()?,
+        );
+        self.content_type
+            .append_option(previous.and_then(|p| p.content_type.as_deref()));
+        match previous {
+            Some(p) => {
+                for (name, value) in &p.metadata {
+                    self.metadata.keys().append_value(name);
+                    self.metadata.values().append_value(value);
+                }
+                self.metadata.append(true)?;
+            }
+            None => self.metadata.append(false)?,
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, columns: &mut Vec<ArrayRef>) {
+        columns.push(Arc::new(self.change.finish()));
+        columns.push(Arc::new(self.size.finish()));
+        columns.push(Arc::new(self.etag.finish()));
+        columns.push(Arc::new(self.last_modified.finish()));
+        columns.push(Arc::new(self.content_type.finish()));
+        columns.push(Arc::new(self.metadata.finish()));
+    }
+}
+
 impl Columns {
-    fn new() -> Columns {
-        let metadata = MapBuilder::new(Some(map_names()), StringBuilder::new(), StringBuilder::new())
-            .with_keys_field(Arc::new(Field::new("key", DataType::Utf8, false)))
-            .with_values_field(Arc::new(Field::new("value", DataType::Utf8, true)));
+    fn new(changes: bool) -> Columns {
+        let metadata = metadata_builder();
         Columns {
             bucket: StringBuilder::new(),
             key: StringBuilder::new(),
@@ -170,6 +262,7 @@ impl Columns {
             binary_metadata: ListBuilder::new(StringBuilder::new())
                 .with_field(Arc::new(Field::new_list_field(DataType::Utf8, false))),
             missing_metadata: Int32Builder::new(),
+            changes: changes.then(ChangeColumns::new),
             rows: 0,
         }
     }
@@ -198,13 +291,16 @@ impl Columns {
         self.binary_metadata.append(true);
         self.missing_metadata
             .append_option(r.missing_metadata.map(|n| i32::try_from(n).unwrap_or(i32::MAX)));
+        if let Some(changes) = &mut self.changes {
+            changes.push(r)?;
+        }
         self.rows += 1;
         Ok(())
     }
 
     fn finish(&mut self) -> Result<RecordBatch, ParquetError> {
         self.rows = 0;
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(self.bucket.finish()),
             Arc::new(self.key.finish()),
             Arc::new(self.status.finish()),
@@ -220,7 +316,14 @@ impl Columns {
             Arc::new(self.binary_metadata.finish()),
             Arc::new(self.missing_metadata.finish()),
         ];
-        Ok(RecordBatch::try_new(schema(), columns)?)
+        let schema = match &mut self.changes {
+            Some(changes) => {
+                changes.finish(&mut columns);
+                change_schema()
+            }
+            None => schema(),
+        };
+        Ok(RecordBatch::try_new(schema, columns)?)
     }
 }
 
@@ -249,15 +352,20 @@ pub struct ParquetEncoder {
 }
 
 impl ParquetEncoder {
-    pub fn new(bucket: &str) -> Result<ParquetEncoder, ParquetError> {
+    /// `changes`: a change set's file (the change columns too).
+    pub fn new(bucket: &str, changes: bool) -> Result<ParquetEncoder, ParquetError> {
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
             .build();
         Ok(ParquetEncoder {
-            writer: ArrowWriter::try_new(Vec::new(), schema(), Some(props))?,
-            columns: Columns::new(),
+            writer: ArrowWriter::try_new(
+                Vec::new(),
+                if changes { change_schema() } else { schema() },
+                Some(props),
+            )?,
+            columns: Columns::new(changes),
             bucket: bucket.to_string(),
         })
     }
@@ -324,7 +432,8 @@ pub fn record_keys(file: Bytes) -> Result<Vec<String>, ParquetError> {
 }
 
 fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, ParquetError> {
-    if batch.schema().fields() != schema().fields() {
+    let changes = batch.schema().fields() == change_schema().fields();
+    if batch.schema().fields() != schema().fields() && !changes {
         return Err(ParquetError::Schema(format!("columns {:?}", batch.schema())));
     }
     let text = |i: usize| batch.column(i).as_string::<i32>();
@@ -336,16 +445,44 @@ fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, ParquetError> {
     let binary = batch.column(12).as_list::<i32>();
     let missing = batch.column(13).as_primitive::<Int32Type>();
     let opt = |a: &arrow_array::StringArray, row| a.is_valid(row).then(|| a.value(row).to_string());
+    let map_at = |map: &arrow_array::MapArray, row| -> BTreeMap<String, String> {
+        let entries = map.value(row);
+        let (names, values) = (
+            entries.column(0).as_string::<i32>(),
+            entries.column(1).as_string::<i32>(),
+        );
+        (0..entries.len())
+            .map(|i| (names.value(i).to_string(), values.value(i).to_string()))
+            .collect()
+    };
+    let change_at = |row: usize| -> Result<(Option<ChangeKind>, Option<Box<Previous>>), ParquetError> {
+        if !changes {
+            return Ok((None, None));
+        }
+        let kind = match text(14).value(row) {
+            "added" => ChangeKind::Added,
+            "removed" => ChangeKind::Removed,
+            "content_changed" => ChangeKind::ContentChanged,
+            "metadata_changed" => ChangeKind::MetadataChanged,
+            other => return Err(ParquetError::Schema(format!("change {other:?}"))),
+        };
+        let size = batch.column(15).as_primitive::<Int64Type>();
+        let modified = batch.column(17).as_primitive::<TimestampMillisecondType>();
+        let previous = size.is_valid(row).then(|| {
+            Box::new(Previous {
+                size: size.value(row).max(0) as u64,
+                etag: opt(text(16), row),
+                last_modified: modified.is_valid(row).then(|| rfc3339(modified.value(row))),
+                content_type: opt(text(18), row),
+                metadata: map_at(batch.column(19).as_map(), row),
+            })
+        });
+        Ok((Some(kind), previous))
+    };
     (0..batch.num_rows())
         .map(|row| {
-            let entries = metadata.value(row);
-            let (names, values) = (
-                entries.column(0).as_string::<i32>(),
-                entries.column(1).as_string::<i32>(),
-            );
-            let metadata: BTreeMap<String, String> = (0..entries.len())
-                .map(|i| (names.value(i).to_string(), values.value(i).to_string()))
-                .collect();
+            let metadata = map_at(metadata, row);
+            let (change, previous) = change_at(row)?;
             Ok(Record {
                 key: key.value(row).to_string(),
                 status: match status.value(row) {
@@ -362,6 +499,8 @@ fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, ParquetError> {
                 metadata,
                 error: opt(error, row),
                 http_status: http.is_valid(row).then(|| http.value(row) as u16),
+                change,
+                previous,
                 binary_metadata: binary
                     .value(row)
                     .as_string::<i32>()
@@ -378,6 +517,185 @@ fn rfc3339(millis: i64) -> String {
     DateTime::from_millis(millis)
         .fmt(TimeFormat::DateTime)
         .unwrap_or_default()
+}
+
+/// A Parquet file in S3 read one row group at a time with ranged GETs: the
+/// footer first, then only the column chunks of the groups asked for (an
+/// incremental scan reads the groups whose key statistics meet its range).
+pub struct RemoteFile {
+    bucket: String,
+    key: String,
+    len: u64,
+    metadata: parquet::arrow::arrow_reader::ArrowReaderMetadata,
+    /// Bytes fetched for the footer.
+    footer_bytes: u64,
+}
+
+/// Bytes of the file's end fetched first: the footer of a file of a few
+/// row groups fits.
+const TAIL: u64 = 64 << 10;
+
+impl RemoteFile {
+    pub async fn open(
+        s3: &crate::s3::S3,
+        bucket: &str,
+        key: &str,
+        len: u64,
+    ) -> Result<RemoteFile, ParquetError> {
+        let get = |from: u64| async move {
+            s3.get(bucket, key, Some(&format!("bytes={from}-{}", len - 1)))
+                .await
+                .map_err(|e| ParquetError::Schema(format!("reading s3://{bucket}/{key}: {e}")))
+        };
+        if len < 12 {
+            return Err(ParquetError::Schema(format!(
+                "s3://{bucket}/{key} is too short for Parquet"
+            )));
+        }
+        let mut tail = get(len.saturating_sub(TAIL)).await?;
+        let footer = &tail[tail.len() - 8..];
+        if &footer[4..] != b"PAR1" {
+            return Err(ParquetError::Schema(format!(
+                "s3://{bucket}/{key} has no Parquet footer"
+            )));
+        }
+        let meta_len = u32::from_le_bytes(footer[..4].try_into().expect("4 bytes")) as u64;
+        if meta_len + 8 > tail.len() as u64 {
+            if meta_len + 8 > len {
+                return Err(ParquetError::Schema(format!(
+                    "s3://{bucket}/{key}: footer longer than the file"
+                )));
+            }
+            tail = get(len - meta_len - 8).await?;
+        }
+        let end = tail.len() - 8;
+        let footer_bytes = tail.len() as u64;
+        let metadata = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(
+            &tail[end - meta_len as usize..end],
+        )?;
+        let metadata = parquet::arrow::arrow_reader::ArrowReaderMetadata::try_new(
+            Arc::new(metadata),
+            parquet::arrow::arrow_reader::ArrowReaderOptions::new(),
+        )?;
+        Ok(RemoteFile {
+            bucket: bucket.into(),
+            key: key.into(),
+            len,
+            metadata,
+            footer_bytes,
+        })
+    }
+
+    /// Bytes fetched to open the file.
+    pub fn bytes_read(&self) -> u64 {
+        self.footer_bytes
+    }
+
+    /// The row groups whose keys may lie in `(start_after, end)`, in order.
+    pub fn row_groups_meeting(&self, start_after: Option<&str>, end: Option<&str>) -> Vec<usize> {
+        let meta = self.metadata.metadata();
+        let key_column = meta
+            .file_metadata()
+            .schema_descr()
+            .columns()
+            .iter()
+            .position(|c| c.name() == "key");
+        (0..meta.num_row_groups())
+            .filter(|g| {
+                let stats = key_column.and_then(|c| meta.row_group(*g).column(c).statistics());
+                let Some(parquet::file::statistics::Statistics::ByteArray(stats)) = stats else {
+                    return true; // no statistics: read it
+                };
+                let after_start = match (start_after, stats.max_opt()) {
+                    (Some(s), Some(max)) => max.data() > s.as_bytes(),
+                    _ => true,
+                };
+                let before_end = match (end, stats.min_opt()) {
+                    (Some(e), Some(min)) => min.data() < e.as_bytes(),
+                    _ => true,
+                };
+                after_start && before_end
+            })
+            .collect()
+    }
+
+    /// The records of row group `group`, and the bytes fetched for them.
+    pub async fn read_row_group(
+        &self,
+        s3: &crate::s3::S3,
+        group: usize,
+    ) -> Result<(Vec<Record>, u64), ParquetError> {
+        let rg = self.metadata.metadata().row_group(group);
+        let (start, end) = rg
+            .columns()
+            .iter()
+            .map(|c| c.byte_range())
+            .fold((u64::MAX, 0u64), |(lo, hi), (from, len)| {
+                (lo.min(from), hi.max(from + len))
+            });
+        if start >= end {
+            return Ok((Vec::new(), 0));
+        }
+        let body = s3
+            .get(
+                &self.bucket,
+                &self.key,
+                Some(&format!("bytes={start}-{}", end - 1)),
+            )
+            .await
+            .map_err(|e| ParquetError::Schema(format!("reading s3://{}/{}: {e}", self.bucket, self.key)))?;
+        let fetched = body.len() as u64;
+        let window = Window {
+            len: self.len,
+            offset: start,
+            bytes: Bytes::from(body),
+        };
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(window, self.metadata.clone())
+            .with_row_groups(vec![group])
+            .with_batch_size(BATCH_ROWS)
+            .build()?;
+        let mut records = Vec::with_capacity(rg.num_rows().max(0) as usize);
+        for batch in reader {
+            records.extend(records_of(&batch?)?);
+        }
+        Ok((records, fetched))
+    }
+}
+
+/// The bytes of one row group at their place in the file.
+struct Window {
+    len: u64,
+    offset: u64,
+    bytes: Bytes,
+}
+
+impl parquet::file::reader::Length for Window {
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+impl parquet::file::reader::ChunkReader for Window {
+    type T = bytes::buf::Reader<Bytes>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        use bytes::Buf;
+        Ok(self
+            .get_bytes(start, (self.offset + self.bytes.len() as u64 - start) as usize)?
+            .reader())
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        let from = start
+            .checked_sub(self.offset)
+            .filter(|from| from + length as u64 <= self.bytes.len() as u64)
+            .ok_or_else(|| {
+                parquet::errors::ParquetError::General(format!(
+                    "bytes {start}+{length} are outside the row group fetched"
+                ))
+            })? as usize;
+        Ok(self.bytes.slice(from..from + length))
+    }
 }
 
 #[cfg(test)]
@@ -400,6 +718,8 @@ mod tests {
             missing_metadata: (i % 7 == 3).then_some(i as u32 % 5 + 1),
             error: (i % 3 == 2).then(|| "AccessDenied".into()),
             http_status: (i % 3 == 2).then_some(403),
+            change: None,
+            previous: None,
         }
     }
 
@@ -411,7 +731,7 @@ mod tests {
         let records: Vec<Record> = (0..BATCH_ROWS * 2 + 17)
             .map(|i| record(i, &format!("{}{i:06}", odd[i % odd.len()])))
             .collect();
-        let mut enc = ParquetEncoder::new("bkt").unwrap();
+        let mut enc = ParquetEncoder::new("bkt", false).unwrap();
         let mut file = Vec::new();
         for r in &records {
             enc.push(r).unwrap();
@@ -430,7 +750,7 @@ mod tests {
 
     #[test]
     fn an_empty_file_is_valid_and_has_the_schema() {
-        let file = ParquetEncoder::new("b").unwrap().finish().unwrap();
+        let file = ParquetEncoder::new("b", false).unwrap().finish().unwrap();
         let builder = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(file)).unwrap();
         assert_eq!(builder.schema().fields(), schema().fields());
         let names: Vec<String> = schema().fields().iter().map(|f| f.name().clone()).collect();

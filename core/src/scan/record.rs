@@ -49,9 +49,92 @@ pub struct Record {
     /// The HTTP status of the failed HEAD, for `error` records that had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
+    /// Change sets only (`changes/` of an incremental scan): what changed
+    /// since the baseline. Never set in a result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<ChangeKind>,
+    /// Change sets only: the baseline's record of the object (none for an
+    /// added one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<Previous>>,
+}
+
+/// What changed of one object between the baseline and this scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// Listed now, not in the baseline.
+    Added,
+    /// In the baseline, no longer listed (or gone by the time of its HEAD).
+    Removed,
+    /// Size or ETag differ: new content (its metadata may differ too).
+    ContentChanged,
+    /// Same content, different user metadata or content type.
+    MetadataChanged,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Added => "added",
+            ChangeKind::Removed => "removed",
+            ChangeKind::ContentChanged => "content_changed",
+            ChangeKind::MetadataChanged => "metadata_changed",
+        }
+    }
+}
+
+/// The baseline's view of a changed object.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Previous {
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Previous {
+    pub fn of(record: &Record) -> Previous {
+        Previous {
+            size: record.size,
+            etag: record.etag.clone(),
+            last_modified: record.last_modified.clone(),
+            content_type: record.content_type.clone(),
+            metadata: record.metadata.clone(),
+        }
+    }
 }
 
 impl Record {
+    /// A change-set entry of a baseline object no longer listed: it has no
+    /// place in the result. (An object listed and gone by its HEAD is in the
+    /// result as `vanished`, and in the change set as removed too.)
+    pub fn is_removal(&self) -> bool {
+        self.change == Some(ChangeKind::Removed) && self.status != Status::Vanished
+    }
+
+    /// The record for the result (none for a removal) and for the change
+    /// set (when something changed).
+    pub fn split_change(self) -> (Option<Record>, Option<Record>) {
+        if self.change.is_none() {
+            return (Some(self), None);
+        }
+        if self.is_removal() {
+            return (None, Some(self));
+        }
+        let result = Record {
+            change: None,
+            previous: None,
+            ..self.clone()
+        };
+        (Some(result), Some(self))
+    }
+
     /// Append the record and a newline to `out`.
     pub fn write_line(&self, out: &mut Vec<u8>) {
         serde_json::to_writer(&mut *out, self).expect("a record always serializes");
@@ -86,6 +169,8 @@ mod tests {
                 missing_metadata: None,
                 error: None,
                 http_status: None,
+                change: None,
+                previous: None,
             };
             let mut line = Vec::new();
             rec.write_line(&mut line);

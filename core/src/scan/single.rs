@@ -6,10 +6,13 @@
 
 use crate::keyspace::planner::{plan, BucketLister, PlanOptions, PlannedShard};
 use crate::s3::error::S3Error;
-use crate::scan::dataset::{DataFile, DatasetCounts, DatasetManifest, DatasetRoot, ShardFiles};
+use crate::scan::dataset::{
+    ChangeCounts, DataFile, DatasetCounts, DatasetManifest, DatasetRoot, IncrementalSummary, ShardFiles,
+};
 use crate::scan::engine::{Engine, ShardOutcome};
 use crate::scan::output::{Destination, OutputOptions, OutputSummary, RecordWriter};
 use crate::scan::record::Record;
+use crate::scan::store_check::StoreCheck;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use futures::FutureExt;
 use std::sync::Arc;
@@ -67,6 +70,10 @@ pub async fn scan_shards(
     };
     let mut write_error = None;
     while let Some(record) = rx.recv().await {
+        // A single output has no change set (`--baseline` needs a dataset).
+        let Some(record) = record.split_change().0 else {
+            continue;
+        };
         if !engine.keep(&record) {
             continue;
         }
@@ -106,7 +113,9 @@ pub struct DatasetSummary {
 /// Scan `shards` into a dataset under `root`: each shard writes its own
 /// files of at most about `file_size` bytes, in key order; the manifest,
 /// written once every shard succeeded, lists them all. `prefix`: the
-/// scanned prefix, for the manifest.
+/// scanned prefix, for the manifest. `check`: the store check made before
+/// the scan (recorded, so the dataset can be a later scan's baseline). An
+/// incremental engine also writes the change set under `changes/`.
 pub async fn scan_dataset(
     engine: &Arc<Engine>,
     shards: Vec<PlannedShard>,
@@ -114,35 +123,68 @@ pub async fn scan_dataset(
     root: &DatasetRoot,
     file_size: u64,
     prefix: &str,
+    check: Option<StoreCheck>,
 ) -> Result<DatasetSummary, S3Error> {
     root.prepare().await?;
     let shard_count = shards.len();
-    let per_shard: Vec<(usize, ShardOutcome, Vec<DataFile>, DatasetCounts)> =
-        stream::iter(shards.into_iter().enumerate())
-            .map(|(i, p)| {
-                let files = ShardFiles::new(
+    let incremental = engine.incremental().is_some();
+    let per_shard: Vec<(usize, ShardWritten)> = stream::iter(shards.into_iter().enumerate())
+        .map(|(i, p)| {
+            let files = ShardFiles::new(
+                root.clone(),
+                opts.output_opts.clone(),
+                Some(engine.s3.clone()),
+                i,
+                file_size,
+            );
+            let changes = incremental.then(|| {
+                ShardFiles::new(
                     root.clone(),
                     opts.output_opts.clone(),
                     Some(engine.s3.clone()),
                     i,
                     file_size,
-                );
-                shard_to_files(engine.clone(), p, files)
-                    .map(move |r| r.map(|(outcome, files, counts)| (i, outcome, files, counts)))
-            })
-            .buffer_unordered(opts.shard_parallelism.max(1))
-            .try_collect()
-            .await?;
+                )
+                .changes()
+            });
+            shard_to_files(engine.clone(), p, files, changes).map(move |r| r.map(|written| (i, written)))
+        })
+        .buffer_unordered(opts.shard_parallelism.max(1))
+        .try_collect()
+        .await?;
     let mut per_shard = per_shard;
-    per_shard.sort_by_key(|(i, ..)| *i);
+    per_shard.sort_by_key(|(i, _)| *i);
     let mut counts = DatasetCounts::default();
     let mut files = Vec::new();
+    let mut change_files = Vec::new();
     let mut listed = 0;
-    for (_, outcome, shard_files, shard_counts) in per_shard {
-        listed += outcome.listed;
-        counts.absorb(&shard_counts);
-        files.extend(shard_files);
+    for (_, written) in per_shard {
+        listed += written.outcome.listed;
+        counts.absorb(&written.counts);
+        files.extend(written.files);
+        change_files.extend(written.changes);
     }
+    let incremental = engine.incremental().map(|inc| {
+        let c = engine.counters.snapshot();
+        IncrementalSummary {
+            baseline: inc.baseline.location.clone(),
+            reused_records: inc.trust_last_modified,
+            detail: check.as_ref().map(|c| c.detail.clone()).unwrap_or_else(|| {
+                "no store check (the output is not in S3): every object was HEADed".into()
+            }),
+            changes: root.changes_location(),
+            change_files,
+            counts: ChangeCounts {
+                added: c.added,
+                removed: c.removed,
+                content_changed: c.content_changed,
+                metadata_changed: c.metadata_changed,
+                reused: c.reused,
+                heads: c.heads,
+            },
+            baseline_bytes_read: inc.baseline.bytes_read.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    });
     let format = &opts.output_opts;
     let manifest = DatasetManifest {
         result: root.data_location(),
@@ -159,6 +201,9 @@ pub async fn scan_dataset(
         created: time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default(),
+        only_with_metadata: engine.opts.only_with_metadata,
+        store_check: check,
+        incremental,
     };
     manifest.write(root, Some(&engine.s3)).await?;
     Ok(DatasetSummary {
@@ -168,12 +213,22 @@ pub async fn scan_dataset(
     })
 }
 
-/// One shard's records into its own files, in key order.
+/// What one shard wrote.
+struct ShardWritten {
+    outcome: ShardOutcome,
+    files: Vec<DataFile>,
+    changes: Vec<DataFile>,
+    counts: DatasetCounts,
+}
+
+/// One shard's records into its own files, in key order, and its changes
+/// into its change files (incremental scans).
 async fn shard_to_files(
     engine: Arc<Engine>,
     planned: PlannedShard,
     mut files: ShardFiles,
-) -> Result<(ShardOutcome, Vec<DataFile>, DatasetCounts), S3Error> {
+    mut changes: Option<ShardFiles>,
+) -> Result<ShardWritten, S3Error> {
     let (tx, mut rx) = mpsc::channel::<Record>(4096);
     let scanning = {
         let engine = engine.clone();
@@ -182,9 +237,16 @@ async fn shard_to_files(
     let mut counts = DatasetCounts::default();
     let mut write_error = None;
     while let Some(record) = rx.recv().await {
-        if !engine.keep(&record) {
-            continue;
+        let (result, change) = record.split_change();
+        if let (Some(change), Some(changes)) = (change, changes.as_mut()) {
+            if let Err(e) = changes.write(&change).await {
+                write_error = Some(e);
+                break;
+            }
         }
+        let Some(record) = result.filter(|r| engine.keep(r)) else {
+            continue;
+        };
         counts.add(&record);
         if let Err(e) = files.write(&record).await {
             write_error = Some(e);
@@ -197,9 +259,20 @@ async fn shard_to_files(
         .map_err(|e| S3Error::Other(format!("scan task failed: {e}")))
         .and_then(|r| r);
     match (write_error, scanned) {
-        (None, Ok(outcome)) => Ok((outcome, files.finish().await?, counts)),
+        (None, Ok(outcome)) => Ok(ShardWritten {
+            outcome,
+            files: files.finish().await?,
+            changes: match changes {
+                Some(c) => c.finish().await?,
+                None => Vec::new(),
+            },
+            counts,
+        }),
         (Some(e), _) | (None, Err(e)) => {
             files.abort().await;
+            if let Some(c) = changes {
+                c.abort().await;
+            }
             Err(e)
         }
     }

@@ -34,7 +34,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     if let Err(message) = crate::validate::validate(scan) {
         return fail(scan, ctx, st, "InvalidSpec", &message, &now).await;
     }
-    if let Err(message) = crate::validate::scan_namespace(scan, &ctx.settings.scan_namespaces) {
+    if let Err(message) = ctx.namespace_allows(scan) {
         return fail(scan, ctx, st, "NamespaceNotAllowed", &message, &now).await;
     }
     if let Err(message) = crate::validate::worker_image(scan, &ctx.settings.allowed_images) {

@@ -36,7 +36,7 @@ pub(super) async fn cleanup(scan: &BucketScan, ctx: &Context) -> Result<Action, 
         );
         tracing::warn!(scan = %scan.name_any(), "{note}");
         publish(ctx, scan, EventType::Warning, "CleanupSkipped", &note).await;
-    } else if crate::validate::scan_namespace(scan, &ctx.settings.scan_namespaces).is_err() {
+    } else if !ctx.cleanup_reaches(scan) {
         // Never started (and its Secrets are out of the operator's reach).
     } else if desired::uses_pod_identity(scan) {
         delete_parts_by_job(scan, ctx).await?;

@@ -2,7 +2,8 @@
 //! settings, Redis, events, metrics), the [`Error`] type with its kinds, and
 //! small helpers that name a scan. The bottom of the controller.
 //!
-//! May import: `crd`, `desired`, `metrics` and `bucketscan_core`.
+//! May import: `crd`, `desired`, `validate`, `metrics`, `bucketscan_core`
+//! and `labelled_namespaces`.
 
 use crate::crd::BucketScan;
 use crate::desired::Settings;
@@ -210,6 +211,9 @@ pub struct Context {
     /// key and `Kind/name`: the desired object's hash and the version the
     /// API server gave it (`owned::Mine::apply_changed`).
     pub(super) applied: Mutex<HashMap<String, AppliedChildren>>,
+    /// The namespaces that may run scans when a label selector chooses
+    /// them (`--scan-namespace-selector`); unset: `settings.scan_namespaces`.
+    scans_by_label: std::sync::OnceLock<super::labelled_namespaces::LabelledNamespaces>,
     /// Each active scan's Redis password, by scan id, as its Secret holds
     /// it: setting the user again on every reconcile costs no API request
     /// (read from the Secret once after an operator restart).
@@ -249,7 +253,32 @@ impl Context {
             started: Mutex::default(),
             applied: Mutex::default(),
             redis_passwords: Mutex::default(),
+            scans_by_label: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Run scans only in the namespaces `labelled` matches, instead of
+    /// `settings.scan_namespaces` (set once, before the controller runs).
+    pub fn run_scans_in(&self, labelled: super::labelled_namespaces::LabelledNamespaces) {
+        let _ = self.scans_by_label.set(labelled);
+    }
+
+    /// Whether `scan`'s namespace may run scans: it is in the operator's
+    /// list (`--scan-namespaces`), or carries the labels of its selector.
+    pub(crate) fn namespace_allows(&self, scan: &BucketScan) -> Result<(), String> {
+        match self.scans_by_label.get() {
+            Some(labelled) => labelled.allows(&scan.namespace().unwrap_or_default()),
+            None => crate::validate::scan_namespace(scan, &self.settings.scan_namespaces),
+        }
+    }
+
+    /// Whether deleting `scan` may clean up after it in its namespace. With
+    /// a list, only where the chart binds the operator's rights. With a
+    /// selector they are cluster-wide, so also a scan that started before
+    /// its namespace lost the labels (one refused at once left nothing).
+    pub(crate) fn cleanup_reaches(&self, scan: &BucketScan) -> bool {
+        let started = scan.status.as_ref().is_some_and(|s| s.start_time.is_some());
+        self.namespace_allows(scan).is_ok() || (self.scans_by_label.get().is_some() && started)
     }
 }
 

@@ -15,6 +15,8 @@
 //!   `health`: worker pods that do not run and scans without progress;
 //!   `report`: status writes and events; `blocked`: transient causes make
 //!   the scan wait (condition `Blocked`, backoff) instead of failing it;
+//! - `labelled_namespaces`: the namespaces a label selector chooses to run
+//!   scans (`--scan-namespace-selector`), watched;
 //! - `turns`: a new scan waits (condition `Queued`) while its namespace
 //!   runs as many scans as the operator allows;
 //! - `owned`: every write and delete of a child goes through it, and only
@@ -25,7 +27,8 @@
 //!
 //! May import: `crd`, `desired`, `status`, `validate`, `metrics` and
 //! `bucketscan_core`; nothing imports it but the binary. Inside, files form
-//! layers (`scripts/check-layers.py` checks there is no circle): `context`;
+//! layers (`scripts/check-layers.py` checks there is no circle):
+//! `labelled_namespaces`; `context`;
 //! `owned`; `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`, `turns`; `finish`, `health`,
 //! `conflict`; `merge`, `cleanup`; `apply`; `blocked`; `schedule`; this file.
 
@@ -39,6 +42,7 @@ mod conflict;
 mod context;
 mod finish;
 mod health;
+pub mod labelled_namespaces;
 mod merge;
 mod observe;
 mod owned;

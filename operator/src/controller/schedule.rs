@@ -20,7 +20,7 @@ use crate::fairness::{FairShare, DEFER};
 use crate::metrics::ResultLabel;
 use crate::schedule::build::{baseline_for, desired_scan, last_successful, runs, Run};
 use crate::schedule::history::to_prune;
-use crate::schedule::summary::{check, refused, running};
+use crate::schedule::summary::{check, refused, running, Refusal};
 use crate::schedule::timing::{decide, requeue_after, Decision, Facts};
 use bucketscan_api::schedule::{BucketScanSchedule, BucketScanScheduleStatus, SCHEDULE_LABEL};
 use futures::StreamExt;
@@ -122,13 +122,24 @@ async fn reconcile(schedule: Arc<BucketScanSchedule>, s: Arc<Scheduler>) -> Resu
     result
 }
 
-async fn reconcile_one(schedule: &BucketScanSchedule, ctx: &Context) -> Result<Action, Error> {
-    if schedule.metadata.deletion_timestamp.is_some() {
+async fn reconcile_one(cached: &BucketScanSchedule, ctx: &Context) -> Result<Action, Error> {
+    if cached.metadata.deletion_timestamp.is_some() {
         // Its scans go with it: they are owned (garbage collection).
         return Ok(Action::await_change());
     }
-    let ns = schedule.namespace().unwrap_or_default();
-    let name = schedule.name_any();
+    let ns = cached.namespace().unwrap_or_default();
+    let name = cached.name_any();
+    // Read afresh: the cache may not hold the status the last reconcile
+    // wrote yet (a run's new scan wakes the next one at once), and a
+    // decision on an older status would hold or count a run again and
+    // write that status back.
+    let api: Api<BucketScanSchedule> = Api::namespaced(ctx.client.clone(), &ns);
+    let fresh = match api.get_status(&name).await {
+        Ok(fresh) => fresh,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
+        Err(e) => return Err(e.into()),
+    };
+    let schedule = &fresh;
     let generation = schedule.metadata.generation;
     let now_ts = Timestamp::now();
     let now = Time(now_ts);
@@ -136,7 +147,17 @@ async fn reconcile_one(schedule: &BucketScanSchedule, ctx: &Context) -> Result<A
     let mut st = before.clone();
     st.observed_generation = generation;
 
-    let (cron, tz) = match check(schedule, &ctx.settings.scan_namespaces) {
+    // The namespace by the rule scans follow (a list, or a label selector).
+    let probe = desired_scan(schedule, now_ts, None);
+    let checked = check(schedule).and_then(|ok| {
+        ctx.namespace_allows(&probe)
+            .map(|()| ok)
+            .map_err(|message| Refusal {
+                reason: "NamespaceNotAllowed",
+                message,
+            })
+    });
+    let (cron, tz) = match checked {
         Ok(ok) => ok,
         Err(refusal) => {
             refused(&mut st, &refusal, generation, &now);

@@ -1,7 +1,7 @@
 //! A schedule's checks and conditions: [`check`] refuses what the schema
 //! cannot (a bad cron expression or time zone, a name too long for its
-//! runs, a namespace the operator may not run scans in) with the reason and
-//! an actionable message; [`set`] writes Ready and Stalled (kstatus: Stalled
+//! runs) with the reason and an actionable message (the controller adds
+//! NamespaceNotAllowed, from the operator's own rule for scans); [`set`] writes Ready and Stalled (kstatus: Stalled
 //! present only while True, as BucketScan has it). Pure.
 //!
 //! May import: `status`, `schedule::cron`, `schedule::build`.
@@ -22,7 +22,7 @@ pub struct Refusal {
 }
 
 /// The schedule's cron expression and time zone, or why it cannot run.
-pub fn check(schedule: &BucketScanSchedule, scan_namespaces: &[String]) -> Result<(Cron, TimeZone), Refusal> {
+pub fn check(schedule: &BucketScanSchedule) -> Result<(Cron, TimeZone), Refusal> {
     let name = schedule.name_any();
     if name.len() > MAX_NAME {
         return Err(Refusal {
@@ -30,17 +30,6 @@ pub fn check(schedule: &BucketScanSchedule, scan_namespaces: &[String]) -> Resul
             message: format!(
                 "the schedule's name has {} characters; at most {MAX_NAME}: each run is named NAME-MINUTES, and a scan's name must fit a label value (63)",
                 name.len()
-            ),
-        });
-    }
-    let ns = schedule.namespace().unwrap_or_default();
-    let anywhere = scan_namespaces.is_empty() || scan_namespaces.iter().any(|n| n == "*");
-    if !anywhere && !scan_namespaces.contains(&ns) {
-        return Err(Refusal {
-            reason: "NamespaceNotAllowed",
-            message: format!(
-                "namespace {ns:?} may not run BucketScans: this operator runs them only in {} (chart value scanNamespaces)",
-                scan_namespaces.join(", ")
             ),
         });
     }
@@ -112,24 +101,22 @@ mod tests {
 
     #[test]
     fn each_refusal_has_its_reason_and_says_what_to_fix() {
-        let reason = |s: &BucketScanSchedule, allowed: &[String]| check(s, allowed).unwrap_err();
-        let bad = reason(&schedule("n", "0 25 * * *", None), &[]);
+        let reason = |s: &BucketScanSchedule| check(s).unwrap_err();
+        let bad = reason(&schedule("n", "0 25 * * *", None));
         assert_eq!(bad.reason, "InvalidSchedule");
         assert!(
             bad.message.starts_with("spec.schedule: hour field"),
             "{}",
             bad.message
         );
-        let tz = reason(&schedule("n", "0 2 * * *", Some("Europe/Atlantis")), &[]);
+        let tz = reason(&schedule("n", "0 2 * * *", Some("Europe/Atlantis")));
         assert_eq!(tz.reason, "InvalidTimeZone");
         assert!(tz.message.contains("\"Europe/Atlantis\""), "{}", tz.message);
         assert_eq!(
-            reason(&schedule(&"x".repeat(53), "@daily", None), &[]).reason,
+            reason(&schedule(&"x".repeat(53), "@daily", None)).reason,
             "NameTooLong"
         );
-        let ns = reason(&schedule("n", "@daily", None), &["other".into()]);
-        assert_eq!(ns.reason, "NamespaceNotAllowed");
-        assert!(check(&schedule("n", "@daily", Some("Asia/Tokyo")), &["team".into()]).is_ok());
+        assert!(check(&schedule("n", "@daily", Some("Asia/Tokyo"))).is_ok());
     }
 
     #[test]

@@ -260,6 +260,28 @@ pub async fn condition(
     Some((c.status, c.reason, c.message))
 }
 
+/// Waits until condition `type_` of `name` has `status` and `reason`; its
+/// message.
+pub async fn wait_condition(
+    scans: &Api<bucketscan_api::crd::BucketScan>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> String {
+    eventually(&format!("{name}: {type_}={status} ({reason})"), 60, async || {
+        let (s, r, message) = condition(scans, name, type_).await?;
+        (s == status && r == reason).then_some(message)
+    })
+    .await
+}
+
+/// The chart's ServiceAccount of release `release` in `namespace`, as the
+/// API server names it (`helm template RELEASE`, no fullnameOverride).
+pub fn chart_account(release: &str, namespace: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{release}-bucketscan")
+}
+
 /// The reasons of the events in `ns`.
 pub async fn event_reasons(client: &Client, ns: &str) -> Vec<String> {
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);

@@ -413,6 +413,8 @@ pub struct Commit<'a> {
     pub checkpoint: Option<&'a str>,
     /// A finished part holding the records up to the checkpoint.
     pub part: Option<&'a str>,
+    /// Incremental scans: the finished change part of the same records.
+    pub changes: Option<&'a str>,
     /// Result counts of those records (`objects`, `with_metadata`, ...).
     pub counts: &'a [(&'a str, u64)],
 }
@@ -850,7 +852,8 @@ impl Queue {
             .arg(commit.checkpoint.unwrap_or(""))
             .arg(commit.part.unwrap_or(""))
             .arg(if check { json(&lease.shard) } else { String::new() })
-            .arg(lease.checkpoint.as_deref().unwrap_or(""));
+            .arg(lease.checkpoint.as_deref().unwrap_or(""))
+            .arg(commit.changes.unwrap_or(""));
         for (field, delta) in commit.counts.iter().filter(|(_, d)| *d > 0) {
             call.arg(*field).arg(*delta);
         }

@@ -4,8 +4,11 @@
 -- A commit also says what the holder believes Redis holds: range ARGV[7]
 -- (JSON) and checkpoint ARGV[8] (empty: none); a bare heartbeat sends an
 -- empty ARGV[7] and is not checked.
+-- An incremental scan's commit also records the part's change part ARGV[9]
+-- (empty: none) after it, in the same step: the change set moves with the
+-- checkpoint as the result does.
 -- KEYS: shard hash, leases, parts list, pending
--- ARGV[1]: shard id; ARGV[9..]: field, delta pairs added to the shard's
+-- ARGV[1]: shard id; ARGV[10..]: field, delta pairs added to the shard's
 -- result counts (hash fields `n:FIELD`), so counts move with the part they
 -- describe and a part that is never recorded is never counted.
 -- Returns 1; 0 when the lease is no longer ours; 2 when Redis disagrees with
@@ -19,8 +22,9 @@ if not holds_lease(lease, ARGV[2], ARGV[3]) then return 0 end
 -- nothing of a part (two parts may end at the same checkpoint after a
 -- resume), so it names only commits without a part.
 local resent
-if ARGV[6] ~= '' then
-  resent = redis.call('LINDEX', KEYS[3], -1) == ARGV[6]
+local last_part = ARGV[9] ~= '' and ARGV[9] or ARGV[6]
+if last_part ~= '' then
+  resent = redis.call('LINDEX', KEYS[3], -1) == last_part
 else
   resent = ARGV[5] ~= '' and lease.checkpoint == ARGV[5]
 end
@@ -34,7 +38,8 @@ redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[4]), ARGV[1])
 if resent then return 1 end
 if ARGV[5] ~= '' then redis.call('HSET', shard, 'checkpoint', ARGV[5]) end
 if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[3], ARGV[6]) end
-for i = 9, #ARGV, 2 do
+if ARGV[9] ~= '' then redis.call('RPUSH', KEYS[3], ARGV[9]) end
+for i = 10, #ARGV, 2 do
   redis.call('HINCRBY', shard, 'n:' .. ARGV[i], ARGV[i + 1])
 end
 return 1

@@ -1,0 +1,130 @@
+//! The fleet's side of store checks and incremental scans. Planning checks
+//! the store once, before any worker HEADs anything, and keeps what it found
+//! with the scan's parts (`store-check.json`): a plan made again after Redis
+//! lost the scan finds it there and never checks later than the first HEAD
+//! (a later `started` would let the next incremental scan trust records it
+//! must not). Planning also loads and checks the baseline, so a bad one is
+//! the scan's error, not every worker's. Workers make their engine
+//! incremental from the same two; the merge records both in the manifest.
+//!
+//! May import: `spec`, `scan` and `s3`.
+
+use crate::fleet::spec::ScanSpec;
+use crate::s3::error::S3Error;
+use crate::s3::S3;
+use crate::scan::baseline::{Baseline, BaselineError};
+use crate::scan::engine::{Engine, Incremental};
+use crate::scan::store_check::{check_store, StoreCheck};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// `store-check.json`: the check, or why it could not be made.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreCheckRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<StoreCheck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl StoreCheckRecord {
+    /// Whether unchanged objects may be taken from a baseline.
+    pub fn trusts_last_modified(&self) -> bool {
+        self.check.as_ref().is_some_and(|c| c.last_modified_moves)
+    }
+
+    /// In words.
+    pub fn detail(&self) -> String {
+        match (&self.check, &self.error) {
+            (Some(c), _) => c.detail.clone(),
+            (None, Some(e)) => format!("the store check failed ({e}): every object is HEADed"),
+            (None, None) => "no store check: every object is HEADed".into(),
+        }
+    }
+}
+
+/// The scan's store check: the one recorded with its parts, or a new one
+/// (recorded before it is returned). A store that refuses the check (an
+/// answer about the request, not a transient failure) is recorded as such:
+/// the scan goes on, HEADs every object and its result cannot be a baseline.
+pub async fn ensure_store_check(s3: &S3, spec: &ScanSpec) -> Result<StoreCheckRecord, S3Error> {
+    if let Some(found) = read_store_check(s3, spec).await? {
+        return Ok(found);
+    }
+    let canary = format!("{}store-check.canary", spec.parts_prefix());
+    let record = match check_store(s3, &spec.output_bucket, &canary).await {
+        Ok(check) => StoreCheckRecord {
+            check: Some(check),
+            error: None,
+        },
+        Err(e) if e.is_retryable() => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "the store check failed: this scan HEADs every object and cannot be a baseline");
+            StoreCheckRecord {
+                check: None,
+                error: Some(e.to_string()),
+            }
+        }
+    };
+    let json = serde_json::to_vec(&record).expect("a check serializes");
+    s3.put(
+        &spec.output_bucket,
+        &spec.store_check_key(),
+        "application/json",
+        json.into(),
+    )
+    .await?;
+    Ok(record)
+}
+
+/// The recorded store check, if planning made one.
+pub async fn read_store_check(s3: &S3, spec: &ScanSpec) -> Result<Option<StoreCheckRecord>, S3Error> {
+    match s3.get(&spec.output_bucket, &spec.store_check_key(), None).await {
+        Ok(body) => Ok(serde_json::from_slice(&body).ok()),
+        Err(e) if e.http_status() == Some(404) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The scan's baseline, loaded and checked against the scan (none for a
+/// full scan).
+pub async fn load_baseline(s3: &S3, spec: &ScanSpec) -> Result<Option<Arc<Baseline>>, BaselineError> {
+    let Some(location) = &spec.baseline else {
+        return Ok(None);
+    };
+    let baseline = Baseline::load(s3, location).await?;
+    baseline.admit(&spec.bucket, &spec.prefix, spec.format)?;
+    Ok(Some(Arc::new(baseline)))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IncrementalError {
+    #[error(transparent)]
+    Baseline(#[from] BaselineError),
+    #[error("reading the scan's store check: {0}")]
+    S3(#[from] S3Error),
+}
+
+impl IncrementalError {
+    pub fn is_transient(&self) -> bool {
+        match self {
+            IncrementalError::Baseline(BaselineError::Read { source, .. }) | IncrementalError::S3(source) => {
+                source.is_retryable()
+            }
+            IncrementalError::Baseline(_) => false,
+        }
+    }
+}
+
+/// Make a worker's engine incremental when its scan has a baseline.
+pub async fn prepare_engine(engine: &Engine, spec: &ScanSpec) -> Result<(), IncrementalError> {
+    let Some(baseline) = load_baseline(&engine.s3, spec).await? else {
+        return Ok(());
+    };
+    let check = read_store_check(&engine.s3, spec).await?.unwrap_or_default();
+    engine.set_incremental(Incremental {
+        baseline,
+        trust_last_modified: check.trusts_last_modified(),
+    });
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! Whether the store moves an object's LastModified when only its metadata
+//! is replaced, checked once at the start of every scan, and the store's own
+//! time at that start. An incremental scan skips the HEAD of an object whose
+//! size, ETag and LastModified match its baseline record; that is exact only
+//! where replacing metadata (CopyObject onto itself, `REPLACE`) moves
+//! LastModified (AWS does; MinIO does in recent releases and regressed in
+//! one; FlashBlade is unknown), so each scan asks its store instead of
+//! trusting a list of products.
+//!
+//! The check writes one canary object under the scan's output (a location
+//! the scan may write, on the same endpoint), waits for the store's clock to
+//! pass a second (LastModified has whole seconds), replaces its metadata and
+//! HEADs it again. The canary's first LastModified is the store's own time
+//! before this scan listed or HEADed anything: what the next incremental
+//! scan compares LastModified against (`started`). The canary is deleted.
+//!
+//! May import: `s3`.
+
+use crate::s3::error::S3Error;
+use crate::s3::S3;
+use aws_sdk_s3::types::MetadataDirective;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// What the check found, recorded in the manifest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreCheck {
+    /// The store's time when the scan started (the canary's first
+    /// LastModified, RFC 3339, whole seconds): nothing of the scan was
+    /// listed or HEADed before it.
+    pub started: String,
+    /// Replacing the canary's metadata moved its LastModified.
+    pub last_modified_moves: bool,
+    /// The store's `Server` header (e.g. `AmazonS3`, `MinIO`), if it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// In words, for the manifest's reader and the scan's condition.
+    pub detail: String,
+}
+
+/// Between the canary's PUT and its copy: more than a second, so the copy
+/// falls in a later second of the store's clock than the PUT did.
+const PAST_A_SECOND: Duration = Duration::from_millis(1_100);
+
+/// Run the check with object `key` of `bucket` (under the scan's output).
+pub async fn check_store(s3: &S3, bucket: &str, key: &str) -> Result<StoreCheck, S3Error> {
+    s3.send_retried(bucket, |sdk| {
+        sdk.put_object()
+            .bucket(bucket)
+            .key(key)
+            .content_type("text/plain")
+            .metadata("bucketscan-canary", "1")
+            .body(aws_sdk_s3::primitives::ByteStream::from_static(
+                b"bucketscan store check\n",
+            ))
+            .send()
+    })
+    .await?;
+    let first = head_times(s3, bucket, key).await?;
+    // The copy must land in a later second than the PUT for a move to show.
+    tokio::time::sleep(PAST_A_SECOND).await;
+    let source = format!("{bucket}/{}", percent_encode_key(key));
+    s3.send_retried(bucket, |sdk| {
+        sdk.copy_object()
+            .bucket(bucket)
+            .key(key)
+            .copy_source(&source)
+            .metadata_directive(MetadataDirective::Replace)
+            .content_type("text/plain")
+            .metadata("bucketscan-canary", "2")
+            .send()
+    })
+    .await?;
+    let second = head_times(s3, bucket, key).await?;
+    let _ = s3
+        .send_retried(bucket, |sdk| sdk.delete_object().bucket(bucket).key(key).send())
+        .await;
+    let moves = second.last_modified > first.last_modified;
+    let server = second.server.or(first.server);
+    let started = OffsetDateTime::from_unix_timestamp(first.last_modified)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_default();
+    let store = server.as_deref().unwrap_or("the store");
+    let detail = if moves {
+        format!("{store} moves LastModified when an object's metadata is replaced: unchanged objects are taken from the baseline")
+    } else {
+        format!(
+            "{store} kept LastModified when an object's metadata was replaced: an incremental scan cannot tell \
+             a metadata change from the listing, so every object is HEADed"
+        )
+    };
+    Ok(StoreCheck {
+        started,
+        last_modified_moves: moves,
+        server,
+        detail,
+    })
+}
+
+struct Seen {
+    /// Unix seconds.
+    last_modified: i64,
+    server: Option<String>,
+}
+
+async fn head_times(s3: &S3, bucket: &str, key: &str) -> Result<Seen, S3Error> {
+    let server = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen = server.clone();
+    let head = s3
+        .send_retried(bucket, move |sdk| {
+            sdk.head_object()
+                .bucket(bucket)
+                .key(key)
+                .customize()
+                .interceptor(ServerHeader(seen.clone()))
+                .send()
+        })
+        .await?;
+    let last_modified = head
+        .last_modified()
+        .map(|t| t.secs())
+        .ok_or_else(|| S3Error::Other(format!("HEAD of s3://{bucket}/{key} has no Last-Modified")))?;
+    let server = server.lock().expect("lock").clone();
+    Ok(Seen {
+        last_modified,
+        server,
+    })
+}
+
+/// Keeps the `Server` header of the answer (the SDK's output has no field
+/// for it).
+#[derive(Debug)]
+struct ServerHeader(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for ServerHeader {
+    fn name(&self) -> &'static str {
+        "ServerHeader"
+    }
+
+    fn read_after_transmit(
+        &self,
+        context: &aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextRef<'_>,
+        _: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if let Some(server) = context.response().headers().get("server") {
+            *self.0.lock().expect("lock") = Some(server.chars().take(128).collect());
+        }
+        Ok(())
+    }
+}
+
+/// A key as CopySource takes it: percent-encoded, `/` kept.
+fn percent_encode_key(key: &str) -> String {
+    const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'/')
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(key, KEEP).to_string()
+}
+
+/// Unix seconds of an RFC 3339 time (fractions dropped).
+pub fn unix_secs(rfc3339: &str) -> Option<i64> {
+    OffsetDateTime::parse(rfc3339, &Rfc3339)
+        .ok()
+        .map(OffsetDateTime::unix_timestamp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_with_and_without_fractions_read_as_whole_seconds() {
+        assert_eq!(unix_secs("2026-11-27T03:38:00Z"), Some(1_795_750_680));
+        assert_eq!(unix_secs("2026-11-27T03:38:00.999Z"), Some(1_795_750_680));
+        assert_eq!(unix_secs("not a time"), None);
+    }
+
+    #[test]
+    fn copy_sources_keep_slashes_and_encode_the_rest() {
+        assert_eq!(percent_encode_key("a b/c+d.txt"), "a%20b/c%2Bd.txt");
+    }
+}

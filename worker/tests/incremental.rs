@@ -1,0 +1,435 @@
+//! Incremental scans (`scan --baseline`) against real servers: a full scan,
+//! the bucket changed in every way an object can change (added, deleted,
+//! content rewritten, metadata replaced in place), then an incremental scan
+//! and a second full scan of the changed bucket. The incremental result must
+//! equal the full one record by record, its change set must be exactly the
+//! changes made, and only the changed objects may be HEADed.
+
+mod common;
+
+use bucketscan_core::scan::dataset::DatasetManifest;
+use bucketscan_core::scan::format::{is_csv_header, parse_csv_record};
+use bucketscan_core::scan::record::{ChangeKind, Record};
+use common::*;
+use std::collections::BTreeMap;
+
+/// 240 objects over three prefixes, a third of them with metadata.
+fn keyspace() -> BTreeMap<String, Seeded> {
+    (0..240)
+        .map(|i| {
+            let metadata = match i % 3 {
+                0 => BTreeMap::from([("owner".to_string(), format!("team-{}", i % 7))]),
+                _ => BTreeMap::new(),
+            };
+            (
+                format!("{}/obj-{i:04}", ["a", "b", "c"][i % 3]),
+                Seeded {
+                    size: i % 50,
+                    metadata,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The changes made to the bucket, by key.
+type Changes = BTreeMap<String, ChangeKind>;
+
+async fn change_bucket(s3: &Server, bucket: &str) -> Changes {
+    let client = s3.client();
+    let mut changes = Changes::new();
+    for i in [1, 100, 239] {
+        let key = format!("{}/obj-{i:04}", ["a", "b", "c"][i % 3]);
+        client
+            .delete_object()
+            .bucket(bucket)
+            .key(&key)
+            .send()
+            .await
+            .unwrap();
+        changes.insert(key, ChangeKind::Removed);
+    }
+    for i in [3, 121, 200] {
+        let key = format!("{}/obj-{i:04}", ["a", "b", "c"][i % 3]);
+        client
+            .put_object()
+            .bucket(bucket)
+            .key(&key)
+            .body(vec![b'y'; 77].into())
+            .send()
+            .await
+            .unwrap();
+        changes.insert(key, ChangeKind::ContentChanged);
+    }
+    for i in [6, 7, 131] {
+        let key = format!("{}/obj-{i:04}", ["a", "b", "c"][i % 3]);
+        client
+            .copy_object()
+            .bucket(bucket)
+            .key(&key)
+            .copy_source(format!("{bucket}/{key}"))
+            .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+            .metadata("owner", "someone-else")
+            .send()
+            .await
+            .unwrap();
+        changes.insert(key, ChangeKind::MetadataChanged);
+    }
+    for key in ["a/new-1", "b/obj-0050x", "z/new-prefix"] {
+        client
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .metadata("fresh", "yes")
+            .body(vec![b'n'; 5].into())
+            .send()
+            .await
+            .unwrap();
+        changes.insert(key.to_string(), ChangeKind::Added);
+    }
+    changes
+}
+
+async fn manifest(s3: &Server, bucket: &str, prefix: &str) -> DatasetManifest {
+    serde_json::from_slice(&s3.read(bucket, &format!("{prefix}manifest.json")).await).unwrap()
+}
+
+/// Every record of the files listed, by key (none twice).
+async fn records_of(
+    s3: &Server,
+    files: &[bucketscan_core::scan::dataset::DataFile],
+    gzip: bool,
+) -> BTreeMap<String, Record> {
+    let mut out = BTreeMap::new();
+    for f in files {
+        let (bucket, key) = f.location.strip_prefix("s3://").unwrap().split_once('/').unwrap();
+        let mut body = s3.read(bucket, key).await;
+        if gzip {
+            let mut plain = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&body[..]), &mut plain)
+                .unwrap();
+            body = plain;
+        }
+        let records: Vec<Record> = if key.ends_with(".parquet") {
+            bucketscan_core::scan::parquet::read_records(body.into())
+                .unwrap()
+                .flat_map(|batch| batch.unwrap())
+                .collect()
+        } else if key.contains(".csv") {
+            csv_records(&body)
+        } else {
+            parse_records(&body).into_values().collect()
+        };
+        for r in records {
+            let k = r.key.clone();
+            assert!(out.insert(k.clone(), r).is_none(), "{k:?} twice");
+        }
+    }
+    out
+}
+
+/// CSV rows of a result or a change set (whose extra columns are read here
+/// as the test's own view of them).
+fn csv_records(body: &[u8]) -> Vec<Record> {
+    let rows = bucketscan_core::scan::format::parse_csv_rows(body).unwrap();
+    rows.into_iter()
+        .filter(|r| !is_csv_header(&r[..14]))
+        .map(|r| {
+            let mut record = parse_csv_record(&r[..14]).unwrap();
+            if r.len() > 14 {
+                record.change = Some(match r[14].as_str() {
+                    "added" => ChangeKind::Added,
+                    "removed" => ChangeKind::Removed,
+                    "content_changed" => ChangeKind::ContentChanged,
+                    "metadata_changed" => ChangeKind::MetadataChanged,
+                    other => panic!("change {other:?}"),
+                });
+            }
+            record
+        })
+        .collect()
+}
+
+/// Full scan, change, incremental scan, full scan again; compare.
+async fn incremental_equals_full(s3: &Server, format: &str, gzip: bool) {
+    let bucket = s3.bucket(&format!("inc-{format}")).await;
+    let out = s3.bucket(&format!("inc-out-{format}")).await;
+    let seeded = keyspace();
+    s3.seed(&bucket, &seeded).await;
+    // The baseline's start must be safely after the objects' LastModified
+    // (two seconds: see baseline::SAFETY_SECS) for them to be reused.
+    tokio::time::sleep(std::time::Duration::from_millis(3_100)).await;
+
+    let scan = |prefix: &str, baseline: Option<String>| {
+        let output = format!("s3://{out}/{prefix}");
+        let mut args: Vec<String> = [
+            "scan", "--bucket", &bucket, "--layout", "dataset", "--format", format,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--target-shards".into(), "5".into(), "-o".into(), output])
+        .collect();
+        if gzip {
+            args.push("--gzip".into());
+        }
+        if let Some(b) = baseline {
+            args.extend(["--baseline".into(), b]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = s3.worker(&args);
+        assert_success(&run);
+        stderr(&run)
+    };
+    scan("full/", None);
+    let full = manifest(s3, &out, "full/").await;
+    let check = full
+        .store_check
+        .clone()
+        .expect("a dataset in S3 records its store check");
+    assert!(check.last_modified_moves, "{check:?}");
+
+    let made = change_bucket(s3, &bucket).await;
+    let summary = scan("inc/", Some(format!("s3://{out}/full/manifest.json")));
+    scan("full2/", None);
+
+    let inc = manifest(s3, &out, "inc/").await;
+    let full2 = manifest(s3, &out, "full2/").await;
+    let got = records_of(s3, &inc.files, gzip).await;
+    let want = records_of(s3, &full2.files, gzip).await;
+    assert_eq!(got.len(), want.len());
+    for (key, w) in &want {
+        let g = &got[key];
+        // Storage class and all fields the HEAD gives, record by record.
+        assert_eq!(g, w, "{key:?}");
+    }
+    let i = inc.incremental.as_ref().expect("an incremental manifest");
+    assert!(i.reused_records, "{i:?}");
+    let changes = records_of(s3, &i.change_files, gzip).await;
+    let found: Changes = changes
+        .iter()
+        .map(|(k, r)| (k.clone(), r.change.unwrap()))
+        .collect();
+    assert_eq!(found, made, "the change set must be exactly the changes made");
+    let c = &i.counts;
+    assert_eq!(
+        (c.added, c.removed, c.content_changed, c.metadata_changed),
+        (3, 3, 3, 3)
+    );
+    // Only new and changed objects were HEADed; every other record came
+    // from the baseline.
+    assert_eq!(c.heads, 9, "{summary}");
+    assert_eq!(c.reused, seeded.len() as u64 - 9, "{summary}");
+    assert!(i.baseline_bytes_read > 0);
+    assert!(
+        summary.contains("3 added, 3 removed, 3 content changed, 3 metadata changed"),
+        "{summary}"
+    );
+    // The change set carries the old metadata beside the new.
+    if format != "csv" {
+        let replaced = &changes["a/obj-0006"];
+        assert_eq!(
+            replaced.metadata.get("owner").map(String::as_str),
+            Some("someone-else")
+        );
+        assert_eq!(
+            replaced
+                .previous
+                .as_ref()
+                .unwrap()
+                .metadata
+                .get("owner")
+                .map(String::as_str),
+            Some("team-6")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_scan_equals_a_full_one_and_heads_only_the_changes_on_minio() {
+    incremental_equals_full(&minio(), "jsonl", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_scan_of_parquet_equals_a_full_one_on_minio() {
+    incremental_equals_full(&minio(), "parquet", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_scan_of_gzip_csv_equals_a_full_one_on_moto() {
+    incremental_equals_full(&moto(), "csv", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baselines_of_another_prefix_or_without_every_object_are_refused() {
+    let s3 = minio();
+    let bucket = s3.bucket("inc-refused").await;
+    let out = s3.bucket("inc-refused-out").await;
+    s3.seed(&bucket, &keyspace()).await;
+    let dataset = |prefix: &str, extra: &[&str]| {
+        let output = format!("s3://{out}/{prefix}");
+        let mut args = vec!["scan", "--bucket", &bucket, "--layout", "dataset", "-o", &output];
+        args.extend_from_slice(extra);
+        s3.worker(&args)
+    };
+    assert_success(&dataset("all/", &[]));
+    assert_success(&dataset("some/", &["--only-with-metadata"]));
+    let baseline = |name: &str| format!("s3://{out}/{name}/manifest.json");
+
+    let run = dataset("x/", &["--prefix", "a/", "--baseline", &baseline("all")]);
+    assert!(!run.status.success());
+    assert!(
+        stderr(&run).contains("it is a scan of prefix \"\", this scan's is \"a/\""),
+        "{}",
+        stderr(&run)
+    );
+
+    let run = dataset("x/", &["--baseline", &baseline("some")]);
+    assert!(!run.status.success());
+    assert!(stderr(&run).contains("onlyWithMetadata"), "{}", stderr(&run));
+
+    let run = dataset("x/", &["--format", "csv", "--baseline", &baseline("all")]);
+    assert!(!run.status.success());
+    assert!(
+        stderr(&run).contains("its format is jsonl, this scan's is csv"),
+        "{}",
+        stderr(&run)
+    );
+
+    let run = dataset("x/", &["--baseline", &baseline("missing")]);
+    assert!(!run.status.success());
+    assert!(
+        stderr(&run).contains("cannot read the baseline manifest"),
+        "{}",
+        stderr(&run)
+    );
+
+    let run = s3.worker(&["scan", "--bucket", &bucket, "--baseline", &baseline("all")]);
+    assert!(!run.status.success());
+    assert!(
+        stderr(&run).contains("--baseline needs --layout dataset"),
+        "{}",
+        stderr(&run)
+    );
+}
+
+/// `bucketscan-worker ARGS` of one distributed scan.
+fn fleet_command(s3: &Server, scan: &str, args: &[&str]) -> std::process::Command {
+    let redis =
+        std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with scripts/with-test-servers.sh");
+    let mut cmd = s3.worker_command(&[], args);
+    cmd.args(["--redis", &redis, "--scan", scan]);
+    cmd
+}
+
+/// Plan, run two workers with small parts, merge.
+fn fleet_scan(s3: &Server, scan: &str, plan: &[&str]) -> String {
+    let run = |args: &[&str]| {
+        let out = fleet_command(s3, scan, args).output().unwrap();
+        assert_success(&out);
+        stderr(&out)
+    };
+    let mut args = vec!["plan", "--target-shards", "6", "--min-shard-objects", "10"];
+    args.extend_from_slice(plan);
+    run(&args);
+    let mut workers: Vec<_> = ["w1", "w2"]
+        .iter()
+        .map(|name| {
+            fleet_command(s3, scan, &["run", "--name", name, "--part-objects", "20"])
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for w in &mut workers {
+        assert!(wait_exit(w, std::time::Duration::from_secs(120)).success());
+    }
+    run(&["merge"])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distributed_incremental_scan_equals_a_full_one_with_the_exact_change_set() {
+    let s3 = minio();
+    let bucket = s3.bucket("inc-fleet").await;
+    let out = s3.bucket("inc-fleet-out").await;
+    let seeded = keyspace();
+    s3.seed(&bucket, &seeded).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3_100)).await;
+    let id = |name: &str| format!("{name}-{bucket}");
+    let output = |name: &str| format!("s3://{out}/{name}/");
+    let common = |name: &str| {
+        let mut args = vec![
+            "--bucket".to_string(),
+            bucket.clone(),
+            "--output".into(),
+            output(name),
+        ];
+        args.extend(["--layout", "dataset", "--gzip"].map(String::from));
+        args
+    };
+    let args = common("full");
+    fleet_scan(
+        &s3,
+        &id("full"),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+
+    let made = change_bucket(&s3, &bucket).await;
+    let mut args = common("inc");
+    args.extend(["--baseline".to_string(), format!("s3://{out}/full/manifest.json")]);
+    fleet_scan(
+        &s3,
+        &id("inc"),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let args = common("full2");
+    fleet_scan(
+        &s3,
+        &id("full2"),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+
+    let read_manifest = |name: &'static str| {
+        let s3 = s3.clone();
+        let out = out.clone();
+        async move {
+            serde_json::from_slice::<bucketscan_core::fleet::merge::Manifest>(
+                &s3.read(&out, &format!("{name}/manifest.json")).await,
+            )
+            .unwrap()
+        }
+    };
+    let full = read_manifest("full").await;
+    assert!(
+        full.store_check.as_ref().is_some_and(|c| c.last_modified_moves),
+        "{:?}",
+        full.store_check
+    );
+    let inc = read_manifest("inc").await;
+    let full2 = read_manifest("full2").await;
+    let got = records_of(&s3, &inc.files, true).await;
+    let want = records_of(&s3, &full2.files, true).await;
+    assert_eq!(
+        got, want,
+        "the incremental result equals a full scan, record by record"
+    );
+    let i = inc.incremental.expect("an incremental manifest");
+    assert!(i.reused_records, "{i:?}");
+    let changes = records_of(&s3, &i.change_files, true).await;
+    let found: Changes = changes
+        .iter()
+        .map(|(k, r)| (k.clone(), r.change.unwrap()))
+        .collect();
+    assert_eq!(found, made);
+    let c = &i.counts;
+    assert_eq!(
+        (c.added, c.removed, c.content_changed, c.metadata_changed),
+        (3, 3, 3, 3)
+    );
+    assert_eq!(inc.counts["objects"], want.len() as u64);
+    assert_eq!(c.heads, 9, "only the new and changed objects are HEADed: {i:?}");
+    assert_eq!(
+        s3.key_count(&out, "inc/parts/").await,
+        0,
+        "parts are removed after the merge"
+    );
+}
