@@ -23,6 +23,10 @@ pub const PROGRESSING: &str = "Progressing";
 /// True when more workers would not make the scan faster (autoscaling:
 /// the rate stopped growing with the workers, or the store throttles).
 pub const STORE_SATURATED: &str = "StoreSaturated";
+/// Incremental scans: True when unchanged objects were taken from the
+/// baseline, False when the store check found LastModified does not move
+/// on a metadata replace (or could not check) and every object was HEADed.
+pub const INCREMENTAL: &str = "Incremental";
 pub const READY: &str = "Ready";
 /// kstatus's "abnormal-true" conditions, present only while True (as Flux's
 /// controllers keep them): Reconciling while the scan works towards its

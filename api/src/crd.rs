@@ -476,6 +476,11 @@ pub struct BucketScanStatus {
     /// What changed since the baseline (incremental scans only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<ChangeCounts>,
+    /// The baseline's manifest (`s3://BUCKET/KEY`), resolved from
+    /// spec.baseline before planning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub baseline: Option<String>,
 }
 
 /// What the throughput-seeking autoscaler keeps from its last step.

@@ -578,9 +578,19 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
         layout: core_layout(scan.spec.output.layout),
         file_size: scan.spec.output.file_size_bytes.unwrap_or(DEFAULT_FILE_SIZE),
         scan_id: scan_id(scan),
-        baseline: None,
+        baseline: baseline_manifest(scan),
         change_set: false,
     }
+}
+
+/// The baseline's manifest: given in the spec, or resolved from a
+/// baseline scan into the status before planning (`controller::baseline`).
+pub fn baseline_manifest(scan: &BucketScan) -> Option<String> {
+    let baseline = scan.spec.baseline.as_ref()?;
+    baseline
+        .manifest
+        .clone()
+        .or_else(|| scan.status.as_ref().and_then(|s| s.baseline.clone()))
 }
 
 /// Whether the scan reaches its store with the identity its pods get
@@ -668,6 +678,9 @@ pub fn plan_args(scan: &BucketScan, settings: &Settings, replan: bool) -> Vec<St
     }
     if spec.only_with_metadata {
         args.push("--only-with-metadata".into());
+    }
+    if let Some(baseline) = &spec.baseline {
+        args.extend(["--baseline".into(), baseline.clone()]);
     }
     if replan {
         args.push("--replan".into());

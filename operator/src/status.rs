@@ -90,6 +90,44 @@ pub struct Completed {
     pub unreadable: u64,
 }
 
+/// What an incremental scan's merge found: the change counts, and whether
+/// unchanged objects were taken from the baseline (the Incremental
+/// condition says why not when they were not).
+pub fn incremental(
+    st: &mut BucketScanStatus,
+    inc: &bucketscan_core::fleet::merge::IncrementalSummary,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let c = &inc.counts;
+    st.changes = Some(crate::crd::ChangeCounts {
+        added: c.added,
+        removed: c.removed,
+        content_changed: c.content_changed,
+        metadata_changed: c.metadata_changed,
+        reused: c.reused,
+    });
+    let (reason, message) = match inc.reused_records {
+        true => (
+            "RecordsReused",
+            format!(
+                "{} unchanged objects taken from the baseline {} without a HEAD; {} added, {} removed, {} content changed, {} metadata changed (change set: {})",
+                c.reused, inc.baseline, c.added, c.removed, c.content_changed, c.metadata_changed, inc.changes
+            ),
+        ),
+        false => ("EveryObjectHeaded", format!("{}; change set: {}", inc.detail, inc.changes)),
+    };
+    set_condition(
+        &mut st.conditions,
+        INCREMENTAL,
+        inc.reused_records,
+        reason,
+        &message,
+        generation,
+        now,
+    );
+}
+
 /// The Complete condition from the merged result's counts: a result with
 /// error records says so, with their count, so "Complete" alone always
 /// means every object was read.

@@ -7,6 +7,7 @@ use bucketscan_core::fleet::spec::prefixes_overlap;
 use kube::ResourceExt;
 
 pub fn validate(scan: &BucketScan) -> Result<(), String> {
+    baseline(scan)?;
     let src = &scan.spec.source;
     let out = output_prefix(scan);
     if scan.spec.output.bucket != src.bucket {
@@ -24,6 +25,19 @@ pub fn validate(scan: &BucketScan) -> Result<(), String> {
             "the scanned keyspace s3://{}/{} lies inside the output s3://{}/{out}: the scan writes and \
              deletes its parts under the output prefix; choose another output bucket or prefix",
             src.bucket, src.prefix, scan.spec.output.bucket
+        ));
+    }
+    Ok(())
+}
+
+/// `spec.baseline.manifest` must name a manifest object.
+fn baseline(scan: &BucketScan) -> Result<(), String> {
+    let Some(location) = scan.spec.baseline.as_ref().and_then(|b| b.manifest.as_deref()) else {
+        return Ok(());
+    };
+    if bucketscan_core::scan::baseline::split_location(location).is_none() {
+        return Err(format!(
+            "spec.baseline.manifest {location:?} is not s3://BUCKET/KEY of a result's manifest.json"
         ));
     }
     Ok(())
@@ -240,6 +254,27 @@ mod tests {
         s.metadata.namespace = Some("ns".into());
         s.metadata.uid = Some("u1".into());
         s
+    }
+
+    #[test]
+    fn a_baseline_manifest_must_be_an_s3_object() {
+        let mut s = scan("", "out", None);
+        for (location, ok) in [
+            ("s3://out/nightly/manifest.json", true),
+            ("out/nightly/manifest.json", false),
+            ("s3://out", false),
+            ("s3:///manifest.json", false),
+        ] {
+            s.spec.baseline = Some(crate::crd::Baseline {
+                scan: None,
+                manifest: Some(location.into()),
+            });
+            let judged = validate(&s);
+            assert_eq!(judged.is_ok(), ok, "{location}: {judged:?}");
+            if let Err(e) = judged {
+                assert!(e.contains("s3://BUCKET/KEY"), "{e}");
+            }
+        }
     }
 
     fn live(name: &str, bucket: &str, prefix: &str, created: i64) -> BucketScan {

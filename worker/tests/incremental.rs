@@ -259,6 +259,47 @@ async fn an_incremental_scan_of_gzip_csv_equals_a_full_one_on_moto() {
     incremental_equals_full(&moto(), "csv", true).await;
 }
 
+/// versitygw (posix backend) keeps an object's LastModified when its
+/// metadata is replaced in place: the store check must see that, and the
+/// scan must HEAD every object, still exact, with the exact change set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_keeps_last_modified_on_a_metadata_replace_gets_every_object_headed() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("inc-keeps").await;
+    let out = s3.bucket("inc-keeps-out").await;
+    let seeded = keyspace();
+    s3.seed(&bucket, &seeded).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3_100)).await;
+    let scan = |prefix: &str, baseline: Option<String>| {
+        let output = format!("s3://{out}/{prefix}");
+        let mut args = vec!["scan", "--bucket", &bucket, "--layout", "dataset", "-o", &output];
+        let baseline = baseline.unwrap_or_default();
+        if !baseline.is_empty() {
+            args.extend(["--baseline", &baseline]);
+        }
+        let run = s3.worker(&args);
+        assert_success(&run);
+        stderr(&run)
+    };
+    scan("full/", None);
+    let made = change_bucket(&s3, &bucket).await;
+    let said = scan("inc/", Some(format!("s3://{out}/full/manifest.json")));
+    scan("full2/", None);
+    let inc = manifest(&s3, &out, "inc/").await;
+    let check = inc.store_check.clone().expect("a store check");
+    assert!(!check.last_modified_moves, "{check:?}");
+    assert!(said.contains("kept LastModified"), "{said}");
+    let i = inc.incremental.clone().unwrap();
+    assert!(!i.reused_records);
+    assert_eq!(i.counts.reused, 0);
+    let want = records_of(&s3, &manifest(&s3, &out, "full2/").await.files, false).await;
+    assert_eq!(i.counts.heads, want.len() as u64, "every object HEADed");
+    assert_eq!(records_of(&s3, &inc.files, false).await, want);
+    let changes = records_of(&s3, &i.change_files, false).await;
+    let found: Changes = changes.iter().map(|(k, r)| (k.clone(), r.change.unwrap())).collect();
+    assert_eq!(found, made);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baselines_of_another_prefix_or_without_every_object_are_refused() {
     let s3 = minio();

@@ -3,6 +3,7 @@
 //! progress; once every shard is done or dead, hand over to the merge.
 
 use super::admission::check_output;
+use super::baseline::Resolved;
 use super::children::{ensure_workers, stop_jobs, Stop};
 use super::context::{key_of, lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
 use super::finish::{fail, finished};
@@ -87,6 +88,16 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         }
     }
 
+    if !seen.planned && !status::is_true(&st.conditions, PLANNED) {
+        match super::baseline::resolve(scan, ctx, &mut st, &before).await? {
+            Resolved::Ready => {}
+            // Planning reads it from the status: at the next look.
+            Resolved::Written => return Ok(Action::requeue(Duration::from_secs(1))),
+            Resolved::Refused(message) => {
+                return fail(scan, ctx, st, "BaselineRefused", &message, &now).await
+            }
+        }
+    }
     if desired::uses_pod_identity(scan) {
         let planned = status::is_true(&st.conditions, PLANNED);
         if !planned && !seen.planned {
@@ -169,6 +180,11 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
                 | Error::Config(_)),
             ) => {
                 return fail(scan, ctx, st, "InvalidSource", &e.to_string(), &now).await;
+            }
+            // Refused by planning for good: a baseline that cannot be used,
+            // a result that cannot fit, a dataset folder that is not ours.
+            Err(Error::Plan(PlanError::Settings(message))) => {
+                return fail(scan, ctx, st, "PlanRefused", &message, &now).await;
             }
             Err(e) => return Err(e),
         }

@@ -90,6 +90,9 @@ pub(super) async fn merging(
             // The manifest's count is exact; the live one may count a
             // record twice (a part scanned again after a crash).
             st.objects.get_or_insert_with(Default::default).errors = done.unreadable;
+            if let Some(inc) = &m.incremental {
+                status::incremental(&mut st, inc, generation, now);
+            }
             status::set_condition(
                 &mut st.conditions,
                 COMPLETE,

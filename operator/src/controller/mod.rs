@@ -34,6 +34,7 @@
 
 mod admission;
 mod apply;
+mod baseline;
 mod blocked;
 mod budget;
 mod children;

@@ -1,0 +1,210 @@
+//! Incremental BucketScans through the real operator, apiserver, Redis and
+//! MinIO (the workers and the merge run as the test's processes with the
+//! pods' exact arguments, as in lifecycle.rs): a scan whose
+//! `spec.baseline.scan` names a Complete scan takes unchanged objects from
+//! it, and its status says what changed; a baseline that cannot be used
+//! fails the scan with the reason.
+
+mod cluster;
+#[path = "../../worker/tests/common/mod.rs"]
+mod common;
+mod kubelet;
+
+use bucketscan_operator::crd::{BucketScan, Phase};
+use cluster::*;
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, PostParams};
+use kubelet::run_like_pod;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const NS: &str = "incremental";
+
+fn scan_of(name: &str, s3: &Server, bucket: &str, out: &str, baseline: Option<&str>) -> BucketScan {
+    let mut spec = serde_json::json!({
+        "source": {"endpoint": s3.endpoint, "bucket": bucket, "pathStyle": true,
+                   "credentialsSecret": {"name": "s3"}},
+        "output": {"bucket": out, "prefix": format!("{name}/"), "layout": "dataset"},
+        "workers": {"replicas": 1, "concurrency": 16},
+        "sharding": {"targetShards": 3, "minShardObjects": 20}
+    });
+    if let Some(b) = baseline {
+        spec["baseline"] = serde_json::json!({"scan": b});
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
+        "metadata": {"name": name}, "spec": spec
+    }))
+    .unwrap()
+}
+
+/// Run the scan's workers and merge as its pods would, until it is done.
+async fn run_to_the_end(client: &kube::Client, scans: &Api<BucketScan>, name: &str) -> Phase {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let deployment = eventually("the workers", 60, async || {
+        deployments.get_opt(&format!("{name}-workers")).await.ok()?
+    })
+    .await;
+    let container = deployment.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let mut worker = run_like_pod(client, NS, &container, &format!("{name}-workers-a"), &[]).await;
+    assert!(
+        wait_exit(&mut worker, Duration::from_secs(120)).success(),
+        "worker failed"
+    );
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let job = eventually("the merge Job", 60, async || {
+        jobs.get_opt(&format!("{name}-merge")).await.ok()?
+    })
+    .await;
+    let container = job.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let mut merge = run_like_pod(client, NS, &container, &format!("{name}-merge-x"), &[]).await;
+    assert!(
+        wait_exit(&mut merge, Duration::from_secs(60)).success(),
+        "merge failed"
+    );
+    eventually("the end", 60, async || {
+        let phase = scans.get(name).await.ok()?.status?.phase;
+        matches!(phase, Phase::Complete | Phase::Failed).then_some(phase)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_with_a_baseline_scan_heads_only_what_changed_and_says_what_did() {
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, NS).await;
+    let s3 = minio();
+    let bucket = s3.bucket("opinc").await;
+    let out = s3.bucket("opinc-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..300)
+        .map(|i| {
+            let metadata = BTreeMap::from([("n".to_string(), format!("{i}"))]);
+            (
+                format!("p{}/{i:04}", i % 3),
+                Seeded {
+                    size: i % 9,
+                    metadata,
+                },
+            )
+        })
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    // Safely older than the first scan's start (baseline::SAFETY_SECS).
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
+    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    let mut operator = operator_command!(NS, temp_path("operator-incremental.log"))
+        .args([
+            "--redis-scan-users=true",
+            "--metrics-addr",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .spawn()
+        .unwrap();
+
+    // A baseline that does not exist: refused, with the reason.
+    let missing = scan_of("orphan", &s3, &bucket, &out, Some("never-ran"));
+    scans.create(&PostParams::default(), &missing).await.unwrap();
+    let refused = eventually("the refusal", 60, async || {
+        let st = scans.get("orphan").await.ok()?.status?;
+        (st.phase == Phase::Failed).then_some(st)
+    })
+    .await;
+    let failed = refused.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "BaselineRefused");
+    assert!(
+        failed.message.contains("\"never-ran\" does not exist"),
+        "{}",
+        failed.message
+    );
+
+    scans
+        .create(
+            &PostParams::default(),
+            &scan_of("night-1", &s3, &bucket, &out, None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run_to_the_end(&client, &scans, "night-1").await, Phase::Complete);
+
+    // One object of each kind of change.
+    let c = s3.client();
+    c.delete_object()
+        .bucket(&bucket)
+        .key("p0/0000")
+        .send()
+        .await
+        .unwrap();
+    c.put_object()
+        .bucket(&bucket)
+        .key("p1/0001")
+        .body(vec![b'z'; 30].into())
+        .send()
+        .await
+        .unwrap();
+    c.copy_object()
+        .bucket(&bucket)
+        .key("p2/0002")
+        .copy_source(format!("{bucket}/p2/0002"))
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .metadata("n", "replaced")
+        .send()
+        .await
+        .unwrap();
+    c.put_object()
+        .bucket(&bucket)
+        .key("p9/new")
+        .body(vec![b'n'; 3].into())
+        .send()
+        .await
+        .unwrap();
+
+    scans
+        .create(
+            &PostParams::default(),
+            &scan_of("night-2", &s3, &bucket, &out, Some("night-1")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run_to_the_end(&client, &scans, "night-2").await, Phase::Complete);
+    let st = scans.get("night-2").await.unwrap().status.unwrap();
+    assert_eq!(
+        st.baseline.as_deref(),
+        Some(format!("s3://{out}/night-1/manifest.json").as_str())
+    );
+    let changes = st.changes.expect("status.changes of an incremental scan");
+    assert_eq!(
+        (
+            changes.added,
+            changes.removed,
+            changes.content_changed,
+            changes.metadata_changed
+        ),
+        (1, 1, 1, 1)
+    );
+    assert!(changes.reused >= 297, "{changes:?}");
+    let incremental = st.conditions.iter().find(|c| c.type_ == "Incremental").unwrap();
+    assert_eq!(
+        (incremental.status.as_str(), incremental.reason.as_str()),
+        ("True", "RecordsReused")
+    );
+    let manifest: bucketscan_core::fleet::merge::Manifest =
+        serde_json::from_slice(&s3.read(&out, "night-2/manifest.json").await).unwrap();
+    assert_eq!(manifest.counts["objects"], 300);
+    assert_eq!(
+        manifest
+            .incremental
+            .unwrap()
+            .change_files
+            .iter()
+            .map(|f| f.records)
+            .sum::<u64>(),
+        4
+    );
+
+    operator.kill().unwrap();
+    operator.wait().unwrap();
+}
