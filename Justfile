@@ -39,7 +39,7 @@ layers:
     scripts/check-versions.sh
     python3 scripts/check-layers.py --self-test
     python3 scripts/check-layers.py core/src --layers s3 keyspace scan fleet
-    python3 scripts/check-layers.py operator/src --layers metrics,pods,fairness,throttle validate,desired,status,autoscale,limits controller leader
+    python3 scripts/check-layers.py operator/src --layers metrics,pods,fairness,throttle validate,desired,status,autoscale,limits,schedule controller leader
     python3 scripts/check-layers.py worker/src
     python3 scripts/check-layers.py bench/src
     python3 scripts/check-layers.py kubectl-plugin/src
@@ -102,19 +102,21 @@ chart-docs-check:
 
 # Write crds/ (and the chart's copy, which templates/crds.yaml reads) from the Rust types.
 crds:
-    cargo run -q -p bucketscan-operator --bin crdgen > crds/.new.yaml
-    mv crds/.new.yaml crds/bucketscans.bucketscan.dev.yaml
-    cp crds/bucketscans.bucketscan.dev.yaml charts/bucketscan/files/crds/
+    for crd in bucketscans bucketscanschedules; do \
+      cargo run -q -p bucketscan-operator --bin crdgen -- $crd > crds/.new.yaml \
+        && mv crds/.new.yaml crds/$crd.bucketscan.dev.yaml \
+        && cp crds/$crd.bucketscan.dev.yaml charts/bucketscan/files/crds/ || exit 1; \
+    done
 
 # Fail when crds/ or the chart's copy does not match the Rust types. The chart
 # has no crds/ directory: Helm would install that copy too, beside the
 # template (crds.install), and never upgrade it.
 crds-check:
     [ ! -e charts/bucketscan/crds ] || { echo "charts/bucketscan/crds/ must not exist: the chart's CRD is files/crds/ (templates/crds.yaml)" >&2; exit 1; }
-    for f in crds charts/bucketscan/files/crds; do \
-      {{crdgen}} | diff -u $f/bucketscans.bucketscan.dev.yaml - \
-        || { echo "$f is stale: run 'just crds'" >&2; exit 1; }; \
-    done
+    for f in crds charts/bucketscan/files/crds; do for crd in bucketscans bucketscanschedules; do \
+      {{crdgen}} $crd | diff -u $f/$crd.bucketscan.dev.yaml - \
+        || { echo "$f/$crd.bucketscan.dev.yaml is stale: run 'just crds'" >&2; exit 1; }; \
+    done; done
 
 # Release build of the binaries (the kubectl plugin's too: copy
 # $CARGO_TARGET_DIR/release/kubectl-bucketscan onto PATH). The benchmarks use it.
