@@ -39,7 +39,7 @@ layers:
     scripts/check-versions.sh
     python3 scripts/check-layers.py --self-test
     python3 scripts/check-layers.py core/src --layers s3 keyspace scan fleet
-    python3 scripts/check-layers.py operator/src --layers metrics,pods,fairness,throttle validate,desired,status,autoscale,limits controller leader
+    python3 scripts/check-layers.py operator/src --layers metrics,pods,fairness,throttle validate,desired,status,autoscale,limits,schedule controller leader
     python3 scripts/check-layers.py worker/src
     python3 scripts/check-layers.py bench/src
     python3 scripts/check-layers.py kubectl-plugin/src
@@ -53,10 +53,21 @@ test:
     scripts/test-all.sh
 
 # The real-cluster end to end: local cluster up (kept running), images,
-# helm install, a 20,000-object scan, then the chaos scan. E2E_CLUSTER=kind
-# runs it on a kind cluster instead (needs Docker; see e2e/README.md).
+# helm install, a 20,000-object scan, then the chaos scan. `just e2e-kind`
+# runs it on a kind cluster instead.
 e2e: deps build-e2e
     e2e/run.sh test
+
+# The same end to end on a kind cluster (Docker or Podman; see e2e/README.md):
+# the official kindest/node image, or KIND_NODE_IMAGE=local for one built
+# here without registries (e2e/kind/node-image.sh). The cluster keeps running;
+# `just kind-down` deletes it.
+e2e-kind: deps build-e2e
+    E2E_CLUSTER=kind e2e/run.sh test
+
+# Delete the kind cluster of `just e2e-kind`, its network and its test servers.
+kind-down:
+    e2e/kind/down.sh
 
 # Stop the local e2e cluster (`just cluster-down --purge` also deletes its state).
 cluster-down *ARGS:
@@ -91,19 +102,21 @@ chart-docs-check:
 
 # Write crds/ (and the chart's copy, which templates/crds.yaml reads) from the Rust types.
 crds:
-    cargo run -q -p bucketscan-operator --bin crdgen > crds/.new.yaml
-    mv crds/.new.yaml crds/bucketscans.bucketscan.dev.yaml
-    cp crds/bucketscans.bucketscan.dev.yaml charts/bucketscan/files/crds/
+    for crd in bucketscans bucketscanschedules; do \
+      cargo run -q -p bucketscan-operator --bin crdgen -- $crd > crds/.new.yaml \
+        && mv crds/.new.yaml crds/$crd.bucketscan.dev.yaml \
+        && cp crds/$crd.bucketscan.dev.yaml charts/bucketscan/files/crds/ || exit 1; \
+    done
 
 # Fail when crds/ or the chart's copy does not match the Rust types. The chart
 # has no crds/ directory: Helm would install that copy too, beside the
 # template (crds.install), and never upgrade it.
 crds-check:
     [ ! -e charts/bucketscan/crds ] || { echo "charts/bucketscan/crds/ must not exist: the chart's CRD is files/crds/ (templates/crds.yaml)" >&2; exit 1; }
-    for f in crds charts/bucketscan/files/crds; do \
-      {{crdgen}} | diff -u $f/bucketscans.bucketscan.dev.yaml - \
-        || { echo "$f is stale: run 'just crds'" >&2; exit 1; }; \
-    done
+    for f in crds charts/bucketscan/files/crds; do for crd in bucketscans bucketscanschedules; do \
+      {{crdgen}} $crd | diff -u $f/$crd.bucketscan.dev.yaml - \
+        || { echo "$f/$crd.bucketscan.dev.yaml is stale: run 'just crds'" >&2; exit 1; }; \
+    done; done
 
 # Release build of the binaries (the kubectl plugin's too: copy
 # $CARGO_TARGET_DIR/release/kubectl-bucketscan onto PATH). The benchmarks use it.

@@ -20,19 +20,23 @@
 #         rate of one bucketscan-worker scan of the same endpoint
 # Environment: E2E_OBJECTS (default 20000) objects to seed;
 #   E2E_CLUSTER=local (default: e2e/cluster, no Docker) or kind (a kind cluster
-#   and `docker build`; see e2e/README.md); E2E_DOWN=1 stops the local cluster
-#   at the end (`just test` does; otherwise it keeps running for the next run).
+#   on Docker or Podman, node image KIND_NODE_IMAGE; see e2e/README.md);
+#   E2E_DOWN=1 stops the cluster at the end (`just test` does; otherwise it
+#   keeps running for the next run).
 # Needs the workspace's binaries in $BUILD_DIR (cluster/lib.sh: profile e2e,
 # `just build-e2e`; BUCKETSCAN_BUILD=release for `just bench`) and the tools of
 # scripts/install-*.sh.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
+CLUSTER=${E2E_CLUSTER:-local}
+# A kind run keeps its state (pid files, logs, images, S3 data) apart from
+# the local cluster's, so the two never stop each other's servers.
+if [ "$CLUSTER" = kind ]; then export E2E_STATE=${E2E_STATE:-${BUCKETSCAN_CACHE:-$HOME/.cache/bucketscan}/e2e-kind}; fi
 . "$HERE/cluster/lib.sh"
 MODE=${1:-test}
 OBJECTS=${E2E_OBJECTS:-20000}
 if [ "$MODE" = bench ]; then OBJECTS=0; fi # versitygw only holds the results
-CLUSTER=${E2E_CLUSTER:-local}
 PYTHON=$E2E_CACHE/venv/bin/python
 RELEASE_NS=bucketscan
 SCAN_NS=e2e

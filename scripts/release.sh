@@ -64,7 +64,7 @@ BUILD=$TARGET/$PROFILE
 
 # The image: the same tarball the e2e cluster imports (e2e/images/build.sh).
 CARGO_TARGET_DIR=$TARGET BUCKETSCAN_BUILD=$PROFILE e2e/images/build.sh product >&2
-images=$CACHE/e2e/images
+images=${E2E_STATE:-$CACHE/e2e}/images # e2e/cluster/lib.sh IMAGES
 ref=$(cat "$images/bucketscan.ref")
 [ "$ref" = "ghcr.io/bucketscan/bucketscan:$VERSION" ] || die "the image is $ref, not ghcr.io/bucketscan/bucketscan:$VERSION"
 cp "$images/bucketscan.tar" "$DIST/bucketscan-image_${VERSION}_$ARCH.tar"

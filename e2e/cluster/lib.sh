@@ -9,7 +9,7 @@
 
 E2E_CACHE=${BUCKETSCAN_CACHE:-$HOME/.cache/bucketscan}
 BIN=$E2E_CACHE/bin
-STATE=$E2E_CACHE/e2e            # everything the cluster writes
+STATE=${E2E_STATE:-$E2E_CACHE/e2e} # everything the cluster writes (E2E_CLUSTER=kind: e2e-kind)
 ROOTFS=$STATE/root              # Debian packages, extracted (never installed)
 PKI=$STATE/pki
 RUN=$STATE/run                  # pid files, sockets

@@ -14,6 +14,13 @@ pub enum Error {
          install the bucketscan chart, or kubectl apply -f crds/bucketscans.bucketscan.dev.yaml"
     )]
     NoCrd,
+    #[error(
+        "the BucketScanSchedule CRD is not installed in this cluster: install the bucketscan chart, \
+         or kubectl apply -f crds/bucketscanschedules.bucketscan.dev.yaml"
+    )]
+    NoScheduleCrd,
+    #[error("bucketscanschedule {name:?} not found in namespace {namespace:?}")]
+    ScheduleNotFound { name: String, namespace: String },
     #[error("bucketscan {name:?} not found in namespace {namespace:?}")]
     NotFound { name: String, namespace: String },
     #[error("bucketscan {name:?} was deleted while being watched")]

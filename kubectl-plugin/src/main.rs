@@ -1,10 +1,11 @@
 //! `kubectl-bucketscan`: a kubectl plugin (kubectl runs any `kubectl-NAME`
 //! on PATH as `kubectl NAME`) for BucketScans: `status` (of one scan, or a
 //! table of them), `watch` with a live progress bar, `result`, and `logs` of
-//! the scan's pods. It reads BucketScans and pod logs only, through the
+//! the scan's pods; `schedule` for BucketScanSchedules and their runs. It
+//! reads BucketScans, BucketScanSchedules and pod logs only, through the
 //! kubeconfig kubectl would use, so it needs no S3 credentials.
 //!
-//! May import: connect, error, fetch, logs, render, result, watch
+//! May import: connect, error, fetch, logs, render, result, schedule, watch
 
 mod connect;
 mod error;
@@ -12,6 +13,7 @@ mod fetch;
 mod logs;
 mod render;
 mod result;
+mod schedule;
 mod watch;
 
 use clap::{Args, Parser, Subcommand};
@@ -54,6 +56,20 @@ enum Command {
         #[arg(short, long)]
         namespace: Option<String>,
         /// Every namespace's scans.
+        #[arg(short = 'A', long, conflicts_with_all = ["name", "namespace"])]
+        all_namespaces: bool,
+    },
+    /// One BucketScanSchedule: its schedule, last and next run, last
+    /// success, conditions, and its runs (newest first) with phase, objects
+    /// and changes. Without a name: a line per schedule (`-A`: of every
+    /// namespace).
+    Schedule {
+        /// The BucketScanSchedule's name (none: every schedule).
+        name: Option<String>,
+        /// Its namespace (default: the kubeconfig context's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Every namespace's schedules.
         #[arg(short = 'A', long, conflicts_with_all = ["name", "namespace"])]
         all_namespaces: bool,
     },
@@ -142,6 +158,26 @@ async fn run(cluster: &Cluster, command: Command) -> Result<(), Error> {
                 "{}",
                 render::terminal(&render::status_table(&scans, all_namespaces))
             );
+        }
+        Command::Schedule {
+            name: Some(name),
+            namespace,
+            ..
+        } => {
+            let (client, ns) = connect(namespace).await?;
+            let found = schedule::get(&client, &ns, &name).await?;
+            let runs = schedule::runs(&client, &found).await?;
+            print!("{}", render::terminal(&schedule::report(&found, &runs)));
+        }
+        Command::Schedule {
+            name: None,
+            namespace,
+            all_namespaces,
+        } => {
+            let (client, ns) = connect(namespace).await?;
+            let scope = (!all_namespaces).then_some(ns.as_str());
+            let found = schedule::list(&client, scope).await?;
+            print!("{}", render::terminal(&schedule::table(&found, all_namespaces)));
         }
         Command::Watch { target: t, timeout } => {
             let (client, ns) = connect(t.namespace).await?;

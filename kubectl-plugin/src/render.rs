@@ -232,7 +232,13 @@ pub fn status_table(scans: &[BucketScan], namespaces: bool) -> String {
         }
         rows.push(row);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
+    columns(&rows, "")
+}
+
+/// Rows as kubectl aligns its tables: each column as wide as its widest
+/// cell, three spaces between, each line after `indent`.
+pub fn columns(rows: &[Vec<String>], indent: &str) -> String {
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -242,7 +248,7 @@ pub fn status_table(scans: &[BucketScan], namespaces: bool) -> String {
             .zip(&widths)
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
-        let _ = writeln!(out, "{}", cells.join("   ").trim_end());
+        let _ = writeln!(out, "{indent}{}", cells.join("   ").trim_end());
     }
     out
 }

@@ -1,6 +1,8 @@
 //! bucketscan's Kubernetes operator: the `BucketScan` resource and the
 //! controller that plans a scan into Redis, runs worker pods, merges the
-//! result and reports progress in the resource's status.
+//! result and reports progress in the resource's status; and the
+//! `BucketScanSchedule` resource, which makes BucketScans on a cron
+//! schedule (`schedule`, `controller::run_schedules`).
 
 /// The resource's types live in the shared lean crate (the kubectl plugin
 /// uses them without the operator's stack).
@@ -15,6 +17,7 @@ pub mod leader;
 pub mod limits;
 pub mod metrics;
 pub mod pods;
+pub mod schedule;
 pub mod status;
 pub mod throttle;
 pub mod validate;

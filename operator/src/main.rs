@@ -330,7 +330,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(labelled) = labelled {
         ctx.run_scans_in(labelled);
     }
-    let controller = controller::run(ctx, args.concurrency, args.namespace.as_deref());
+    // The schedules that make BucketScans, under the same lease: a task of
+    // its own (inside the BucketScan controller's future it made that
+    // future deep enough to overflow the main thread's stack).
+    let schedules = {
+        let (ctx, namespace) = (ctx.clone(), args.namespace.clone());
+        tokio::spawn(async move { controller::run_schedules(ctx, namespace.as_deref()).await })
+    };
+    let controller = async {
+        controller::run(ctx, args.concurrency, args.namespace.as_deref()).await;
+        schedules.abort();
+    };
     tokio::select! {
         // Shut down by a signal: a standby takes over at once.
         _ = controller => {

@@ -72,6 +72,12 @@ pub const ERROR_KINDS: [&str; 8] = [
     "conflict",
 ];
 
+/// What became of a schedule's due run: `started`, `replaced` (started
+/// after deleting the active scan), `skipped` (later than
+/// startingDeadlineSeconds) and `held` (Forbid: each look that found a scan
+/// still active).
+pub const SCHEDULE_OUTCOMES: [&str; 4] = ["started", "replaced", "skipped", "held"];
+
 /// The shard states and phases a scan's series are split by.
 pub const SHARD_STATES: [&str; 4] = ["pending", "leased", "done", "dead"];
 pub const PHASES: [&str; 6] = ["Pending", "Planning", "Scanning", "Merging", "Complete", "Failed"];
@@ -113,6 +119,8 @@ pub struct Metrics {
     /// 1 while the Kubernetes API answers the operator's list of
     /// BucketScans (what its watch needs: reachable and allowed).
     pub kube_api_up: Gauge,
+    /// Runs of BucketScanSchedules by outcome ([`SCHEDULE_OUTCOMES`]).
+    pub schedule_runs: Family<ResultLabel, Counter>,
     /// The BucketScan watch listed every scan once (the leader's cache is
     /// complete).
     pub watch_synced: AtomicBool,
@@ -195,6 +203,17 @@ impl Default for Metrics {
             "1 while the Kubernetes API answers the operator's list of BucketScans",
             kube_api_up.clone(),
         );
+        let schedule_runs = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "schedule_runs",
+            "Due runs of BucketScanSchedules by result: started, replaced, skipped, held",
+            schedule_runs.clone(),
+        );
+        for outcome in SCHEDULE_OUTCOMES {
+            let _ = schedule_runs.get_or_create(&ResultLabel {
+                result: outcome.into(),
+            });
+        }
         // Known label values start at 0 (Prometheus' advice), so rate() and
         // alerts see a series before the first event of its kind.
         for result in ["ok", "error"] {
@@ -226,6 +245,7 @@ impl Default for Metrics {
             redis_memory_used,
             redis_memory_max,
             kube_api_up,
+            schedule_runs,
             watch_synced: AtomicBool::new(false),
             ready: AtomicBool::new(false),
         }

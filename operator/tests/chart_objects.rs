@@ -422,9 +422,10 @@ fn operator_workers_and_merge_default_to_one_image() {
     assert_eq!(allowed_with(&["--set=worker.allowedImages={*}"]), "*");
 }
 
-/// The chart's CRD (templates/crds.yaml) is the generated one, with the
-/// chart's labels; `crds.keep` adds the annotation that makes `helm
-/// uninstall` leave it, and `crds.install=false` renders none.
+/// The chart's CRDs (templates/crds.yaml: BucketScan's and
+/// BucketScanSchedule's) are the generated ones, with the chart's labels;
+/// `crds.keep` adds the annotation that makes `helm uninstall` leave them,
+/// and `crds.install=false` renders none.
 #[test]
 fn the_crd_is_the_generated_one_and_follows_the_crds_values() {
     let crds = |objects: Vec<Value>| -> Vec<Value> {
@@ -433,33 +434,36 @@ fn the_crd_is_the_generated_one_and_follows_the_crds_values() {
             .filter(|o| o["kind"] == "CustomResourceDefinition")
             .collect()
     };
-    let generated: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(repo().join("crds/bucketscans.bucketscan.dev.yaml")).unwrap(),
-    )
-    .unwrap();
-
     let kept = crds(render(&[]));
-    assert_eq!(kept.len(), 1, "one CRD by default");
-    let mut crd = kept[0].clone();
-    assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
-    assert_eq!(crd["metadata"]["labels"]["app.kubernetes.io/name"], "bucketscan");
-    let metadata = crd["metadata"].as_object_mut().unwrap();
-    metadata.remove("labels");
-    metadata.remove("annotations");
-    // YAML through Helm's fromYaml/toYaml writes `minimum: 0.0` as `0`: the
-    // same JSON number, so numbers compare as numbers.
-    assert!(
-        same_numbers(&crd) == same_numbers(&generated),
-        "the rendered CRD differs from crds/ (run `just crds`)"
-    );
+    assert_eq!(kept.len(), 2, "the two CRDs by default");
+    for (rendered, file) in kept.iter().zip(["bucketscans", "bucketscanschedules"]) {
+        let generated: Value = serde_saphyr::from_str(
+            &std::fs::read_to_string(repo().join(format!("crds/{file}.bucketscan.dev.yaml"))).unwrap(),
+        )
+        .unwrap();
+        let mut crd = rendered.clone();
+        assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+        assert_eq!(crd["metadata"]["labels"]["app.kubernetes.io/name"], "bucketscan");
+        let metadata = crd["metadata"].as_object_mut().unwrap();
+        metadata.remove("labels");
+        metadata.remove("annotations");
+        // YAML through Helm's fromYaml/toYaml writes `minimum: 0.0` as `0`: the
+        // same JSON number, so numbers compare as numbers.
+        assert!(
+            same_numbers(&crd) == same_numbers(&generated),
+            "the rendered CRD {file} differs from crds/ (run `just crds`)"
+        );
+    }
 
     let dropped = crds(render(&["--set=crds.keep=false"]));
-    assert_eq!(dropped.len(), 1);
-    assert!(
-        dropped[0]["metadata"].get("annotations").is_none(),
-        "{}",
-        dropped[0]["metadata"]
-    );
+    assert_eq!(dropped.len(), 2);
+    for crd in &dropped {
+        assert!(
+            crd["metadata"].get("annotations").is_none(),
+            "{}",
+            crd["metadata"]
+        );
+    }
 
     assert!(crds(render(&["--set=crds.install=false"])).is_empty());
 }
@@ -626,6 +630,46 @@ fn redis_memory_and_client_buffers_fit_its_limit_and_scans_have_a_budget() {
         err.contains("must stay below redis.resources.limits.memory"),
         "{err}"
     );
+}
+
+/// BucketScanSchedules in the chart's roles: the operator watches them,
+/// writes their status and creates and deletes their runs; the aggregated
+/// edit role writes them, view reads them.
+#[test]
+fn the_roles_grant_bucketscanschedules() {
+    let objects = render(&[]);
+    let grants = |role: &str, resource: &str, verb: &str| {
+        let role = objects
+            .iter()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == role)
+            .unwrap_or_else(|| panic!("no ClusterRole {role}"));
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            r["resources"].as_array().unwrap().iter().any(|x| x == resource)
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == verb)
+        })
+    };
+    let operator = "bs-bucketscan";
+    for verb in ["get", "list", "watch"] {
+        assert!(grants(operator, "bucketscanschedules", verb), "{verb}");
+        assert!(
+            grants("bs-bucketscan-view", "bucketscanschedules", verb),
+            "{verb}"
+        );
+    }
+    assert!(grants(operator, "bucketscanschedules/status", "patch"));
+    assert!(grants(operator, "bucketscanschedules/finalizers", "update"));
+    assert!(
+        !grants(operator, "bucketscanschedules", "update"),
+        "the operator never writes a schedule's spec"
+    );
+    for verb in ["create", "delete"] {
+        assert!(grants(operator, "bucketscans", verb), "a schedule's runs: {verb}");
+        assert!(
+            grants("bs-bucketscan-edit", "bucketscanschedules", verb),
+            "{verb}"
+        );
+    }
+    assert!(!grants("bs-bucketscan-view", "bucketscanschedules", "create"));
 }
 
 /// `helm template` with `values`, which must fail: its stderr.

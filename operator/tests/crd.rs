@@ -300,6 +300,60 @@ fn the_schema_documents_bounds_and_defaults_every_field() {
     assert!(message.json_path.contains("Ready"), "{}", message.json_path);
 }
 
+/// The BucketScanSchedule's schema as the BucketScan's: every field
+/// described, every string of our own bounded, its defaults, and its scan
+/// template without the BucketScan's rule that source and output never
+/// change (a schedule's template may).
+#[test]
+fn the_schedule_schema_documents_and_bounds_every_field() {
+    let crd = bucketscan_api::schedule::BucketScanSchedule::crd();
+    let version = &crd.spec.versions[0];
+    let schema = serde_json::to_value(&version.schema.as_ref().unwrap().open_api_v3_schema).unwrap();
+    let (mut undocumented, mut unbounded) = (Vec::new(), Vec::new());
+    for part in ["spec", "status"] {
+        walk(
+            &schema["properties"][part],
+            part,
+            &mut undocumented,
+            &mut unbounded,
+        );
+    }
+    assert!(
+        undocumented.is_empty(),
+        "fields without a description: {undocumented:?}"
+    );
+    assert!(unbounded.is_empty(), "strings without a maxLength: {unbounded:?}");
+    let spec = &schema["properties"]["spec"]["properties"];
+    assert_eq!(spec["successfulScansHistoryLimit"]["default"], 3);
+    assert_eq!(spec["failedScansHistoryLimit"]["default"], 1);
+    assert_eq!(spec["incremental"]["default"], true);
+    assert_eq!(
+        spec["concurrencyPolicy"]["enum"],
+        serde_json::json!(["Forbid", "Replace"])
+    );
+    assert!(!spec["scanTemplate"].to_string().contains("oldSelf"));
+    let columns: Vec<String> = version
+        .additional_printer_columns
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    for name in [
+        "Schedule",
+        "Suspend",
+        "Active",
+        "Last Schedule",
+        "Last Success",
+        "Age",
+    ] {
+        assert!(
+            columns.contains(&name.to_string()),
+            "no column {name}: {columns:?}"
+        );
+    }
+}
+
 /// Collect the paths under `node` without a description, and the strings
 /// of our own without a maxLength (enums, formats and Kubernetes' own
 /// types excepted).

@@ -473,6 +473,9 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
         Some(DatasetRoot::S3 { bucket, prefix }) => store_check(&s3, bucket, prefix).await,
         _ => None,
     };
+    if let (Some(baseline), Some(check)) = (&baseline, &check) {
+        baseline.admit_start(&check.started)?;
+    }
     let head = HeadClient::new(args.head_client, &s3)?;
     let engine = Engine::new(
         s3,
@@ -590,7 +593,12 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
 /// The store check under a dataset's S3 prefix: `None`, with a warning,
 /// when the store refuses it (the dataset then cannot be a baseline).
 async fn store_check(s3: &Arc<S3>, bucket: &str, prefix: &str) -> Option<StoreCheck> {
-    let key = format!("{prefix}.bucketscan-store-check");
+    // A canary of this run's own: another run on the same output never
+    // sees its writes, nor it theirs.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let key = format!("{prefix}.bucketscan-store-check-{}-{nanos}", std::process::id());
     match check_store(s3, bucket, &key).await {
         Ok(check) => Some(check),
         Err(e) => {

@@ -44,20 +44,25 @@ impl StoreCheckRecord {
 }
 
 /// The scan's store check: the one recorded with its parts, or a new one
-/// (recorded before it is returned). A store that refuses the check (an
-/// answer about the request, not a transient failure) is recorded as such:
-/// the scan goes on, HEADs every object and its result cannot be a baseline.
+/// (recorded before it is returned). A store that refuses the check, or
+/// fails it past the retries (a 501 to CopyObject is "retryable" and would
+/// otherwise block every scan), is recorded as such: the scan goes on, HEADs
+/// every object and its result cannot be a baseline. Each attempt has a
+/// canary of its own, so two planners never see each other's writes.
 pub async fn ensure_store_check(s3: &S3, spec: &ScanSpec) -> Result<StoreCheckRecord, S3Error> {
     if let Some(found) = read_store_check(s3, spec).await? {
         return Ok(found);
     }
-    let canary = format!("{}store-check.canary", spec.parts_prefix());
+    let canary = format!(
+        "{}store-check.{:016x}.canary",
+        spec.parts_prefix(),
+        rand::random::<u64>()
+    );
     let record = match check_store(s3, &spec.output_bucket, &canary).await {
         Ok(check) => StoreCheckRecord {
             check: Some(check),
             error: None,
         },
-        Err(e) if e.is_retryable() => return Err(e),
         Err(e) => {
             tracing::warn!(error = %e, "the store check failed: this scan HEADs every object and cannot be a baseline");
             StoreCheckRecord {
@@ -77,23 +82,49 @@ pub async fn ensure_store_check(s3: &S3, spec: &ScanSpec) -> Result<StoreCheckRe
     Ok(record)
 }
 
-/// The recorded store check, if planning made one.
+/// The most of `store-check.json` read (it is a few hundred bytes).
+const MAX_CHECK_BYTES: u64 = 64 << 10;
+
+/// The recorded store check, if planning made one. Read with a bound (the
+/// scan's output is the tenant's to write), and never taken as absent when
+/// it is there but unreadable: a check made now would be later than the
+/// scan's first HEADs.
 pub async fn read_store_check(s3: &S3, spec: &ScanSpec) -> Result<Option<StoreCheckRecord>, S3Error> {
-    match s3.get(&spec.output_bucket, &spec.store_check_key(), None).await {
-        Ok(body) => Ok(serde_json::from_slice(&body).ok()),
-        Err(e) if e.http_status() == Some(404) => Ok(None),
+    let range = format!("bytes=0-{}", MAX_CHECK_BYTES - 1);
+    match s3
+        .get(&spec.output_bucket, &spec.store_check_key(), Some(&range))
+        .await
+    {
+        Ok(body) if (body.len() as u64) < MAX_CHECK_BYTES => {
+            Ok(Some(serde_json::from_slice(&body).unwrap_or(StoreCheckRecord {
+                check: None,
+                error: Some("store-check.json is not what bucketscan wrote".into()),
+            })))
+        }
+        Ok(_) => Ok(Some(StoreCheckRecord {
+            check: None,
+            error: Some("store-check.json is larger than bucketscan writes".into()),
+        })),
+        Err(e) if matches!(e.http_status(), Some(404 | 416)) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// The scan's baseline, loaded and checked against the scan (none for a
-/// full scan).
-pub async fn load_baseline(s3: &S3, spec: &ScanSpec) -> Result<Option<Arc<Baseline>>, BaselineError> {
+/// The scan's baseline, loaded and checked against the scan and its store
+/// check (none for a full scan).
+pub async fn load_baseline(
+    s3: &S3,
+    spec: &ScanSpec,
+    check: &StoreCheckRecord,
+) -> Result<Option<Arc<Baseline>>, BaselineError> {
     let Some(location) = &spec.baseline else {
         return Ok(None);
     };
     let baseline = Baseline::load(s3, location).await?;
     baseline.admit(&spec.bucket, &spec.prefix, spec.format, &spec.filter)?;
+    if let Some(c) = &check.check {
+        baseline.admit_start(&c.started)?;
+    }
     Ok(Some(Arc::new(baseline)))
 }
 
@@ -118,10 +149,13 @@ impl IncrementalError {
 
 /// Make a worker's engine incremental when its scan has a baseline.
 pub async fn prepare_engine(engine: &Engine, spec: &ScanSpec) -> Result<(), IncrementalError> {
-    let Some(baseline) = load_baseline(&engine.s3, spec).await? else {
+    if spec.baseline.is_none() {
+        return Ok(());
+    }
+    let check = read_store_check(&engine.s3, spec).await?.unwrap_or_default();
+    let Some(baseline) = load_baseline(&engine.s3, spec, &check).await? else {
         return Ok(());
     };
-    let check = read_store_check(&engine.s3, spec).await?.unwrap_or_default();
     engine.set_incremental(Incremental {
         baseline,
         trust_last_modified: check.trusts_last_modified(),

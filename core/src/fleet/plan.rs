@@ -100,19 +100,23 @@ pub async fn plan_scan(
     }
     // Before any shard is queued, so before any HEAD: the store check, and
     // the baseline, whose faults are the scan's, said once.
-    ensure_store_check(s3, spec)
+    // Boxed: these futures (SDK calls) are large, and a caller's stack may be
+    // a runtime worker's.
+    let store = Box::pin(ensure_store_check(s3, spec))
         .await
         .map_err(|source| PlanError::Output {
             bucket: spec.output_bucket.clone(),
             source,
         })?;
-    load_baseline(s3, spec).await.map_err(|e| match e {
-        BaselineError::Read { source, .. } if source.is_retryable() => PlanError::Output {
-            bucket: spec.output_bucket.clone(),
-            source,
-        },
-        refused => PlanError::Settings(refused.to_string()),
-    })?;
+    Box::pin(load_baseline(s3, spec, &store))
+        .await
+        .map_err(|e| match e {
+            BaselineError::Read { source, .. } if source.is_retryable() => PlanError::Output {
+                bucket: spec.output_bucket.clone(),
+                source,
+            },
+            refused => PlanError::Settings(refused.to_string()),
+        })?;
     let stored = queue.shard_ranges().await?;
     let (shards, estimated_objects) = if stored.is_empty() {
         let lister = BucketLister {

@@ -34,6 +34,11 @@ use std::sync::Arc;
 /// Bytes of a text file fetched per GET.
 pub const CHUNK: u64 = 8 << 20;
 
+/// The most of a manifest read: a bigger object is not one bucketscan wrote
+/// (the manifest of a 10^9-object result, its files and their blocks, is a
+/// few MiB). Read with a range, so a planner never holds more.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
 /// Seconds a LastModified must be older than the baseline scan's start for
 /// its record to be trusted without a HEAD: the one-second resolution of
 /// LastModified, and one more for clocks of a store's nodes that differ.
@@ -110,13 +115,22 @@ impl Baseline {
     pub async fn load(s3: &S3, location: &str) -> Result<Baseline, BaselineError> {
         let (bucket, key) =
             split_location(location).ok_or_else(|| BaselineError::Location(location.into()))?;
+        let range = format!("bytes=0-{}", MAX_MANIFEST_BYTES - 1);
         let body = s3
-            .get(bucket, key, None)
+            .get(bucket, key, Some(&range))
             .await
             .map_err(|source| BaselineError::Read {
                 location: location.into(),
                 source,
             })?;
+        if body.len() as u64 >= MAX_MANIFEST_BYTES {
+            return Err(BaselineError::NotAManifest {
+                location: location.into(),
+                reason: format!(
+                    "it is {MAX_MANIFEST_BYTES} bytes or more, larger than any manifest bucketscan writes"
+                ),
+            });
+        }
         Baseline::parse(location, &body)
     }
 
@@ -130,7 +144,15 @@ impl Baseline {
             location: location.into(),
             reason,
         };
-        let view: ManifestView = serde_json::from_slice(body).map_err(|e| not(e.to_string()))?;
+        // A reason names the field, never a value: the object may be any
+        // answer of the endpoint, and the message goes to the scan's status.
+        let view: ManifestView = serde_json::from_slice(body).map_err(|e| {
+            not(format!(
+                "not the JSON of a manifest (line {}, column {})",
+                e.line(),
+                e.column()
+            ))
+        })?;
         let (bucket, prefix, format, gzip, only_with_metadata) = match (&view.spec, &view.bucket) {
             (Some(spec), _) => (
                 spec.bucket.clone(),
@@ -146,7 +168,7 @@ impl Baseline {
                     .as_deref()
                     .unwrap_or("jsonl")
                     .parse::<Format>()
-                    .map_err(|_| not(format!("format {:?}", view.format)))?,
+                    .map_err(|_| not("its format is not one bucketscan writes".into()))?,
                 view.gzip.unwrap_or(false),
                 view.only_with_metadata.unwrap_or(false),
             ),
@@ -179,7 +201,7 @@ impl Baseline {
             )
         })?;
         let started = unix_secs(&check.started)
-            .ok_or_else(|| not(format!("store_check.started {:?} is not RFC 3339", check.started)))?;
+            .ok_or_else(|| not("its store_check.started is not an RFC 3339 time".into()))?;
         if view.files.is_empty() && view.spec.is_some() {
             // Results of releases before datasets list no files.
             return Err(refused("its manifest lists no files".into()));
@@ -214,16 +236,15 @@ impl Baseline {
             location: self.location.clone(),
             reason,
         };
+        // Only this scan's values are named (see `parse`).
         if self.bucket != bucket {
             return Err(refused(format!(
-                "it is a scan of bucket {:?}, this scan's is {bucket:?}",
-                self.bucket
+                "it is a scan of another bucket than this scan's ({bucket:?})"
             )));
         }
         if self.prefix != prefix {
             return Err(refused(format!(
-                "it is a scan of prefix {:?}, this scan's is {prefix:?}",
-                self.prefix
+                "it is a scan of another prefix than this scan's ({prefix:?})"
             )));
         }
         if self.format != format {
@@ -234,15 +255,28 @@ impl Baseline {
             )));
         }
         if self.filter != *filter {
-            let json = |f: &ObjectFilter| serde_json::to_string(f).unwrap_or_default();
+            // This scan's filter only (see `parse`).
+            let json = serde_json::to_string(filter).unwrap_or_default();
             return Err(refused(format!(
-                "its scan's filter is {}, this scan's is {}: an object only one of them keeps would \
-                 count as added or removed; use a baseline scanned with the same filter",
-                json(&self.filter),
-                json(filter)
+                "its scan's filter is not this scan's ({json}): an object only one of them keeps would \
+                 count as added or removed; use a baseline scanned with the same filter"
             )));
         }
         Ok(())
+    }
+
+    /// Refuse a baseline that started after this scan did (`started`: this
+    /// scan's store check): a time of another clock, or a crafted one,
+    /// would let records be trusted that no HEAD ever read.
+    pub fn admit_start(&self, started: &str) -> Result<(), BaselineError> {
+        match unix_secs(started) {
+            Some(now) if self.started > now => Err(BaselineError::Refused {
+                location: self.location.clone(),
+                reason: "it started after this scan did, by the store's clock: it is not an earlier result"
+                    .into(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The baseline record `old` still describes the listed object `obj`:
@@ -253,7 +287,10 @@ impl Baseline {
     pub fn reusable(&self, old: &Record, obj: &ListedObject) -> bool {
         let listed = obj.last_modified.as_deref().and_then(unix_secs);
         let recorded = old.last_modified.as_deref().and_then(unix_secs);
-        old.status == Status::Ok
+        // The baseline's own check too: a metadata replace made while the
+        // store kept LastModified would not show in the listing now.
+        self.check.last_modified_moves
+            && old.status == Status::Ok
             && old.missing_metadata.is_none()
             && old.size == obj.size
             && old.etag.is_some()
@@ -265,16 +302,17 @@ impl Baseline {
 
     /// The baseline's records of `shard`'s range, in key order.
     pub fn range(self: &Arc<Self>, s3: Arc<S3>, shard: &Shard) -> RangeReader {
+        let bounds = Bounds::of(shard);
         let files = self
             .files
             .iter()
-            .filter(|f| file_meets(f, shard))
+            .filter(|f| file_meets(f, &bounds))
             .cloned()
             .collect();
         RangeReader {
             baseline: self.clone(),
             s3,
-            shard: shard.clone(),
+            bounds,
             files,
             buffered: VecDeque::new(),
             open: None,
@@ -289,21 +327,65 @@ pub fn split_location(location: &str) -> Option<(&str, &str)> {
     (!bucket.is_empty() && !key.is_empty()).then_some((bucket, key))
 }
 
-/// Whether file `f`'s keys may meet the shard's range.
-fn file_meets(f: &DataFile, shard: &Shard) -> bool {
+/// A shard's keys: at or after `from` (its prefix: a shard of one whole
+/// prefix has neither a start nor an end, and must not read the whole
+/// baseline), after `after` and before `before` where given.
+struct Bounds {
+    from: String,
+    after: Option<String>,
+    before: Option<String>,
+}
+
+impl Bounds {
+    fn of(shard: &Shard) -> Bounds {
+        let before = match (
+            shard.end.clone(),
+            crate::keyspace::shard::prefix_end(&shard.prefix),
+        ) {
+            (Some(e), Some(p)) => Some(e.min(p)),
+            (e, p) => e.or(p),
+        };
+        Bounds {
+            from: shard.prefix.clone(),
+            after: shard.start_after.clone(),
+            before,
+        }
+    }
+
+    /// No key at or past `key` is in the range.
+    fn is_past(&self, key: &str) -> bool {
+        self.before.as_deref().is_some_and(|b| key >= b)
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        key >= self.from.as_str() && self.after.as_deref().is_none_or(|a| key > a) && !self.is_past(key)
+    }
+
+    /// A key no later than the range's first (reading may start at the
+    /// block that begins at or before it).
+    fn lower(&self) -> &str {
+        match &self.after {
+            Some(a) if a.as_str() > self.from.as_str() => a,
+            _ => &self.from,
+        }
+    }
+}
+
+/// Whether file `f`'s keys may meet the range.
+fn file_meets(f: &DataFile, bounds: &Bounds) -> bool {
     let (Some(first), Some(last)) = (&f.first_key, &f.last_key) else {
         return false; // an empty file
     };
-    let after_start = shard.start_after.as_deref().is_none_or(|s| last.as_str() > s);
-    let before_end = shard.end.as_deref().is_none_or(|e| first.as_str() < e);
-    after_start && before_end
+    let after_start =
+        last.as_str() >= bounds.from.as_str() && bounds.after.as_deref().is_none_or(|s| last.as_str() > s);
+    after_start && !bounds.is_past(first)
 }
 
 /// Reads one range's baseline records.
 pub struct RangeReader {
     baseline: Arc<Baseline>,
     s3: Arc<S3>,
-    shard: Shard,
+    bounds: Bounds,
     /// Files still to read, in key order.
     files: VecDeque<DataFile>,
     /// Records read and not taken yet, in key order.
@@ -325,30 +407,28 @@ struct OpenFile {
 }
 
 impl RangeReader {
-    /// Records with keys before `key`, then the record of `key` itself if
-    /// there is one.
-    pub async fn up_to(&mut self, key: &str) -> Result<(Vec<Record>, Option<Record>), S3Error> {
-        let mut before = Vec::new();
-        loop {
-            if self.buffered.is_empty() && !self.fill().await? {
-                return Ok((before, None));
-            }
-            let next = self.buffered.front().expect("filled");
-            match next.key.as_str().cmp(key) {
-                std::cmp::Ordering::Less => before.push(self.buffered.pop_front().expect("front")),
-                std::cmp::Ordering::Equal => return Ok((before, self.buffered.pop_front())),
-                std::cmp::Ordering::Greater => return Ok((before, None)),
-            }
+    /// The next record, if its key is before `key` (`None`: at the end of
+    /// the range). One at a time: a shard whose objects were all deleted
+    /// holds one chunk of its baseline, not all of it.
+    pub async fn next_before(&mut self, key: Option<&str>) -> Result<Option<Record>, S3Error> {
+        if self.buffered.is_empty() && !self.fill().await? {
+            return Ok(None);
         }
+        let next = self.buffered.front().expect("filled");
+        if key.is_some_and(|k| next.key.as_str() >= k) {
+            return Ok(None);
+        }
+        Ok(self.buffered.pop_front())
     }
 
-    /// Every record left in the range.
-    pub async fn rest(&mut self) -> Result<Vec<Record>, S3Error> {
-        let mut rest = Vec::new();
-        while !self.buffered.is_empty() || self.fill().await? {
-            rest.extend(self.buffered.drain(..));
+    /// The record of `key`, once every record before it was taken
+    /// (`next_before`).
+    pub async fn take(&mut self, key: &str) -> Result<Option<Record>, S3Error> {
+        if self.buffered.is_empty() && !self.fill().await? {
+            return Ok(None);
         }
-        Ok(rest)
+        let next = self.buffered.front().expect("filled");
+        Ok((next.key == key).then(|| self.buffered.pop_front()).flatten())
     }
 
     /// Read more records of the range into `buffered`; false at its end.
@@ -367,24 +447,19 @@ impl RangeReader {
                 read_more(&self.s3, &self.baseline, open).await?
             };
             let mut past_end = false;
-            for record in records {
-                if self
-                    .shard
-                    .start_after
-                    .as_deref()
-                    .is_some_and(|s| record.key.as_str() <= s)
-                    || !record.key.starts_with(&self.shard.prefix)
-                {
-                    continue;
-                }
-                if self.shard.is_past_end(&record.key) {
+            for mut record in records {
+                if self.bounds.is_past(&record.key) {
                     past_end = true;
                     break;
                 }
                 // Listed, then gone by its HEAD: not there at the baseline's end.
-                if record.status != Status::Vanished {
-                    self.buffered.push_back(record);
+                if !self.bounds.contains(&record.key) || record.status == Status::Vanished {
+                    continue;
                 }
+                // A result's record never carries a change: read it as a result.
+                record.change = None;
+                record.previous = None;
+                self.buffered.push_back(record);
             }
             if past_end {
                 // Later files start later still.
@@ -410,7 +485,7 @@ impl RangeReader {
         let mut open = OpenFile {
             bucket,
             key,
-            next: start_offset(&file, &self.shard),
+            next: start_offset(&file, &self.bounds),
             file,
             row_groups: VecDeque::new(),
             parquet: None,
@@ -423,7 +498,7 @@ impl RangeReader {
                     .await
                     .map_err(|e| S3Error::Other(format!("baseline file {}: {e}", open.file.location)))?;
             open.row_groups = remote
-                .row_groups_meeting(self.shard.start_after.as_deref(), self.shard.end.as_deref())
+                .row_groups_meeting(Some(self.bounds.lower()), self.bounds.before.as_deref())
                 .into();
             self.baseline.bytes_read.fetch_add(remote.bytes_read(), Relaxed);
             open.parquet = Some(remote);
@@ -432,12 +507,10 @@ impl RangeReader {
     }
 }
 
-/// Where to start reading `file` for `shard`: the last block starting at or
-/// before the range (keys before it cannot be in the range).
-fn start_offset(file: &DataFile, shard: &Shard) -> u64 {
-    let Some(start) = shard.start_after.as_deref() else {
-        return 0;
-    };
+/// Where to start reading `file` for the range: the last block starting at
+/// or before its lower bound (keys before it cannot be in the range).
+fn start_offset(file: &DataFile, bounds: &Bounds) -> u64 {
+    let start = bounds.lower();
     file.blocks
         .iter()
         .take_while(|b| b.first_key.as_str() <= start)
@@ -640,7 +713,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("its scan's filter is {\"include\":[\"a/**/*.csv\"]}, this scan's is {}"),
+            e.contains("its scan's filter is not this scan's ({})") && !e.contains("*.csv"),
             "{e}"
         );
         let unfiltered = Baseline::parse("s3://out/x/manifest.json", manifest(CHECK).as_bytes()).unwrap();
@@ -722,10 +795,84 @@ mod tests {
             start_after: start.map(String::from),
             end: None,
         };
-        assert_eq!(start_offset(&f, &shard(None)), 0);
-        assert_eq!(start_offset(&f, &shard(Some("g"))), 0);
-        assert_eq!(start_offset(&f, &shard(Some("h"))), 100);
-        assert_eq!(start_offset(&f, &shard(Some("q"))), 200);
+        assert_eq!(start_offset(&f, &Bounds::of(&shard(None))), 0);
+        assert_eq!(start_offset(&f, &Bounds::of(&shard(Some("g")))), 0);
+        assert_eq!(start_offset(&f, &Bounds::of(&shard(Some("h")))), 100);
+        assert_eq!(start_offset(&f, &Bounds::of(&shard(Some("q")))), 200);
+    }
+
+    #[test]
+    fn a_shard_of_one_prefix_reads_only_the_files_and_blocks_of_that_prefix() {
+        let file = |first: &str, last: &str| DataFile {
+            location: "s3://o/d".into(),
+            first_key: Some(first.into()),
+            last_key: Some(last.into()),
+            records: 1,
+            bytes: 1,
+            etag: None,
+            sha256: None,
+            blocks: vec![
+                Block {
+                    first_key: first.into(),
+                    offset: 0,
+                },
+                Block {
+                    first_key: "b/5".into(),
+                    offset: 50,
+                },
+            ],
+        };
+        // The planner's shard of a whole prefix: no start, no end.
+        let b = Bounds::of(&Shard {
+            prefix: "b/".into(),
+            start_after: None,
+            end: None,
+        });
+        assert!(!file_meets(&file("a/0", "a/9"), &b));
+        assert!(!file_meets(&file("c/0", "c/9"), &b));
+        assert!(file_meets(&file("a/0", "c/9"), &b));
+        assert!(b.is_past("c/0") && !b.is_past("b/zzz") && !b.contains("a/9") && b.contains("b/1"));
+        assert_eq!(start_offset(&file("a/0", "c/9"), &b), 0);
+        let after = Bounds::of(&Shard {
+            prefix: "b/".into(),
+            start_after: Some("b/6".into()),
+            end: None,
+        });
+        assert_eq!(start_offset(&file("a/0", "c/9"), &after), 50);
+    }
+
+    #[test]
+    fn a_baseline_whose_store_kept_last_modified_gives_no_record_without_a_head() {
+        let kept = CHECK.replace("\"last_modified_moves\":true", "\"last_modified_moves\":false");
+        let b = Baseline::parse("s3://out/x/manifest.json", manifest(&kept).as_bytes()).unwrap();
+        let old = record("a/1", 5, "\"e\"", "2026-11-27T00:00:08Z");
+        assert!(!b.reusable(&old, &listed("a/1", 5, "\"e\"", "2026-11-27T00:00:08Z")));
+    }
+
+    #[test]
+    fn a_baseline_that_started_after_this_scan_is_refused() {
+        let b = Baseline::parse("s3://out/x/manifest.json", manifest(CHECK).as_bytes()).unwrap();
+        b.admit_start("2026-11-28T00:00:00Z").unwrap();
+        let e = b.admit_start("2026-11-26T00:00:00Z").unwrap_err().to_string();
+        assert!(e.contains("started after this scan"), "{e}");
+    }
+
+    #[test]
+    fn refusals_never_quote_what_the_manifest_says() {
+        let secret = manifest(CHECK).replace("\"photos\"", "\"SECRET-1\"");
+        let b = Baseline::parse("s3://out/x/manifest.json", secret.as_bytes()).unwrap();
+        let e = b
+            .admit("photos", "a/", Format::Jsonl, &ObjectFilter::default())
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("SECRET-1") && e.contains("another bucket"), "{e}");
+        let e = Baseline::parse(
+            "s3://out/x/manifest.json",
+            br#"{"bucket": "b", "format": "SECRET-2"}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!e.contains("SECRET-2"), "{e}");
     }
 
     #[test]

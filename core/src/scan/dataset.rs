@@ -348,7 +348,9 @@ pub struct IncrementalSummary {
     pub baseline_bytes_read: u64,
 }
 
-/// Changes by kind, and records taken without a HEAD.
+/// Changes by kind (exact: counted as written), and records taken without
+/// a HEAD and HEADs sent (live counters: work redone after a failure counts
+/// again).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeCounts {
     pub added: u64,
@@ -357,6 +359,29 @@ pub struct ChangeCounts {
     pub metadata_changed: u64,
     pub reused: u64,
     pub heads: u64,
+}
+
+impl ChangeCounts {
+    /// Count one change record.
+    pub fn add(&mut self, kind: Option<crate::scan::record::ChangeKind>) {
+        use crate::scan::record::ChangeKind;
+        match kind {
+            Some(ChangeKind::Added) => self.added += 1,
+            Some(ChangeKind::Removed) => self.removed += 1,
+            Some(ChangeKind::ContentChanged) => self.content_changed += 1,
+            Some(ChangeKind::MetadataChanged) => self.metadata_changed += 1,
+            None => {}
+        }
+    }
+
+    pub fn absorb(&mut self, other: &ChangeCounts) {
+        self.added += other.added;
+        self.removed += other.removed;
+        self.content_changed += other.content_changed;
+        self.metadata_changed += other.metadata_changed;
+        self.reused += other.reused;
+        self.heads += other.heads;
+    }
 }
 
 impl DatasetManifest {

@@ -550,9 +550,13 @@ impl Engine {
                 break;
             }
         }
-        // Baseline objects of the range past the last one listed are gone.
+        // Baseline objects of the range past the last one listed are gone,
+        // up to where the scan stops (a split gave the rest away).
         if let Some(baseline) = baseline.as_mut() {
-            for old in baseline.rest().await? {
+            while let Some(old) = baseline.next_before(None).await? {
+                if frontier.is_past_end(&old.key) {
+                    break;
+                }
                 if keys.send(Entry::Removed(Box::new(old))).await.is_err() {
                     return Ok(());
                 }
@@ -573,12 +577,12 @@ impl Engine {
         let Some(baseline) = baseline else {
             return Ok(keys.send(Entry::Listed(task, None)).await.is_ok());
         };
-        let (gone, old) = baseline.up_to(task.key()).await?;
-        for old in gone {
-            if keys.send(Entry::Removed(Box::new(old))).await.is_err() {
+        while let Some(gone) = baseline.next_before(Some(task.key())).await? {
+            if keys.send(Entry::Removed(Box::new(gone))).await.is_err() {
                 return Ok(false);
             }
         }
+        let old = baseline.take(task.key()).await?;
         let task = match (task, &old) {
             (Task::Head(obj), Some(old)) if self.may_reuse(old, &obj) => {
                 self.counters.reused.fetch_add(1, Relaxed);
@@ -885,6 +889,8 @@ fn removed(old: Record) -> Record {
 fn reused(old: &Record, obj: &ListedObject) -> Record {
     Record {
         storage_class: obj.storage_class.clone().or_else(|| old.storage_class.clone()),
+        change: None,
+        previous: None,
         ..old.clone()
     }
 }

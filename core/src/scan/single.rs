@@ -157,8 +157,10 @@ pub async fn scan_dataset(
     let mut counts = DatasetCounts::default();
     let mut files = Vec::new();
     let mut change_files = Vec::new();
+    let mut changed = ChangeCounts::default();
     let mut listed = 0;
     for (_, written) in per_shard {
+        changed.absorb(&written.changed);
         listed += written.outcome.listed;
         counts.absorb(&written.counts);
         files.extend(written.files);
@@ -175,12 +177,9 @@ pub async fn scan_dataset(
             changes: root.changes_location(),
             change_files,
             counts: ChangeCounts {
-                added: c.added,
-                removed: c.removed,
-                content_changed: c.content_changed,
-                metadata_changed: c.metadata_changed,
                 reused: c.reused,
                 heads: c.heads,
+                ..changed.clone()
             },
             baseline_bytes_read: inc.baseline.bytes_read.load(std::sync::atomic::Ordering::Relaxed),
         }
@@ -224,6 +223,9 @@ struct ShardWritten {
     files: Vec<DataFile>,
     changes: Vec<DataFile>,
     counts: DatasetCounts,
+    /// Of the change records written (exact: a pass resumed after a failure
+    /// counts nothing twice, as the engine's live counters may).
+    changed: ChangeCounts,
 }
 
 /// One shard's records into its own files, in key order, and its changes
@@ -240,10 +242,12 @@ async fn shard_to_files(
         tokio::spawn(async move { engine.scan_shard(&planned.shard, &tx).await })
     };
     let mut counts = DatasetCounts::default();
+    let mut changed = ChangeCounts::default();
     let mut write_error = None;
     while let Some(record) = rx.recv().await {
         let (result, change) = record.split_change();
         if let (Some(change), Some(changes)) = (change, changes.as_mut()) {
+            changed.add(change.change);
             if let Err(e) = changes.write(&change).await {
                 write_error = Some(e);
                 break;
@@ -272,6 +276,7 @@ async fn shard_to_files(
                 None => Vec::new(),
             },
             counts,
+            changed,
         }),
         (Some(e), _) | (None, Err(e)) => {
             files.abort().await;

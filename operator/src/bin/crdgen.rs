@@ -1,10 +1,22 @@
-//! Prints the BucketScan CustomResourceDefinition as YAML: `crds/` is this
-//! output (`just crds` writes it, `just test` fails when it is stale).
+//! Prints a CustomResourceDefinition as YAML: `crdgen` (or `crdgen
+//! bucketscans`) the BucketScan one, `crdgen bucketscanschedules` the
+//! BucketScanSchedule one. `crds/` is this output (`just crds` writes it,
+//! `just test` fails when it is stale).
 
+use bucketscan_api::schedule::BucketScanSchedule;
 use bucketscan_operator::crd::BucketScan;
 use kube::CustomResourceExt;
 
-fn main() {
-    let yaml = serde_saphyr::to_string(&BucketScan::crd()).expect("the CRD serializes");
+fn main() -> std::process::ExitCode {
+    let crd = match std::env::args().nth(1).as_deref() {
+        None | Some("bucketscans") => BucketScan::crd(),
+        Some("bucketscanschedules") => BucketScanSchedule::crd(),
+        Some(other) => {
+            eprintln!("crdgen: unknown CRD {other:?}: bucketscans or bucketscanschedules");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let yaml = serde_saphyr::to_string(&crd).expect("the CRD serializes");
     print!("{yaml}");
+    std::process::ExitCode::SUCCESS
 }

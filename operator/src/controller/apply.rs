@@ -89,7 +89,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     }
 
     if !seen.planned && !status::is_true(&st.conditions, PLANNED) {
-        match super::baseline::resolve(scan, ctx, &mut st, &before).await? {
+        match Box::pin(super::baseline::resolve(scan, ctx, &mut st, &before)).await? {
             Resolved::Ready => {}
             // Planning reads it from the status: at the next look.
             Resolved::Written => return Ok(Action::requeue(Duration::from_secs(1))),

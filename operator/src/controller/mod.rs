@@ -21,14 +21,16 @@
 //!   runs as many scans as the operator allows;
 //! - `owned`: every write and delete of a child goes through it, and only
 //!   touches the scan's own objects; `conflict`: condition `Conflict` when a
-//!   child's name holds another workload's object.
+//!   child's name holds another workload's object;
+//! - `schedule`: the BucketScanSchedule controller ([`run_schedules`]),
+//!   which creates BucketScans on their schedules.
 //!
 //! May import: `crd`, `desired`, `status`, `validate`, `metrics` and
 //! `bucketscan_core`; nothing imports it but the binary. Inside, files form
 //! layers (`scripts/check-layers.py` checks there is no circle):
 //! `labelled_namespaces`; `context`;
 //! `owned`; `redis_user`; `children`, `source`, `observe`, `admission`; `report`, `planning`, `turns`; `finish`, `health`,
-//! `conflict`; `merge`, `cleanup`; `apply`; `blocked`; this file.
+//! `conflict`; `merge`, `cleanup`; `apply`; `blocked`; `schedule`; this file.
 
 mod admission;
 mod apply;
@@ -48,11 +50,13 @@ mod owned;
 mod planning;
 mod redis_user;
 mod report;
+mod schedule;
 mod source;
 mod turns;
 
 use context::ERROR_REQUEUE;
 pub use context::{Context, Error};
+pub use schedule::run as run_schedules;
 
 use crate::crd::BucketScan;
 use crate::desired::{MANAGED_BY, OPERATOR};

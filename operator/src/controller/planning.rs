@@ -32,7 +32,9 @@ pub(super) async fn plan(
     within_deadline(ctx, "planning", async {
         let s3 = s3_for(scan, ctx).await?;
         let opts = desired::plan_options(scan, &ctx.settings);
-        Ok(plan_scan(&s3, &desired::spec_of(scan), &opts, queue).await?)
+        // Boxed: planning's future (the store check's SDK calls, the
+        // baseline) is large, and the reconcile's stack is a worker thread's.
+        Ok(Box::pin(plan_scan(&s3, &desired::spec_of(scan), &opts, queue)).await?)
     })
     .await
 }

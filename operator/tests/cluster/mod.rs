@@ -67,24 +67,28 @@ pub async fn client() -> Client {
     Client::try_from(config).unwrap()
 }
 
-/// Apply crds/ (as `kubectl apply` would) and wait until it is served.
+/// Apply crds/ (as `kubectl apply` would) and wait until they are served:
+/// BucketScan's and BucketScanSchedule's, as the chart installs both.
 pub async fn install_crd(client: &Client) {
-    let yaml = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../crds/bucketscans.bucketscan.dev.yaml"
-    ))
-    .unwrap();
+    install_crd_named(client, "bucketscans").await;
+    install_crd_named(client, "bucketscanschedules").await;
+}
+
+async fn install_crd_named(client: &Client, plural: &str) {
+    let name = format!("{plural}.bucketscan.dev");
+    let yaml =
+        std::fs::read_to_string(format!("{}/../crds/{name}.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     api.patch(
-        "bucketscans.bucketscan.dev",
+        &name,
         &PatchParams::apply("bucketscan-test").force(),
         &Patch::Apply(&crd),
     )
     .await
     .unwrap();
     for _ in 0..100 {
-        let got = api.get("bucketscans.bucketscan.dev").await.unwrap();
+        let got = api.get(&name).await.unwrap();
         let established = got
             .status
             .and_then(|s| s.conditions)
@@ -329,7 +333,7 @@ pub fn apply_objects(objects: &[serde_json::Value], file_name: &str) {
 }
 
 /// The chart's ValidatingAdmissionPolicies and their bindings, the
-/// BucketScan one limited to namespaces labelled `bucketscan.dev/test=LABEL`:
+/// BucketScan and BucketScanSchedule ones limited to namespaces labelled `bucketscan.dev/test=LABEL`:
 /// the test ground's API server is shared by tests running at the same
 /// time, whose scans (created as the admin, with ServiceAccounts and
 /// PriorityClasses of their own) the lists of another test must not refuse.
@@ -345,7 +349,8 @@ pub fn admission_policies(objects: &[serde_json::Value], label: &str) -> Vec<ser
         })
         .cloned()
         .map(|mut o| {
-            let bucketscans = o["metadata"]["name"].as_str().unwrap().ends_with("-bucketscans");
+            let name = o["metadata"]["name"].as_str().unwrap();
+            let bucketscans = name.ends_with("-bucketscans") || name.ends_with("-bucketscanschedules");
             if o["kind"] == "ValidatingAdmissionPolicyBinding" && bucketscans {
                 o["spec"]["matchResources"] = serde_json::json!({
                     "namespaceSelector": {"matchLabels": {"bucketscan.dev/test": label}}

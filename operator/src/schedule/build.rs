@@ -1,0 +1,263 @@
+//! The BucketScan a schedule's run makes, and how the schedule's scans
+//! are read back: each run's name (`SCHEDULE-MINUTES`, the same for the
+//! same scheduled time, so an operator restarted halfway never makes a run
+//! twice), its label and owner (deleting the schedule deletes its scans),
+//! its own output prefix, and its baseline (the last Complete run). Pure.
+//!
+//! May import: `crd`.
+
+use crate::crd::{Baseline, BucketScan, BucketScanSpec, Phase};
+use bucketscan_api::schedule::{BucketScanSchedule, SCHEDULE_LABEL};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+
+/// The annotation with the run's scheduled time (RFC 3339).
+pub const SCHEDULED_AT: &str = "bucketscan.dev/scheduled-at";
+
+/// A schedule's name may be this long at most: its runs' names add a dash
+/// and the minutes since 1970 (8 digits until 2160), and a scan's name is
+/// a label value of its pods (63 characters at most).
+pub const MAX_NAME: usize = 52;
+
+/// The name of the run scheduled at `at`.
+pub fn run_name(schedule: &str, at: Timestamp) -> String {
+    format!("{schedule}-{}", at.as_second().div_euclid(60))
+}
+
+/// The scan of the run at `at`, incremental against `baseline` (the last
+/// Complete run) when the schedule says so.
+pub fn desired_scan(schedule: &BucketScanSchedule, at: Timestamp, baseline: Option<&str>) -> BucketScan {
+    let name = run_name(&schedule.name_any(), at);
+    let mut spec = schedule.spec.scan_template.clone();
+    if let Some(prefix) = spec
+        .output
+        .prefix
+        .as_deref()
+        .filter(|p| !p.trim_matches('/').is_empty())
+    {
+        spec.output.prefix = Some(format!("{}/{name}/", prefix.trim_end_matches('/')));
+    } else {
+        // The default prefix (NAMESPACE/NAME/UID/) differs per run already.
+        spec.output.prefix = None;
+    }
+    if schedule.spec.incremental {
+        if let Some(scan) = baseline {
+            spec.baseline = Some(Baseline {
+                scan: Some(scan.to_string()),
+                manifest: None,
+            });
+        }
+    }
+    BucketScan {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: schedule.namespace(),
+            labels: Some(BTreeMap::from([(
+                SCHEDULE_LABEL.to_string(),
+                schedule.name_any(),
+            )])),
+            annotations: Some(BTreeMap::from([(SCHEDULED_AT.to_string(), at.to_string())])),
+            owner_references: schedule.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+/// One of the schedule's scans, as the schedule needs to know it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    pub name: String,
+    pub phase: Phase,
+    pub created: Option<Timestamp>,
+    /// When it completed or failed.
+    pub finished: Option<Timestamp>,
+    /// The scan it is incremental against.
+    pub baseline: Option<String>,
+    /// What a baseline must share with the run that uses it ([`shape`]).
+    pub shape: String,
+}
+
+impl Run {
+    pub fn is_active(&self) -> bool {
+        !matches!(self.phase, Phase::Complete | Phase::Failed)
+    }
+
+    /// When it ended, else when it was made: the order of history.
+    pub fn time(&self) -> Option<Timestamp> {
+        self.finished.or(self.created)
+    }
+}
+
+/// The scans of `schedule` among `scans`: labelled with its name and owned
+/// by it (its uid; a scan labelled by hand, or of an earlier schedule of
+/// the same name, is not its run).
+pub fn runs(schedule: &BucketScanSchedule, scans: &[BucketScan]) -> Vec<Run> {
+    let uid = schedule.uid();
+    let mut runs: Vec<Run> = scans
+        .iter()
+        .filter(|s| s.labels().get(SCHEDULE_LABEL) == Some(&schedule.name_any()))
+        .filter(|s| s.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()))
+        .map(|s| Run {
+            name: s.name_any(),
+            phase: s.status.as_ref().map(|st| st.phase).unwrap_or_default(),
+            created: s.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            finished: s
+                .status
+                .as_ref()
+                .and_then(|st| st.completion_time.as_ref())
+                .map(|t| t.0),
+            baseline: s.spec.baseline.as_ref().and_then(|b| b.scan.clone()),
+            shape: shape(&s.spec),
+        })
+        .collect();
+    runs.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    runs
+}
+
+/// The newest Complete run.
+pub fn last_successful(runs: &[Run]) -> Option<&Run> {
+    runs.iter()
+        .filter(|r| r.phase == Phase::Complete)
+        .max_by(|a, b| (a.time(), &a.name).cmp(&(b.time(), &b.name)))
+}
+
+/// The next run's baseline: the newest Complete run of the same store,
+/// bucket, prefix and result format as the template now (a scan refuses a
+/// baseline of another; after such a change of the template the next run
+/// is a full scan).
+pub fn baseline_for<'a>(schedule: &BucketScanSchedule, runs: &'a [Run]) -> Option<&'a Run> {
+    let wanted = shape(&schedule.spec.scan_template);
+    let same: Vec<Run> = runs.iter().filter(|r| r.shape == wanted).cloned().collect();
+    let name = last_successful(&same)?.name.clone();
+    runs.iter().find(|r| r.name == name)
+}
+
+/// What a baseline must share with the scan incremental against it.
+fn shape(spec: &BucketScanSpec) -> String {
+    let (source, output) = (&spec.source, &spec.output);
+    format!(
+        "{:?} {} {} {:?} {:?}",
+        source.endpoint, source.bucket, source.prefix, output.format, output.layout
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schedule(prefix: Option<&str>, incremental: bool) -> BucketScanSchedule {
+        let mut s: BucketScanSchedule = serde_json::from_value(serde_json::json!({
+            "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScanSchedule",
+            "metadata": {"name": "nightly", "namespace": "team", "uid": "u-1"},
+            "spec": {"schedule": "0 2 * * *", "incremental": incremental,
+                     "scanTemplate": {"source": {"bucket": "photos"}, "output": {"bucket": "out"}}}
+        }))
+        .unwrap();
+        s.spec.scan_template.output.prefix = prefix.map(str::to_string);
+        s
+    }
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_run_is_named_by_its_minute_owned_labelled_and_writes_its_own_prefix() {
+        let at = ts("2026-11-27T02:00:00Z");
+        let scan = desired_scan(&schedule(Some("inventory/photos"), true), at, None);
+        assert_eq!(scan.name_any(), "nightly-29929080");
+        assert_eq!(
+            run_name("nightly", ts("2026-11-27T02:00:59Z")),
+            "nightly-29929080"
+        );
+        assert_eq!(scan.namespace().as_deref(), Some("team"));
+        assert_eq!(scan.labels()[SCHEDULE_LABEL], "nightly");
+        assert_eq!(scan.annotations()[SCHEDULED_AT], "2026-11-27T02:00:00Z");
+        let owner = &scan.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("BucketScanSchedule", "u-1", Some(true))
+        );
+        assert_eq!(
+            scan.spec.output.prefix.as_deref(),
+            Some("inventory/photos/nightly-29929080/")
+        );
+        assert_eq!(scan.spec.baseline, None, "no earlier run: a full scan");
+        let plain = desired_scan(&schedule(Some("inventory/"), true), at, None);
+        assert_eq!(
+            plain.spec.output.prefix.as_deref(),
+            Some("inventory/nightly-29929080/")
+        );
+        let default = desired_scan(&schedule(None, true), at, None);
+        assert_eq!(
+            default.spec.output.prefix, None,
+            "the default prefix has the run's name and uid"
+        );
+    }
+
+    #[test]
+    fn an_incremental_run_names_the_last_complete_one_as_baseline() {
+        let at = ts("2026-11-27T02:00:00Z");
+        let scan = desired_scan(&schedule(None, true), at, Some("nightly-29401080"));
+        assert_eq!(
+            scan.spec.baseline,
+            Some(Baseline {
+                scan: Some("nightly-29401080".into()),
+                manifest: None
+            })
+        );
+        let full = desired_scan(&schedule(None, false), at, Some("nightly-29401080"));
+        assert_eq!(full.spec.baseline, None);
+    }
+
+    #[test]
+    fn a_baseline_is_a_complete_run_of_the_same_bucket_prefix_and_format() {
+        let mut s = schedule(None, true);
+        let complete = |scan: &mut BucketScan| {
+            scan.status = Some(crate::crd::BucketScanStatus {
+                phase: Phase::Complete,
+                ..Default::default()
+            })
+        };
+        let mut old = desired_scan(&s, ts("2026-11-25T02:00:00Z"), None);
+        complete(&mut old);
+        let mut newer = desired_scan(&s, ts("2026-11-26T02:00:00Z"), None);
+        complete(&mut newer);
+        let found = runs(&s, &[old.clone(), newer.clone()]);
+        assert_eq!(
+            baseline_for(&s, &found).map(|r| r.name.as_str()),
+            Some("nightly-29927640")
+        );
+        // The template now writes Parquet: no earlier run can be its baseline.
+        s.spec.scan_template.output.format = crate::crd::Format::Parquet;
+        assert_eq!(baseline_for(&s, &runs(&s, &[old, newer])), None);
+    }
+
+    #[test]
+    fn only_labelled_scans_owned_by_this_schedule_are_its_runs() {
+        let s = schedule(None, true);
+        let mut ours = desired_scan(&s, ts("2026-11-27T02:00:00Z"), None);
+        ours.status = Some(crate::crd::BucketScanStatus {
+            phase: Phase::Complete,
+            ..Default::default()
+        });
+        let mut stranger = ours.clone();
+        stranger.metadata.name = Some("nightly-1".into());
+        stranger.metadata.owner_references = None;
+        let mut orphan_of_old = ours.clone();
+        orphan_of_old.metadata.name = Some("nightly-2".into());
+        orphan_of_old.metadata.owner_references.as_mut().unwrap()[0].uid = "u-0".into();
+        let found = runs(&s, &[stranger, ours, orphan_of_old]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].name, "nightly-29929080");
+        assert!(!found[0].is_active());
+        assert_eq!(
+            last_successful(&found).map(|r| r.name.as_str()),
+            Some("nightly-29929080")
+        );
+    }
+}

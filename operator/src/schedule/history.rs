@@ -1,0 +1,83 @@
+//! Which of a schedule's finished scans its history limits delete: all
+//! but the newest `successful` Complete and `failed` Failed ones. Never a
+//! scan another run still needs: with incremental runs the last Complete
+//! one (the next run's baseline, even at a limit of 0) and the baseline of
+//! an active run. Pure.
+//!
+//! May import: `schedule::build`.
+
+use super::build::{last_successful, Run};
+use crate::crd::Phase;
+
+/// Names of the scans to delete, oldest first.
+pub fn to_prune(runs: &[Run], successful: i32, failed: i32, incremental: bool) -> Vec<String> {
+    let mut keep: Vec<&str> = runs
+        .iter()
+        .filter(|r| r.is_active())
+        .filter_map(|r| r.baseline.as_deref())
+        .collect();
+    if incremental {
+        keep.extend(last_successful(runs).map(|r| r.name.as_str()));
+    }
+    let mut out: Vec<&Run> = Vec::new();
+    for (phase, limit) in [(Phase::Complete, successful), (Phase::Failed, failed)] {
+        let mut ended: Vec<&Run> = runs.iter().filter(|r| r.phase == phase).collect();
+        // Newest first.
+        ended.sort_by(|a, b| (b.time(), &b.name).cmp(&(a.time(), &a.name)));
+        out.extend(
+            ended
+                .into_iter()
+                .skip(limit.max(0) as usize)
+                .filter(|r| !keep.contains(&r.name.as_str())),
+        );
+    }
+    out.sort_by(|a, b| (a.time(), &a.name).cmp(&(b.time(), &b.name)));
+    out.into_iter().map(|r| r.name.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str, phase: Phase, minute: i64, baseline: Option<&str>) -> Run {
+        let t = jiff::Timestamp::from_second(minute * 60).unwrap();
+        Run {
+            name: name.into(),
+            phase,
+            created: Some(t),
+            finished: (phase == Phase::Complete || phase == Phase::Failed).then_some(t),
+            baseline: baseline.map(str::to_string),
+            shape: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_newest_of_each_kind_are_kept() {
+        let runs = vec![
+            run("s-1", Phase::Complete, 1, None),
+            run("s-2", Phase::Failed, 2, None),
+            run("s-3", Phase::Complete, 3, None),
+            run("s-4", Phase::Failed, 4, None),
+            run("s-5", Phase::Complete, 5, None),
+            run("s-6", Phase::Scanning, 6, None),
+        ];
+        assert_eq!(to_prune(&runs, 2, 1, false), vec!["s-1", "s-2"]);
+        assert_eq!(to_prune(&runs, 3, 2, false), Vec::<String>::new());
+        assert_eq!(
+            to_prune(&runs, 0, 0, false),
+            vec!["s-1", "s-2", "s-3", "s-4", "s-5"]
+        );
+    }
+
+    #[test]
+    fn the_baseline_of_the_next_run_and_of_an_active_run_are_never_pruned() {
+        let runs = vec![
+            run("s-1", Phase::Complete, 1, None),
+            run("s-2", Phase::Complete, 2, Some("s-1")),
+            run("s-3", Phase::Scanning, 3, Some("s-1")),
+        ];
+        // s-2 is the last Complete (the next baseline), s-1 the running one's.
+        assert_eq!(to_prune(&runs, 0, 0, true), Vec::<String>::new());
+        assert_eq!(to_prune(&runs, 0, 0, false), vec!["s-2"]);
+    }
+}
