@@ -158,6 +158,9 @@ struct Args {
     log_format: String,
 }
 
+/// Stack of the runtime's worker threads (see `main`).
+const WORKER_STACK: usize = 16 << 20;
+
 fn main() -> std::process::ExitCode {
     // `bucketscan-operator check ...`: the chart's `helm test` (see check.rs).
     if std::env::args().nth(1).as_deref() == Some("check") {
@@ -165,8 +168,13 @@ fn main() -> std::process::ExitCode {
     }
     let args = Args::parse();
     init_logging(&args.log_format);
+    // Reconciles run on the workers' stacks, and a reconcile builds the AWS
+    // SDK's request futures (planning, the store check, the baseline), which
+    // take hundreds of KiB each in a build without optimisation: 2 MiB, the
+    // default, overflowed. The stack is reserved, not used, until touched.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(WORKER_STACK)
         .build()
         .expect("tokio runtime");
     match runtime.block_on(run(args)) {
