@@ -322,7 +322,7 @@ async fn baselines_of_another_prefix_or_without_every_object_are_refused() {
     let run = dataset("x/", &["--prefix", "a/", "--baseline", &baseline("all")]);
     assert!(!run.status.success());
     assert!(
-        stderr(&run).contains("it is a scan of prefix \"\", this scan's is \"a/\""),
+        stderr(&run).contains("it is a scan of another prefix than this scan's (\"a/\")"),
         "{}",
         stderr(&run)
     );
