@@ -28,6 +28,9 @@ fn scan_of(name: &str, s3: &Server, bucket: &str, out: &str, baseline: Option<&s
                    "credentialsSecret": {"name": "s3"}},
         "output": {"bucket": out, "prefix": format!("{name}/"), "layout": "dataset"},
         "workers": {"replicas": 1, "concurrency": 16},
+        // A HEAD per object, as on stores that list no metadata (AWS,
+        // FlashBlade): with `auto`, MinIO's listing gives the records anyway.
+        "metadataSource": "head",
         "sharding": {"targetShards": 3, "minShardObjects": 20}
     });
     if let Some(b) = baseline {
@@ -185,8 +188,8 @@ async fn a_scan_with_a_baseline_scan_heads_only_what_changed_and_says_what_did()
         ),
         (1, 1, 1, 1)
     );
-    assert!(changes.reused >= 297, "{changes:?}");
     let incremental = st.conditions.iter().find(|c| c.type_ == "Incremental").unwrap();
+    assert!(changes.reused >= 297, "{changes:?} {incremental:?}");
     assert_eq!(
         (incremental.status.as_str(), incremental.reason.as_str()),
         ("True", "RecordsReused")
