@@ -37,6 +37,9 @@ pub const GROUP: &str = "bucketscan.dev";
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.source == oldSelf.source && self.output == oldSelf.output").message("source and output cannot change once a scan exists: create a new BucketScan"))]
+// On the spec, not on `Filters`: a schedule's template (the spec without its
+// transition rules) may change its filters for the next run.
+#[x_kube(validation = Rule::new("self.filters == oldSelf.filters").message("filters cannot change once a scan exists (its workers apply the filters it was planned with): create a new BucketScan"))]
 pub struct BucketScanSpec {
     /// The bucket to scan and how to reach it.
     pub source: Source,
@@ -375,7 +378,6 @@ pub struct Sharding {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.minSizeBytes) || !has(self.maxSizeBytes) || self.minSizeBytes <= self.maxSizeBytes").message("minSizeBytes must not exceed maxSizeBytes: no object could match"))]
 #[x_kube(validation = Rule::new("!has(self.modifiedAfter) || !has(self.modifiedBefore) || self.modifiedAfter < self.modifiedBefore").message("modifiedAfter must be before modifiedBefore: no object could match (the window is [modifiedAfter, modifiedBefore))"))]
-#[x_kube(validation = Rule::new("self == oldSelf").message("filters cannot change once a scan exists (its workers apply the filters it was planned with): create a new BucketScan"))]
 pub struct Filters {
     /// Keep only objects that have user metadata (errors are always kept).
     #[serde(default)]
