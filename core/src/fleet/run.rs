@@ -19,7 +19,7 @@ use crate::keyspace::planner::{split_point, BucketLister};
 use crate::s3::error::S3Error;
 use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
-use crate::scan::record::{ChangeKind, Record, Status};
+use crate::scan::record::{Record, Status};
 use crate::scan::resume::Resumption;
 use futures::FutureExt;
 use std::sync::Arc;
@@ -684,10 +684,7 @@ struct PartCounts {
     errors: u64,
     bytes: u64,
     /// Incremental scans: changes since the baseline, by kind.
-    added: u64,
-    removed: u64,
-    content_changed: u64,
-    metadata_changed: u64,
+    changes: crate::scan::dataset::ChangeCounts,
 }
 
 impl PartCounts {
@@ -704,15 +701,6 @@ impl PartCounts {
         }
     }
 
-    fn add_change(&mut self, kind: ChangeKind) {
-        *match kind {
-            ChangeKind::Added => &mut self.added,
-            ChangeKind::Removed => &mut self.removed,
-            ChangeKind::ContentChanged => &mut self.content_changed,
-            ChangeKind::MetadataChanged => &mut self.metadata_changed,
-        } += 1;
-    }
-
     fn pairs(&self) -> [(&'static str, u64); 10] {
         [
             ("objects", self.objects),
@@ -721,10 +709,10 @@ impl PartCounts {
             ("vanished", self.vanished),
             ("errors", self.errors),
             ("bytes", self.bytes),
-            ("added", self.added),
-            ("removed", self.removed),
-            ("content_changed", self.content_changed),
-            ("metadata_changed", self.metadata_changed),
+            ("added", self.changes.added),
+            ("removed", self.changes.removed),
+            ("content_changed", self.changes.content_changed),
+            ("metadata_changed", self.changes.metadata_changed),
         ]
     }
 }
@@ -834,8 +822,7 @@ impl Part {
         writer.write(&change).await?;
         part.records += 1;
         part.last = change.key.clone();
-        self.counts
-            .add_change(change.change.expect("a change record has its change"));
+        self.counts.changes.add(change.change);
         Ok(())
     }
 
