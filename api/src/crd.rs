@@ -627,6 +627,9 @@ pub struct ObjectCounts {
     pub errors: u64,
     /// Bytes of the objects HEADed (their sizes, not bytes transferred).
     pub bytes: u64,
+    /// Objects listed that `spec.filters` left out: no HEAD, no record.
+    #[serde(default)]
+    pub filtered: u64,
 }
 
 /// Changes an incremental scan found against its baseline, by kind.

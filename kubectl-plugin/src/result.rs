@@ -85,6 +85,13 @@ pub fn text(s: &Summary) -> String {
             thousands(o.vanished),
             thousands(o.errors)
         );
+        if o.filtered > 0 {
+            let _ = writeln!(
+                out,
+                "filtered:   {} listed but left out by the scan's filters (no HEAD, no record)",
+                thousands(o.filtered)
+            );
+        }
         let _ = writeln!(
             out,
             "bytes:      {} (sizes of the objects scanned)",
@@ -139,6 +146,7 @@ mod tests {
                 vanished: 3,
                 errors: 1,
                 bytes: 123_456_789,
+                filtered: 0,
             }),
             ..BucketScanStatus::default()
         });
@@ -155,5 +163,17 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("bytes:      123,456,789"), "{t}");
+        assert!(!t.contains("filtered:"), "no filters, no line: {t}");
+        let mut filtered = done.clone();
+        filtered
+            .status
+            .as_mut()
+            .unwrap()
+            .objects
+            .as_mut()
+            .unwrap()
+            .filtered = 4_321;
+        let t = text(&summary(&filtered).unwrap());
+        assert!(t.contains("filtered:   4,321 listed but left out"), "{t}");
     }
 }

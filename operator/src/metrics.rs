@@ -94,6 +94,8 @@ pub struct Metrics {
     pub scan_objects: ScanCounter,
     pub scan_objects_with_metadata: ScanCounter,
     pub scan_objects_vanished: ScanCounter,
+    /// Objects listed that the scan's filters left out (no HEAD).
+    pub scan_objects_filtered: ScanCounter,
     /// Objects that could not be read (`error` records).
     pub scan_object_errors: ScanCounter,
     pub scan_bytes: ScanCounter,
@@ -165,6 +167,10 @@ impl Default for Metrics {
         let scan_objects = counter("scan_objects", "Objects HEADed by the scan's workers");
         let scan_objects_with_metadata = counter("scan_objects_with_metadata", "Objects with user metadata");
         let scan_objects_vanished = counter("scan_objects_vanished", "Objects listed but gone at HEAD");
+        let scan_objects_filtered = counter(
+            "scan_objects_filtered",
+            "Objects listed that the scan's filters left out (no HEAD)",
+        );
         let scan_object_errors = counter(
             "scan_object_errors",
             "Objects that could not be read (error records)",
@@ -233,6 +239,7 @@ impl Default for Metrics {
             scan_objects,
             scan_objects_with_metadata,
             scan_objects_vanished,
+            scan_objects_filtered,
             scan_object_errors,
             scan_bytes,
             scan_shards,
@@ -290,6 +297,7 @@ impl Metrics {
             (&self.scan_objects, counts.scanned),
             (&self.scan_objects_with_metadata, counts.with_metadata),
             (&self.scan_objects_vanished, counts.vanished),
+            (&self.scan_objects_filtered, counts.filtered),
             (&self.scan_object_errors, counts.errors),
             (&self.scan_bytes, counts.bytes),
         ] {
@@ -341,6 +349,7 @@ impl Metrics {
             &self.scan_objects,
             &self.scan_objects_with_metadata,
             &self.scan_objects_vanished,
+            &self.scan_objects_filtered,
             &self.scan_object_errors,
             &self.scan_bytes,
             &self.store_throttles,

@@ -279,6 +279,7 @@ pub fn object_counts(counters: &BTreeMap<String, u64>) -> ObjectCounts {
         vanished: get("vanished"),
         errors: get("errors"),
         bytes: get("bytes"),
+        filtered: get("filtered"),
     }
 }
 
@@ -294,6 +295,7 @@ pub fn never_below(now: ObjectCounts, before: Option<&ObjectCounts>) -> ObjectCo
         vanished: now.vanished.max(b.vanished),
         errors: now.errors.max(b.errors),
         bytes: now.bytes.max(b.bytes),
+        filtered: now.filtered.max(b.filtered),
     }
 }
 
@@ -415,6 +417,7 @@ mod tests {
             vanished: 2,
             errors: 1,
             bytes: 9_000,
+            filtered: 40,
         };
         let rebuilt = ObjectCounts {
             scanned: 600,
@@ -429,9 +432,10 @@ mod tests {
                 kept.with_metadata,
                 kept.vanished,
                 kept.errors,
-                kept.bytes
+                kept.bytes,
+                kept.filtered
             ),
-            (900, 310, 2, 1, 9_000)
+            (900, 310, 2, 1, 9_000, 40)
         );
         assert_eq!(never_below(rebuilt.clone(), None), rebuilt);
     }
@@ -717,9 +721,14 @@ mod tests {
 
     #[test]
     fn counters_map_to_status_fields() {
-        let counters = BTreeMap::from([("heads".to_string(), 10), ("errors".to_string(), 2)]);
+        let counters = BTreeMap::from([
+            ("heads".to_string(), 10),
+            ("errors".to_string(), 2),
+            ("filtered".to_string(), 7),
+        ]);
         let o = object_counts(&counters);
         assert_eq!((o.scanned, o.errors, o.with_metadata), (10, 2, 0));
+        assert_eq!(o.filtered, 7, "filtered objects are not scanned, but counted");
         let counters = BTreeMap::from([("heads".to_string(), 10), ("from_listing".to_string(), 990)]);
         assert_eq!(
             object_counts(&counters).scanned,
