@@ -146,7 +146,7 @@ demo:
 fmt:
     cargo fmt --all
 
-# Benchmarks against the peers (full: >= 3 runs per figure, about 35 minutes of harness on
+# Benchmarks against the peers (full: >= 3 runs per figure, about 40 minutes of harness on
 # 2 cores): writes BENCHMARKS.md and docs/benchmarks.png. See docs/benchmarks.md.
 bench: deps build
     cargo build --release -p bucketscan-bench
