@@ -131,7 +131,8 @@ def measure(bench, args, sizes, log, run_client, endpoint, free_port, wait_until
         minio.kill()
         minio.wait()
     return {"rows": rows, "limits": LIMITS, "share": CHANGE_SHARE, "seed": CHANGE_SEED,
-            "latency_us": args.latency_us, "concurrency": concurrency}
+            "latency_us": args.latency_us, "concurrency": concurrency,
+            "build": os.path.basename(os.path.normpath(args.bin_dir))}
 
 
 def measure_one(bench, args, n, log, run_client, endpoint, minio_url, s3, concurrency):
@@ -222,7 +223,8 @@ def render(section):
         HEADING,
         "",
         f"Measured {section['date']} (load average {section['load']} on a machine shared with other builds "
-        "and tests: wall times are of that machine, the ratios of one run). synthetic-s3, "
+        f"and tests: wall times are of that machine, the ratios of one run; binaries of the "
+        f"`{section.get('build', 'release')}` build). synthetic-s3, "
         f"{section['latency_us']} µs per request, one `bucketscan-worker scan` process with "
         f"{section['concurrency']} HEADs in flight, datasets (JSON Lines) to a MinIO behind `--forward`. A full "
         f"scan, then the bucket changed by {section['share'] * 100:g} % (`--change-share {section['share']} "
