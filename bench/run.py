@@ -1925,7 +1925,7 @@ def billion_section(bench, args, scale):
 
 def incremental_section(bench, args):
     date, load = when()
-    sizes = args.incremental_objects or SIZES[args.mode]["incremental"]
+    sizes = args.incremental_objects or ([args.objects] if args.objects else SIZES[args.mode]["incremental"])
     section = incremental.measure(bench, args, sizes, log, run_client, Endpoint, free_port, wait_until,
                                   CREDENTIALS, CONCURRENCY)
     return dict(section, date=date, load=load)
@@ -1999,7 +1999,7 @@ def main(argv=None):
     p.add_argument("--no-incremental", action="store_true",
                    help="skip the incremental figures (full scan, 1 %% changed, incremental scan; bench/incremental.py)")
     p.add_argument("--incremental-objects", type=lambda v: [int(x) for x in v.split(",")],
-                   help="objects per incremental row, comma-separated (default: 100,000 quick; 10^6 and 10^7 full)")
+                   help="objects per incremental row, comma-separated (default: --objects, else 100,000 quick; 10^6 and 10^7 full)")
     p.add_argument("--minio", default=os.path.join(CACHE, "bin", "minio"),
                    help="the MinIO binary the incremental section writes its datasets to")
     p.add_argument("--family-rows", default="all",
