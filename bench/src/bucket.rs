@@ -23,7 +23,7 @@
 //!
 //! May import: `keyspace`.
 
-use crate::keyspace::{Keyspace, Object};
+use crate::keyspace::{Keyspace, Object, ETAG_MULTIPLIER};
 
 /// Appended to the key of an object to give the key of the object added
 /// after it.
@@ -137,9 +137,6 @@ fn other_etag(i: u64, seed: u64, stream: u64) -> String {
     format!("{:032x}", input.wrapping_mul(ETAG_MULTIPLIER))
 }
 
-/// The multiplier of [`Keyspace::head`]'s ETags.
-const ETAG_MULTIPLIER: u128 = 0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835;
-
 /// The bucket served: a keyspace and what changed in it.
 #[derive(Clone, Copy, Debug)]
 pub struct Bucket {
@@ -188,18 +185,31 @@ impl Bucket {
         self.object(i)
     }
 
-    /// Object `i` as it is now (`None`: deleted).
-    fn object(&self, i: u64) -> Option<(Object, i64)> {
-        let mut o = self.keyspace.head(i);
+    /// Object `i`'s size, ETag and LastModified now (`None`: deleted): what
+    /// a listing gives, without building its metadata.
+    fn listed(&self, i: u64) -> Option<(u64, String, i64)> {
         let seed = self.plan.map_or(0, |p| p.seed);
+        let (size, etag) = (Keyspace::size(i), Keyspace::etag(i));
         match self.change_of(i) {
-            None | Some(ChangeKind::Added) => Some((o, UNCHANGED_LAST_MODIFIED)),
+            None | Some(ChangeKind::Added) => Some((size, etag, UNCHANGED_LAST_MODIFIED)),
             Some(ChangeKind::Deleted) => None,
             Some(ChangeKind::ContentRewritten) => {
-                o.size += 4_096;
-                o.etag = other_etag(i, seed, 1);
-                Some((o, self.changed_at))
+                Some((size + 4_096, other_etag(i, seed, 1), self.changed_at))
             }
+            Some(ChangeKind::MetadataReplaced) => Some((size, etag, self.changed_at)),
+        }
+    }
+
+    /// Object `i` as it is now (`None`: deleted).
+    fn object(&self, i: u64) -> Option<(Object, i64)> {
+        let (size, etag, last_modified) = self.listed(i)?;
+        let mut o = Object {
+            size,
+            etag,
+            ..self.keyspace.head(i)
+        };
+        let seed = self.plan.map_or(0, |p| p.seed);
+        match self.change_of(i) {
             Some(ChangeKind::MetadataReplaced) => {
                 for (name, value) in &mut o.metadata {
                     if *name == "team" {
@@ -207,20 +217,28 @@ impl Bucket {
                     }
                 }
                 o.metadata.push(("replaced", seed.to_string()));
-                Some((o, self.changed_at))
+                Some((o, last_modified))
             }
+            _ => Some((o, last_modified)),
         }
     }
 
     /// The object added after object `i`.
     fn added(&self, i: u64) -> (Object, i64) {
         let seed = self.plan.map_or(0, |p| p.seed);
+        let (size, etag) = self.added_listed(i);
         let object = Object {
-            size: (i.wrapping_mul(7) + 1) % 4_096,
-            etag: other_etag(i, seed, 2),
+            size,
+            etag,
             metadata: vec![("index", i.to_string()), ("added", seed.to_string())],
         };
         (object, self.changed_at)
+    }
+
+    /// The size and ETag of the object added after object `i`.
+    fn added_listed(&self, i: u64) -> (u64, String) {
+        let seed = self.plan.map_or(0, |p| p.seed);
+        ((i.wrapping_mul(7) + 1) % 4_096, other_etag(i, seed, 2))
     }
 
     /// The key at position `p` (whether or not an object is there).
@@ -236,15 +254,18 @@ impl Bucket {
     /// The entry at position `p`, if an object is there now.
     fn entry_at(&self, p: u64, key: String) -> Option<Entry> {
         let i = p / 2;
-        let (object, last_modified) = if p.is_multiple_of(2) {
-            self.object(i)?
+        let (size, etag, last_modified) = if p.is_multiple_of(2) {
+            self.listed(i)?
+        } else if self.is_added_after(i) {
+            let (size, etag) = self.added_listed(i);
+            (size, etag, self.changed_at)
         } else {
-            self.is_added_after(i).then(|| self.added(i))?
+            return None;
         };
         Some(Entry {
             key,
-            size: object.size,
-            etag: object.etag,
+            size,
+            etag,
             last_modified,
         })
     }

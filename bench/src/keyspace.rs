@@ -6,6 +6,9 @@
 
 use std::fmt::Write;
 
+/// An odd multiplier (a bijection of u128): each index its own ETag.
+pub const ETAG_MULTIPLIER: u128 = 0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835;
+
 /// How the keys are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
@@ -151,13 +154,20 @@ impl Keyspace {
             metadata.push(("project", format!("p{}", i % 1_000)));
         }
         Object {
-            size: i % 4_096,
-            etag: format!(
-                "{:032x}",
-                (i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
-            ),
+            size: Keyspace::size(i),
+            etag: Keyspace::etag(i),
             metadata,
         }
+    }
+
+    /// Object `i`'s size (what a listing needs, without the metadata).
+    pub fn size(i: u64) -> u64 {
+        i % 4_096
+    }
+
+    /// Object `i`'s ETag.
+    pub fn etag(i: u64) -> String {
+        format!("{:032x}", (i as u128).wrapping_mul(ETAG_MULTIPLIER))
     }
 }
 
