@@ -475,6 +475,10 @@ enum Event {
     Create(String, Seeded),
     Delete(String),
     Replace(String, Seeded),
+    /// Metadata replaced in place: ETag and size kept (incremental seeds:
+    /// the change only LastModified shows, at any moment of the scan, as
+    /// in the second of a HEAD of it).
+    ReplaceMetadata(String),
 }
 
 /// Put the drawn bucket. versitygw's posix backend now and then refuses a
@@ -598,6 +602,7 @@ async fn run_seed(seed: u64) -> Run {
         output_prefix: "r/".into(),
         layout: Layout::Single,
         baseline: None,
+        replace_metadata: false,
     };
     let mut rng = ground.rng.clone();
     one_scan(&mut rng, &ground.world(), &ground.seeded, &how)
@@ -635,6 +640,7 @@ async fn run_incremental_seed(seed: u64) -> Run {
         output_prefix: format!("r{n}/"),
         layout: Layout::Dataset,
         baseline,
+        replace_metadata: true,
     };
     let first = one_scan(&mut rng, &world, seeded, &how(1, None)).await;
     let mut run = first.run;
@@ -773,20 +779,33 @@ async fn change_between(rng: &mut StdRng, server: &Server, bucket: &str, before:
     server.try_seed(bucket, &rewritten).await;
     for i in 0..rng.random_range(1..6) {
         let key = pick(rng);
-        // Every byte but letters and digits encoded (`/` as %2F too).
-        let encoded = percent_encoding::utf8_percent_encode(&key, percent_encoding::NON_ALPHANUMERIC);
-        let source = format!("{bucket}/{encoded}");
-        client
-            .copy_object()
-            .bucket(bucket)
-            .key(&key)
-            .copy_source(source)
-            .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
-            .metadata("replaced", format!("between-{i}"))
-            .send()
+        replace_metadata(&client, bucket, &key, &format!("between-{i}"))
             .await
-            .unwrap_or_else(|e| panic!("replace the metadata of {key:?}: {e:?}"));
+            .unwrap_or_else(|e| panic!("replace the metadata of {key:?}: {e}"));
     }
+}
+
+/// CopyObject of `key` onto itself with new metadata (`MetadataDirective`
+/// `REPLACE`): same content, same ETag, a new LastModified.
+async fn replace_metadata(
+    client: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    value: &str,
+) -> Result<(), String> {
+    // Every byte but letters and digits encoded (`/` as %2F too).
+    let encoded = percent_encoding::utf8_percent_encode(key, percent_encoding::NON_ALPHANUMERIC);
+    client
+        .copy_object()
+        .bucket(bucket)
+        .key(key)
+        .copy_source(format!("{bucket}/{encoded}"))
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .metadata("replaced", value)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
 }
 
 /// Every record of a key the schedules left alone has the ETag and
@@ -897,6 +916,9 @@ struct How {
     output_prefix: String,
     layout: Layout,
     baseline: Option<String>,
+    /// Draw metadata replaces in place into the schedule too (after every
+    /// other draw, so the other seeds' schedules stay what they were).
+    replace_metadata: bool,
 }
 
 /// What one scan of a seed did, for the checks after it.
@@ -1053,6 +1075,13 @@ async fn one_scan(
                 Event::Replace(key, obj)
             };
             schedule.push((rng.random_range(0..5_000), event));
+        }
+    }
+    if how.replace_metadata {
+        for _ in 0..rng.random_range(1..6) {
+            let key = pick(rng);
+            changed.insert(key.clone());
+            schedule.push((rng.random_range(0..3_000), Event::ReplaceMetadata(key)));
         }
     }
     schedule.sort_by_key(|(at, _)| *at);
@@ -1525,6 +1554,11 @@ impl World<'_> {
                 self.server
                     .try_seed(self.bucket, &BTreeMap::from([(key, obj)]))
                     .await;
+                count("object deleted or replaced");
+            }
+            Event::ReplaceMetadata(key) => {
+                // A key deleted before it is no longer there: nothing changes.
+                let _ = replace_metadata(&self.server.client(), self.bucket, &key, "in-scan").await;
                 count("object deleted or replaced");
             }
         }
