@@ -30,6 +30,11 @@ import urllib.request
 CHANGE_SHARE = 0.01
 CHANGE_SEED = 30
 BUCKET = "bench-incremental"
+# Bytes a JSON Lines record of synthetic-s3's takes (254 at 10^6), and the
+# datasets MinIO holds at once: the incremental result and the changed
+# bucket's full scan (the baseline is deleted once the incremental scan ran).
+RECORD_BYTES = 260
+DATASETS_AT_ONCE = 2
 # What an incremental scan of a bucket changed by 1 % must reach (issue 30).
 LIMITS = {"heads_share": 0.02, "wall_ratio": 0.15}
 HEADING = "## Incremental scans: 1 % changed (issue 30, item 7)"
@@ -119,9 +124,20 @@ def fetch(url):
         return r.read()
 
 
+def disk_needed(objects):
+    """Bytes of MinIO's disk a row of `objects` needs at its peak."""
+    return objects * RECORD_BYTES * DATASETS_AT_ONCE * 11 // 10
+
+
 def measure(bench, args, sizes, log, run_client, endpoint, free_port, wait_until, credentials, concurrency):
     """One row per size in `sizes`: full scan, change, incremental scan, full
     scan of the changed bucket, compared."""
+    import shutil
+    need, free = disk_needed(max(sizes)), shutil.disk_usage(bench.tmp).free
+    if need > free:
+        raise RuntimeError(f"the incremental section's {max(sizes):,} objects need about {need / 2**30:.1f} GiB "
+                           f"of disk under {bench.tmp} for MinIO's datasets; {free / 2**30:.1f} GiB are free "
+                           "(TMPDIR moves it; --incremental-objects chooses smaller sizes)")
     minio, minio_url, s3 = start_minio(args.minio, bench.tmp, credentials, free_port, wait_until)
     rows = []
     try:
@@ -166,6 +182,8 @@ def measure_one(bench, args, n, log, run_client, endpoint, minio_url, s3, concur
         inc = scan(ep, "inc/", "--baseline", f"s3://{BUCKET}/{n}/full/manifest.json")
         log(f"    {inc['wall_s']:.1f} s, {inc['heads']:,} HEADs: {inc['summary']}")
         made = [(c["key"], c["change"]) for c in map(json.loads, fetch(ep.url + "/_changes").splitlines())]
+        # The baseline is read; its disk is the full scan's to come.
+        delete_prefix(s3, f"{n}/full/")
         log(f"incremental: {n:,} objects, full scan of the changed bucket")
         full2 = scan(ep, "full2/")
         log(f"    {full2['wall_s']:.1f} s, {full2['heads']:,} HEADs")

@@ -527,6 +527,9 @@ class Incremental(unittest.TestCase):
         r["claims"] = incremental.judge(r)
         return r
 
+    def test_the_disk_a_row_needs_is_two_datasets_and_a_margin(self):
+        self.assertEqual(incremental.disk_needed(10_000_000), 5_720_000_000)
+
     def test_claims_hold_at_the_limits_and_fail_past_them(self):
         self.assertTrue(all(m for _, m in self.row(heads_share=0.02, wall_ratio=0.15)["claims"]))
         missed = [c for c, m in self.row(heads_share=0.021, wall_ratio=0.2, records_equal=False)["claims"] if not m]
