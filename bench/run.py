@@ -16,7 +16,8 @@ compares medians taken in this same run.
 Also: LIST keys/s for one stream versus N key-range shards (list-shards), the
 fleet (plan + W x run + merge through a private redis-server, output to a
 versitygw behind synthetic-s3's --forward) with Redis commands per object,
-and the end-to-end figure read from $BUCKETSCAN_CACHE/bench/e2e.json.
+the end-to-end figure read from $BUCKETSCAN_CACHE/bench/e2e.json, and
+incremental scans of a bucket changed by 1 % (bench/incremental.py).
 
 Writes a results JSON, BENCHMARKS.md and (unless --no-chart) a PNG chart.
 Pure logic (medians, ratios, targets, e2e parsing) is unit-tested in
@@ -38,6 +39,7 @@ import tempfile
 import threading
 import time
 
+import incremental  # the incremental section (beside this file)
 import store_family  # the saturation section's family of store models (beside this file)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,11 +55,11 @@ SIZES = {
     "quick": {"boto3-naive": 500, "boto3-multiprocessing": 2_000, "go-pool": 10_000,
               "rclone": 500, "ours-sdk": 20_000, "ours-fast": 50_000, "hyper-loop": 50_000,
               "list": 100_000, "fleet": 20_000, "scale": [10_000, 100_000],
-              "saturation": 60_000, "list_latency": 60_000},
+              "saturation": 60_000, "list_latency": 60_000, "incremental": [100_000]},
     "full": {"boto3-naive": 4_000, "boto3-multiprocessing": 15_000, "go-pool": 60_000,
              "rclone": 4_000, "ours-sdk": 150_000, "ours-fast": 300_000, "hyper-loop": 300_000,
              "list": 1_000_000, "fleet": 200_000, "scale": [100_000, 1_000_000, 10_000_000],
-             "saturation": 450_000, "list_latency": 150_000},
+             "saturation": 450_000, "list_latency": 150_000, "incremental": [1_000_000, 10_000_000]},
 }
 RUNS = {"quick": 1, "full": 3}
 LIST_SHARDS = [1, 2, 4, 8]
@@ -1208,6 +1210,8 @@ def render_markdown(res):
         lines += [""] + render_list_latency(res["list_latency"])
     if res.get("billion"):
         lines += [""] + render_billion(res["billion"])
+    if res.get("incremental"):
+        lines += [""] + incremental.render(res["incremental"])
     lines += ["", E2E_HEADING, ""]
     e2e = res.get("e2e")
     if e2e:
@@ -1919,11 +1923,19 @@ def billion_section(bench, args, scale):
     return billion
 
 
+def incremental_section(bench, args):
+    date, load = when()
+    sizes = args.incremental_objects or ([args.objects] if args.objects else SIZES[args.mode]["incremental"])
+    section = incremental.measure(bench, args, sizes, log, run_client, Endpoint, free_port, wait_until,
+                                  CREDENTIALS, CONCURRENCY)
+    return dict(section, date=date, load=load)
+
+
 def measure_sections(args, sections, p):
     """--only: measure the named sections, splice them into --markdown."""
-    unknown = set(sections) - {"scale", "billion", "operator", "saturation", "list_latency"}
+    unknown = set(sections) - {"scale", "billion", "operator", "saturation", "list_latency", "incremental"}
     if unknown:
-        p.error(f"--only takes scale, billion, operator, saturation and list_latency, not "
+        p.error(f"--only takes scale, billion, operator, saturation, list_latency and incremental, not "
                 f"{', '.join(sorted(unknown))}")
     args.runs = args.runs or RUNS[args.mode]
     bench = Bench(args)
@@ -1943,6 +1955,8 @@ def measure_sections(args, sections, p):
             res["saturation"] = saturation_section(bench, args)
         if "list_latency" in sections:
             res["list_latency"] = list_latency_section(bench, args)
+        if "incremental" in sections:
+            res["incremental"] = incremental_section(bench, args)
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     if args.json:
@@ -1957,6 +1971,8 @@ def measure_sections(args, sections, p):
         rendered.append(render_saturation(res["saturation"], res["saturation"].get("chart")))
     if "list_latency" in res:
         rendered.append(render_list_latency(res["list_latency"]))
+    if "incremental" in res:
+        rendered.append(incremental.render(res["incremental"]))
     if args.markdown:
         text = read_text(args.markdown, "# Benchmarks\n")
         with open(args.markdown, "w") as f:
@@ -1980,6 +1996,12 @@ def main(argv=None):
     p.add_argument("--no-saturation", action="store_true", help="skip the saturation figures")
     p.add_argument("--no-list-latency", action="store_true",
                    help="skip the LIST latency figures (one worker, 100 ms LIST pages, shards in flight)")
+    p.add_argument("--no-incremental", action="store_true",
+                   help="skip the incremental figures (full scan, 1 %% changed, incremental scan; bench/incremental.py)")
+    p.add_argument("--incremental-objects", type=lambda v: [int(x) for x in v.split(",")],
+                   help="objects per incremental row, comma-separated (default: --objects, else 100,000 quick; 10^6 and 10^7 full)")
+    p.add_argument("--minio", default=os.path.join(CACHE, "bin", "minio"),
+                   help="the MinIO binary the incremental section writes its datasets to")
     p.add_argument("--family-rows", default="all",
                    help="the saturation section's family of store models to run: all, quick (three rows), none, "
                         "or names separated by commas (bench/store_family.py)")
@@ -1991,7 +2013,7 @@ def main(argv=None):
                    help="in the saturation section, only the family (not the three fixed/autoscaled fleets)")
     p.add_argument("--saturation-chart", help="write the saturation plot (rate and workers over time) here")
     p.add_argument("--only", help="measure only these sections (comma-separated: scale, billion, operator, "
-                                  "saturation, list_latency) and "
+                                  "saturation, list_latency, incremental) and "
                                   "splice them into the existing --markdown, leaving its other sections as they "
                                   "are; operator writes --operator-figures (needs BUCKETSCAN_TEST_KUBECONFIG)")
     p.add_argument("--scale-sizes", type=lambda v: [int(x) for x in v.split(",")],
@@ -2065,6 +2087,8 @@ def main(argv=None):
             res["saturation"] = saturation_section(bench, args)
         if not args.no_list_latency:
             res["list_latency"] = list_latency_section(bench, args)
+        if not args.no_incremental:
+            res["incremental"] = incremental_section(bench, args)
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     read_e2e(res, args.e2e, redis_per_object)

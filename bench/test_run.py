@@ -10,6 +10,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import incremental  # noqa: E402
 import run  # noqa: E402
 
 
@@ -514,6 +515,53 @@ class StoreFamily(unittest.TestCase):
         names = [row[0] for row in fam.FAMILY]
         self.assertTrue(set(fam.QUICK) <= set(names))
         self.assertEqual(len(names), len(set(names)))
+
+
+class Incremental(unittest.TestCase):
+    def row(self, **over):
+        r = {"objects": 1_000_000, "full": {"wall_s": 40.0, "heads": 1_000_000},
+             "incremental": {"wall_s": 4.0, "heads": 7_500}, "full_changed": {"wall_s": 41.0},
+             "heads_share": 0.0075, "wall_ratio": 0.1, "wall_ratio_changed": 0.098, "baseline_bytes_read": 2**28,
+             "records_equal": True, "records_diff": None, "changes_exact": True, "changes_diff": None}
+        r.update(over)
+        r["claims"] = incremental.judge(r)
+        return r
+
+    def test_the_disk_a_row_needs_is_two_datasets_and_a_margin(self):
+        self.assertEqual(incremental.disk_needed(10_000_000), 5_720_000_000)
+
+    def test_claims_hold_at_the_limits_and_fail_past_them(self):
+        self.assertTrue(all(m for _, m in self.row(heads_share=0.02, wall_ratio=0.15)["claims"]))
+        missed = [c for c, m in self.row(heads_share=0.021, wall_ratio=0.2, records_equal=False)["claims"] if not m]
+        self.assertEqual(len(missed), 3, missed)
+
+    def test_record_streams_compare_to_the_first_difference(self):
+        a = [{"key": "a", "size": 1}, {"key": "b", "size": 2}]
+        self.assertIsNone(incremental.first_difference(iter(a), iter(list(a))))
+        self.assertIn("'b'", incremental.first_difference(a, [a[0], {"key": "b", "size": 3}]))
+        self.assertIn("one side ends", incremental.first_difference(a, a[:1]))
+        self.assertIn("one side ends", incremental.first_difference(a[:1], a))
+
+    def test_a_change_set_is_exact_only_when_every_change_is_there_with_its_kind(self):
+        made = [("a", "added"), ("b", "removed")]
+        self.assertIsNone(incremental.change_set_difference(iter(made), made))
+        why = incremental.change_set_difference([("a", "added"), ("b", "content_changed")], made)
+        self.assertIn("content_changed", why)
+        self.assertIn("removed", why)
+
+    def test_the_section_renders_its_rows_and_claims(self):
+        section = {"rows": [self.row(), self.row(objects=10_000_000, changes_exact=False, changes_diff="2 missing")],
+                   "date": "2026-11-27 08:00 UTC", "load": "5.0", "latency_us": 1000, "concurrency": 256,
+                   "share": 0.01, "seed": 30}
+        text = "\n".join(incremental.render(section))
+        self.assertTrue(text.startswith(incremental.HEADING))
+        self.assertIn("| 1,000,000 | 40.0 s | 1,000,000 | 4.0 s | 7,500 | 0.75 % | 0.100x", text)
+        self.assertIn("shared", text)
+        self.assertIn("10,000,000 objects: 2 missing", text)
+        self.assertEqual(incremental.render({"rows": []}), [])
+        # run.py puts it in its report and splices it alone (--only).
+        spliced = run.splice_sections("# Benchmarks\n\n## Method\n\nx\n", [incremental.render(section)])
+        self.assertIn(incremental.HEADING, spliced)
 
 
 if __name__ == "__main__":

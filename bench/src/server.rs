@@ -1,12 +1,16 @@
 //! The synthetic S3 endpoint: one bucket, path-style requests, ListObjectsV2
-//! and HEAD Object answered from a [`Keyspace`] after the latency the
+//! and HEAD Object answered from a [`Keyspace`], changed by a share of its
+//! objects where [`Config::changes`] says ([`Bucket`]), after the latency the
 //! [`StoreModel`] gives (a timer, not CPU), pushing back the way it says (503
 //! SlowDown beyond capacity, resets, 500s), optionally with a further share of
 //! 503 SlowDown answers. Signed
 //! requests are accepted without checking the signature: this endpoint
 //! measures clients, the correctness tests use real S3 servers.
+//! `GET /_stats`: requests served by kind; `GET /_changes`: the changed
+//! bucket's changes (JSON Lines, key order, the change set's names).
 
-use crate::keyspace::{Keyspace, Page};
+use crate::bucket::{Bucket, Changes, Page, UNCHANGED_LAST_MODIFIED};
+use crate::keyspace::Keyspace;
 use crate::store::{Admission, Kind, Store, StoreModel};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -34,6 +38,9 @@ pub struct Config {
     /// lets them through, go to `forward` too. The model's latency, limits
     /// and faults stand in front of a real S3 server and its real objects.
     pub passthrough: bool,
+    /// Serve the keyspace changed by this share of its objects, the changed
+    /// ones modified the second after the server started.
+    pub changes: Option<Changes>,
 }
 
 impl Config {
@@ -47,6 +54,7 @@ impl Config {
             slowdown: 0.0,
             forward: None,
             passthrough: false,
+            changes: None,
         }
     }
 }
@@ -105,8 +113,65 @@ impl Stats {
 
 type Upstream = Client<HttpConnector, Incoming>;
 
-const LAST_MODIFIED_HTTP: &str = "Mon, 02 Nov 2026 10:00:00 GMT";
-const LAST_MODIFIED_XML: &str = "2026-11-02T10:00:00.000Z";
+/// What the server answers from: the bucket and its LastModified times as
+/// HEAD and LIST write them (the bucket has two: unchanged and changed).
+struct Served {
+    config: Config,
+    bucket: Bucket,
+    times: [(i64, String, String); 2],
+}
+
+impl Served {
+    fn new(config: Config, started: std::time::SystemTime) -> Served {
+        let started = started
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        // The second after the start: later than any scan before it began.
+        let changed_at = started + 1;
+        let bucket = match config.changes {
+            Some(changes) => Bucket::changed(config.keyspace, changes, changed_at),
+            None => Bucket::unchanged(config.keyspace),
+        };
+        let times = [UNCHANGED_LAST_MODIFIED, changed_at].map(|t| {
+            let at = time::OffsetDateTime::from_unix_timestamp(t).expect("a time of this era");
+            let http = format!(
+                "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
+                &at.weekday().to_string()[..3],
+                at.day(),
+                &at.month().to_string()[..3],
+                at.year(),
+                at.hour(),
+                at.minute(),
+                at.second()
+            );
+            let xml = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.000Z",
+                at.year(),
+                at.month() as u8,
+                at.day(),
+                at.hour(),
+                at.minute(),
+                at.second()
+            );
+            (t, http, xml)
+        });
+        Served {
+            config,
+            bucket,
+            times,
+        }
+    }
+
+    /// (HTTP date, XML time) of unix seconds `t`, one of the bucket's two.
+    fn time(&self, t: i64) -> (&str, &str) {
+        let (_, http, xml) = self
+            .times
+            .iter()
+            .find(|(at, ..)| *at == t)
+            .unwrap_or(&self.times[0]);
+        (http, xml)
+    }
+}
 
 /// Serve on `listener` until the task is dropped.
 pub async fn serve(
@@ -115,7 +180,7 @@ pub async fn serve(
     stats: Arc<Stats>,
 ) -> std::io::Result<()> {
     let store = Arc::new(Store::new(config.model.clone()));
-    let config = Arc::new(config);
+    let config = Arc::new(Served::new(config, std::time::SystemTime::now()));
     let upstream: Upstream =
         Client::builder(hyper_util::rt::TokioExecutor::new()).build(HttpConnector::new());
     loop {
@@ -142,13 +207,13 @@ pub async fn serve(
 
 async fn answer(
     req: Request<Incoming>,
-    config: &Config,
+    served: &Served,
     store: &Store,
     stats: &Stats,
     upstream: &Upstream,
 ) -> Result<Response<Full<Bytes>>, std::io::Error> {
-    Ok(match modelled(&req, config, store, stats).await {
-        Modelled::Serve => respond(req, config, stats, upstream).await,
+    Ok(match modelled(&req, &served.config, store, stats).await {
+        Modelled::Serve => respond(req, served, stats, upstream).await,
         Modelled::Answer(response) => response,
         Modelled::Reset => return Err(std::io::Error::other("connection reset by the store model")),
     })
@@ -165,7 +230,7 @@ enum Modelled {
 async fn modelled(req: &Request<Incoming>, config: &Config, store: &Store, stats: &Stats) -> Modelled {
     let path = req.uri().path().trim_start_matches('/');
     let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
-    if path == "_stats" || bucket != config.bucket {
+    if path == "_stats" || path == "_changes" || bucket != config.bucket {
         return Modelled::Serve;
     }
     let kind = if key.is_empty() { Kind::List } else { Kind::Head };
@@ -219,10 +284,11 @@ fn slow_down() -> Response<Full<Bytes>> {
 
 async fn respond(
     req: Request<Incoming>,
-    config: &Config,
+    served: &Served,
     stats: &Stats,
     upstream: &Upstream,
 ) -> Response<Full<Bytes>> {
+    let config = &served.config;
     let path = req.uri().path().trim_start_matches('/');
     let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
     if path == "_stats" {
@@ -230,6 +296,9 @@ async fn respond(
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(stats.json())))
             .expect("valid");
+    }
+    if path == "_changes" {
+        return changes(served);
     }
     if let Some(base) = config
         .forward
@@ -254,12 +323,12 @@ async fn respond(
     match (req.method(), key.is_empty()) {
         (&Method::GET, true) => {
             stats.lists.fetch_add(1, Ordering::Relaxed);
-            list(&req, config)
+            list(&req, served)
         }
         (&Method::HEAD, true) => empty(StatusCode::OK),
         (&Method::HEAD, false) => {
             stats.heads.fetch_add(1, Ordering::Relaxed);
-            head(key, config)
+            head(key, served)
         }
         _ => error(
             StatusCode::NOT_IMPLEMENTED,
@@ -305,17 +374,34 @@ fn unit(n: u64) -> f64 {
     x as f64 / (1u64 << 53) as f64
 }
 
-fn head(raw_key: &str, config: &Config) -> Response<Full<Bytes>> {
+/// The changed bucket's changes, one JSON object a line, in key order
+/// (empty for an unchanged bucket): what a benchmark checks a change set
+/// against.
+fn changes(served: &Served) -> Response<Full<Bytes>> {
+    let mut body = String::new();
+    for (key, kind) in served.bucket.changes() {
+        let _ = writeln!(
+            body,
+            "{{\"key\":\"{key}\",\"change\":\"{}\"}}",
+            kind.change_set_name()
+        );
+    }
+    Response::builder()
+        .header("content-type", "application/x-ndjson")
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid")
+}
+
+fn head(raw_key: &str, served: &Served) -> Response<Full<Bytes>> {
     let key = percent_encoding::percent_decode_str(raw_key).decode_utf8_lossy();
-    let Some(i) = config.keyspace.index_of(&key) else {
+    let Some((object, last_modified)) = served.bucket.head(&key) else {
         return empty(StatusCode::NOT_FOUND);
     };
-    let object = config.keyspace.head(i);
     let mut resp = Response::builder()
         .status(StatusCode::OK)
         .header("content-length", object.size)
         .header("etag", format!("\"{}\"", object.etag))
-        .header("last-modified", LAST_MODIFIED_HTTP)
+        .header("last-modified", served.time(last_modified).0)
         .header("content-type", "application/octet-stream");
     for (name, value) in &object.metadata {
         resp = resp.header(format!("x-amz-meta-{name}"), value);
@@ -324,7 +410,8 @@ fn head(raw_key: &str, config: &Config) -> Response<Full<Bytes>> {
     resp.body(Full::new(Bytes::new())).expect("valid headers")
 }
 
-fn list(req: &Request<Incoming>, config: &Config) -> Response<Full<Bytes>> {
+fn list(req: &Request<Incoming>, served: &Served) -> Response<Full<Bytes>> {
+    let config = &served.config;
     let query: HashMap<String, String> = req
         .uri()
         .query()
@@ -361,10 +448,11 @@ fn list(req: &Request<Incoming>, config: &Config) -> Response<Full<Bytes>> {
         None => None,
     };
     let delimiter = get("delimiter").filter(|d| !d.is_empty());
-    let page = config
-        .keyspace
+    let page = served
+        .bucket
         .list(prefix, get("start-after"), from, delimiter, max);
     let body = list_xml(
+        served,
         &config.bucket,
         prefix,
         delimiter,
@@ -380,6 +468,7 @@ fn list(req: &Request<Incoming>, config: &Config) -> Response<Full<Bytes>> {
 }
 
 fn list_xml(
+    served: &Served,
     bucket: &str,
     prefix: &str,
     delimiter: Option<&str>,
@@ -388,7 +477,7 @@ fn list_xml(
     page: &Page,
 ) -> String {
     // Generated keys are plain ASCII without XML specials; no escaping needed.
-    let mut x = String::with_capacity(200 + page.keys.len() * 220);
+    let mut x = String::with_capacity(200 + page.entries.len() * 250);
     x.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
     let _ = write!(
         x,
@@ -397,7 +486,7 @@ fn list_xml(
     let _ = write!(
         x,
         "<KeyCount>{}</KeyCount>",
-        page.keys.len() + page.common_prefixes.len()
+        page.entries.len() + page.common_prefixes.len()
     );
     if let Some(d) = delimiter {
         let _ = write!(x, "<Delimiter>{d}</Delimiter>");
@@ -409,10 +498,14 @@ fn list_xml(
     if let Some(next) = page.next {
         let _ = write!(x, "<NextContinuationToken>{next}</NextContinuationToken>");
     }
-    for (key, size) in &page.keys {
+    for e in &page.entries {
         let _ = write!(
             x,
-            "<Contents><Key>{key}</Key><LastModified>{LAST_MODIFIED_XML}</LastModified><ETag>&quot;00&quot;</ETag><Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>"
+            "<Contents><Key>{}</Key><LastModified>{}</LastModified><ETag>&quot;{}&quot;</ETag><Size>{}</Size><StorageClass>STANDARD</StorageClass></Contents>",
+            e.key,
+            served.time(e.last_modified).1,
+            e.etag,
+            e.size
         );
     }
     for p in &page.common_prefixes {

@@ -70,6 +70,7 @@ fn quick_run(tag: &str, sections: &[&str]) -> (serde_json::Value, String) {
             "--no-billion",
             "--no-saturation",
             "--no-list-latency",
+            "--no-incremental",
         ]);
     } else {
         command.arg("--only").arg(sections.join(","));
@@ -101,6 +102,30 @@ fn a_quick_run_counts_every_object() {
         md.contains("not measured in this run (`e2e/run.sh bench` writes it"),
         "{md}"
     );
+}
+
+/// The incremental section on tiny N (1,500 objects, 16 of them changed):
+/// the incremental scan's result equals the full scan of the changed bucket
+/// record by record, its change set is synthetic-s3's list of changes, and
+/// it HEADs only the added and changed objects. A small benchmark too (three
+/// scans and a MinIO): `just bench` runs it, `just test` does not.
+#[test]
+#[ignore = "a small benchmark of the incremental section: `just bench` runs it (docs/testing.md)"]
+fn the_quick_run_s_incremental_section_is_exact() {
+    let (results, md) = quick_run("incremental", &["incremental"]);
+    let rows = results["incremental"]["rows"]
+        .as_array()
+        .expect("the incremental section");
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["objects"], 1500, "{r}");
+    assert_eq!(r["full"]["heads"], 1500, "{r}");
+    assert_eq!(r["changes_made"], 16, "{r}");
+    // 4 added, 4 rewritten, 4 replaced: HEADed; 4 deleted: not listed.
+    assert_eq!(r["incremental"]["heads"], 12, "{r}");
+    assert_eq!(r["records_equal"], true, "{r}");
+    assert_eq!(r["changes_exact"], true, "{r}");
+    assert!(md.contains("## Incremental scans: 1 % changed"), "{md}");
 }
 
 /// A small benchmark (about four minutes of 2 cores): `just bench` runs it

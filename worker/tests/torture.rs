@@ -40,9 +40,17 @@
 //! `core/src/s3/clock.rs`), a bucket whose region changes (versitygw has one
 //! region: `s3_faults.rs`), requests that time out (30 s each: `s3_faults.rs`).
 //!
+//! Incremental seeds (`run_incremental_seed`, on MinIO): the seed's bucket
+//! scanned once (the baseline), changed in every way an object can change,
+//! then scanned again incrementally under a schedule of the same kinds; the
+//! invariant adds that records taken from the baseline are still the
+//! objects' (ETag, LastModified) and that the change set is exactly the
+//! changes made, for keys neither schedule touched.
+//!
 //! `just test` runs [`FIXED_SEEDS`] and checks that they inject every kind
-//! of fault; `just torture N` runs N seeds from a random start and prints
-//! seeds run, faults by kind and violations.
+//! of fault, and [`INCREMENTAL_SEEDS`]; `just torture N` runs N seeds from
+//! a random start (`BUCKETSCAN_TORTURE_INCREMENTAL=1`: incremental seeds)
+//! and prints seeds run, faults by kind and violations.
 
 mod common;
 #[path = "common/fault_proxy.rs"]
@@ -57,9 +65,12 @@ use bucketscan_core::fleet::run::{RunOptions, Runner};
 use bucketscan_core::fleet::spec::ScanSpec;
 use bucketscan_core::keyspace::planner::PlanOptions;
 use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
+use bucketscan_core::scan::dataset::DataFile;
 use bucketscan_core::scan::engine::{Engine, EngineOptions};
-use bucketscan_core::scan::record::{Record, Status};
+use bucketscan_core::scan::format::Layout;
+use bucketscan_core::scan::record::{ChangeKind, Record, Status};
 use common::*;
+use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
@@ -122,6 +133,37 @@ async fn fixed_seeds_keep_the_invariant() {
     );
 }
 
+/// Seeds `just test` runs incrementally (`run_incremental_seed`).
+const INCREMENTAL_SEEDS: [u64; 3] = [2, 3, 5];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_seeds_keep_the_invariant() {
+    let mut violations = vec![];
+    let (mut checked, mut reused) = (0, 0);
+    for seed in INCREMENTAL_SEEDS {
+        let run = run_incremental_seed(seed).await;
+        checked += run.changes_checked;
+        reused += run.reused;
+        if let Some(reason) = &run.failed {
+            eprintln!("seed {seed}: not complete: {reason}");
+        }
+        violations.extend(
+            run.violation
+                .map(|v| format!("seed {seed}: {v}\n  replay: {}", replay_incremental(seed))),
+        );
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    // A seed whose scans both completed checked its change set: at least
+    // one must, or the test checked nothing.
+    assert!(checked > 0, "no incremental seed completed both scans");
+    // And records were taken from a baseline: the path the seeds are for.
+    assert!(reused > 0, "no incremental scan took a record from its baseline");
+}
+
+fn replay_incremental(seed: u64) -> String {
+    format!("BUCKETSCAN_TORTURE_INCREMENTAL=1 {}", replay(seed))
+}
+
 /// `just torture N`: N seeds from `BUCKETSCAN_TORTURE_FIRST` (default: a
 /// random start), or the one seed `BUCKETSCAN_TORTURE_SEED`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,12 +177,18 @@ async fn torture() {
             env("BUCKETSCAN_TORTURE_SEEDS").unwrap_or(20),
         ),
     };
+    // BUCKETSCAN_TORTURE_INCREMENTAL=1: each seed a baseline scan, the
+    // bucket changed, and an incremental scan (`run_incremental_seed`).
+    let incremental = env("BUCKETSCAN_TORTURE_INCREMENTAL") == Some(1);
     let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
     let mut violations = vec![];
     let mut failed = vec![];
     for seed in first..first + count {
         let started = Instant::now();
-        let run = run_seed(seed).await;
+        let run = match incremental {
+            true => run_incremental_seed(seed).await,
+            false => run_seed(seed).await,
+        };
         for (kind, n) in &run.faults {
             *faults.entry(*kind).or_insert(0) += n;
         }
@@ -156,7 +204,12 @@ async fn torture() {
             kinds.join(", ")
         );
         if let Some(v) = run.violation {
-            violations.push(format!("seed {seed}: {v}\n  replay: {}", replay(seed)));
+            let again = if incremental {
+                replay_incremental(seed)
+            } else {
+                replay(seed)
+            };
+            violations.push(format!("seed {seed}: {v}\n  replay: {again}"));
         }
         if let Some(reason) = run.failed {
             failed.push(format!("seed {seed}: {reason}"));
@@ -186,6 +239,10 @@ struct Run {
     /// The scan ended not complete, and why (allowed by the invariant).
     failed: Option<String>,
     violation: Option<String>,
+    /// Incremental seeds: change sets checked (both scans complete), and
+    /// records the incremental scan took from its baseline.
+    changes_checked: u64,
+    reused: u64,
 }
 
 /// The proxy's share of the schedule: what it answers instead of versitygw.
@@ -418,6 +475,10 @@ enum Event {
     Create(String, Seeded),
     Delete(String),
     Replace(String, Seeded),
+    /// Metadata replaced in place: ETag and size kept (incremental seeds:
+    /// the change only LastModified shows, at any moment of the scan, as
+    /// in the second of a HEAD of it).
+    ReplaceMetadata(String),
 }
 
 /// Put the drawn bucket. versitygw's posix backend now and then refuses a
@@ -492,14 +553,405 @@ fn draw_bucket(rng: &mut StdRng, page: usize) -> BTreeMap<String, Seeded> {
     keys
 }
 
+/// A seed's drawn and seeded bucket on `server`, its output bucket, and the
+/// seed's generator, ready for the schedule's draws.
+struct Ground {
+    rng: StdRng,
+    seed: u64,
+    page: usize,
+    server: Server,
+    bucket: String,
+    output: String,
+    seeded: BTreeMap<String, Seeded>,
+}
+
+impl Ground {
+    async fn new(seed: u64, server: Server, tag: &str) -> Ground {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let page = *[7usize, 50, 1000].get(rng.random_range(0..3)).unwrap();
+        let seeded = draw_bucket(&mut rng, page.min(60));
+        let bucket = server.bucket(&format!("{tag}{seed}")).await;
+        let output = server.bucket(&format!("{tag}{seed}-out")).await;
+        let seeded = seed_tolerantly(&server, &bucket, seeded).await;
+        Ground {
+            rng,
+            seed,
+            page,
+            server,
+            bucket,
+            output,
+            seeded,
+        }
+    }
+
+    fn world(&self) -> SeedWorld<'_> {
+        SeedWorld {
+            seed: self.seed,
+            page: self.page,
+            server: &self.server,
+            bucket: &self.bucket,
+            output: &self.output,
+        }
+    }
+}
+
 async fn run_seed(seed: u64) -> Run {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let page = *[7usize, 50, 1000].get(rng.random_range(0..3)).unwrap();
-    let seeded = draw_bucket(&mut rng, page.min(60));
-    let server = versitygw();
-    let bucket = server.bucket(&format!("t{seed}")).await;
-    let output = server.bucket(&format!("t{seed}-out")).await;
-    let seeded = seed_tolerantly(&server, &bucket, seeded).await;
+    let ground = Ground::new(seed, versitygw(), "t").await;
+    let how = How {
+        scan: format!("t{seed}"),
+        output_prefix: "r/".into(),
+        layout: Layout::Single,
+        baseline: None,
+        replace_metadata: false,
+    };
+    let mut rng = ground.rng.clone();
+    one_scan(&mut rng, &ground.world(), &ground.seeded, &how)
+        .await
+        .run
+}
+
+/// Incremental seeds: a first scan of the seed's bucket (dataset layout)
+/// is the baseline; then the bucket changes in every way an object can
+/// (created, deleted, content rewritten, metadata replaced in place), and a
+/// second scan, incremental against the first, runs under a schedule of the
+/// same kinds of fault (the bucket changing during it too). On MinIO, which
+/// moves LastModified on a metadata replace, so unchanged records are
+/// taken from the baseline (versitygw keeps it, and every object would be
+/// HEADed). Most seeds let the objects age past the baseline's start by
+/// more than `SAFETY_SECS` before the first scan, the others do not (then
+/// the rule that HEADs them anyway is what keeps the result exact).
+///
+/// The invariant of the second scan: `check` (its result against the bucket
+/// as it was when it started, for keys the schedule left alone), ETag and
+/// LastModified too (`check_fresh`: a record taken from the baseline must
+/// still be the object's), and the change set exactly the changes made
+/// between the two scans, for keys neither schedule touched nor a fault
+/// made unreadable (`check_changes`).
+async fn run_incremental_seed(seed: u64) -> Run {
+    let ground = Ground::new(seed, minio(), "ti").await;
+    let mut rng = ground.rng.clone();
+    let (server, bucket, output, seeded) = (&ground.server, &ground.bucket, &ground.output, &ground.seeded);
+    if rng.random_bool(0.7) {
+        tokio::time::sleep(Duration::from_millis(3_100)).await;
+    }
+    let world = ground.world();
+    let how = |n: u32, baseline: Option<String>| How {
+        scan: format!("ti{seed}-{n}"),
+        output_prefix: format!("r{n}/"),
+        layout: Layout::Dataset,
+        baseline,
+        replace_metadata: true,
+    };
+    let first = one_scan(&mut rng, &world, seeded, &how(1, None)).await;
+    let mut run = first.run;
+    if run.violation.is_some() || run.failed.is_some() {
+        run.violation = run.violation.map(|v| format!("the baseline scan: {v}"));
+        run.failed = run.failed.map(|f| format!("the baseline scan: {f}"));
+        return run;
+    }
+    // The bucket as the first scan's schedule left it, changed, and as it
+    // is then: what the second scan starts from.
+    let before = bucket_state(server, bucket).await;
+    change_between(&mut rng, server, bucket, &before).await;
+    let after = bucket_state(server, bucket).await;
+    let now: BTreeMap<String, Seeded> = after.iter().map(|(k, t)| (k.clone(), t.seeded.clone())).collect();
+    let baseline = format!("s3://{output}/r1/manifest.json");
+    let second = one_scan(&mut rng, &world, &now, &how(2, Some(baseline))).await;
+    for (kind, n) in second.run.faults {
+        *run.faults.entry(kind).or_insert(0) += n;
+    }
+    run.failed = second.run.failed.map(|f| format!("the incremental scan: {f}"));
+    run.violation = second.run.violation.map(|v| format!("the incremental scan: {v}"));
+    if let (None, Some(manifest)) = (&run.violation, &second.manifest) {
+        let unreadable: BTreeSet<&String> = [&first.refused, &second.refused]
+            .into_iter()
+            .flat_map(|r| r.keys())
+            .chain(first.lagged.iter().chain(&second.lagged))
+            .collect();
+        let untouched =
+            |k: &String| !first.changed.contains(k) && !second.changed.contains(k) && !unreadable.contains(k);
+        let result = files_bytes(server, &manifest.files).await;
+        let verdict = match check_fresh(&result, &after, &untouched) {
+            Ok(()) => check_changes(server, manifest, &before, &after, &untouched).await,
+            Err(v) => Err(v),
+        };
+        run.reused += manifest.incremental.as_ref().map_or(0, |i| i.counts.reused);
+        match verdict {
+            Ok(()) => run.changes_checked += 1,
+            Err(v) => run.violation = Some(format!("the incremental scan: {v}")),
+        }
+    }
+    run
+}
+
+/// One object as a HEAD gives it.
+#[derive(Clone, Debug)]
+struct Truth {
+    seeded: Seeded,
+    etag: Option<String>,
+    /// Unix seconds.
+    last_modified: Option<i64>,
+}
+
+/// Every object of `bucket` now, read from the server itself (not through
+/// the fault proxy): LIST, then a HEAD of each.
+async fn bucket_state(server: &Server, bucket: &str) -> BTreeMap<String, Truth> {
+    let client = server.client();
+    let mut keys = vec![];
+    let mut token = None;
+    loop {
+        let page = client
+            .list_objects_v2()
+            .bucket(bucket)
+            .set_continuation_token(token)
+            .send()
+            .await
+            .expect("list the bucket");
+        keys.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_string)));
+        match page.next_continuation_token() {
+            Some(t) => token = Some(t.to_string()),
+            None => break,
+        }
+    }
+    futures::stream::iter(keys)
+        .map(|key| {
+            let client = client.clone();
+            async move {
+                let head = client
+                    .head_object()
+                    .bucket(bucket)
+                    .key(&key)
+                    .send()
+                    .await
+                    .unwrap_or_else(|e| panic!("HEAD {key:?}: {e:?}"));
+                let truth = Truth {
+                    seeded: Seeded {
+                        size: head.content_length().unwrap_or(0) as usize,
+                        metadata: head.metadata().cloned().unwrap_or_default().into_iter().collect(),
+                    },
+                    etag: head.e_tag().map(|e| e.trim_matches('"').to_string()),
+                    last_modified: head.last_modified().map(|t| t.secs()),
+                };
+                (key, truth)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await
+}
+
+/// Change the bucket between the two scans: objects created (keys between
+/// existing ones), deleted, rewritten (another size) and their metadata
+/// replaced in place (CopyObject onto itself, `REPLACE`).
+async fn change_between(rng: &mut StdRng, server: &Server, bucket: &str, before: &BTreeMap<String, Truth>) {
+    let keys: Vec<&String> = before.keys().collect();
+    let mut picked = BTreeSet::new();
+    let mut pick = |rng: &mut StdRng| loop {
+        let key = keys[rng.random_range(0..keys.len())].clone();
+        if picked.insert(key.clone()) {
+            return key;
+        }
+    };
+    let client = server.client();
+    let mut created = BTreeMap::new();
+    for i in 0..rng.random_range(1..8) {
+        let key = format!("{}n{i}", pick(rng));
+        let metadata = BTreeMap::from([("fresh".to_string(), i.to_string())]);
+        created.insert(key, Seeded { size: 7, metadata });
+    }
+    server.try_seed(bucket, &created).await;
+    for _ in 0..rng.random_range(1..6) {
+        server.delete(bucket, &pick(rng)).await;
+    }
+    let mut rewritten = BTreeMap::new();
+    for i in 0..rng.random_range(1..6) {
+        let key = pick(rng);
+        // Sizes of the drawn bucket are below 64: another size, other content.
+        let size = 64 + i;
+        rewritten.insert(
+            key.clone(),
+            Seeded {
+                size,
+                metadata: before[&key].seeded.metadata.clone(),
+            },
+        );
+    }
+    server.try_seed(bucket, &rewritten).await;
+    for i in 0..rng.random_range(1..6) {
+        let key = pick(rng);
+        replace_metadata(&client, bucket, &key, &format!("between-{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("replace the metadata of {key:?}: {e}"));
+    }
+}
+
+/// CopyObject of `key` onto itself with new metadata (`MetadataDirective`
+/// `REPLACE`): same content, same ETag, a new LastModified.
+async fn replace_metadata(
+    client: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    value: &str,
+) -> Result<(), String> {
+    // Every byte but letters and digits encoded (`/` as %2F too).
+    let encoded = percent_encoding::utf8_percent_encode(key, percent_encoding::NON_ALPHANUMERIC);
+    client
+        .copy_object()
+        .bucket(bucket)
+        .key(key)
+        .copy_source(format!("{bucket}/{encoded}"))
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .metadata("replaced", value)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// Every record of a key the schedules left alone has the ETag and
+/// LastModified of the object (a record taken from the baseline must still
+/// be the object's, not only of its size and metadata).
+fn check_fresh(
+    result: &[u8],
+    truth: &BTreeMap<String, Truth>,
+    untouched: &impl Fn(&String) -> bool,
+) -> Result<(), String> {
+    for line in result.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let record: Record =
+            serde_json::from_slice(line).map_err(|e| format!("a result line is no record ({e})"))?;
+        let Some(t) = truth.get(&record.key).filter(|_| untouched(&record.key)) else {
+            continue;
+        };
+        let last_modified = record
+            .last_modified
+            .as_deref()
+            .and_then(bucketscan_core::scan::store_check::unix_secs);
+        if record.etag != t.etag || last_modified != t.last_modified {
+            return Err(format!(
+                "{:?}: the object has ETag {:?}, LastModified {:?}; recorded {record:?}",
+                record.key, t.etag, t.last_modified
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The change set holds exactly the changes made between `before` (the
+/// baseline's bucket) and `after`, for the keys `untouched` keeps.
+async fn check_changes(
+    server: &Server,
+    manifest: &Manifest,
+    before: &BTreeMap<String, Truth>,
+    after: &BTreeMap<String, Truth>,
+    untouched: &impl Fn(&String) -> bool,
+) -> Result<(), String> {
+    let summary = manifest
+        .incremental
+        .as_ref()
+        .ok_or("an incremental scan's manifest has no `incremental`")?;
+    let mut found = BTreeMap::new();
+    for line in files_bytes(server, &summary.change_files)
+        .await
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+    {
+        let record: Record =
+            serde_json::from_slice(line).map_err(|e| format!("a change line is no record ({e})"))?;
+        let change = record
+            .change
+            .ok_or_else(|| format!("{:?}: a change record without a change", record.key))?;
+        if found.insert(record.key.clone(), change).is_some() {
+            return Err(format!("{:?} twice in the change set", record.key));
+        }
+    }
+    found.retain(|k, _| untouched(k));
+    let mut want = BTreeMap::new();
+    for key in before.keys().chain(after.keys()).filter(|k| untouched(k)) {
+        let change = match (before.get(key), after.get(key)) {
+            (None, Some(_)) => Some(ChangeKind::Added),
+            (Some(_), None) => Some(ChangeKind::Removed),
+            (Some(b), Some(a)) if b.etag != a.etag || b.seeded.size != a.seeded.size => {
+                Some(ChangeKind::ContentChanged)
+            }
+            (Some(b), Some(a)) if lowercase(&b.seeded.metadata) != lowercase(&a.seeded.metadata) => {
+                Some(ChangeKind::MetadataChanged)
+            }
+            _ => None,
+        };
+        if let Some(change) = change {
+            want.insert(key.clone(), change);
+        }
+    }
+    if found != want {
+        let wrong: Vec<_> = found
+            .iter()
+            .filter(|(k, c)| want.get(*k) != Some(c))
+            .take(5)
+            .collect();
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|(k, c)| found.get(*k) != Some(c))
+            .take(5)
+            .collect();
+        return Err(format!(
+            "the change set is not the changes made: found and not made {wrong:?}; made and not found {missing:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Where a seed's scans run: its bucket, its output and its page size.
+struct SeedWorld<'a> {
+    seed: u64,
+    page: usize,
+    server: &'a Server,
+    bucket: &'a str,
+    output: &'a str,
+}
+
+/// How one scan of a seed is made: its id, where its result goes, and its
+/// baseline (an incremental scan).
+struct How {
+    scan: String,
+    output_prefix: String,
+    layout: Layout,
+    baseline: Option<String>,
+    /// Draw metadata replaces in place into the schedule too (after every
+    /// other draw, so the other seeds' schedules stay what they were).
+    replace_metadata: bool,
+}
+
+/// What one scan of a seed did, for the checks after it.
+#[derive(Default)]
+struct Scanned {
+    run: Run,
+    /// Keys the schedule created, deleted or replaced while the scan ran.
+    changed: BTreeSet<String>,
+    /// Keys HEAD refused for good, and the status it answered.
+    refused: BTreeMap<String, u16>,
+    /// Keys whose HEAD answered 404 once while listed.
+    lagged: BTreeSet<String>,
+    /// The merged manifest, when the scan completed.
+    manifest: Option<Manifest>,
+}
+
+/// One fleet scan of `seeded` under a schedule of faults drawn from `rng`,
+/// checked against the invariant when it completes.
+async fn one_scan(
+    rng: &mut StdRng,
+    world: &SeedWorld<'_>,
+    seeded: &BTreeMap<String, Seeded>,
+    how: &How,
+) -> Scanned {
+    let SeedWorld {
+        seed,
+        page,
+        server,
+        bucket,
+        output,
+    } = *world;
+    let (bucket, output) = (bucket.to_string(), output.to_string());
+    let rng = &mut *rng;
 
     // The proxy's faults, on keys drawn now.
     let keys: Vec<String> = seeded.keys().cloned().collect();
@@ -507,19 +959,19 @@ async fn run_seed(seed: u64) -> Run {
     let pick = |rng: &mut StdRng| keys[rng.random_range(0..keys.len())].clone();
     if rng.random_bool(0.5) {
         for _ in 0..rng.random_range(1..3) {
-            faults.failing.insert(pick(&mut rng), rng.random_range(11..14));
+            faults.failing.insert(pick(rng), rng.random_range(11..14));
         }
     }
     if rng.random_bool(0.4) {
-        let key = pick(&mut rng);
+        let key = pick(rng);
         faults.lagging.insert(key.clone());
         faults.lagged.insert(key);
     }
     if rng.random_bool(0.4) {
-        faults.denied.insert(pick(&mut rng));
+        faults.denied.insert(pick(rng));
     }
     if rng.random_bool(0.25) {
-        faults.misdirected.insert(pick(&mut rng));
+        faults.misdirected.insert(pick(rng));
     }
     for (p, fault) in [
         (0.35, ListFault::RepeatKey),
@@ -611,7 +1063,7 @@ async fn run_seed(seed: u64) -> Run {
             schedule.push((rng.random_range(0..5_000), Event::Create(key, obj)));
         }
         for _ in 0..rng.random_range(1..10) {
-            let key = pick(&mut rng);
+            let key = pick(rng);
             changed.insert(key.clone());
             let event = if rng.random_bool(0.5) {
                 Event::Delete(key)
@@ -623,6 +1075,13 @@ async fn run_seed(seed: u64) -> Run {
                 Event::Replace(key, obj)
             };
             schedule.push((rng.random_range(0..5_000), event));
+        }
+    }
+    if how.replace_metadata {
+        for _ in 0..rng.random_range(1..6) {
+            let key = pick(rng);
+            changed.insert(key.clone());
+            schedule.push((rng.random_range(0..3_000), Event::ReplaceMetadata(key)));
         }
     }
     schedule.sort_by_key(|(at, _)| *at);
@@ -643,20 +1102,20 @@ async fn run_seed(seed: u64) -> Run {
     });
     let url = redis.url();
     let redis = Arc::new(Mutex::new(redis));
-    let scan = format!("t{seed}");
+    let scan = how.scan.clone();
     let spec = ScanSpec {
         bucket: bucket.clone(),
         prefix: String::new(),
         output_bucket: output.clone(),
-        output_prefix: "r/".into(),
+        output_prefix: how.output_prefix.clone(),
         gzip: false,
         only_with_metadata: false,
         max_failures: 5,
         format: Default::default(),
-        layout: Default::default(),
+        layout: how.layout,
         file_size: bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE,
         scan_id: scan.clone(),
-        baseline: None,
+        baseline: how.baseline.clone(),
         change_set: false,
         filter: Default::default(),
     };
@@ -672,18 +1131,19 @@ async fn run_seed(seed: u64) -> Run {
         kill_merge_after,
     };
 
-    let mut run = Run::default();
+    let mut scanned = Scanned::default();
+    let run = &mut scanned.run;
     let outcome = tokio::time::timeout(
         RUN_BOUND,
         drive(
             &fleet,
             workers,
             schedule,
-            &server,
+            server,
             &bucket,
             redis.clone(),
             &proxy_faults,
-            &mut run,
+            run,
         ),
     )
     .await;
@@ -705,14 +1165,44 @@ async fn run_seed(seed: u64) -> Run {
         }
         Ok(Err(reason)) => run.failed = Some(reason),
         Ok(Ok(())) => {
-            let result = server.read(&output, "r/result.jsonl").await;
-            if let Err(v) = check(&result, &seeded, &changed, &refused, &lagged) {
+            let (result, manifest) = read_result(server, &output, how).await;
+            let reused = how.baseline.is_some();
+            if let Err(v) = check(&result, seeded, &changed, &refused, &lagged, reused) {
                 run.violation = Some(v);
             }
+            scanned.manifest = manifest;
         }
     }
     std::fs::remove_dir_all(&redis_dir).ok();
-    run
+    Scanned {
+        changed,
+        refused,
+        lagged,
+        ..scanned
+    }
+}
+
+/// A complete scan's records (JSON Lines, in key order) and, for a
+/// dataset, its manifest.
+async fn read_result(server: &Server, output: &str, how: &How) -> (Vec<u8>, Option<Manifest>) {
+    if how.layout == Layout::Single {
+        let key = format!("{}result.jsonl", how.output_prefix);
+        return (server.read(output, &key).await, None);
+    }
+    let key = format!("{}manifest.json", how.output_prefix);
+    let manifest: Manifest = serde_json::from_slice(&server.read(output, &key).await).expect("a manifest");
+    let result = files_bytes(server, &manifest.files).await;
+    (result, Some(manifest))
+}
+
+/// The bytes of data files, one after the other.
+async fn files_bytes(server: &Server, files: &[DataFile]) -> Vec<u8> {
+    let mut all = vec![];
+    for f in files {
+        let (bucket, key) = f.location.strip_prefix("s3://").unwrap().split_once('/').unwrap();
+        all.extend(server.read(bucket, key).await);
+    }
+    all
 }
 
 /// A fleet's settings for one seed.
@@ -1066,6 +1556,11 @@ impl World<'_> {
                     .await;
                 count("object deleted or replaced");
             }
+            Event::ReplaceMetadata(key) => {
+                // A key deleted before it is no longer there: nothing changes.
+                let _ = replace_metadata(&self.server.client(), self.bucket, &key, "in-scan").await;
+                count("object deleted or replaced");
+            }
         }
     }
 }
@@ -1086,13 +1581,19 @@ impl World<'_> {
     }
 }
 
-/// The invariant on a complete scan's result.
+/// The invariant on a complete scan's result. `reused`: an incremental
+/// scan, whose records of unchanged objects come from its baseline without
+/// a HEAD, so a key whose HEAD the proxy refuses may hold its baseline
+/// reading instead of the error (what a HEAD alone shows, such as a denied
+/// read, is not seen without one: docs/incremental.md); that reading must
+/// still be the object's.
 fn check(
     result: &[u8],
     seeded: &BTreeMap<String, Seeded>,
     changed: &BTreeSet<String>,
     refused: &BTreeMap<String, u16>,
     lagging: &BTreeSet<String>,
+    reused: bool,
 ) -> Result<(), String> {
     let mut records: Vec<Record> = vec![];
     for line in result.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -1111,8 +1612,14 @@ fn check(
         let Some(record) = by_key.get(key.as_str()) else {
             return Err(format!("{key:?} is missing"));
         };
+        let readable = record.status == Status::Ok
+            && record.size == seed.size as u64
+            && record.metadata == lowercase(&seed.metadata);
         if let Some(status) = refused.get(key) {
-            if record.status != Status::Error || record.http_status != Some(*status) {
+            let error = record.status == Status::Error && record.http_status == Some(*status);
+            // An incremental scan may have kept the baseline's reading.
+            let kept = reused && readable;
+            if !(error || kept) {
                 return Err(format!("{key:?} was refused ({status}), recorded {record:?}"));
             }
             continue;
@@ -1120,10 +1627,7 @@ fn check(
         if lagging.contains(key) && record.status == Status::Error && record.http_status == Some(404) {
             continue; // the listing showed it while HEAD answered 404
         }
-        if record.status != Status::Ok
-            || record.size != seed.size as u64
-            || record.metadata != lowercase(&seed.metadata)
-        {
+        if !readable {
             return Err(format!("{key:?}: seeded {seed:?}, recorded {record:?}"));
         }
     }

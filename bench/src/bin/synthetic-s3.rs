@@ -4,8 +4,11 @@
 //! store model says: `--profile flashblade|aws|minio` and the flags that
 //! override its values (docs/store-model.md). With `--passthrough` the model
 //! stands in front of a real S3 server instead (the e2e's chaos scan).
-//! Request counts: `GET /_stats`.
+//! Request counts: `GET /_stats`. `--change-share S --change-seed K`: the
+//! bucket a day later, S of its objects added, deleted, rewritten or with
+//! their metadata replaced, in equal parts (`GET /_changes` lists them).
 
+use bucketscan_bench::bucket::Changes;
 use bucketscan_bench::keyspace::BucketArgs;
 use bucketscan_bench::server::{serve, Config, Stats};
 use bucketscan_bench::store::{Latency, StoreModel};
@@ -38,6 +41,14 @@ struct Args {
     /// and faults in front of a real S3 server).
     #[arg(long, requires = "forward")]
     passthrough: bool,
+    /// Serve the bucket changed by this share of its objects (0 to 1; 0.01:
+    /// 1 %), in equal parts added, deleted, content rewritten and metadata
+    /// replaced; the changed ones modified the second after the start.
+    #[arg(long, requires = "change_seed")]
+    change_share: Option<f64>,
+    /// Which objects change (the same seed, the same changes).
+    #[arg(long, requires = "change_share")]
+    change_seed: Option<u64>,
     /// Worker threads (the benchmark pins the endpoint to its own cores).
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -49,6 +60,20 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(args.threads.max(1))
         .enable_all()
         .build()?;
+    let changes = match (args.change_share, args.change_seed) {
+        (Some(share), Some(seed)) => {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&share),
+                "--change-share must be between 0 and 1 (0.01: 1 % of the objects), not {share}"
+            );
+            Some(Changes { share, seed })
+        }
+        _ => None,
+    };
+    anyhow::ensure!(
+        changes.is_none() || !args.passthrough,
+        "--change-share changes the generated bucket; with --passthrough there is none"
+    );
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
         // The benchmark reads the address from the first line.
@@ -60,6 +85,7 @@ fn main() -> anyhow::Result<()> {
             slowdown: args.slowdown,
             forward: args.forward.map(|f| f.trim_end_matches('/').to_string()),
             passthrough: args.passthrough,
+            changes,
         };
         serve(listener, config, Arc::new(Stats::default())).await?;
         Ok(())
