@@ -582,6 +582,16 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
         change_set: false,
         // Checked before planning (`validate::validate`).
         filter: crate::filters::object_filter(scan).unwrap_or_default(),
+        columns: column_options(&scan.spec.columns),
+    }
+}
+
+/// The CRD's `spec.columns` as the workers read them.
+pub fn column_options(columns: &crate::crd::Columns) -> bucketscan_core::scan::column_options::ColumnOptions {
+    bucketscan_core::scan::column_options::ColumnOptions {
+        checksums: columns.checksums,
+        tags: columns.tags,
+        ..Default::default()
     }
 }
 

@@ -659,6 +659,7 @@ async fn run_seed(seed: u64) -> Run {
         baseline: None,
         change_set: false,
         filter: Default::default(),
+        columns: Default::default(),
     };
     let fleet = Fleet {
         url: url.clone(),
@@ -763,6 +764,7 @@ impl Fleet {
                     max_rate: None,
                     metadata_source: Default::default(),
                     filter: Default::default(),
+                    columns: Default::default(),
                 },
             );
             let runner = Runner {

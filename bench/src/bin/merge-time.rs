@@ -107,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
             baseline: None,
             change_set: false,
             filter: Default::default(),
+            columns: Default::default(),
         };
         s3.send_retried(&scan, |sdk| sdk.create_bucket().bucket(&scan).send())
             .await?;
