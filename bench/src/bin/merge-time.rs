@@ -51,6 +51,7 @@ fn record(part: usize, n: usize) -> Record {
         metadata: [("owner".to_string(), format!("team-{}", part % 7))].into(),
         binary_metadata: Vec::new(),
         missing_metadata: None,
+        columns: Default::default(),
         error: None,
         http_status: None,
         change: None,
