@@ -591,7 +591,6 @@ pub fn column_options(columns: &crate::crd::Columns) -> bucketscan_core::scan::c
     bucketscan_core::scan::column_options::ColumnOptions {
         checksums: columns.checksums,
         tags: columns.tags,
-        ..Default::default()
     }
 }
 

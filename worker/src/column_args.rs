@@ -27,7 +27,6 @@ impl ColumnArgs {
         ColumnOptions {
             checksums: self.checksums,
             tags: self.tags,
-            ..ColumnOptions::default()
         }
     }
 }

@@ -319,17 +319,6 @@ async fn moto_objects_show_encryption_checksum_multipart_and_lock_columns() {
     every_format_holds_the_columns(moto(), Some("bucketscan-key"), true, true).await;
 }
 
-fn venv_python() -> std::path::PathBuf {
-    let home = std::env::var("HOME").expect("HOME");
-    let python = std::path::Path::new(&home).join(".cache/bucketscan/venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/install-deps.sh (it installs duckdb)",
-        python.display()
-    );
-    python
-}
-
 /// A fleet's scan (plan, two workers, merge) into a `format` dataset, its
 /// files read with DuckDB: every key's columns by name.
 async fn fleet_dataset(

@@ -1,7 +1,5 @@
 //! Which optional columns a scan fills, each at a cost: `checksums` (HEADs
-//! in checksum mode), `tags` (a `GetObjectTagging` per object) and
-//! `versions` (`ListObjectVersions`: a record per version and delete
-//! marker). Recorded in the scan's spec and manifest: a baseline must have
+//! in checksum mode) and `tags` (a `GetObjectTagging` per object). Recorded in the scan's spec and manifest: a baseline must have
 //! been scanned with the same options (`baseline`).
 //!
 //! May import: nothing of the crate.
@@ -18,23 +16,16 @@ pub struct ColumnOptions {
     /// MinIO's listing carries the tags and the metadata source allows it).
     #[serde(default)]
     pub tags: bool,
-    /// A record per version and per delete marker (`ListObjectVersions`).
-    #[serde(default)]
-    pub versions: bool,
 }
 
 impl ColumnOptions {
     /// The options as the CLI spells them, for messages: `--checksums
     /// --tags`, or `none`.
     pub fn describe(&self) -> String {
-        let flags: Vec<&str> = [
-            (self.checksums, "--checksums"),
-            (self.tags, "--tags"),
-            (self.versions, "--versions"),
-        ]
-        .into_iter()
-        .filter_map(|(on, flag)| on.then_some(flag))
-        .collect();
+        let flags: Vec<&str> = [(self.checksums, "--checksums"), (self.tags, "--tags")]
+            .into_iter()
+            .filter_map(|(on, flag)| on.then_some(flag))
+            .collect();
         if flags.is_empty() {
             "none".into()
         } else {
@@ -54,9 +45,8 @@ mod tests {
         assert_eq!(none.describe(), "none");
         let some = ColumnOptions {
             checksums: true,
-            versions: true,
-            ..ColumnOptions::default()
+            tags: true,
         };
-        assert_eq!(some.describe(), "--checksums --versions");
+        assert_eq!(some.describe(), "--checksums --tags");
     }
 }

@@ -60,38 +60,9 @@ impl FromStr for Layout {
     }
 }
 
-/// The CSV columns, named after Amazon S3 Metadata tables where they exist.
-pub const CSV_COLUMNS: [&str; 29] = [
-    "bucket",
-    "key",
-    "status",
-    "size",
-    "last_modified_date",
-    "e_tag",
-    "storage_class",
-    "content_type",
-    "user_metadata",
-    "error",
-    "http_status",
-    "version_id",
-    "binary_metadata",
-    "missing_metadata",
-    "server_side_encryption",
-    "kms_key_arn",
-    "is_bucket_key_enabled",
-    "checksum_algorithm",
-    "checksum_type",
-    "checksum",
-    "is_multipart",
-    "part_count",
-    "object_lock_mode",
-    "object_lock_retain_until_date",
-    "object_lock_legal_hold",
-    "replication_status",
-    "object_tags",
-    "is_latest",
-    "is_delete_marker",
-];
+/// The CSV columns, named after Amazon S3 Metadata tables where they exist:
+/// Parquet's, in the same order.
+pub const CSV_COLUMNS: [&str; 29] = crate::scan::parquet::COLUMNS;
 
 impl Format {
     /// The file name extension, without the leading dot.
