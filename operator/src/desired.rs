@@ -814,6 +814,18 @@ mod tests {
         );
     }
 
+    /// `spec.columns` reaches the spec the workers read from Redis (they
+    /// HEAD in checksum mode and fetch tags from it), and its manifest.
+    #[test]
+    fn the_column_options_reach_the_workers_spec() {
+        let mut s = scan(Workers::default());
+        assert_eq!(spec_of(&s).columns, Default::default());
+        s.spec.columns.checksums = true;
+        s.spec.columns.tags = true;
+        let columns = spec_of(&s).columns;
+        assert!(columns.checksums && columns.tags, "{columns:?}");
+    }
+
     #[test]
     fn scan_ids_are_stable_and_free_of_hash_tag_braces() {
         let s = scan(Workers::default());

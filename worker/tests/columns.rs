@@ -507,3 +507,46 @@ async fn minio_tags_come_from_get_object_tagging_or_the_listing() {
 async fn moto_tags_come_from_get_object_tagging() {
     tags_fill_object_tags(moto(), false).await;
 }
+
+/// A baseline scanned with other column options is refused before any
+/// HEAD, and so is `--tags` with any baseline (docs/bad-input.md, rows 191
+/// and 193): records taken from it would lack a column, or keep old tags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_baseline_of_other_columns_or_tags_with_a_baseline_is_refused() {
+    let s3 = moto();
+    let bucket = s3.bucket("cols-base").await;
+    let out = s3.bucket("cols-base-out").await;
+    s3.client()
+        .put_object()
+        .bucket(&bucket)
+        .key("k")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    let scan = |prefix: &str, extra: &[&str]| {
+        let output = format!("s3://{out}/{prefix}/");
+        let mut args = vec![
+            "scan", "--bucket", &bucket, "--layout", "dataset", "-o", &output, "--quiet",
+        ];
+        args.extend(extra);
+        s3.worker(&args)
+    };
+    assert_success(&scan("base", &[]));
+    let baseline = format!("s3://{out}/base/manifest.json");
+    let refused = scan("checksums", &["--checksums", "--baseline", &baseline]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("its scan's optional columns (none) are not this scan's (--checksums)"),
+        "{}",
+        stderr(&refused)
+    );
+    let refused = scan("tags", &["--tags", "--baseline", &baseline]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("run scans with tags without a baseline"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_success(&scan("same", &["--baseline", &baseline]));
+}
