@@ -154,10 +154,15 @@ ready_versitygw() { curl -sf -o /dev/null "http://127.0.0.1:$1/_health"; }
 # console; MINIO_CI_CD lets it use a directory on the root disk.
 MINIO_ACCESS=bucketscan-minio
 MINIO_SECRET=$(python3 -c 'import secrets; print(secrets.token_urlsafe(30))')
+# A built-in KMS key (MINIO_KMS_SECRET_KEY, NAME:BASE64 of 32 bytes, random
+# for each run): MinIO then encrypts objects PUT with SSE-S3 or SSE-KMS
+# (key id bucketscan-key), which the encryption columns' tests need.
+MINIO_KMS_KEY=bucketscan-key:$(python3 -c 'import base64, secrets; print(base64.b64encode(secrets.token_bytes(32)).decode())')
 launch_minio() {
   mkdir -p "$WORK/minio/data"
   cd "$WORK/minio"
   MINIO_ROOT_USER=$MINIO_ACCESS MINIO_ROOT_PASSWORD=$MINIO_SECRET MINIO_BROWSER=off MINIO_CI_CD=1 \
+    MINIO_KMS_SECRET_KEY=$MINIO_KMS_KEY \
     exec "$BIN/minio" server --quiet --address "127.0.0.1:$1" "$WORK/minio/data"
 }
 ready_minio() { curl -sf -o /dev/null "http://127.0.0.1:$1/minio/health/live"; }

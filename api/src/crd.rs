@@ -91,6 +91,36 @@ pub struct BucketScanSpec {
     /// changes since it under `changes/`. See docs/incremental.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<Baseline>,
+    /// Optional columns of the result, each at a cost (docs/results.md,
+    /// "Columns a HEAD or LIST answers"). A baseline must have been scanned
+    /// with the same ones.
+    #[serde(default, skip_serializing_if = "Columns::is_default")]
+    pub columns: Columns,
+}
+
+/// Optional columns of the result. Encryption, KMS key, bucket key,
+/// checksum algorithm, multipart, object lock and replication come with
+/// every HEAD and need nothing here.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Columns {
+    /// HEAD in checksum mode: each record gets the object's checksum value
+    /// (`checksum`). No more requests; every object is HEADed (a listing
+    /// has no checksum values), whatever `metadataSource` says.
+    #[serde(default)]
+    pub checksums: bool,
+    /// Fill `object_tags`: one GetObjectTagging more per object HEADed
+    /// (none where MinIO lists the tags and `metadataSource` allows it).
+    /// Not with `baseline`: tags change without moving an object's ETag or
+    /// LastModified.
+    #[serde(default)]
+    pub tags: bool,
+}
+
+impl Columns {
+    pub fn is_default(&self) -> bool {
+        *self == Columns::default()
+    }
 }
 
 /// The result an incremental scan starts from: exactly one of `scan` and

@@ -77,6 +77,7 @@ async fn engine(url: &str) -> Arc<Engine> {
             max_rate: None,
             metadata_source: Default::default(),
             filter: Default::default(),
+            columns: Default::default(),
         },
     )
 }

@@ -816,6 +816,7 @@ async fn a_plan_queues_again_what_its_redis_lost_before_the_mark() {
         baseline: None,
         change_set: false,
         filter: Default::default(),
+        columns: Default::default(),
     };
     let tiles = uncovered("", &[Shard::prefix("m/")]);
     let mut all = tiles.clone();

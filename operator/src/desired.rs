@@ -582,6 +582,15 @@ pub fn spec_of(scan: &BucketScan) -> ScanSpec {
         change_set: false,
         // Checked before planning (`validate::validate`).
         filter: crate::filters::object_filter(scan).unwrap_or_default(),
+        columns: column_options(&scan.spec.columns),
+    }
+}
+
+/// The CRD's `spec.columns` as the workers read them.
+pub fn column_options(columns: &crate::crd::Columns) -> bucketscan_core::scan::column_options::ColumnOptions {
+    bucketscan_core::scan::column_options::ColumnOptions {
+        checksums: columns.checksums,
+        tags: columns.tags,
     }
 }
 
@@ -803,6 +812,18 @@ mod tests {
             (o.target_shards, o.max_requests, o.delimiter),
             (10_000, 15_000, None)
         );
+    }
+
+    /// `spec.columns` reaches the spec the workers read from Redis (they
+    /// HEAD in checksum mode and fetch tags from it), and its manifest.
+    #[test]
+    fn the_column_options_reach_the_workers_spec() {
+        let mut s = scan(Workers::default());
+        assert_eq!(spec_of(&s).columns, Default::default());
+        s.spec.columns.checksums = true;
+        s.spec.columns.tags = true;
+        let columns = spec_of(&s).columns;
+        assert!(columns.checksums && columns.tags, "{columns:?}");
     }
 
     #[test]

@@ -59,6 +59,7 @@ fn engine_for(
             max_rate,
             metadata_source,
             filter: spec.filter.clone(),
+            columns: spec.columns,
         },
     )
 }
@@ -86,6 +87,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         baseline: args.baseline.clone(),
         change_set: false,
         filter,
+        columns: args.columns.options(),
     };
     // Before Redis or S3 is asked anything (the estimate comes with planning).
     check_output(spec.format, spec.layout, spec.file_size, spec.gzip, 0).map_err(anyhow::Error::msg)?;
@@ -126,7 +128,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await?;
     let spec = spec_of(&queue, &args.queue.scan).await?;
     let s3 = args.endpoint.connect(args.concurrency as usize).await?;
-    let head = HeadClient::new(args.head_client, &s3)?;
+    let head = HeadClient::with_checksum_mode(args.head_client, &s3, spec.columns.checksums)?;
     let engine = engine_for(
         s3,
         head,

@@ -1,5 +1,6 @@
 //! `bucketscan-worker`: scans S3 shards and HEADs every object.
 
+mod column_args;
 mod distributed;
 mod filter_args;
 mod progress;
@@ -122,6 +123,8 @@ struct ScanArgs {
     only_with_metadata: bool,
     #[command(flatten)]
     filters: filter_args::FilterArgs,
+    #[command(flatten)]
+    columns: column_args::ColumnArgs,
     /// HEAD implementation: fast (signed hyper requests) or sdk (aws-sdk-s3).
     #[arg(long, default_value = "fast")]
     head_client: HeadClientKind,
@@ -209,6 +212,8 @@ struct PlanArgs {
     only_with_metadata: bool,
     #[command(flatten)]
     filters: filter_args::FilterArgs,
+    #[command(flatten)]
+    columns: column_args::ColumnArgs,
     /// Shards to plan (more appear while the scan runs: idle workers get
     /// the rest of a busy worker's shard split off for them).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -464,7 +469,13 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let baseline = match &args.baseline {
         Some(location) => {
             let baseline = Baseline::load(&s3, location).await?;
-            baseline.admit(&src.bucket, &src.prefix, args.format, &filter)?;
+            baseline.admit(
+                &src.bucket,
+                &src.prefix,
+                args.format,
+                &filter,
+                &args.columns.options(),
+            )?;
             Some(Arc::new(baseline))
         }
         None => None,
@@ -476,7 +487,7 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     if let (Some(baseline), Some(check)) = (&baseline, &check) {
         baseline.admit_start(&check.started)?;
     }
-    let head = HeadClient::new(args.head_client, &s3)?;
+    let head = HeadClient::with_checksum_mode(args.head_client, &s3, args.columns.checksums)?;
     let engine = Engine::new(
         s3,
         head,
@@ -488,6 +499,7 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
             max_rate: None,
             metadata_source: args.metadata_source,
             filter: filter.clone(),
+            columns: args.columns.options(),
         },
     );
     if let Some(baseline) = baseline {

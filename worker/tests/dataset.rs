@@ -18,17 +18,6 @@ fn redis_url() -> String {
     std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with scripts/with-test-servers.sh")
 }
 
-fn venv_python() -> std::path::PathBuf {
-    let home = std::env::var("HOME").expect("HOME");
-    let python = std::path::Path::new(&home).join(".cache/bucketscan/venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/install-deps.sh (it installs duckdb and pyarrow)",
-        python.display()
-    );
-    python
-}
-
 struct Scan {
     s3: Server,
     redis: String,

@@ -29,6 +29,7 @@ fn engine(s3: &Arc<S3>, bucket: &str, kind: HeadClientKind) -> Arc<Engine> {
             max_rate: None,
             metadata_source: Default::default(),
             filter: Default::default(),
+            columns: Default::default(),
         },
     )
 }
@@ -108,6 +109,7 @@ async fn large_output_is_a_streamed_multipart_upload() {
             metadata: (0..6).map(|m| (format!("h{m}"), random_hex(&mut rng))).collect(),
             binary_metadata: Vec::new(),
             missing_metadata: None,
+            columns: Default::default(),
             error: None,
             http_status: None,
             change: None,
@@ -344,6 +346,7 @@ async fn empty_truncated_pages_do_not_end_a_listing() {
             max_rate: None,
             metadata_source: Default::default(),
             filter: Default::default(),
+            columns: Default::default(),
         },
     );
     let out = temp_path("empty-pages.jsonl");
@@ -642,6 +645,7 @@ async fn scan_filtered(
             max_rate: None,
             metadata_source,
             filter,
+            columns: Default::default(),
         },
     );
     let out = temp_path(name);

@@ -168,6 +168,7 @@ fn scan_spec(
         baseline: None,
         change_set: false,
         filter: Default::default(),
+        columns: Default::default(),
     }
 }
 
@@ -788,6 +789,7 @@ async fn a_part_upload_that_fails_for_good_fails_its_shard_not_the_worker() {
             max_rate: None,
             metadata_source: Default::default(),
             filter: Default::default(),
+            columns: Default::default(),
         },
     );
     let runner = Runner {

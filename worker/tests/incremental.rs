@@ -132,12 +132,13 @@ async fn records_of(
 /// as the test's own view of them).
 fn csv_records(body: &[u8]) -> Vec<Record> {
     let rows = bucketscan_core::scan::format::parse_csv_rows(body).unwrap();
+    let n = bucketscan_core::scan::format::CSV_COLUMNS.len();
     rows.into_iter()
-        .filter(|r| !is_csv_header(&r[..14]))
+        .filter(|r| !is_csv_header(&r[..n]))
         .map(|r| {
-            let mut record = parse_csv_record(&r[..14]).unwrap();
-            if r.len() > 14 {
-                record.change = Some(match r[14].as_str() {
+            let mut record = parse_csv_record(&r[..n]).unwrap();
+            if r.len() > n {
+                record.change = Some(match r[n].as_str() {
                     "added" => ChangeKind::Added,
                     "removed" => ChangeKind::Removed,
                     "content_changed" => ChangeKind::ContentChanged,

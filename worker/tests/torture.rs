@@ -1118,6 +1118,7 @@ async fn one_scan(
         baseline: how.baseline.clone(),
         change_set: false,
         filter: Default::default(),
+        columns: Default::default(),
     };
     let fleet = Fleet {
         url: url.clone(),
@@ -1253,6 +1254,7 @@ impl Fleet {
                     max_rate: None,
                     metadata_source: Default::default(),
                     filter: Default::default(),
+                    columns: Default::default(),
                 },
             );
             let runner = Runner {

@@ -51,6 +51,7 @@ fn record(part: usize, n: usize) -> Record {
         metadata: [("owner".to_string(), format!("team-{}", part % 7))].into(),
         binary_metadata: Vec::new(),
         missing_metadata: None,
+        columns: Default::default(),
         error: None,
         http_status: None,
         change: None,
@@ -107,6 +108,7 @@ async fn main() -> anyhow::Result<()> {
             baseline: None,
             change_set: false,
             filter: Default::default(),
+            columns: Default::default(),
         };
         s3.send_retried(&scan, |sdk| sdk.create_bucket().bucket(&scan).send())
             .await?;

@@ -206,6 +206,7 @@ mod tests {
             baseline: None,
             change_set: false,
             filter: Default::default(),
+            columns: Default::default(),
         };
         for n in [0, 7, 999_999, 1_000_000, 123_456_789] {
             assert_eq!(data_index(&spec, &spec.data_key(n)), Some(n));

@@ -121,7 +121,13 @@ pub async fn load_baseline(
         return Ok(None);
     };
     let baseline = Baseline::load(s3, location).await?;
-    baseline.admit(&spec.bucket, &spec.prefix, spec.format, &spec.filter)?;
+    baseline.admit(
+        &spec.bucket,
+        &spec.prefix,
+        spec.format,
+        &spec.filter,
+        &spec.columns,
+    )?;
     if let Some(c) = &check.check {
         baseline.admit_start(&c.started)?;
     }

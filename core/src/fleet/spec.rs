@@ -2,9 +2,10 @@
 //! read by every worker and by the merge, so workers need only the Redis URL,
 //! the scan id and the endpoint.
 //!
-//! May import: `keyspace`, `scan::format`, `scan::filter`, `scan::dataset` (file names) and `s3::upload` (its limits).
+//! May import: `keyspace`, `scan::format`, `scan::filter`, `scan::column_options`, `scan::dataset` (file names) and `s3::upload` (its limits).
 
 use crate::s3::upload::{MAX_OBJECT_SIZE, MAX_PARTS};
+use crate::scan::column_options::ColumnOptions;
 use crate::scan::filter::ObjectFilter;
 use crate::scan::format::{Format, Layout};
 use serde::{Deserialize, Serialize};
@@ -62,6 +63,12 @@ pub struct ScanSpec {
     /// HEAD (`scan::filter`). Specs stored before filters read as none.
     #[serde(default, skip_serializing_if = "ObjectFilter::is_empty")]
     pub filter: ObjectFilter,
+    /// Optional columns every worker fills (checksums, tags, versions).
+    /// Always written: a manifest whose spec lacks it is of a release before
+    /// the HEAD columns, and cannot be a baseline. Specs stored before it
+    /// read as none.
+    #[serde(default)]
+    pub columns: ColumnOptions,
 }
 
 /// The fewest bytes a record takes in the result: a JSONL record of an
@@ -287,6 +294,7 @@ mod tests {
             baseline: None,
             change_set: false,
             filter: Default::default(),
+            columns: Default::default(),
         };
         assert_eq!(
             spec.part_key("abc", 1, 0, None),

@@ -676,6 +676,8 @@ mod tests {
                     last_modified: None,
                     storage_class: None,
                     listed_metadata: None,
+                    checksum_algorithm: None,
+                    checksum_type: None,
                 });
                 last_seen = Some(key.clone());
             }

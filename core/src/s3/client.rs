@@ -170,6 +170,8 @@ impl S3 {
                 etag: o.e_tag().map(strip_quotes),
                 last_modified: o.last_modified().map(format_time),
                 storage_class: o.storage_class().map(|s| s.as_str().to_string()),
+                checksum_algorithm: o.checksum_algorithm().first().map(|a| a.as_str().to_string()),
+                checksum_type: o.checksum_type().map(|t| t.as_str().to_string()),
                 // The SDK's lister is for planning and tests: never asked.
                 listed_metadata: None,
             });

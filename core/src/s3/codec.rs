@@ -117,6 +117,19 @@ pub fn url_decode(s: &str) -> Result<String, S3Error> {
         .map_err(|_| S3Error::Other(format!("listing returned a key that is not UTF-8: {s:?}")))
 }
 
+/// MinIO's `<UserTags>` of a listing entry: `k=v&k2=v2`, form-encoded (`+`
+/// is a space). A pair that does not decode is kept as it came.
+pub fn parse_user_tags(text: &str) -> BTreeMap<String, String> {
+    let decode = |s: &str| url_decode(s).unwrap_or_else(|_| s.to_string());
+    text.split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
 pub fn strip_quotes(etag: &str) -> String {
     etag.trim_matches('"').to_string()
 }
@@ -432,5 +445,16 @@ mod tests {
         );
         assert_eq!(read.values["bad-word"], aws_smithy_types::base64::encode(b"\xff"));
         assert_eq!(read.binary, ["bad-word", "raw"]);
+    }
+
+    #[test]
+    fn listed_user_tags_are_form_decoded() {
+        let tags = parse_user_tags("a=b+c&k%26=v%3D1&empty=&bare");
+        let expected: BTreeMap<String, String> = [("a", "b c"), ("k&", "v=1"), ("empty", ""), ("bare", "")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(tags, expected);
+        assert!(parse_user_tags("").is_empty());
     }
 }

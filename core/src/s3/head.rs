@@ -8,6 +8,7 @@ use super::client::{sdk_error, S3};
 use super::codec::{
     encode_key, format_time, http_date_to_rfc3339, retry_after, strip_quotes, MetadataReader,
 };
+use super::columns::ObjectColumns;
 use super::error::S3Error;
 use super::signed::SignedClient;
 use super::types::{HeadInfo, HeadResult};
@@ -79,9 +80,15 @@ pub fn head_info(headers: &HeaderMap) -> Result<HeadInfo, S3Error> {
     // Borrowed: each value is copied at most once, into the record.
     let text = |name: &str| headers.get(name).map(|v| String::from_utf8_lossy(v.as_bytes()));
     let mut metadata = MetadataReader::default();
+    let mut columns = ObjectColumns::default();
     for (name, value) in headers {
-        if let Some(meta) = name.as_str().strip_prefix("x-amz-meta-") {
+        let Some(amz) = name.as_str().strip_prefix("x-amz-") else {
+            continue;
+        };
+        if let Some(meta) = amz.strip_prefix("meta-") {
             metadata.add(meta, value.as_bytes());
+        } else {
+            columns.read_header(amz, value.as_bytes());
         }
     }
     let metadata = metadata.finish();
@@ -94,6 +101,7 @@ pub fn head_info(headers: &HeaderMap) -> Result<HeadInfo, S3Error> {
         metadata: metadata.values,
         binary_metadata: metadata.binary,
         missing_metadata: missing_metadata(text("x-amz-missing-meta").as_deref()),
+        columns,
     })
 }
 
@@ -128,18 +136,28 @@ pub fn sdk_size(length: Option<i64>, what: &str) -> Result<u64, S3Error> {
 
 pub enum HeadClient {
     Fast(Box<SignedClient>),
-    Sdk(Arc<S3>),
+    /// The SDK client, and whether its HEADs are in checksum mode.
+    Sdk(Arc<S3>, bool),
 }
 
 impl HeadClient {
     pub fn new(kind: HeadClientKind, s3: &Arc<S3>) -> Result<HeadClient, S3Error> {
+        HeadClient::with_checksum_mode(kind, s3, false)
+    }
+
+    /// A client whose HEADs ask for the object's checksum when
+    /// `checksum_mode` (`--checksums`).
+    pub fn with_checksum_mode(
+        kind: HeadClientKind,
+        s3: &Arc<S3>,
+        checksum_mode: bool,
+    ) -> Result<HeadClient, S3Error> {
         Ok(match kind {
-            HeadClientKind::Fast => HeadClient::Fast(Box::new(SignedClient::new(
-                &s3.endpoint,
-                s3.credentials.clone(),
-                &s3.learnt,
-            )?)),
-            HeadClientKind::Sdk => HeadClient::Sdk(s3.clone()),
+            HeadClientKind::Fast => HeadClient::Fast(Box::new(
+                SignedClient::new(&s3.endpoint, s3.credentials.clone(), &s3.learnt)?
+                    .with_checksum_mode(checksum_mode),
+            )),
+            HeadClientKind::Sdk => HeadClient::Sdk(s3.clone(), checksum_mode),
         })
     }
 
@@ -147,14 +165,22 @@ impl HeadClient {
     pub async fn head(&self, bucket: &str, key: &str) -> HeadResult {
         match self {
             HeadClient::Fast(fast) => fast.head(bucket, key).await,
-            HeadClient::Sdk(s3) => sdk_head(s3, bucket, key).await,
+            HeadClient::Sdk(s3, checksum_mode) => sdk_head(s3, bucket, key, *checksum_mode).await,
         }
     }
 }
 
-async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
+async fn sdk_head(s3: &S3, bucket: &str, key: &str, checksum_mode: bool) -> HeadResult {
     let (sdk, region) = s3.sdk_for(bucket);
-    match sdk.head_object().bucket(bucket).key(key).send().await {
+    let mode = checksum_mode.then_some(aws_sdk_s3::types::ChecksumMode::Enabled);
+    match sdk
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .set_checksum_mode(mode)
+        .send()
+        .await
+    {
         Ok(out) => Ok(Some(HeadInfo {
             size: sdk_size(out.content_length(), "HEAD answer")?,
             etag: out.e_tag().map(strip_quotes),
@@ -162,6 +188,7 @@ async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
             storage_class: out.storage_class().map(|s| s.as_str().to_string()),
             content_type: out.content_type().map(str::to_string),
             missing_metadata: missing_metadata(out.missing_meta().map(|n| n.to_string()).as_deref()),
+            columns: sdk_columns(&out),
             ..sdk_metadata(out.metadata())
         })),
         Err(e) => match e.raw_response().map(|r| r.status().as_u16()) {
@@ -178,6 +205,39 @@ async fn sdk_head(s3: &S3, bucket: &str, key: &str) -> HeadResult {
             _ => Err(sdk_error(e, bucket)),
         },
     }
+}
+
+/// The columns the SDK read from the same headers the fast path reads.
+fn sdk_columns(out: &aws_sdk_s3::operation::head_object::HeadObjectOutput) -> ObjectColumns {
+    let mut columns = ObjectColumns::default();
+    let mut set = |name: &str, value: Option<&str>| {
+        if let Some(v) = value {
+            columns.read_header(name, v.as_bytes());
+        }
+    };
+    set("version-id", out.version_id());
+    set(
+        "server-side-encryption",
+        out.server_side_encryption().map(|v| v.as_str()),
+    );
+    set("server-side-encryption-aws-kms-key-id", out.ssekms_key_id());
+    let bucket_key = out.bucket_key_enabled().map(|b| b.to_string());
+    set("server-side-encryption-bucket-key-enabled", bucket_key.as_deref());
+    set("checksum-type", out.checksum_type().map(|v| v.as_str()));
+    set("checksum-crc32", out.checksum_crc32());
+    set("checksum-crc32c", out.checksum_crc32_c());
+    set("checksum-crc64nvme", out.checksum_crc64_nvme());
+    set("checksum-sha1", out.checksum_sha1());
+    set("checksum-sha256", out.checksum_sha256());
+    set("object-lock-mode", out.object_lock_mode().map(|v| v.as_str()));
+    let until = out.object_lock_retain_until_date().map(format_time);
+    set("object-lock-retain-until-date", until.as_deref());
+    set(
+        "object-lock-legal-hold",
+        out.object_lock_legal_hold_status().map(|v| v.as_str()),
+    );
+    set("replication-status", out.replication_status().map(|v| v.as_str()));
+    columns
 }
 
 /// The SDK's metadata map read as the fast path reads headers (the SDK

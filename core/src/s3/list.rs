@@ -8,7 +8,9 @@
 //!
 //! May import: `signed` and the bottom of `s3` (types, codec, error).
 
-use super::codec::{decode_metadata_value, format_time, retry_after, strip_quotes, url_decode, QUERY_ENCODE};
+use super::codec::{
+    decode_metadata_value, format_time, parse_user_tags, retry_after, strip_quotes, url_decode, QUERY_ENCODE,
+};
 use super::error::{error_chain, S3Error};
 use super::signed::SignedClient;
 use super::types::{ListPage, ListRequest, ListedMetadata, ListedObject};
@@ -203,7 +205,9 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
                 }
             }),
             storage_class: entry.storage_class.map(unescape),
-            listed_metadata: entry.user_metadata.map(listed_metadata),
+            checksum_algorithm: entry.checksum_algorithm.map(unescape),
+            checksum_type: entry.checksum_type.map(unescape),
+            listed_metadata: entry.user_metadata.map(|m| listed_metadata(m, entry.user_tags)),
         });
     }
     let common_prefixes = blocks(xml, "CommonPrefixes")
@@ -227,9 +231,17 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
 /// What an entry's `<UserMetadata>` element holds: `x-amz-meta-*` names
 /// lower-cased without the prefix and values decoded as a HEAD answer's are (`decode_metadata_value`, surrounding
 /// blanks dropped as HTTP drops them from header values), the content type,
-/// and nothing else (MinIO adds content-type and SSE headers beside them).
-fn listed_metadata(user_metadata: &str) -> ListedMetadata {
+/// and the headers of `ObjectColumns` (MinIO adds content-type, SSE and
+/// object lock headers beside them).
+fn listed_metadata(user_metadata: &str, user_tags: Option<&str>) -> ListedMetadata {
     let mut listed = ListedMetadata::default();
+    // Beside `<UserMetadata>` (the credentials may read the object), no
+    // `<UserTags>` is no tags: MinIO leaves an empty one out.
+    listed.columns.object_tags = Some(
+        user_tags
+            .map(|t| parse_user_tags(&unescape(t)))
+            .unwrap_or_default(),
+    );
     for (name, text) in children(user_metadata) {
         let lower = name.to_ascii_lowercase();
         let value = || decode_metadata_value(unescape(text).trim_matches([' ', '\t']).as_bytes());
@@ -237,6 +249,8 @@ fn listed_metadata(user_metadata: &str) -> ListedMetadata {
             listed.metadata.insert(meta.to_string(), value());
         } else if lower == "content-type" {
             listed.content_type = Some(value());
+        } else if let Some(amz) = lower.strip_prefix("x-amz-") {
+            listed.columns.read_header(amz, unescape(text).as_bytes());
         }
     }
     listed
@@ -253,6 +267,10 @@ struct EntryFields<'a> {
     etag: Option<&'a str>,
     last_modified: Option<&'a str>,
     storage_class: Option<&'a str>,
+    checksum_algorithm: Option<&'a str>,
+    checksum_type: Option<&'a str>,
+    /// MinIO's `<UserTags>` (`metadata=true`): `k=v&k2=v2`.
+    user_tags: Option<&'a str>,
     /// What `<UserMetadata>` (MinIO's `metadata=true`) holds: its children
     /// are named by the object's metadata, not the listing, so none of them
     /// is taken for an entry's field.
@@ -306,6 +324,9 @@ impl<'a> EntryFields<'a> {
             "ETag" => &mut self.etag,
             "LastModified" => &mut self.last_modified,
             "StorageClass" => &mut self.storage_class,
+            "ChecksumAlgorithm" => &mut self.checksum_algorithm,
+            "ChecksumType" => &mut self.checksum_type,
+            "UserTags" => &mut self.user_tags,
             _ => return,
         };
         slot.get_or_insert(text);
@@ -442,7 +463,8 @@ mod tests {
   <KeyCount>3</KeyCount><MaxKeys>3</MaxKeys><Delimiter>/</Delimiter><EncodingType>url</EncodingType>
   <IsTruncated>true</IsTruncated><NextContinuationToken>t&amp;1/+=</NextContinuationToken>
   <Contents><Key>a%2Fwith+space%2Bplus%26amp</Key><LastModified>2026-11-02T10:00:00.000Z</LastModified>
-    <ETag>&quot;0a1b&quot;</ETag><Size>12</Size><Owner><ID>x</ID></Owner><StorageClass>STANDARD</StorageClass></Contents>
+    <ETag>&quot;0a1b&quot;</ETag><Size>12</Size><Owner><ID>x</ID></Owner><StorageClass>STANDARD</StorageClass>
+    <ChecksumAlgorithm>CRC64NVME</ChecksumAlgorithm><ChecksumType>FULL_OBJECT</ChecksumType></Contents>
   <Contents><Key>a%2F%C3%BC%01</Key><LastModified>2026-11-02T10:00:01Z</LastModified><ETag>"e"</ETag><Size>0</Size></Contents>
   <CommonPrefixes><Prefix>a%2Fdir%2F</Prefix></CommonPrefixes>
 </ListBucketResult>"#;
@@ -459,6 +481,8 @@ mod tests {
                     etag: Some("0a1b".into()),
                     last_modified: Some("2026-11-02T10:00:00Z".into()),
                     storage_class: Some("STANDARD".into()),
+                    checksum_algorithm: Some("CRC64NVME".into()),
+                    checksum_type: Some("FULL_OBJECT".into()),
                     listed_metadata: None,
                 },
                 ListedObject {
@@ -467,6 +491,8 @@ mod tests {
                     etag: Some("e".into()),
                     last_modified: Some("2026-11-02T10:00:01Z".into()),
                     storage_class: None,
+                    checksum_algorithm: None,
+                    checksum_type: None,
                     listed_metadata: None,
                 },
             ]
@@ -602,6 +628,11 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(listed.metadata, expected);
+        assert_eq!(
+            listed.columns.server_side_encryption.as_deref(),
+            Some("AES256"),
+            "SSE headers become columns"
+        );
         assert_eq!(page.objects[1].listed_metadata, None, "no element is no answer");
     }
 
@@ -633,6 +664,9 @@ mod tests {
                 etag: Some(""),
                 last_modified: None,
                 storage_class: Some("GLACIER"),
+                checksum_algorithm: None,
+                checksum_type: None,
+                user_tags: None,
                 user_metadata: Some("<Key>no</Key><StorageClass>no</StorageClass>"),
             }
         );

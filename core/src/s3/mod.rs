@@ -5,9 +5,9 @@
 //! nothing of shards, records, Redis or scans.
 //!
 //! Inside, files form layers too (each may import only those listed before
-//! it): `error`, `regions`, `clock`; `allowlist`; `types`, `codec`; `retry`, `sign`, `transport`; `connections`; `signed`
+//! it): `error`, `regions`, `clock`; `allowlist`; `codec`; `columns`; `types`; `retry`, `sign`, `transport`; `connections`; `signed`
 //! (sign and send a request); `list`; `client` (the [`S3`] handle); `pages`
-//! (a listing page by page, and where it ends), `head`, `upload`; `delete`.
+//! (a listing page by page, and where it ends), `head`, `tagging`, `upload`; `delete`.
 //!
 //! May import: nothing of the crate outside `s3`.
 
@@ -15,6 +15,7 @@ pub mod allowlist;
 pub mod client;
 pub mod clock;
 pub mod codec;
+pub mod columns;
 pub mod compose;
 pub mod connections;
 pub mod delete;
@@ -26,12 +27,14 @@ pub mod regions;
 pub mod retry;
 pub mod sign;
 pub mod signed;
+pub mod tagging;
 pub mod transport;
 pub mod types;
 pub mod upload;
 
 pub use allowlist::EndpointAllowlist;
 pub use client::{resolve_region, S3};
+pub use columns::ObjectColumns;
 pub use error::S3Error;
 pub use head::{HeadClient, HeadClientKind};
 pub use pages::{BucketLister, Lister, Pages};

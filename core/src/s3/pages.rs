@@ -221,6 +221,8 @@ mod tests {
                     last_modified: None,
                     storage_class: None,
                     listed_metadata: None,
+                    checksum_algorithm: None,
+                    checksum_type: None,
                 })
                 .collect(),
             common_prefixes: vec![],

@@ -115,17 +115,24 @@ impl SigningState {
         path: &str,
         query: &str,
         amz_date: &str,
+        checksum_mode: bool,
     ) -> String {
         let token = self.credentials.session_token();
-        let signed_headers = if token.is_some() {
-            "host;x-amz-content-sha256;x-amz-date;x-amz-security-token"
-        } else {
-            "host;x-amz-content-sha256;x-amz-date"
+        // Names in order, as SigV4 wants them: `x-amz-checksum-mode` (a HEAD
+        // in checksum mode) sorts before `x-amz-content-sha256`.
+        let signed_headers = match (checksum_mode, token.is_some()) {
+            (false, true) => "host;x-amz-content-sha256;x-amz-date;x-amz-security-token",
+            (false, false) => "host;x-amz-content-sha256;x-amz-date",
+            (true, true) => "host;x-amz-checksum-mode;x-amz-content-sha256;x-amz-date;x-amz-security-token",
+            (true, false) => "host;x-amz-checksum-mode;x-amz-content-sha256;x-amz-date",
         };
         // The canonical request, hashed as it is written.
         let mut canonical = Sha256::new();
         for part in [method, "\n", path, "\n", query, "\nhost:", host] {
             canonical.update(part);
+        }
+        if checksum_mode {
+            canonical.update("\nx-amz-checksum-mode:ENABLED");
         }
         for part in ["\nx-amz-content-sha256:", EMPTY_SHA256, "\nx-amz-date:", amz_date] {
             canonical.update(part);
@@ -311,6 +318,7 @@ mod tests {
         host: &str,
         path_and_query: &str,
         now: SystemTime,
+        checksum_mode: bool,
     ) -> String {
         let mut settings = SigningSettings::default();
         settings.percent_encoding_mode = PercentEncodingMode::Single;
@@ -327,7 +335,8 @@ mod tests {
             .unwrap()
             .into();
         let url = format!("http://{host}{path_and_query}");
-        let req = SignableRequest::new(method, &url, std::iter::empty(), SignableBody::Bytes(&[])).unwrap();
+        let headers = checksum_mode.then_some(("x-amz-checksum-mode", "ENABLED"));
+        let req = SignableRequest::new(method, &url, headers.into_iter(), SignableBody::Bytes(&[])).unwrap();
         let (instructions, _) = sign(req, &params).unwrap().into_parts();
         let authorization = instructions
             .headers()
@@ -360,12 +369,21 @@ mod tests {
                 "~tilde_-.",
             ] {
                 let path = format!("/bucket/{}", super::super::codec::encode_key(key));
-                let ours = state.authorization("HEAD", "127.0.0.1:9000", &path, "", &amz_date(now));
-                assert_eq!(
-                    ours,
-                    reference_authorization(&creds, "HEAD", "127.0.0.1:9000", &path, now),
-                    "key {key:?}"
-                );
+                for checksum_mode in [false, true] {
+                    let ours = state.authorization(
+                        "HEAD",
+                        "127.0.0.1:9000",
+                        &path,
+                        "",
+                        &amz_date(now),
+                        checksum_mode,
+                    );
+                    assert_eq!(
+                        ours,
+                        reference_authorization(&creds, "HEAD", "127.0.0.1:9000", &path, now, checksum_mode),
+                        "key {key:?}, checksum mode {checksum_mode}"
+                    );
+                }
                 // The same string as a LIST's prefix and start-after.
                 let req = crate::s3::types::ListRequest {
                     prefix: key.to_string(),
@@ -376,7 +394,8 @@ mod tests {
                     with_metadata: true,
                 };
                 let query = crate::s3::list::list_query(&req, req.start_after.as_deref());
-                let ours = state.authorization("GET", "127.0.0.1:9000", "/bucket", &query, &amz_date(now));
+                let ours =
+                    state.authorization("GET", "127.0.0.1:9000", "/bucket", &query, &amz_date(now), false);
                 assert_eq!(
                     ours,
                     reference_authorization(
@@ -384,7 +403,8 @@ mod tests {
                         "GET",
                         "127.0.0.1:9000",
                         &format!("/bucket?{query}"),
-                        now
+                        now,
+                        false
                     ),
                     "prefix {key:?}"
                 );

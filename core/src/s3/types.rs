@@ -1,9 +1,10 @@
 //! The plain types every S3 call shares: where the endpoint is, what a LIST
 //! asks and answers, what a HEAD answers. The bottom of `s3`.
 //!
-//! May import: `error`, `allowlist` and `regions` only.
+//! May import: `error`, `allowlist`, `regions` and `columns` only.
 
 use super::allowlist::EndpointAllowlist;
+use super::columns::ObjectColumns;
 use super::error::S3Error;
 use super::regions::valid_region;
 use std::sync::Arc;
@@ -77,6 +78,10 @@ pub struct ListedObject {
     pub etag: Option<String>,
     pub last_modified: Option<String>,
     pub storage_class: Option<String>,
+    /// `<ChecksumAlgorithm>` (S3 since 2022; `None` when the store says
+    /// none) and `<ChecksumType>` (`FULL_OBJECT`, `COMPOSITE`).
+    pub checksum_algorithm: Option<String>,
+    pub checksum_type: Option<String>,
     /// What the listing said of the object's metadata, when it said anything
     /// (`None` does not mean "no metadata": see [`ListedMetadata`]).
     pub listed_metadata: Option<ListedMetadata>,
@@ -91,6 +96,9 @@ pub struct ListedMetadata {
     /// `x-amz-meta-*` names, lower case, without the prefix (as from HEAD).
     pub metadata: std::collections::BTreeMap<String, String>,
     pub content_type: Option<String>,
+    /// The headers of [`ObjectColumns`] MinIO lists beside the metadata
+    /// (encryption, object lock, ...), and its `<UserTags>`.
+    pub columns: ObjectColumns,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -127,6 +135,8 @@ pub struct HeadInfo {
     pub binary_metadata: Vec<String>,
     /// `x-amz-missing-meta`: entries the answer could not carry.
     pub missing_metadata: Option<u32>,
+    /// Encryption, checksum, object lock, replication, version.
+    pub columns: ObjectColumns,
 }
 
 /// `None` when the object is gone (404).

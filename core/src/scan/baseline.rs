@@ -13,13 +13,14 @@
 //! Which objects may be taken from the baseline without a HEAD: see
 //! [`Baseline::reusable`].
 //!
-//! May import: `record`, `format`, `filter`, `parquet`, `dataset`,
+//! May import: `record`, `format`, `filter`, `column_options`, `parquet`, `dataset`,
 //! `store_check`, `keyspace::shard` and `s3`.
 
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::s3::types::ListedObject;
 use crate::s3::S3;
+use crate::scan::column_options::ColumnOptions;
 use crate::scan::dataset::DataFile;
 use crate::scan::filter::ObjectFilter;
 use crate::scan::format::{is_csv_header, parse_csv_record, take_csv_rows, Format};
@@ -73,6 +74,8 @@ struct ManifestView {
     store_check: Option<StoreCheck>,
     #[serde(default)]
     filter: ObjectFilter,
+    /// `None`: a release before the columns of `s3::columns`.
+    columns: Option<ColumnOptions>,
 }
 
 #[derive(Deserialize)]
@@ -88,6 +91,7 @@ struct SpecView {
     only_with_metadata: bool,
     #[serde(default)]
     filter: ObjectFilter,
+    columns: Option<ColumnOptions>,
 }
 
 /// A loaded baseline.
@@ -102,6 +106,8 @@ pub struct Baseline {
     pub files: Vec<DataFile>,
     /// The filter its scan applied to the listing (`scan::filter`).
     pub filter: ObjectFilter,
+    /// The optional columns its scan filled.
+    pub columns: ColumnOptions,
     /// Its scan's store check: when it started, in the store's time.
     pub check: StoreCheck,
     /// Unix seconds of `check.started`.
@@ -202,6 +208,18 @@ impl Baseline {
         })?;
         let started = unix_secs(&check.started)
             .ok_or_else(|| not("its store_check.started is not an RFC 3339 time".into()))?;
+        let columns = match &view.spec {
+            Some(spec) => spec.columns,
+            None => view.columns,
+        }
+        .ok_or_else(|| {
+            refused(
+                "it was written by a release before the encryption, checksum, object lock and \
+                 replication columns: its records lack them, and records taken from it would too; \
+                 run one full scan first and use it as the baseline"
+                    .into(),
+            )
+        })?;
         if view.files.is_empty() && view.spec.is_some() {
             // Results of releases before datasets list no files.
             return Err(refused("its manifest lists no files".into()));
@@ -217,20 +235,22 @@ impl Baseline {
                 Some(spec) => spec.filter.clone(),
                 None => view.filter.clone(),
             },
+            columns,
             check,
             started,
             bytes_read: AtomicU64::new(0),
         })
     }
 
-    /// Refuse a baseline of another bucket, prefix, format or filter than
-    /// the scan's.
+    /// Refuse a baseline of another bucket, prefix, format, filter or
+    /// optional columns than the scan's.
     pub fn admit(
         &self,
         bucket: &str,
         prefix: &str,
         format: Format,
         filter: &ObjectFilter,
+        columns: &ColumnOptions,
     ) -> Result<(), BaselineError> {
         let refused = |reason: String| BaselineError::Refused {
             location: self.location.clone(),
@@ -262,6 +282,23 @@ impl Baseline {
                  count as added or removed; use a baseline scanned with the same filter"
             )));
         }
+        if columns.tags {
+            return Err(refused(
+                "this scan fills object_tags (--tags, spec.columns.tags), and tags change without moving \
+                 an object's ETag or LastModified: records taken from a baseline would keep old tags; \
+                 run scans with tags without a baseline"
+                    .into(),
+            ));
+        }
+        if self.columns != *columns {
+            return Err(refused(format!(
+                "its scan's optional columns ({}) are not this scan's ({}): records taken from it \
+                 would lack a column or hold one this scan does not fill; use a baseline scanned \
+                 with the same column flags (spec.columns), or run a full scan",
+                self.columns.describe(),
+                columns.describe()
+            )));
+        }
         Ok(())
     }
 
@@ -282,8 +319,11 @@ impl Baseline {
     /// The baseline record `old` still describes the listed object `obj`:
     /// a readable record of the same size, ETag and LastModified, whose
     /// LastModified is [`SAFETY_SECS`] older than the baseline scan's start
-    /// (so no change after its HEAD can have kept the same second). Only
-    /// valid where this scan's store check saw LastModified move.
+    /// (so no change after its HEAD can have kept the same second), and
+    /// none of the columns that change without moving LastModified: a
+    /// replication still `PENDING`, an object lock (its retention may be
+    /// extended, its legal hold lifted). Only valid where this scan's store
+    /// check saw LastModified move.
     pub fn reusable(&self, old: &Record, obj: &ListedObject) -> bool {
         let listed = obj.last_modified.as_deref().and_then(unix_secs);
         let recorded = old.last_modified.as_deref().and_then(unix_secs);
@@ -298,6 +338,7 @@ impl Baseline {
             && listed.is_some()
             && listed == recorded
             && listed.is_some_and(|t| t + SAFETY_SECS <= self.started)
+            && !moves_in_place(old)
     }
 
     /// The baseline's records of `shard`'s range, in key order.
@@ -318,6 +359,17 @@ impl Baseline {
             open: None,
         }
     }
+}
+
+/// Does the record hold a column the store may change without moving the
+/// object's LastModified? Replication goes from `PENDING` to `COMPLETED` or
+/// `FAILED`; PutObjectRetention and PutObjectLegalHold change an object
+/// lock in place.
+fn moves_in_place(old: &Record) -> bool {
+    let c = &old.columns;
+    c.replication_status.as_deref() == Some("PENDING")
+        || c.object_lock_mode.is_some()
+        || c.object_lock_legal_hold == Some(true)
 }
 
 /// `s3://bucket/key` as (bucket, key).
@@ -642,8 +694,7 @@ mod tests {
         )
     }
 
-    const CHECK: &str =
-        r#","store_check":{"started":"2026-11-27T00:00:10Z","last_modified_moves":true,"detail":"x"}"#;
+    const CHECK: &str = r#","store_check":{"started":"2026-11-27T00:00:10Z","last_modified_moves":true,"detail":"x"},"columns":{}"#;
 
     fn record(key: &str, size: u64, etag: &str, lm: &str) -> Record {
         Record {
@@ -657,11 +708,19 @@ mod tests {
             metadata: Default::default(),
             binary_metadata: Vec::new(),
             missing_metadata: None,
+            columns: Default::default(),
             error: None,
             http_status: None,
             change: None,
             previous: None,
         }
+    }
+
+    /// Why `b` is refused for an unfiltered JSONL scan of photos/a/ with
+    /// `columns`.
+    fn refusal(b: &Baseline, columns: &ColumnOptions) -> String {
+        let scan = b.admit("photos", "a/", Format::Jsonl, &ObjectFilter::default(), columns);
+        scan.unwrap_err().to_string()
     }
 
     fn listed(key: &str, size: u64, etag: &str, lm: &str) -> ListedObject {
@@ -682,13 +741,17 @@ mod tests {
             ("photos", "a/", Format::Jsonl)
         );
         let none = ObjectFilter::default();
-        b.admit("photos", "a/", Format::Jsonl, &none).unwrap();
+        b.admit("photos", "a/", Format::Jsonl, &none, &ColumnOptions::default())
+            .unwrap();
         for (bucket, prefix, format, word) in [
             ("other", "a/", Format::Jsonl, "bucket"),
             ("photos", "b/", Format::Jsonl, "prefix"),
             ("photos", "a/", Format::Csv, "format"),
         ] {
-            let e = b.admit(bucket, prefix, format, &none).unwrap_err().to_string();
+            let e = b
+                .admit(bucket, prefix, format, &none, &ColumnOptions::default())
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(word), "{e}");
         }
     }
@@ -707,19 +770,66 @@ mod tests {
         let with_filter = manifest(&format!("{CHECK},\"filter\":{{\"include\":[\"a/**/*.csv\"]}}"));
         let b = Baseline::parse("s3://out/x/manifest.json", with_filter.as_bytes()).unwrap();
         assert_eq!(b.filter, filtered);
-        b.admit("photos", "a/", Format::Jsonl, &filtered).unwrap();
-        let e = b
-            .admit("photos", "a/", Format::Jsonl, &ObjectFilter::default())
-            .unwrap_err()
-            .to_string();
+        b.admit(
+            "photos",
+            "a/",
+            Format::Jsonl,
+            &filtered,
+            &ColumnOptions::default(),
+        )
+        .unwrap();
+        let e = refusal(&b, &ColumnOptions::default());
         assert!(
             e.contains("its scan's filter is not this scan's ({})") && !e.contains("*.csv"),
             "{e}"
         );
         let unfiltered = Baseline::parse("s3://out/x/manifest.json", manifest(CHECK).as_bytes()).unwrap();
         assert!(unfiltered
-            .admit("photos", "a/", Format::Jsonl, &filtered)
+            .admit(
+                "photos",
+                "a/",
+                Format::Jsonl,
+                &filtered,
+                &ColumnOptions::default()
+            )
             .is_err());
+    }
+
+    /// Records taken from a baseline hold the columns its scan filled: one
+    /// of a release before the columns, or scanned with other column
+    /// flags, would give records unlike this scan's HEADs.
+    #[test]
+    fn a_baseline_of_other_columns_is_refused() {
+        let old_release = manifest(&CHECK.replace(",\"columns\":{}", ""));
+        let e = Baseline::parse("s3://out/x/manifest.json", old_release.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("release before the encryption, checksum"), "{e}");
+        let with_checksums = manifest(&CHECK.replace("{}", "{\"checksums\":true}"));
+        let b = Baseline::parse("s3://out/x/manifest.json", with_checksums.as_bytes()).unwrap();
+        let checksums = ColumnOptions {
+            checksums: true,
+            ..ColumnOptions::default()
+        };
+        let admitted = b.admit(
+            "photos",
+            "a/",
+            Format::Jsonl,
+            &ObjectFilter::default(),
+            &checksums,
+        );
+        assert!(admitted.is_ok(), "{admitted:?}");
+        let e = refusal(&b, &ColumnOptions::default());
+        assert!(
+            e.contains("optional columns (--checksums) are not this scan's (none)"),
+            "{e}"
+        );
+        let tags = ColumnOptions {
+            checksums: true,
+            tags: true,
+        };
+        let e = refusal(&b, &tags);
+        assert!(e.contains("run scans with tags without a baseline"), "{e}");
     }
 
     #[test]
@@ -768,6 +878,19 @@ mod tests {
         let mut partial = old.clone();
         partial.missing_metadata = Some(1);
         assert!(!b.reusable(&partial, &listed("a/1", 5, "\"e\"", "2026-11-27T00:00:08Z")));
+        // Columns that change in place, LastModified unmoved: HEAD again.
+        let same = listed("a/1", 5, "\"e\"", "2026-11-27T00:00:08Z");
+        let with = |set: &dyn Fn(&mut Record)| {
+            let mut r = old.clone();
+            set(&mut r);
+            b.reusable(&r, &same)
+        };
+        assert!(!with(&|r| r.columns.replication_status = Some("PENDING".into())));
+        assert!(with(&|r| r.columns.replication_status = Some("COMPLETED".into())));
+        assert!(!with(&|r| r.columns.object_lock_mode = Some("GOVERNANCE".into())));
+        assert!(!with(&|r| r.columns.object_lock_legal_hold = Some(true)));
+        assert!(with(&|r| r.columns.object_lock_legal_hold = Some(false)));
+        assert!(with(&|r| r.columns.server_side_encryption = Some("AES256".into())));
     }
 
     #[test]
@@ -861,10 +984,7 @@ mod tests {
     fn refusals_never_quote_what_the_manifest_says() {
         let secret = manifest(CHECK).replace("\"photos\"", "\"SECRET-1\"");
         let b = Baseline::parse("s3://out/x/manifest.json", secret.as_bytes()).unwrap();
-        let e = b
-            .admit("photos", "a/", Format::Jsonl, &ObjectFilter::default())
-            .unwrap_err()
-            .to_string();
+        let e = refusal(&b, &ColumnOptions::default());
         assert!(!e.contains("SECRET-1") && e.contains("another bucket"), "{e}");
         let e = Baseline::parse(
             "s3://out/x/manifest.json",

@@ -8,10 +8,11 @@
 //! and the manifest is written last: a reader that finds it finds a
 //! complete dataset.
 //!
-//! May import: `record`, `format`, `filter`, `output` and `s3`.
+//! May import: `record`, `format`, `filter`, `column_options`, `output` and `s3`.
 
 use crate::s3::error::S3Error;
 use crate::s3::S3;
+use crate::scan::column_options::ColumnOptions;
 use crate::scan::filter::ObjectFilter;
 use crate::scan::output::{Destination, OutputOptions, OutputSummary, RecordWriter};
 use crate::scan::record::{Record, Status};
@@ -328,6 +329,10 @@ pub struct DatasetManifest {
     /// The filter the scan applied to its listing (`{}`: none).
     #[serde(default)]
     pub filter: ObjectFilter,
+    /// The optional columns it filled; `None` in manifests of releases
+    /// before the columns of `s3::columns` (a baseline needs them).
+    #[serde(default)]
+    pub columns: Option<ColumnOptions>,
 }
 
 /// What an incremental scan did against its baseline.

@@ -5,20 +5,21 @@
 //! store lists metadata (`listed`), the listing's entries become records
 //! without a HEAD.
 //!
-//! May import: `record`, `listed`, `filter`, `partition`, `keyspace` and `s3`.
+//! May import: `record`, `listed`, `filter`, `column_options`, `partition`, `keyspace` and `s3`.
 
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::s3::HeadClient;
-use crate::s3::HeadResult;
 use crate::s3::{BucketLister, ListRequest, ListedObject, Pages, S3};
+use crate::s3::{HeadInfo, HeadResult};
 use crate::scan::baseline::{Baseline, RangeReader};
+use crate::scan::column_options::ColumnOptions;
 use crate::scan::filter::ObjectFilter;
 use crate::scan::listed::{
     disagreement, record_from_listing, sample_indices, MetadataLister, MetadataSource,
 };
 use crate::scan::partition::{Partition, Partitions};
-use crate::scan::record::{ChangeKind, Previous, Record, Status};
+use crate::scan::record::{ChangeKind, ObjectColumns, Previous, Record, Status};
 use crate::scan::resume::{ResumePolicy, Resumption};
 use futures::future::Either;
 use futures::StreamExt;
@@ -43,6 +44,8 @@ pub struct EngineOptions {
     /// Objects to leave out, judged from the listing before any HEAD
     /// (`scan::filter`).
     pub filter: ObjectFilter,
+    /// Optional columns: checksums, tags, versions.
+    pub columns: ColumnOptions,
 }
 
 /// What the consumer does with one listed entry.
@@ -499,7 +502,12 @@ impl Engine {
             .incremental
             .get()
             .map(|i| i.baseline.range(self.s3.clone(), &shard));
-        let source = self.opts.metadata_source;
+        // A listing holds no checksum values: with `checksums` every object
+        // is HEADed, whatever the metadata source.
+        let source = match self.opts.columns.checksums {
+            true => MetadataSource::Head,
+            false => self.opts.metadata_source,
+        };
         let req = ListRequest {
             prefix: shard.prefix.clone(),
             start_after: shard.start_after.clone(),
@@ -603,7 +611,7 @@ impl Engine {
     /// The entry's record from the listing when it carries metadata, else a
     /// HEAD (no `<UserMetadata>` may mean the credentials may not read it).
     fn listed_task(&self, obj: ListedObject) -> Task {
-        match record_from_listing(&obj) {
+        match record_from_listing(&obj, self.opts.columns.tags) {
             Some(record) => {
                 self.count_listed_record(&record);
                 Task::Made(record)
@@ -637,7 +645,7 @@ impl Engine {
             .into_iter()
             .collect::<Result<Vec<Record>, S3Error>>()?;
         let mismatch = sample.iter().zip(&heads).find_map(|(i, head)| {
-            let listed = record_from_listing(&objects[*i])?;
+            let listed = record_from_listing(&objects[*i], self.opts.columns.tags)?;
             let fields = disagreement(&listed, head);
             (!fields.is_empty()).then(|| (objects[*i].key.clone(), fields))
         });
@@ -728,6 +736,10 @@ impl Engine {
             result
         };
         self.counters.heads.fetch_add(1, Relaxed);
+        let result = match result {
+            Ok(Some(info)) if self.opts.columns.tags => self.with_tags(&obj.key, info).await,
+            other => other,
+        };
         let record = match result {
             Ok(Some(info)) => {
                 self.head_read(&obj.key);
@@ -735,11 +747,15 @@ impl Engine {
                 if !info.metadata.is_empty() {
                     self.counters.with_metadata.fetch_add(1, Relaxed);
                 }
+                let etag = info.etag.or(obj.etag);
+                let mut columns = info.columns;
+                columns.fill_from_listing(obj.checksum_algorithm, obj.checksum_type);
+                columns.set_multipart(etag.as_deref());
                 Record {
                     key: obj.key,
                     status: Status::Ok,
                     size: info.size,
-                    etag: info.etag.or(obj.etag),
+                    etag,
                     last_modified: info.last_modified.or(obj.last_modified),
                     storage_class: info
                         .storage_class
@@ -749,6 +765,7 @@ impl Engine {
                     metadata: info.metadata,
                     binary_metadata: info.binary_metadata,
                     missing_metadata: info.missing_metadata,
+                    columns,
                     error: None,
                     http_status: None,
                     change: None,
@@ -796,6 +813,40 @@ impl Engine {
 }
 
 impl Engine {
+    /// `info` with the object's tags (`--tags`): a GetObjectTagging paced,
+    /// retried and counted as a HEAD is (`heads` counts it, its throttling
+    /// answers reach the governor). Gone by then: `None`, as a HEAD's 404.
+    async fn with_tags(&self, key: &str, mut info: HeadInfo) -> HeadResult {
+        let partition = self.partitions.find(key);
+        match &partition {
+            Some(p) => p.pace().await,
+            None => self.pace().await,
+        }
+        let throttles = AtomicU64::new(0);
+        let tags = self
+            .s3
+            .retry
+            .run(&self.s3.retries, || async {
+                let r = self.s3.object_tags(&self.opts.bucket, key).await;
+                if matches!(r, Err(S3Error::Throttled { .. })) {
+                    throttles.fetch_add(1, Relaxed);
+                }
+                r
+            })
+            .await;
+        let throttles = throttles.into_inner();
+        if let Some(p) = &partition {
+            p.heads.fetch_add(1, Relaxed);
+            p.throttles.fetch_add(throttles, Relaxed);
+        }
+        self.counters.throttles.fetch_add(throttles, Relaxed);
+        self.counters.heads.fetch_add(1, Relaxed);
+        Ok(tags?.map(|tags| {
+            info.columns.object_tags = Some(tags);
+            info
+        }))
+    }
+
     /// Leave out the listed objects the filter rejects, before they become
     /// tasks: they cost no HEAD and make no record.
     fn drop_filtered(&self, objects: &mut Vec<ListedObject>) {
@@ -897,6 +948,9 @@ fn reused(old: &Record, obj: &ListedObject) -> Record {
 
 /// A record from what the listing said, for objects the HEAD could not read.
 fn listed_record(obj: ListedObject, status: Status) -> Record {
+    let mut columns = ObjectColumns::default();
+    columns.fill_from_listing(obj.checksum_algorithm, obj.checksum_type);
+    columns.set_multipart(obj.etag.as_deref());
     Record {
         key: obj.key,
         status,
@@ -908,6 +962,7 @@ fn listed_record(obj: ListedObject, status: Status) -> Record {
         metadata: Default::default(),
         binary_metadata: Vec::new(),
         missing_metadata: None,
+        columns,
         error: None,
         http_status: None,
         change: None,

@@ -599,6 +599,8 @@ mod tests {
             last_modified: Some(modified.into()),
             storage_class: class.map(str::to_string),
             listed_metadata: None,
+            checksum_algorithm: None,
+            checksum_type: None,
         }
     }
 

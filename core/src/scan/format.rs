@@ -8,7 +8,7 @@
 //!
 //! May import: `record`, `parquet`.
 
-use crate::scan::record::{Previous, Record};
+use crate::scan::record::{ObjectColumns, Previous, Record};
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
 
@@ -60,23 +60,9 @@ impl FromStr for Layout {
     }
 }
 
-/// The CSV columns, named after Amazon S3 Metadata tables where they exist.
-pub const CSV_COLUMNS: [&str; 14] = [
-    "bucket",
-    "key",
-    "status",
-    "size",
-    "last_modified_date",
-    "e_tag",
-    "storage_class",
-    "content_type",
-    "user_metadata",
-    "error",
-    "http_status",
-    "version_id",
-    "binary_metadata",
-    "missing_metadata",
-];
+/// The CSV columns, named after Amazon S3 Metadata tables where they exist:
+/// Parquet's, in the same order.
+pub const CSV_COLUMNS: [&str; 29] = crate::scan::parquet::COLUMNS;
 
 impl Format {
     /// The file name extension, without the leading dot.
@@ -162,7 +148,18 @@ fn write_csv_row(r: &Record, bucket: &str, out: &mut Vec<u8>) {
         true => String::new(),
         false => serde_json::to_string(&r.binary_metadata).expect("names serialize"),
     };
-    let fields: [&str; 14] = [
+    let c = &r.columns;
+    let flag = |b: Option<bool>| match b {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "",
+    };
+    let tags = match &c.object_tags {
+        Some(tags) => serde_json::to_string(tags).expect("a map serializes"),
+        None => String::new(),
+    };
+    let part_count = c.part_count.map(|n| n.to_string()).unwrap_or_default();
+    let fields: [&str; 29] = [
         bucket,
         &r.key,
         status.as_str().unwrap_or_default(),
@@ -174,11 +171,24 @@ fn write_csv_row(r: &Record, bucket: &str, out: &mut Vec<u8>) {
         &metadata,
         r.error.as_deref().unwrap_or(""),
         &r.http_status.map(|s| s.to_string()).unwrap_or_default(),
-        // Scans read the current version; the column is there so a dataset
-        // of a versioned scan keeps the same schema.
-        "",
+        c.version_id.as_deref().unwrap_or(""),
         &binary,
         &r.missing_metadata.map(|n| n.to_string()).unwrap_or_default(),
+        c.server_side_encryption.as_deref().unwrap_or(""),
+        c.kms_key_arn.as_deref().unwrap_or(""),
+        flag(c.is_bucket_key_enabled),
+        c.checksum_algorithm.as_deref().unwrap_or(""),
+        c.checksum_type.as_deref().unwrap_or(""),
+        c.checksum.as_deref().unwrap_or(""),
+        flag(c.is_multipart),
+        &part_count,
+        c.object_lock_mode.as_deref().unwrap_or(""),
+        c.object_lock_retain_until_date.as_deref().unwrap_or(""),
+        flag(c.object_lock_legal_hold),
+        c.replication_status.as_deref().unwrap_or(""),
+        &tags,
+        flag(c.is_latest),
+        flag(c.is_delete_marker),
     ];
     for (i, field) in fields.iter().enumerate() {
         if i > 0 {
@@ -338,6 +348,21 @@ pub fn parse_csv_record(row: &[String]) -> Result<Record, String> {
             .map(|v| v.parse::<u64>().map_err(|e| format!("{what} {v:?}: {e}")))
             .transpose()
     };
+    if row.len() < CSV_COLUMNS.len() {
+        return Err(format!(
+            "a row of {} fields, not {}: not a result of this release",
+            row.len(),
+            CSV_COLUMNS.len()
+        ));
+    }
+    let flag = |i: usize, what: &str| -> Result<Option<bool>, String> {
+        match row[i].as_str() {
+            "" => Ok(None),
+            "true" => Ok(Some(true)),
+            "false" => Ok(Some(false)),
+            other => Err(format!("{what} {other:?}: not true or false")),
+        }
+    };
     let status: crate::scan::record::Status =
         serde_json::from_value(serde_json::Value::String(row[2].clone()))
             .map_err(|e| format!("status: {e}"))?;
@@ -357,6 +382,26 @@ pub fn parse_csv_record(row: &[String]) -> Result<Record, String> {
             None => Vec::new(),
         },
         missing_metadata: number(13, "missing_metadata")?.map(|n| n as u32),
+        columns: ObjectColumns {
+            version_id: text(11),
+            server_side_encryption: text(14),
+            kms_key_arn: text(15),
+            is_bucket_key_enabled: flag(16, "is_bucket_key_enabled")?,
+            checksum_algorithm: text(17),
+            checksum_type: text(18),
+            checksum: text(19),
+            is_multipart: flag(20, "is_multipart")?,
+            part_count: number(21, "part_count")?.map(|n| n as u32),
+            object_lock_mode: text(22),
+            object_lock_retain_until_date: text(23),
+            object_lock_legal_hold: flag(24, "object_lock_legal_hold")?,
+            replication_status: text(25),
+            object_tags: text(26)
+                .map(|v| serde_json::from_str(&v).map_err(|e| format!("object_tags: {e}")))
+                .transpose()?,
+            is_latest: flag(27, "is_latest")?,
+            is_delete_marker: flag(28, "is_delete_marker")?,
+        },
         change: None,
         previous: None,
     })
@@ -380,6 +425,24 @@ mod tests {
             metadata: BTreeMap::from([("k".into(), "v,\"x\"\r\n".into())]),
             binary_metadata: vec!["k".into()],
             missing_metadata: Some(2),
+            columns: ObjectColumns {
+                version_id: Some("3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY".into()),
+                server_side_encryption: Some("aws:kms".into()),
+                kms_key_arn: Some("arn:aws:kms:us-east-1:1:key/k".into()),
+                is_bucket_key_enabled: Some(false),
+                checksum_algorithm: Some("CRC32".into()),
+                checksum_type: Some("COMPOSITE".into()),
+                checksum: Some("AAAA-2".into()),
+                is_multipart: Some(true),
+                part_count: Some(2),
+                object_lock_mode: Some("COMPLIANCE".into()),
+                object_lock_retain_until_date: Some("2031-01-01T00:00:00Z".into()),
+                object_lock_legal_hold: Some(true),
+                replication_status: Some("PENDING".into()),
+                object_tags: Some(BTreeMap::from([("a,b".into(), "\"c\"".into())])),
+                is_latest: Some(true),
+                is_delete_marker: Some(false),
+            },
             error: None,
             http_status: None,
             change: None,
@@ -406,7 +469,26 @@ mod tests {
             assert_eq!(meta["k"], "v,\"x\"\r\n");
             assert_eq!(row[12], "[\"k\"]");
             assert_eq!(row[13], "2");
+            assert_eq!(row[16], "false");
+            assert_eq!(row[20], "true");
+            assert_eq!(row[21], "2");
+            assert_eq!(row[26], "{\"a,b\":\"\\\"c\\\"\"}");
+            assert_eq!(
+                parse_csv_record(row).unwrap(),
+                record(k),
+                "every column reads back"
+            );
         }
+        let mut bare = record("bare");
+        bare.columns = ObjectColumns::default();
+        let mut line = Vec::new();
+        Format::Csv.write_record(&bare, "bkt", &mut line);
+        let row = &parse_csv(&line).unwrap()[0];
+        assert!(row[14..].iter().all(String::is_empty), "{row:?}");
+        assert_eq!(parse_csv_record(row).unwrap(), bare);
+        assert!(parse_csv_record(&row[..14])
+            .unwrap_err()
+            .contains("not a result of this release"));
         assert_eq!(record_keys(Format::Csv, &body).unwrap(), keys);
         let header = Format::Csv.header();
         assert_eq!(parse_csv(&header).unwrap()[0], CSV_COLUMNS);

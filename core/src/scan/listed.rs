@@ -70,9 +70,16 @@ pub fn sample_indices(n: usize) -> Vec<usize> {
 }
 
 /// The record a HEAD would make of `obj`, from the listing alone, or `None`
-/// when the entry carries no metadata (then only a HEAD can tell).
-pub fn record_from_listing(obj: &ListedObject) -> Option<Record> {
+/// when the entry carries no metadata (then only a HEAD can tell). `tags`:
+/// the scan fills `object_tags` (MinIO lists them beside the metadata).
+pub fn record_from_listing(obj: &ListedObject, tags: bool) -> Option<Record> {
     let listed = obj.listed_metadata.as_ref()?;
+    let mut columns = listed.columns.clone();
+    if !tags {
+        columns.object_tags = None;
+    }
+    columns.fill_from_listing(obj.checksum_algorithm.clone(), obj.checksum_type.clone());
+    columns.set_multipart(obj.etag.as_deref());
     Some(Record {
         key: obj.key.clone(),
         status: Status::Ok,
@@ -86,6 +93,7 @@ pub fn record_from_listing(obj: &ListedObject) -> Option<Record> {
         metadata: listed.metadata.clone(),
         binary_metadata: Vec::new(),
         missing_metadata: None,
+        columns,
         error: None,
         http_status: None,
         change: None,
@@ -132,6 +140,9 @@ pub fn disagreement(from_listing: &Record, from_head: &Record) -> Vec<&'static s
         from_listing.content_type == from_head.content_type,
     );
     differs("metadata", from_listing.metadata == from_head.metadata);
+    // Encryption, object lock, replication, version: a listing that leaves
+    // one out would make records unlike a HEAD's.
+    differs("columns", from_listing.columns == from_head.columns);
     fields
 }
 
@@ -202,14 +213,17 @@ mod tests {
             etag: Some("e".into()),
             last_modified: Some("2026-11-23T20:51:42.815Z".into()),
             storage_class: None,
+            checksum_algorithm: None,
+            checksum_type: None,
             listed_metadata: None,
         };
-        assert_eq!(record_from_listing(&obj), None, "no element, no record");
+        assert_eq!(record_from_listing(&obj, false), None, "no element, no record");
         obj.listed_metadata = Some(ListedMetadata {
             metadata: [("a".to_string(), "b".to_string())].into(),
             content_type: Some("text/plain".into()),
+            columns: Default::default(),
         });
-        let rec = record_from_listing(&obj).unwrap();
+        let rec = record_from_listing(&obj, false).unwrap();
         assert_eq!(rec.last_modified.as_deref(), Some("2026-11-23T20:51:42Z"));
         assert_eq!(rec.storage_class.as_deref(), Some("STANDARD"));
         let mut head = rec.clone();

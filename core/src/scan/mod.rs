@@ -6,6 +6,7 @@
 //! May import: `s3` and `keyspace`; never `fleet`.
 
 pub mod baseline;
+pub mod column_options;
 pub mod dataset;
 pub mod engine;
 pub mod filter;

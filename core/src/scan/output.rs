@@ -395,6 +395,7 @@ mod tests {
             metadata: Default::default(),
             binary_metadata: Vec::new(),
             missing_metadata: None,
+            columns: Default::default(),
             error: None,
             http_status: None,
             change: None,

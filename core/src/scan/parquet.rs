@@ -10,7 +10,14 @@
 //! version; the column keeps one schema for a later versioned scan), then
 //! two of our own: `binary_metadata` (list<string>: names whose value is the
 //! base64 of bytes that are not UTF-8) and `missing_metadata` (int32: entries
-//! the store left out, `x-amz-missing-meta`).
+//! the store left out, `x-amz-missing-meta`), then the columns a HEAD or
+//! LIST answers (`s3::columns`): `server_side_encryption, kms_key_arn,
+//! is_bucket_key_enabled (bool), checksum_algorithm, checksum_type,
+//! checksum, is_multipart (bool), part_count (int32), object_lock_mode,
+//! object_lock_retain_until_date (timestamp ms UTC),
+//! object_lock_legal_hold (bool), replication_status, object_tags
+//! (map<string,string>, null unless tags were asked for), is_latest (bool),
+//! is_delete_marker (bool)`.
 //!
 //! Memory: the writer only appends (the footer comes last and needs no
 //! seek), so a file streams to stdout or S3 like the text formats. What it
@@ -20,9 +27,9 @@
 //!
 //! May import: `record`.
 
-use crate::scan::record::{ChangeKind, Previous, Record, Status};
+use crate::scan::record::{ChangeKind, ObjectColumns, Previous, Record, Status};
 use arrow_array::builder::{
-    Int32Builder, Int64Builder, ListBuilder, MapBuilder, MapFieldNames, StringBuilder,
+    BooleanBuilder, Int32Builder, Int64Builder, ListBuilder, MapBuilder, MapFieldNames, StringBuilder,
     TimestampMillisecondBuilder,
 };
 use arrow_array::cast::AsArray;
@@ -48,7 +55,7 @@ pub const ROW_GROUP_BYTES: usize = 128 << 20;
 /// Records gathered before they are encoded as one Arrow batch.
 pub const BATCH_ROWS: usize = 8192;
 
-pub const COLUMNS: [&str; 14] = [
+pub const COLUMNS: [&str; 29] = [
     "bucket",
     "key",
     "status",
@@ -63,7 +70,25 @@ pub const COLUMNS: [&str; 14] = [
     "version_id",
     "binary_metadata",
     "missing_metadata",
+    "server_side_encryption",
+    "kms_key_arn",
+    "is_bucket_key_enabled",
+    "checksum_algorithm",
+    "checksum_type",
+    "checksum",
+    "is_multipart",
+    "part_count",
+    "object_lock_mode",
+    "object_lock_retain_until_date",
+    "object_lock_legal_hold",
+    "replication_status",
+    "object_tags",
+    "is_latest",
+    "is_delete_marker",
 ];
+
+/// Index of the first change column in a change set's schema.
+const FIRST_CHANGE_COLUMN: usize = COLUMNS.len();
 
 #[derive(Debug, thiserror::Error)]
 pub enum ParquetError {
@@ -149,6 +174,25 @@ pub fn schema() -> SchemaRef {
                 text("version_id", true),
                 Field::new("binary_metadata", names_type(), false),
                 Field::new("missing_metadata", DataType::Int32, true),
+                text("server_side_encryption", true),
+                text("kms_key_arn", true),
+                Field::new("is_bucket_key_enabled", DataType::Boolean, true),
+                text("checksum_algorithm", true),
+                text("checksum_type", true),
+                text("checksum", true),
+                Field::new("is_multipart", DataType::Boolean, true),
+                Field::new("part_count", DataType::Int32, true),
+                text("object_lock_mode", true),
+                Field::new(
+                    "object_lock_retain_until_date",
+                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                    true,
+                ),
+                Field::new("object_lock_legal_hold", DataType::Boolean, true),
+                text("replication_status", true),
+                Field::new("object_tags", metadata_type(), true),
+                Field::new("is_latest", DataType::Boolean, true),
+                Field::new("is_delete_marker", DataType::Boolean, true),
             ]))
         })
         .clone()
@@ -170,9 +214,153 @@ struct Columns {
     version_id: StringBuilder,
     binary_metadata: ListBuilder<StringBuilder>,
     missing_metadata: Int32Builder,
+    object: ObjectColumnBuilders,
     /// Change sets only.
     changes: Option<ChangeColumns>,
     rows: usize,
+}
+
+/// Builders of the `s3::columns` columns.
+struct ObjectColumnBuilders {
+    server_side_encryption: StringBuilder,
+    kms_key_arn: StringBuilder,
+    is_bucket_key_enabled: BooleanBuilder,
+    checksum_algorithm: StringBuilder,
+    checksum_type: StringBuilder,
+    checksum: StringBuilder,
+    is_multipart: BooleanBuilder,
+    part_count: Int32Builder,
+    object_lock_mode: StringBuilder,
+    object_lock_retain_until_date: TimestampMillisecondBuilder,
+    object_lock_legal_hold: BooleanBuilder,
+    replication_status: StringBuilder,
+    object_tags: MapBuilder<StringBuilder, StringBuilder>,
+    is_latest: BooleanBuilder,
+    is_delete_marker: BooleanBuilder,
+}
+
+impl ObjectColumnBuilders {
+    fn new() -> ObjectColumnBuilders {
+        ObjectColumnBuilders {
+            server_side_encryption: StringBuilder::new(),
+            kms_key_arn: StringBuilder::new(),
+            is_bucket_key_enabled: BooleanBuilder::new(),
+            checksum_algorithm: StringBuilder::new(),
+            checksum_type: StringBuilder::new(),
+            checksum: StringBuilder::new(),
+            is_multipart: BooleanBuilder::new(),
+            part_count: Int32Builder::new(),
+            object_lock_mode: StringBuilder::new(),
+            object_lock_retain_until_date: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+            object_lock_legal_hold: BooleanBuilder::new(),
+            replication_status: StringBuilder::new(),
+            object_tags: metadata_builder(),
+            is_latest: BooleanBuilder::new(),
+            is_delete_marker: BooleanBuilder::new(),
+        }
+    }
+
+    fn push(&mut self, c: &ObjectColumns) -> Result<(), ParquetError> {
+        self.server_side_encryption
+            .append_option(c.server_side_encryption.as_deref());
+        self.kms_key_arn.append_option(c.kms_key_arn.as_deref());
+        self.is_bucket_key_enabled.append_option(c.is_bucket_key_enabled);
+        self.checksum_algorithm
+            .append_option(c.checksum_algorithm.as_deref());
+        self.checksum_type.append_option(c.checksum_type.as_deref());
+        self.checksum.append_option(c.checksum.as_deref());
+        self.is_multipart.append_option(c.is_multipart);
+        self.part_count
+            .append_option(c.part_count.map(|n| i32::try_from(n).unwrap_or(i32::MAX)));
+        self.object_lock_mode.append_option(c.object_lock_mode.as_deref());
+        // A date the store sent that is not a time stays in JSONL and CSV
+        // as sent; a timestamp column can only leave it null.
+        self.object_lock_retain_until_date.append_option(
+            c.object_lock_retain_until_date
+                .as_deref()
+                .and_then(|t| millis(t).ok()),
+        );
+        self.object_lock_legal_hold
+            .append_option(c.object_lock_legal_hold);
+        self.replication_status
+            .append_option(c.replication_status.as_deref());
+        match &c.object_tags {
+            Some(tags) => {
+                for (name, value) in tags {
+                    self.object_tags.keys().append_value(name);
+                    self.object_tags.values().append_value(value);
+                }
+                self.object_tags.append(true)?;
+            }
+            None => self.object_tags.append(false)?,
+        }
+        self.is_latest.append_option(c.is_latest);
+        self.is_delete_marker.append_option(c.is_delete_marker);
+        Ok(())
+    }
+
+    fn finish(&mut self, columns: &mut Vec<ArrayRef>) {
+        columns.push(Arc::new(self.server_side_encryption.finish()));
+        columns.push(Arc::new(self.kms_key_arn.finish()));
+        columns.push(Arc::new(self.is_bucket_key_enabled.finish()));
+        columns.push(Arc::new(self.checksum_algorithm.finish()));
+        columns.push(Arc::new(self.checksum_type.finish()));
+        columns.push(Arc::new(self.checksum.finish()));
+        columns.push(Arc::new(self.is_multipart.finish()));
+        columns.push(Arc::new(self.part_count.finish()));
+        columns.push(Arc::new(self.object_lock_mode.finish()));
+        columns.push(Arc::new(self.object_lock_retain_until_date.finish()));
+        columns.push(Arc::new(self.object_lock_legal_hold.finish()));
+        columns.push(Arc::new(self.replication_status.finish()));
+        columns.push(Arc::new(self.object_tags.finish()));
+        columns.push(Arc::new(self.is_latest.finish()));
+        columns.push(Arc::new(self.is_delete_marker.finish()));
+    }
+}
+
+/// The `s3::columns` columns of `row` (a batch of [`schema`]'s columns first).
+fn object_columns_at(batch: &RecordBatch, row: usize) -> ObjectColumns {
+    let text = |i: usize| {
+        let a = batch.column(i).as_string::<i32>();
+        a.is_valid(row).then(|| a.value(row).to_string())
+    };
+    let flag = |i: usize| {
+        let a = batch.column(i).as_boolean();
+        a.is_valid(row).then(|| a.value(row))
+    };
+    let parts = batch.column(21).as_primitive::<Int32Type>();
+    let until = batch.column(23).as_primitive::<TimestampMillisecondType>();
+    let tags = batch.column(26).as_map();
+    ObjectColumns {
+        version_id: text(11),
+        server_side_encryption: text(14),
+        kms_key_arn: text(15),
+        is_bucket_key_enabled: flag(16),
+        checksum_algorithm: text(17),
+        checksum_type: text(18),
+        checksum: text(19),
+        is_multipart: flag(20),
+        part_count: parts.is_valid(row).then(|| parts.value(row).max(0) as u32),
+        object_lock_mode: text(22),
+        object_lock_retain_until_date: until.is_valid(row).then(|| rfc3339(until.value(row))),
+        object_lock_legal_hold: flag(24),
+        replication_status: text(25),
+        object_tags: tags.is_valid(row).then(|| string_map(tags, row)),
+        is_latest: flag(27),
+        is_delete_marker: flag(28),
+    }
+}
+
+/// The map<string,string> of `row`.
+fn string_map(map: &arrow_array::MapArray, row: usize) -> BTreeMap<String, String> {
+    let entries = map.value(row);
+    let (names, values) = (
+        entries.column(0).as_string::<i32>(),
+        entries.column(1).as_string::<i32>(),
+    );
+    (0..entries.len())
+        .map(|i| (names.value(i).to_string(), values.value(i).to_string()))
+        .collect()
 }
 
 /// The change columns of a change set's rows.
@@ -262,6 +450,7 @@ impl Columns {
             binary_metadata: ListBuilder::new(StringBuilder::new())
                 .with_field(Arc::new(Field::new_list_field(DataType::Utf8, false))),
             missing_metadata: Int32Builder::new(),
+            object: ObjectColumnBuilders::new(),
             changes: changes.then(ChangeColumns::new),
             rows: 0,
         }
@@ -284,13 +473,14 @@ impl Columns {
         self.metadata.append(true)?;
         self.error.append_option(r.error.as_deref());
         self.http_status.append_option(r.http_status.map(i32::from));
-        self.version_id.append_null();
+        self.version_id.append_option(r.columns.version_id.as_deref());
         for name in &r.binary_metadata {
             self.binary_metadata.values().append_value(name);
         }
         self.binary_metadata.append(true);
         self.missing_metadata
             .append_option(r.missing_metadata.map(|n| i32::try_from(n).unwrap_or(i32::MAX)));
+        self.object.push(&r.columns)?;
         if let Some(changes) = &mut self.changes {
             changes.push(r)?;
         }
@@ -316,6 +506,7 @@ impl Columns {
             Arc::new(self.binary_metadata.finish()),
             Arc::new(self.missing_metadata.finish()),
         ];
+        self.object.finish(&mut columns);
         let schema = match &mut self.changes {
             Some(changes) => {
                 changes.finish(&mut columns);
@@ -445,36 +636,28 @@ fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, ParquetError> {
     let binary = batch.column(12).as_list::<i32>();
     let missing = batch.column(13).as_primitive::<Int32Type>();
     let opt = |a: &arrow_array::StringArray, row| a.is_valid(row).then(|| a.value(row).to_string());
-    let map_at = |map: &arrow_array::MapArray, row| -> BTreeMap<String, String> {
-        let entries = map.value(row);
-        let (names, values) = (
-            entries.column(0).as_string::<i32>(),
-            entries.column(1).as_string::<i32>(),
-        );
-        (0..entries.len())
-            .map(|i| (names.value(i).to_string(), values.value(i).to_string()))
-            .collect()
-    };
+    let map_at = string_map;
     let change_at = |row: usize| -> Result<(Option<ChangeKind>, Option<Box<Previous>>), ParquetError> {
         if !changes {
             return Ok((None, None));
         }
-        let kind = match text(14).value(row) {
+        let at = |i: usize| FIRST_CHANGE_COLUMN + i;
+        let kind = match text(at(0)).value(row) {
             "added" => ChangeKind::Added,
             "removed" => ChangeKind::Removed,
             "content_changed" => ChangeKind::ContentChanged,
             "metadata_changed" => ChangeKind::MetadataChanged,
             other => return Err(ParquetError::Schema(format!("change {other:?}"))),
         };
-        let size = batch.column(15).as_primitive::<Int64Type>();
-        let modified = batch.column(17).as_primitive::<TimestampMillisecondType>();
+        let size = batch.column(at(1)).as_primitive::<Int64Type>();
+        let modified = batch.column(at(3)).as_primitive::<TimestampMillisecondType>();
         let previous = size.is_valid(row).then(|| {
             Box::new(Previous {
                 size: size.value(row).max(0) as u64,
-                etag: opt(text(16), row),
+                etag: opt(text(at(2)), row),
                 last_modified: modified.is_valid(row).then(|| rfc3339(modified.value(row))),
-                content_type: opt(text(18), row),
-                metadata: map_at(batch.column(19).as_map(), row),
+                content_type: opt(text(at(4)), row),
+                metadata: map_at(batch.column(at(5)).as_map(), row),
             })
         });
         Ok((Some(kind), previous))
@@ -508,6 +691,7 @@ fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, ParquetError> {
                     .map(|name| name.unwrap_or_default().to_string())
                     .collect(),
                 missing_metadata: missing.is_valid(row).then(|| missing.value(row).max(0) as u32),
+                columns: object_columns_at(batch, row),
             })
         })
         .collect()
@@ -716,6 +900,27 @@ mod tests {
                 .collect(),
             binary_metadata: (i % 4 >= 2).then(|| "m1".to_string()).into_iter().collect(),
             missing_metadata: (i % 7 == 3).then_some(i as u32 % 5 + 1),
+            columns: ObjectColumns {
+                version_id: (i % 6 == 1).then(|| format!("v{i}")),
+                is_latest: (i % 6 == 1).then_some(i % 12 == 1),
+                is_delete_marker: (i % 6 == 1).then_some(false),
+                server_side_encryption: i.is_multiple_of(3).then(|| "aws:kms".into()),
+                kms_key_arn: i
+                    .is_multiple_of(3)
+                    .then(|| format!("arn:aws:kms:us-east-1:1:key/{i}")),
+                is_bucket_key_enabled: i.is_multiple_of(3).then_some(i.is_multiple_of(2)),
+                checksum_algorithm: (i % 4 == 1).then(|| "CRC32C".into()),
+                checksum_type: (i % 4 == 1).then(|| "FULL_OBJECT".into()),
+                checksum: (i % 8 == 1).then(|| "yZRlqg==".into()),
+                is_multipart: Some(i % 5 == 2),
+                part_count: (i % 5 == 2).then_some(i as u32 % 10_000 + 1),
+                object_lock_mode: i.is_multiple_of(7).then(|| "GOVERNANCE".into()),
+                object_lock_retain_until_date: i.is_multiple_of(7).then(|| "2031-02-03T04:05:06Z".into()),
+                object_lock_legal_hold: (i % 7 < 2).then_some(i % 7 == 1),
+                replication_status: i.is_multiple_of(9).then(|| "COMPLETED".into()),
+                object_tags: (!i.is_multiple_of(4))
+                    .then(|| (0..i % 4).map(|n| (format!("t{n}"), format!("x=&{n}"))).collect()),
+            },
             error: (i % 3 == 2).then(|| "AccessDenied".into()),
             http_status: (i % 3 == 2).then_some(403),
             change: None,

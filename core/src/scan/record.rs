@@ -2,8 +2,10 @@
 //! escapes quotes, newlines and control characters, so any UTF-8 key and any
 //! metadata value round-trips.
 //!
-//! May import: nothing of the crate (the record types).
+//! May import: `s3::columns` (the columns a HEAD answers), nothing else of
+//! the crate.
 
+pub use crate::s3::columns::ObjectColumns;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -44,6 +46,11 @@ pub struct Record {
     /// (`x-amz-missing-meta`): `metadata` is then incomplete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missing_metadata: Option<u32>,
+    /// Encryption, checksum, multipart, object lock, replication, version,
+    /// tags: fields of the record's JSON object like the others (each left
+    /// out when unknown).
+    #[serde(flatten)]
+    pub columns: ObjectColumns,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The HTTP status of the failed HEAD, for `error` records that had one.
@@ -167,6 +174,13 @@ mod tests {
                 metadata: BTreeMap::from([("Name".into(), "välue\n\"x\"".into())]),
                 binary_metadata: Vec::new(),
                 missing_metadata: None,
+                columns: ObjectColumns {
+                    is_multipart: Some(true),
+                    part_count: Some(2),
+                    server_side_encryption: Some("AES256".into()),
+                    object_tags: Some(BTreeMap::from([("t".into(), "v,\"w\"".into())])),
+                    ..ObjectColumns::default()
+                },
                 error: None,
                 http_status: None,
                 change: None,

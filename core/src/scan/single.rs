@@ -208,6 +208,7 @@ pub async fn scan_dataset(
         store_check: check,
         incremental,
         filter: engine.opts.filter.clone(),
+        columns: Some(engine.opts.columns),
     };
     manifest.write(root, Some(&engine.s3)).await?;
     Ok(DatasetSummary {

@@ -507,3 +507,15 @@ pub fn control_character_keyspace() -> BTreeMap<String, Seeded> {
     }
     keys
 }
+
+/// The Python of `scripts/install-deps.sh`, with duckdb and pyarrow.
+pub fn venv_python() -> std::path::PathBuf {
+    let home = std::env::var("HOME").expect("HOME");
+    let python = std::path::Path::new(&home).join(".cache/bucketscan/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/install-deps.sh (it installs duckdb and pyarrow)",
+        python.display()
+    );
+    python
+}

@@ -1,0 +1,32 @@
+//! The optional-column flags of `scan` and `plan`
+//! (`bucketscan_core::scan::column_options`): each costs requests, so each
+//! is asked for by name.
+//!
+//! May import: `bucketscan_core::scan::column_options`.
+
+use bucketscan_core::scan::column_options::ColumnOptions;
+use clap::Args;
+
+#[derive(Args, Clone, Debug, Default)]
+pub struct ColumnArgs {
+    /// HEAD in checksum mode (`x-amz-checksum-mode: ENABLED`): each record
+    /// gets the object's `checksum` (base64) beside its algorithm and type.
+    /// Same number of requests; stores that keep no checksum leave it empty.
+    #[arg(long)]
+    pub checksums: bool,
+    /// Fill `object_tags`: a GetObjectTagging per object HEADed (paced and
+    /// retried as HEADs are, and counted with them). MinIO lists tags beside
+    /// the metadata: with --metadata-source list or auto they cost nothing
+    /// there. Not with --baseline (tags change without moving LastModified).
+    #[arg(long)]
+    pub tags: bool,
+}
+
+impl ColumnArgs {
+    pub fn options(&self) -> ColumnOptions {
+        ColumnOptions {
+            checksums: self.checksums,
+            tags: self.tags,
+        }
+    }
+}
