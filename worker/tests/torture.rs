@@ -61,7 +61,7 @@ use bucketscan_core::scan::engine::{Engine, EngineOptions};
 use bucketscan_core::scan::record::{Record, Status};
 use common::*;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
