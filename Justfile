@@ -21,13 +21,15 @@ deps:
     scripts/install-deps.sh
     scripts/install-servers.sh
     scripts/install-kube.sh
+    scripts/install-cargo-deny.sh
 
-# Formatting and lints (warnings are errors), the module layers, and the
-# chart's README against its values.yaml.
-lint: lint-code chart-docs-check
+# Formatting and lints (warnings are errors), the module layers, the
+# chart's README against its values.yaml, and the dependencies' licenses,
+# versions and sources (cargo-deny).
+lint: lint-code chart-docs-check deny
 
-# lint without the chart's README (`just test` checks that once helm-docs,
-# built in the background with Kubernetes, is there).
+# lint without the chart's README and cargo-deny (`just test` checks those
+# once helm-docs and cargo-deny, built in the background, are there).
 lint-code: layers
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
@@ -99,6 +101,13 @@ chart-docs-check:
     command -v helm-docs >/dev/null || { echo "helm-docs is missing: run scripts/install-kube.sh" >&2; exit 1; }
     {{helm_docs}} --dry-run | diff -u charts/bucketscan/README.md - \
       || { echo "charts/bucketscan/README.md is stale: run 'just chart-docs'" >&2; exit 1; }
+
+# cargo-deny's licenses, bans and sources checks (deny.toml), offline: only
+# the licenses the tree has, one version of each crate unless deny.toml says
+# why, no wildcard requirement, crates.io only (docs/testing.md, "Dependencies").
+deny:
+    command -v cargo-deny >/dev/null || { echo "cargo-deny is missing: run scripts/install-cargo-deny.sh" >&2; exit 1; }
+    cargo deny --offline check licenses bans sources
 
 # Write crds/ (and the chart's copy, which templates/crds.yaml reads) from the Rust types.
 crds:

@@ -20,7 +20,7 @@ phase() { scripts/phase.sh "$@"; }
 phase deps scripts/install-deps.sh
 
 . scripts/tool-builds.sh
-start_tool_builds
+start_tool_builds cargo-deny
 
 phase lint just lint-code
 phase build-tests cargo nextest run --workspace --no-run --cargo-quiet
@@ -39,6 +39,9 @@ tool_builds_log
 phase chart-docs-check just chart-docs-check
 phase tests-kube env BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh \
   cargo nextest run --workspace --no-fail-fast --cargo-quiet -E "not ($no_kube)" || failed+=(tests-kube)
+# cargo-deny, built last in the background (nothing when it is there already).
+await_tool cargo-deny
+phase deny just deny || failed+=(deny)
 if [ ${#failed[@]} -gt 0 ]; then
   python3 scripts/phase-table.py "$BUCKETSCAN_PHASES"
   echo "test: failures in ${failed[*]} (above)" >&2

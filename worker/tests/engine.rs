@@ -3,6 +3,8 @@
 //! credential variables the library reads.
 
 mod common;
+#[path = "common/fault_proxy.rs"]
+mod fault_proxy;
 
 use bucketscan_core::keyspace::planner::{plan, BucketLister, PlanOptions};
 use bucketscan_core::keyspace::shard::Shard;
@@ -13,8 +15,10 @@ use bucketscan_core::scan::output::{Destination, OutputOptions, RecordWriter};
 use bucketscan_core::scan::record::{Record, Status};
 use bucketscan_core::scan::single::{scan_shards, ScanOptions};
 use common::*;
+use fault_proxy::FaultProxy;
+use http::request::Parts as RequestParts;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 fn engine(s3: &Arc<S3>, bucket: &str, kind: HeadClientKind) -> Arc<Engine> {
@@ -273,7 +277,7 @@ async fn transient_faults_are_retried_until_done() {
     let bucket = server.bucket("faults").await;
     let seeded = plain(400, "f/");
     server.seed(&bucket, &seeded).await;
-    let proxy = fault_proxy::start(server.endpoint.clone()).await;
+    let proxy = flaky_proxy(server.endpoint.clone()).await;
     let through_proxy = Server {
         endpoint: proxy.url.clone(),
         ..server.clone()
@@ -300,7 +304,7 @@ async fn transient_faults_are_retried_until_done() {
         .unwrap();
         assert_matches_seed(&parse_records(&std::fs::read(&out).unwrap()), &seeded);
     }
-    let injected = proxy.injected.load(Ordering::Relaxed);
+    let injected = answered_by_rule(&proxy);
     assert!(injected > 50, "only {injected} faults injected");
     assert!(
         s3.retries.load(Ordering::Relaxed) >= injected,
@@ -318,7 +322,7 @@ async fn empty_truncated_pages_do_not_end_a_listing() {
     let bucket = server.bucket("empty-pages").await;
     let seeded = plain(300, "e/");
     server.seed(&bucket, &seeded).await;
-    let proxy = empty_page_proxy::start(server.endpoint.clone()).await;
+    let proxy = empty_page_proxy(server.endpoint.clone()).await;
     let through_proxy = Server {
         endpoint: proxy.url.clone(),
         ..server.clone()
@@ -363,37 +367,38 @@ async fn empty_truncated_pages_do_not_end_a_listing() {
         .unwrap();
     assert_eq!(deleted, 300);
     assert_eq!(server.key_count(&bucket, "e/").await, 0);
-    assert!(
-        proxy.emptied.load(Ordering::Relaxed) > 10,
-        "empty pages were served"
-    );
+    assert!(answered_by_rule(&proxy) > 10, "empty pages were served");
 }
 
-mod empty_page_proxy {
-    //! Forwards to the real server, except that every other LIST is answered
-    //! with an empty page that is still truncated. Its continuation token
-    //! carries the request's own (hex-encoded): the next request is forwarded
-    //! with that token put back, so the real listing goes on where it was.
-    use bytes::Bytes;
-    use http_body_util::{BodyExt, Full};
-    use hyper::body::Incoming;
-    use hyper::{Request, Response};
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
+/// Forwards to the real server, except that about one request in four is
+/// answered with 503 SlowDown, 500, or a dropped connection.
+async fn flaky_proxy(upstream: String) -> FaultProxy {
+    let requests = AtomicU64::new(0);
+    let answer = move |_: &RequestParts| match requests.fetch_add(1, Ordering::Relaxed) % 8 {
+        1 => Some(fault_proxy::error_document(
+            503,
+            "SlowDown",
+            "Please reduce your request rate.",
+            &[],
+        )),
+        4 => Some(fault_proxy::answer(500, &[], "")),
+        6 => Some(fault_proxy::reset()),
+        _ => None,
+    };
+    fault_proxy::start(upstream, answer, |_, _| {}).await
+}
 
+/// Forwards to the real server, except that every other LIST is answered
+/// with an empty page that is still truncated. Its continuation token
+/// carries the request's own (hex-encoded): the next request is forwarded
+/// with that token put back, so the real listing goes on where it was.
+async fn empty_page_proxy(upstream: String) -> FaultProxy {
     const MARK: &str = "bsempty-";
-
-    pub struct Proxy {
-        pub url: String,
-        pub emptied: Arc<AtomicU64>,
-    }
-
     /// The query with the proxy's own continuation token replaced by the one
     /// it carries (or removed, when the listing was at its start), and that
-    /// token as it was sent.
-    fn restore_token(query: &str) -> (String, String) {
+    /// token as it was sent; `None` for a request that is not a LIST.
+    fn restore_token(req: &RequestParts) -> Option<(String, String)> {
+        let query = req.uri.query().filter(|q| q.contains("list-type=2"))?;
         let mut token = String::new();
         let params: Vec<String> = query
             .split('&')
@@ -409,151 +414,37 @@ mod empty_page_proxy {
                 None => Some(param.to_string()),
             })
             .collect();
-        (params.join("&"), token)
+        Some((params.join("&"), token))
     }
-
-    fn empty_page(token: &str) -> String {
-        format!(
+    let lists = AtomicU64::new(0);
+    let answer = move |req: &RequestParts| {
+        let (_, token) = restore_token(req)?;
+        if !lists.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
+            return None;
+        }
+        let page = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><KeyCount>0</KeyCount>\
              <IsTruncated>true</IsTruncated><NextContinuationToken>{MARK}{}</NextContinuationToken>\
              <EncodingType>url</EncodingType></ListBucketResult>",
             hex::encode(token)
-        )
-    }
-
-    pub async fn start(upstream: String) -> Proxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let emptied = Arc::new(AtomicU64::new(0));
-        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-        let state = Arc::new((client, upstream, emptied.clone(), AtomicU64::new(0)));
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                let state = state.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let state = state.clone();
-                        async move {
-                            let (client, upstream, emptied, lists) = &*state;
-                            let (mut parts, body) = req.into_parts();
-                            let query = parts.uri.query().unwrap_or("").to_string();
-                            let mut path = parts.uri.path().to_string();
-                            if query.contains("list-type=2") {
-                                let (restored, token) = restore_token(&query);
-                                if lists.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
-                                    emptied.fetch_add(1, Ordering::Relaxed);
-                                    let page = empty_page(&token);
-                                    return Ok(Response::new(Full::new(Bytes::from(page))));
-                                }
-                                path = format!("{path}?{restored}");
-                            } else if !query.is_empty() {
-                                path = format!("{path}?{query}");
-                            }
-                            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-                            parts.uri = format!("{upstream}{path}").parse().unwrap();
-                            let resp = client
-                                .request(Request::from_parts(parts, Full::new(body)))
-                                .await
-                                .map_err(|e| e.to_string())?;
-                            let (parts, body) = resp.into_parts();
-                            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-                            Ok::<_, String>(Response::from_parts(parts, Full::new(body)))
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Proxy { url, emptied }
-    }
+        );
+        Some(fault_proxy::answer(200, &[], &page))
+    };
+    let target = |req: &RequestParts| {
+        let (query, _) = restore_token(req)?;
+        Some(format!("{}?{query}", req.uri.path()))
+    };
+    let rules = fault_proxy::Rules {
+        answer: Some(Box::new(answer)),
+        target: Some(Box::new(target)),
+        rewrite: None,
+    };
+    fault_proxy::start_with(upstream, rules).await
 }
 
-mod fault_proxy {
-    //! Forwards to the real server, except that about one request in four is
-    //! answered with 503 SlowDown, 500, or a dropped connection.
-    use bytes::Bytes;
-    use http_body_util::{BodyExt, Full};
-    use hyper::body::Incoming;
-    use hyper::{Request, Response};
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
-
-    pub struct Proxy {
-        pub url: String,
-        pub injected: Arc<AtomicU64>,
-    }
-
-    pub async fn start(upstream: String) -> Proxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let injected = Arc::new(AtomicU64::new(0));
-        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-        let counter = AtomicU64::new(0);
-        let state = Arc::new((client, upstream, injected.clone(), counter));
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                let state = state.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let state = state.clone();
-                        async move {
-                            let (client, upstream, injected, counter) = &*state;
-                            let n = counter.fetch_add(1, Ordering::Relaxed);
-                            match n % 8 {
-                                1 => {
-                                    injected.fetch_add(1, Ordering::Relaxed);
-                                    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
-                                    return Ok(Response::builder()
-                                        .status(503)
-                                        .body(Full::new(Bytes::from(body)))
-                                        .unwrap());
-                                }
-                                4 => {
-                                    injected.fetch_add(1, Ordering::Relaxed);
-                                    return Ok(Response::builder()
-                                        .status(500)
-                                        .body(Full::new(Bytes::new()))
-                                        .unwrap());
-                                }
-                                6 => {
-                                    injected.fetch_add(1, Ordering::Relaxed);
-                                    // An error from the service makes hyper drop the connection unanswered.
-                                    return Err("injected connection reset".to_string());
-                                }
-                                _ => {}
-                            }
-                            let (mut parts, body) = req.into_parts();
-                            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-                            let path = parts
-                                .uri
-                                .path_and_query()
-                                .map(|p| p.as_str())
-                                .unwrap_or("/")
-                                .to_string();
-                            parts.uri = format!("{upstream}{path}").parse().unwrap();
-                            let resp = client
-                                .request(Request::from_parts(parts, Full::new(body)))
-                                .await
-                                .map_err(|e| e.to_string())?;
-                            let (parts, body) = resp.into_parts();
-                            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-                            Ok::<_, String>(Response::from_parts(parts, Full::new(body)))
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Proxy { url, injected }
-    }
+/// How many requests the proxy's rules answered (faults, empty pages).
+fn answered_by_rule(proxy: &FaultProxy) -> u64 {
+    proxy.requests().iter().filter(|s| s.answered_by_rule).count() as u64
 }
 
 /// Put `key` with `size` bytes in `class` (None: the server's default).

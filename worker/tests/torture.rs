@@ -72,7 +72,7 @@ use bucketscan_core::scan::record::{ChangeKind, Record, Status};
 use common::*;
 use futures::StreamExt;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! May import: `error` only.
 
 use super::error::S3Error;
-use rand::Rng;
+use rand::RngExt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

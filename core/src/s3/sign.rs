@@ -543,7 +543,7 @@ mod tests {
 
     #[test]
     fn the_precomputed_hmac_is_hmac_sha256() {
-        use hmac::Mac;
+        use hmac::{KeyInit, Mac};
         for key in [&b""[..], b"k", &[7u8; 32], &[9u8; 64], &[1u8; 65]] {
             let ours = HmacKey::new(key).mac(|h| h.update(b"what is signed"));
             let mut reference = hmac::Hmac::<Sha256>::new_from_slice(key).unwrap();

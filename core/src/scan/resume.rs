@@ -7,7 +7,7 @@
 //!
 //! May import: nothing of the crate.
 
-use rand::Rng;
+use rand::RngExt;
 use std::time::Duration;
 use tokio::time::Instant;
 

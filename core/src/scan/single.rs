@@ -17,6 +17,7 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use futures::FutureExt;
 use std::sync::Arc;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 #[derive(Clone, Debug)]
 pub struct ScanOptions {
@@ -50,7 +51,7 @@ pub async fn scan_shards(
     opts: &ScanOptions,
 ) -> Result<ScanSummary, S3Error> {
     let mut writer = RecordWriter::create(&opts.output, &opts.output_opts, Some(&engine.s3)).await?;
-    let (tx, mut rx) = mpsc::channel::<Record>(4096);
+    let (tx, rx) = mpsc::channel::<Record>(4096);
     let shard_count = shards.len();
     let scanning = {
         let engine = engine.clone();
@@ -68,28 +69,20 @@ pub async fn scan_shards(
             Ok::<_, S3Error>(outcomes)
         })
     };
-    let mut write_error = None;
-    while let Some(record) = rx.recv().await {
+    let mut received = Received { engine, rx, scanning };
+    let written = async {
         // A single output has no change set (`--baseline` needs a dataset).
-        let Some(record) = record.split_change().0 else {
-            continue;
-        };
-        if !engine.keep(&record) {
-            continue;
+        while let Some((record, _change)) = received.next().await {
+            if let Some(record) = record {
+                writer.write(&record).await?;
+            }
         }
-        if let Err(e) = writer.write(&record).await {
-            write_error = Some(e);
-            break;
-        }
+        Ok(())
     }
-    drop(rx); // a failed writer stops the shards too
-    let scanned = scanning
-        .await
-        .map_err(|e| S3Error::Other(format!("scan task failed: {e}")))
-        .and_then(|r| r);
-    let outcomes = match (write_error, scanned) {
-        (None, Ok(outcomes)) => outcomes,
-        (Some(e), _) | (None, Err(e)) => {
+    .await;
+    let outcomes = match received.finish(written).await {
+        Ok(outcomes) => outcomes,
+        Err(e) => {
             writer.abort().await;
             return Err(e);
         }
@@ -237,39 +230,34 @@ async fn shard_to_files(
     mut files: ShardFiles,
     mut changes: Option<ShardFiles>,
 ) -> Result<ShardWritten, S3Error> {
-    let (tx, mut rx) = mpsc::channel::<Record>(4096);
+    let (tx, rx) = mpsc::channel::<Record>(4096);
     let scanning = {
         let engine = engine.clone();
         tokio::spawn(async move { engine.scan_shard(&planned.shard, &tx).await })
     };
     let mut counts = DatasetCounts::default();
     let mut changed = ChangeCounts::default();
-    let mut write_error = None;
-    while let Some(record) = rx.recv().await {
-        let (result, change) = record.split_change();
-        if let (Some(change), Some(changes)) = (change, changes.as_mut()) {
-            changed.add(change.change);
-            if let Err(e) = changes.write(&change).await {
-                write_error = Some(e);
-                break;
+    let mut received = Received {
+        engine: &engine,
+        rx,
+        scanning,
+    };
+    let written = async {
+        while let Some((record, change)) = received.next().await {
+            if let (Some(change), Some(changes)) = (change, changes.as_mut()) {
+                changed.add(change.change);
+                changes.write(&change).await?;
+            }
+            if let Some(record) = record {
+                counts.add(&record);
+                files.write(&record).await?;
             }
         }
-        let Some(record) = result.filter(|r| engine.keep(r)) else {
-            continue;
-        };
-        counts.add(&record);
-        if let Err(e) = files.write(&record).await {
-            write_error = Some(e);
-            break;
-        }
+        Ok(())
     }
-    drop(rx);
-    let scanned = scanning
-        .await
-        .map_err(|e| S3Error::Other(format!("scan task failed: {e}")))
-        .and_then(|r| r);
-    match (write_error, scanned) {
-        (None, Ok(outcome)) => Ok(ShardWritten {
+    .await;
+    match received.finish(written).await {
+        Ok(outcome) => Ok(ShardWritten {
             outcome,
             files: files.finish().await?,
             changes: match changes {
@@ -279,12 +267,43 @@ async fn shard_to_files(
             counts,
             changed,
         }),
-        (Some(e), _) | (None, Err(e)) => {
+        Err(e) => {
             files.abort().await;
             if let Some(c) = changes {
                 c.abort().await;
             }
             Err(e)
         }
+    }
+}
+
+/// The receive and keep half of both kinds of scan's loop: the records the
+/// `scanning` task sends on `rx`, each split into its result, if the engine
+/// keeps it (`--only-with-metadata`), and its change; then the
+/// scan's outcome.
+struct Received<'a, T> {
+    engine: &'a Engine,
+    rx: mpsc::Receiver<Record>,
+    scanning: JoinHandle<Result<T, S3Error>>,
+}
+
+impl<T> Received<'_, T> {
+    /// The next record's kept result and its change; `None` once the scan
+    /// sent everything.
+    async fn next(&mut self) -> Option<(Option<Record>, Option<Record>)> {
+        let (result, change) = self.rx.recv().await?.split_change();
+        Some((result.filter(|r| self.engine.keep(r)), change))
+    }
+
+    /// The scan's outcome once the caller stopped receiving: a failed write
+    /// (`written`) comes first, as dropping `rx` after it stops the scan.
+    async fn finish(self, written: Result<(), S3Error>) -> Result<T, S3Error> {
+        drop(self.rx); // a failed writer stops the shards too
+        let scanned = self
+            .scanning
+            .await
+            .map_err(|e| S3Error::Other(format!("scan task failed: {e}")))
+            .and_then(|r| r);
+        written.and(scanned)
     }
 }

@@ -16,7 +16,13 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let yaml = serde_saphyr::to_string(&crd).expect("the CRD serializes");
+    // The layout crds/ has always had (and kubectl's): list items indented
+    // under their key, strings on one line, quoted where YAML needs it.
+    let options = serde_saphyr::ser_options! {
+        compact_list_indent: false,
+        prefer_block_scalars: false,
+    };
+    let yaml = serde_saphyr::to_string_with_options(&crd, options).expect("the CRD serializes");
     print!("{yaml}");
     std::process::ExitCode::SUCCESS
 }

@@ -48,8 +48,16 @@ pub(super) async fn merging(
                 write_status(ctx, scan, before, &st).await?;
                 return Ok(Action::requeue(ACTIVE_REQUEUE));
             }
-            if let Some(reason) = merge_job_failure(job.as_ref()) {
-                return fail(scan, ctx, st, "MergeFailed", &reason, now).await;
+            if let Some(Err(why)) = job.as_ref().and_then(job_outcome) {
+                return fail(
+                    scan,
+                    ctx,
+                    st,
+                    "MergeFailed",
+                    &format!("merge Job failed: {why}"),
+                    now,
+                )
+                .await;
             }
             let problem = match &job {
                 Some(job) => job_pod_problem(scan, ctx, job, "merge Job").await?,
@@ -184,12 +192,6 @@ async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Res
     let message = format!("{why}; merging again (retry {})", retries + 1);
     publish(ctx, scan, EventType::Warning, "MergeRetrying", &message).await;
     Ok(Some(message))
-}
-
-/// The merge Job's failure, once it gave up.
-fn merge_job_failure(job: Option<&Job>) -> Option<String> {
-    let why = job_outcome(job?)?.err()?;
-    Some(format!("merge Job failed: {why}"))
 }
 
 /// Where the merge wrote the manifest (beside the result).

@@ -212,10 +212,10 @@ async fn reconcile(scan: Arc<BucketScan>, ctx: Arc<Context>) -> Result<Action, E
     let api: Api<BucketScan> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let result = finalizer(&api, FINALIZER, scan, |event| async {
         match event {
-            // Boxed: the pipeline's future is deep enough to overflow the
-            // compiler's layout recursion limit when inlined here.
+            // The pipeline's deep future needs the binary's raised
+            // recursion limit (main.rs), boxed or not.
             Finalizer::Apply(scan) => {
-                let applied = Box::pin(apply::apply(&scan, &ctx)).await;
+                let applied = apply::apply(&scan, &ctx).await;
                 blocked::wait_out(&scan, &ctx, applied).await
             }
             Finalizer::Cleanup(scan) => {

@@ -1,8 +1,10 @@
 //! A fault proxy in front of a real S3 server: every request is forwarded
 //! unchanged (the Host header included, so versitygw still verifies the
-//! client's signature), except that a rule may answer a chosen request itself
-//! or rewrite the server's answer. It emulates what no server here does by
-//! itself: per-object refusals, AWS-only headers and error documents.
+//! client's signature), except that its rules may answer a chosen request
+//! itself, forward it with another path and query, or rewrite the server's
+//! answer. It emulates what no server here does by itself: per-object
+//! refusals, throttling, dropped connections, empty pages, AWS-only headers
+//! and error documents. The worker and operator tests' one HTTP proxy.
 
 #![allow(dead_code)]
 
@@ -34,6 +36,16 @@ pub struct Seen {
 pub type Answer = dyn Fn(&RequestParts) -> Option<Response<Full<Bytes>>> + Send + Sync;
 /// Rewrite the server's answer to a request (its head and body).
 pub type Rewrite = dyn Fn(&RequestParts, &mut ResponseParts, &mut Bytes) + Send + Sync;
+/// The path and query to forward a request with (`None`: as sent).
+pub type Target = dyn Fn(&RequestParts) -> Option<String> + Send + Sync;
+
+/// What the proxy does besides forwarding; each rule is optional.
+#[derive(Default)]
+pub struct Rules {
+    pub answer: Option<Box<Answer>>,
+    pub target: Option<Box<Target>>,
+    pub rewrite: Option<Box<Rewrite>>,
+}
 
 /// Marks an answer of the rules as "close the connection instead": the
 /// client sees the connection reset before any answer.
@@ -117,13 +129,21 @@ pub async fn start_rewriting(
     answer: impl Fn(&RequestParts) -> Option<Response<Full<Bytes>>> + Send + Sync + 'static,
     rewrite: impl Fn(&RequestParts, &mut ResponseParts, &mut Bytes) + Send + Sync + 'static,
 ) -> FaultProxy {
+    let rules = Rules {
+        answer: Some(Box::new(answer)),
+        target: None,
+        rewrite: Some(Box::new(rewrite)),
+    };
+    start_with(upstream, rules).await
+}
+
+/// The proxy with `rules`.
+pub async fn start_with(upstream: String, rules: Rules) -> FaultProxy {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let answer: Arc<Answer> = Arc::new(answer);
-    let rewrite: Arc<Rewrite> = Arc::new(rewrite);
-    let state = Arc::new((client, upstream, seen.clone(), answer, rewrite));
+    let state = Arc::new((client, upstream, seen.clone(), rules));
     tokio::spawn(async move {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
@@ -132,9 +152,9 @@ pub async fn start_rewriting(
                 let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let state = state.clone();
                     async move {
-                        let (client, upstream, seen, answer, rewrite) = &*state;
+                        let (client, upstream, seen, rules) = &*state;
                         let (mut parts, body) = req.into_parts();
-                        let ruled = answer(&parts);
+                        let ruled = rules.answer.as_ref().and_then(|answer| answer(&parts));
                         seen.lock().unwrap().push(Seen {
                             method: parts.method.to_string(),
                             target: parts
@@ -160,7 +180,10 @@ pub async fn start_rewriting(
                         }
                         let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
                         let original = parts.clone();
-                        let target = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+                        let target = rules.target.as_ref().and_then(|target| target(&original));
+                        let target = target
+                            .as_deref()
+                            .unwrap_or_else(|| parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
                         parts.uri = format!("{upstream}{target}").parse().unwrap();
                         let resp = client
                             .request(Request::from_parts(parts, Full::new(body)))
@@ -169,7 +192,9 @@ pub async fn start_rewriting(
                         let (mut resp_parts, body) = resp.into_parts();
                         let mut body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
                         let sent = body.clone();
-                        rewrite(&original, &mut resp_parts, &mut body);
+                        if let Some(rewrite) = &rules.rewrite {
+                            rewrite(&original, &mut resp_parts, &mut body);
+                        }
                         // A HEAD answer's length is the object's: kept unless
                         // the rewrite changed the body.
                         if body != sent {
