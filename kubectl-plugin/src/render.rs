@@ -289,6 +289,24 @@ pub fn status_report(scan: &BucketScan) -> String {
     if st.phase == Phase::Failed {
         line("failure:", Some(failure(&st)));
     }
+    line("retries:", st.retries.filter(|&r| r > 0).map(|r| r.to_string()));
+    if let Some(n) = st.missing_ranges.filter(|&n| n > 0) {
+        let _ = writeln!(
+            out,
+            "  missing:    {n} key range(s) not in the result (shards that failed for good; \
+             kubectl bucketscan retry {name} scans them again):"
+        );
+        for m in &st.missing {
+            let _ = writeln!(out, "    {}: {}", m.range, m.error);
+        }
+        if (n as usize) > st.missing.len() {
+            let _ = writeln!(
+                out,
+                "    ... and {} more (the manifest's \"dead\" lists every one)",
+                n as usize - st.missing.len()
+            );
+        }
+    }
     if !st.conditions.is_empty() {
         let _ = writeln!(out, "  conditions:");
         for c in &st.conditions {
