@@ -12,7 +12,7 @@
 use super::children::{stop_jobs, Stop};
 use super::context::{lease, Context, Error, MANAGER};
 use super::redis_user::refresh;
-use super::report::{publish, write_status};
+use super::report::{publish, write_status, write_status_now};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
 use crate::status::{self, COMPLETE, FAILED};
@@ -103,7 +103,9 @@ async fn refuse(
     why: &str,
 ) -> Result<Option<Action>, Error> {
     st.retries = Some(asked);
-    write_status(ctx, scan, before, st).await?;
+    // Now, not paced: the finished scan is not looked at again until it
+    // changes, and the user waits for this answer.
+    write_status_now(ctx, scan, before, st).await?;
     let msg = format!("retry {asked} refused: {why}");
     publish(ctx, scan, EventType::Warning, "RetryRefused", &msg).await;
     Ok(None)
