@@ -24,7 +24,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubelet::run_like_pod;
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,26 +32,15 @@ use std::time::Duration;
 const NS: &str = "retry-flow";
 
 fn start_operator() -> Child {
-    let log = std::fs::File::create(temp_path("operator-retry.log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
+    operator_command!(NS, temp_path("operator-retry.log"))
         .args([
-            "--namespace",
-            NS,
             "--redis-scan-users=true",
             "--lease-secs",
             "5",
             "--metrics-addr",
             &format!("127.0.0.1:{}", free_port()),
         ])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
-        )
         .env("BUCKETSCAN_LOG", "info,bucketscan_operator=debug")
-        .stdout(Stdio::null())
-        .stderr(log)
         .spawn()
         .unwrap()
 }
@@ -126,14 +115,7 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
         {
             let refusing = refusing.clone();
             move |req| {
-                let starts_b = req.method == "GET"
-                    && req
-                        .uri
-                        .query()
-                        .unwrap_or_default()
-                        .split('&')
-                        .any(|kv| kv.starts_with("start-after=b."));
-                (refusing.load(Ordering::Relaxed) && starts_b)
+                (refusing.load(Ordering::Relaxed) && fault_proxy::lists_after(req, "b."))
                     .then(|| fault_proxy::error_document(403, "AccessDenied", "Access Denied", &[]))
             }
         },
