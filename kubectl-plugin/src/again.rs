@@ -11,7 +11,7 @@
 use crate::error::Error;
 use crate::fetch;
 use bucketscan_api::crd::{Baseline, BucketScan, Phase};
-use bucketscan_api::retry::retriable;
+use bucketscan_api::retriable::retriable;
 use bucketscan_api::schedule::SCHEDULE_LABEL;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};

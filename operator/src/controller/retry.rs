@@ -16,7 +16,7 @@ use super::report::{publish, write_status, write_status_now};
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
 use crate::status::{self, COMPLETE, FAILED};
-use bucketscan_api::retry::retriable;
+use bucketscan_api::retriable::retriable;
 use bucketscan_core::fleet::queue::{Queue, Retried};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
