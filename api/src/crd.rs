@@ -96,6 +96,23 @@ pub struct BucketScanSpec {
     /// with the same ones.
     #[serde(default, skip_serializing_if = "Columns::is_default")]
     pub columns: Columns,
+    /// What the scan says when shards failed for good (after their
+    /// retries): `Fail` (default): phase Failed, reason ShardsFailed.
+    /// `Partial`: phase Complete, Complete condition reason Partial. Either
+    /// way the result holds every other object exactly once, the manifest's
+    /// `dead` and status.missing name the missing key ranges, and a partial
+    /// result is never taken as a baseline. See spec.retry.
+    #[serde(default)]
+    pub on_dead_shards: crate::retry::OnDeadShards,
+    /// Retry a finished scan in place: raise this by one (`kubectl
+    /// bucketscan retry NAME` does) and the operator scans again only the
+    /// dead shards and the shards holding error records, then merges again;
+    /// the scan ends Complete, or Partial or Failed when shards die again.
+    /// status.retries is the last value acted on; refused (a RetryRefused
+    /// event) while the scan runs or when it has nothing to retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub retry: Option<u32>,
 }
 
 /// Optional columns of the result. Encryption, KMS key, bucket key,
@@ -554,6 +571,17 @@ pub struct BucketScanStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
     pub baseline: Option<String>,
+    /// Key ranges missing from the result (shards that failed for good).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_ranges: Option<u64>,
+    /// The first of them (at most 10), with their last error; the manifest's
+    /// `dead` lists every one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub missing: Vec<crate::retry::MissingRange>,
+    /// The last spec.retry the operator acted on (retried or refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
 }
 
 /// What the throughput-seeking autoscaler keeps from its last step.

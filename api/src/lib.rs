@@ -1,6 +1,6 @@
 //! What the operator and the kubectl plugin share: the `BucketScan`
 //! resource's types ([`crd`]), the `BucketScanSchedule`'s ([`schedule`]), the names of its conditions
-//! ([`conditions`]) and how durations are worded ([`human_duration`]).
+//! ([`conditions`]), partial results and retry ([`retry`], [`retriable`]) and how durations are worded ([`human_duration`]).
 //! Lean on purpose (no S3, Redis, Parquet or AWS SDK, and kube without its
 //! client), so the plugin builds without the operator's stack.
 //!
@@ -8,6 +8,8 @@
 
 pub mod conditions;
 pub mod crd;
+pub mod retriable;
+pub mod retry;
 pub mod schedule;
 
 pub use schedule::{BucketScanSchedule, BucketScanScheduleSpec, BucketScanScheduleStatus, ConcurrencyPolicy};

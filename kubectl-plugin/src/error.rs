@@ -33,6 +33,12 @@ pub enum Error {
     NotComplete { name: String, phase: String },
     #[error("bucketscan {name:?} did not finish within --timeout {secs}s")]
     Timeout { name: String, secs: u64 },
+    #[error("bucketscan {name:?}: {what} refused: {why}")]
+    Refused {
+        name: String,
+        what: &'static str,
+        why: String,
+    },
     #[error("the Kubernetes API refused the request: {0}")]
     Api(#[from] kube::Error),
 }

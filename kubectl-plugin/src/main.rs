@@ -1,12 +1,15 @@
 //! `kubectl-bucketscan`: a kubectl plugin (kubectl runs any `kubectl-NAME`
 //! on PATH as `kubectl NAME`) for BucketScans: `status` (of one scan, or a
 //! table of them), `watch` with a live progress bar, `result`, and `logs` of
-//! the scan's pods; `schedule` for BucketScanSchedules and their runs. It
-//! reads BucketScans, BucketScanSchedules and pod logs only, through the
-//! kubeconfig kubectl would use, so it needs no S3 credentials.
+//! the scan's pods; `schedule` for BucketScanSchedules and their runs;
+//! `retry` (in place) and `rerun` (a new scan) of a finished scan. It reads
+//! BucketScans, BucketScanSchedules and pod logs, patches a scan's
+//! spec.retry and creates reruns, through the kubeconfig kubectl would use,
+//! so it needs no S3 credentials.
 //!
-//! May import: connect, error, fetch, logs, render, result, schedule, watch
+//! May import: again, connect, error, fetch, logs, render, result, schedule, watch
 
+mod again;
 mod connect;
 mod error;
 mod fetch;
@@ -89,6 +92,21 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Retry a finished scan in place: only its missing key ranges (dead
+    /// shards) and the shards holding error records are scanned again, then
+    /// merged again (sets spec.retry, which the operator acts on). Refused
+    /// while the scan runs, or when it has nothing to retry.
+    Retry {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Create a new BucketScan from a finished scan's spec, incremental
+    /// against it (spec.baseline.scan) when it is a complete result, with its
+    /// own output prefix; prints the new scan's name.
+    Rerun {
+        #[command(flatten)]
+        target: Target,
     },
     /// The logs of the scan's pods (workers, plan and merge Jobs), each line
     /// after its pod's name, pods in the order they started.
@@ -201,6 +219,19 @@ async fn run(cluster: &Cluster, command: Command) -> Result<(), Error> {
             } else {
                 print!("{}", render::terminal(&result::text(&summary)));
             }
+        }
+        Command::Retry { target: t } => {
+            let (client, ns) = connect(t.namespace).await?;
+            let said = again::retry(&client, &ns, &t.name).await?;
+            println!("{}", render::terminal(&said));
+        }
+        Command::Rerun { target: t } => {
+            let (client, ns) = connect(t.namespace).await?;
+            let (name, note) = again::rerun(&client, &ns, &t.name).await?;
+            if let Some(note) = note {
+                eprintln!("note: {}", render::terminal(&note));
+            }
+            println!("{name}");
         }
         Command::Logs {
             target: t,

@@ -143,6 +143,19 @@ fn throttling_text(st: &BucketScanStatus) -> Option<String> {
     Some(parts.join(", "))
 }
 
+/// What `watch` prints after `complete: `: the result, and for a partial
+/// one (`onDeadShards: Partial`) how many key ranges it misses.
+pub fn completed(st: &BucketScanStatus, name: &str) -> String {
+    let output = st.output.clone().unwrap_or_default();
+    match st.missing_ranges.filter(|&n| n > 0) {
+        Some(n) => format!(
+            "{output} (PARTIAL: {n} key range(s) missing, see kubectl bucketscan status {name}; \
+             kubectl bucketscan retry {name} scans them again)"
+        ),
+        None => output,
+    }
+}
+
 /// Why the scan failed: the Failed condition's reason and message.
 pub fn failure(st: &BucketScanStatus) -> String {
     match condition_true(st, FAILED) {
@@ -289,6 +302,24 @@ pub fn status_report(scan: &BucketScan) -> String {
     if st.phase == Phase::Failed {
         line("failure:", Some(failure(&st)));
     }
+    line("retries:", st.retries.filter(|&r| r > 0).map(|r| r.to_string()));
+    if let Some(n) = st.missing_ranges.filter(|&n| n > 0) {
+        let _ = writeln!(
+            out,
+            "  missing:    {n} key range(s) not in the result (shards that failed for good; \
+             kubectl bucketscan retry {name} scans them again):"
+        );
+        for m in &st.missing {
+            let _ = writeln!(out, "    {}: {}", m.range, m.error);
+        }
+        if (n as usize) > st.missing.len() {
+            let _ = writeln!(
+                out,
+                "    ... and {} more (the manifest's \"dead\" lists every one)",
+                n as usize - st.missing.len()
+            );
+        }
+    }
     if !st.conditions.is_empty() {
         let _ = writeln!(out, "  conditions:");
         for c in &st.conditions {
@@ -309,6 +340,23 @@ mod tests {
     /// Text from S3 keys, Redis or pod logs cannot act on the terminal:
     /// escapes, carriage returns, bells and bidirectional overrides are
     /// shown, not sent (before: printed as they came).
+    #[test]
+    fn a_partial_result_says_so_where_watch_ends() {
+        let mut st = BucketScanStatus {
+            phase: Phase::Complete,
+            output: Some("s3://out/r/result.jsonl".into()),
+            ..Default::default()
+        };
+        assert_eq!(completed(&st, "photos"), "s3://out/r/result.jsonl");
+        st.missing_ranges = Some(2);
+        let said = completed(&st, "photos");
+        assert!(
+            said.starts_with("s3://out/r/result.jsonl (PARTIAL: 2 key range(s) missing")
+                && said.contains("kubectl bucketscan retry photos"),
+            "{said}"
+        );
+    }
+
     #[test]
     fn control_characters_are_shown_not_sent() {
         let hostile = "key\u{1b}]0;owned\u{7}\r\u{1b}[2Knext\nline\t\u{202e}drow\u{9b}x ünï";

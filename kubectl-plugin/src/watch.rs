@@ -8,7 +8,7 @@
 
 use crate::error::Error;
 use crate::fetch;
-use crate::render::{failure, fraction, progress_details, progress_line, terminal};
+use crate::render::{completed, failure, fraction, progress_details, progress_line, terminal};
 use bucketscan_api::crd::{BucketScan, BucketScanStatus, Phase};
 use futures::StreamExt;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -119,7 +119,7 @@ fn step(screen: &mut Screen, scan: &BucketScan, name: &str) -> Option<Result<Str
     let status = scan.status.clone().unwrap_or_default();
     screen.show(&status);
     let outcome = match status.phase {
-        Phase::Complete => Ok(status.output.unwrap_or_default()),
+        Phase::Complete => Ok(completed(&status, name)),
         Phase::Failed => Err(Error::Failed {
             name: name.into(),
             reason: failure(&status),

@@ -1,7 +1,7 @@
 //! `plan`, `run` and `merge`: one scan shared by many worker processes
 //! through Redis (see docs/queue-protocol.md).
 
-use crate::{DeletePartsArgs, MergeArgs, PlanArgs, QueueArgs, RunArgs};
+use crate::{DeletePartsArgs, MergeArgs, OnDeadShards, PlanArgs, QueueArgs, RetryArgs, RunArgs};
 use anyhow::{bail, Context};
 use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::{Queue, RedisConfig};
@@ -214,12 +214,43 @@ pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
     }
     if manifest.shards_dead > 0 {
         let first = &manifest.dead[0];
-        bail!(
-            "{} shard(s) failed for good and are missing from the result; first: {} ({})",
+        let missing = format!(
+            "{} shard(s) failed for good and their ranges are missing from the result (manifest.json \"dead\" names each); first: {} ({})",
             manifest.shards_dead,
             first.range,
             first.last_error.as_deref().unwrap_or("no error recorded")
         );
+        match args.on_dead_shards {
+            OnDeadShards::Fail => bail!("{missing}; `bucketscan-worker retry` scans them again"),
+            OnDeadShards::Partial => eprintln!("warning: partial result: {missing}"),
+        }
+    }
+    Ok(())
+}
+
+pub async fn retry(args: RetryArgs) -> anyhow::Result<()> {
+    use bucketscan_core::fleet::queue::Retried;
+    let queue = args.queue.connect("retry", Duration::from_secs(30)).await?;
+    spec_of(&queue, &args.queue.scan).await?;
+    let round = match args.round {
+        Some(round) => round,
+        None => queue.retry_round().await? + 1,
+    };
+    match queue.retry(round).await? {
+        Retried::Requeued { shards } => {
+            eprintln!("retry {round}: {shards} shard(s) pending again; run workers, then merge")
+        }
+        Retried::Applied { round: held } => {
+            eprintln!("retry {round}: Redis holds round {held} already; nothing changed")
+        }
+        Retried::NotMerged => bail!(
+            "scan {:?} is not merged: a retry is for a finished scan (let it finish and merge, or merge it)",
+            args.queue.scan
+        ),
+        Retried::NothingToRetry => bail!(
+            "scan {:?} has no dead shard and no error record: nothing to retry",
+            args.queue.scan
+        ),
     }
     Ok(())
 }

@@ -51,6 +51,9 @@ enum Command {
     Run(RunArgs),
     /// Join the parts of a finished scan into one result with a manifest.
     Merge(MergeArgs),
+    /// Retry a merged scan in place: its dead shards and the shards holding
+    /// `error` records go back to pending; run workers and merge again.
+    Retry(RetryArgs),
     /// Delete a scan's parts (its result stays): what the operator runs as a
     /// Job, under the workers' identity, when a scan without a credentials
     /// Secret is deleted.
@@ -330,6 +333,28 @@ struct MergeArgs {
     queue: QueueArgs,
     #[command(flatten)]
     endpoint: EndpointArgs,
+    /// What a merge with dead shards says: `fail` (exit 1) or `partial`
+    /// (exit 0 with a warning). Either way the result of every other shard
+    /// is written and manifest.json names the missing ranges.
+    #[arg(long, value_enum, default_value = "fail")]
+    on_dead_shards: OnDeadShards,
+}
+
+/// What a merge that leaves ranges out says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnDeadShards {
+    Fail,
+    Partial,
+}
+
+#[derive(Args)]
+struct RetryArgs {
+    #[command(flatten)]
+    queue: QueueArgs,
+    /// The retry round (default: the round Redis holds plus one). Sending
+    /// the same round twice retries once.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    round: Option<u64>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -360,6 +385,7 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
                 .map(|()| Finished::Clean),
             Command::Merge(args) => distributed::merge(args).await.map(|()| Finished::Clean),
+            Command::Retry(args) => distributed::retry(args).await.map(|()| Finished::Clean),
             Command::DeleteParts(args) => distributed::delete_parts(args).await.map(|()| Finished::Clean),
         }
     });

@@ -509,8 +509,8 @@ async fn moto_tags_come_from_get_object_tagging() {
 }
 
 /// A baseline scanned with other column options is refused before any
-/// HEAD, and so is `--tags` with any baseline (docs/bad-input.md, rows 191
-/// and 193): records taken from it would lack a column, or keep old tags.
+/// HEAD, and so is `--tags` with any baseline (docs/bad-input.md, rows 180
+/// and 182): records taken from it would lack a column, or keep old tags.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_baseline_of_other_columns_or_tags_with_a_baseline_is_refused() {
     let s3 = moto();

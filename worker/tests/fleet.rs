@@ -44,6 +44,15 @@ impl Fleet {
         cmd
     }
 
+    /// A command that takes no endpoint (`retry`).
+    fn queue_command(&self, args: &[&str]) -> std::process::Output {
+        Command::new(worker_bin())
+            .args(args)
+            .args(["--redis", &self.redis, "--scan", &self.scan])
+            .output()
+            .unwrap()
+    }
+
     fn run_ok(&self, args: &[&str]) -> std::process::Output {
         let out = self.command(args).output().unwrap();
         assert_success(&out);
@@ -1584,5 +1593,186 @@ async fn a_filtered_scan_is_planned_run_and_merged_with_its_filter() {
         fleet.counter("heads").await,
         kept.len() as u64,
         "no HEAD for what was left out"
+    );
+}
+
+/// Three directories of 1,200 objects: the planner makes each one a shard.
+fn three_directories() -> BTreeMap<String, Seeded> {
+    ["a", "b", "c"]
+        .iter()
+        .flat_map(|dir| (0..1200).map(move |i| format!("{dir}/{i:04}")))
+        .map(|key| (key, Seeded::default()))
+        .collect()
+}
+
+const REFUSED_OBJECT: &str = "c/0007";
+
+/// The LIST that starts the shard of `b/` (after `key_before("b/")`) is
+/// refused for good (403), and so is the HEAD of one object: the shard of
+/// `b/` dies, `c/0007` is an error record.
+fn refuses_b_and_one_object(
+    req: &http::request::Parts,
+) -> Option<http::Response<http_body_util::Full<bytes::Bytes>>> {
+    let heads_refused =
+        req.method == "HEAD" && fault_proxy::object_key(req).as_deref() == Some(REFUSED_OBJECT);
+    (fault_proxy::lists_after(req, "b.") || heads_refused)
+        .then(|| fault_proxy::error_document(403, "AccessDenied", "Access Denied", &[]))
+}
+
+/// A fleet scan with a shard forced dead (a fault proxy refuses its LIST)
+/// and one object refused: the merge writes the partial result of the other
+/// shards exactly once and names the missing range; `retry` puts the dead
+/// shard and the shard holding the error record back, workers (one killed
+/// midway) scan them again against the healed store, and the merge ends
+/// with the whole bucket, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_shard_leaves_a_partial_result_and_a_retry_completes_it_exactly() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("retry").await;
+    let out = s3.bucket("retry-out").await;
+    let seeded = three_directories();
+    s3.seed(&bucket, &seeded).await;
+    let proxy = fault_proxy::start(s3.endpoint.clone(), refuses_b_and_one_object, |_, _| {}).await;
+    let scan = format!("retry-{}", std::process::id());
+    let healthy = Fleet {
+        s3: s3.clone(),
+        redis: redis_url(),
+        scan: scan.clone(),
+    };
+    let faulty = Fleet {
+        s3: Server {
+            endpoint: proxy.url.clone(),
+            ..s3.clone()
+        },
+        redis: redis_url(),
+        scan: scan.clone(),
+    };
+    assert_success(
+        &healthy
+            .command(&[
+                "plan",
+                "--bucket",
+                &bucket,
+                "--output",
+                &format!("s3://{out}/s/"),
+                "--max-failures",
+                "2",
+                "--target-shards",
+                "3",
+                "--min-shard-objects",
+                "1000",
+            ])
+            .output()
+            .unwrap(),
+    );
+    // Not merged yet: nothing to retry.
+    let early = healthy.queue_command(&["retry"]);
+    assert!(!early.status.success());
+    assert!(stderr(&early).contains("is not merged"), "{}", stderr(&early));
+
+    let mut worker = faulty.spawn_worker("w", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+
+    // The default: the merge fails, naming the range, yet writes the result.
+    let merged = healthy.command(&["merge"]).output().unwrap();
+    assert!(!merged.status.success(), "{}", stderr(&merged));
+    let err = stderr(&merged);
+    assert!(
+        err.contains("missing from the result") && err.contains("retry") && err.contains("access denied"),
+        "{err}"
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "s/manifest.json").await).unwrap();
+    assert_eq!(manifest["partial"], true, "{manifest}");
+    assert_eq!(manifest["shards_dead"], 1, "{manifest}");
+    let missing = &manifest["dead"][0];
+    assert!(
+        missing["range"]["start_after"]
+            .as_str()
+            .unwrap()
+            .starts_with("b.")
+            && missing["last_error"].as_str().unwrap().contains("access denied"),
+        "{manifest}"
+    );
+    let records = parse_records(&s3.read(&out, "s/result.jsonl").await);
+    let live: Vec<&String> = seeded.keys().filter(|k| !k.starts_with("b/")).collect();
+    assert_eq!(
+        records.keys().collect::<Vec<_>>(),
+        live,
+        "every live record once, none of b/"
+    );
+    assert_eq!(manifest["counts"]["objects"], 2400, "{manifest}");
+    assert_eq!(manifest["counts"]["errors"], 1, "{manifest}");
+    assert!(
+        records[REFUSED_OBJECT].error.is_some(),
+        "{:?}",
+        records[REFUSED_OBJECT]
+    );
+    // What a partial merge says is the caller's: exit 0 with a warning.
+    let partial = healthy
+        .command(&["merge", "--on-dead-shards", "partial"])
+        .output()
+        .unwrap();
+    assert_success(&partial);
+    assert!(
+        stderr(&partial).contains("partial result"),
+        "{}",
+        stderr(&partial)
+    );
+    // The parts stay for the retry.
+    assert!(s3.key_count(&out, &format!("s/parts/{scan}/")).await > 0);
+
+    // Retry in place: the dead shard and the shard of the error record.
+    let retried = healthy.queue_command(&["retry"]);
+    assert_success(&retried);
+    assert!(
+        stderr(&retried).contains("retry 1: 2 shard(s) pending again"),
+        "{}",
+        stderr(&retried)
+    );
+    // Sent twice (a lost answer): one retry.
+    let again = healthy.queue_command(&["retry", "--round", "1"]);
+    assert_success(&again);
+    assert!(stderr(&again).contains("nothing changed"), "{}", stderr(&again));
+
+    // The store healed; one worker killed midway, two more finish.
+    let before = healthy.counter("heads").await;
+    let mut first = healthy.spawn_worker("r1", &["--max-rate", "300"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while healthy.counter("heads").await < before + 400 {
+        assert!(Instant::now() < deadline, "the retry did not start");
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "r1 ended before it was killed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let mut rest = [healthy.spawn_worker("r2", &[]), healthy.spawn_worker("r3", &[])];
+    for w in &mut rest {
+        assert!(wait_exit(w, Duration::from_secs(120)).success());
+    }
+    assert_success(&healthy.command(&["merge"]).output().unwrap());
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "s/manifest.json").await).unwrap();
+    assert_eq!(manifest["partial"], false, "{manifest}");
+    assert_eq!(manifest["retries"], 1, "{manifest}");
+    assert_eq!(manifest["shards_dead"], 0, "{manifest}");
+    assert_eq!(manifest["counts"]["objects"], 3600, "{manifest}");
+    assert_eq!(
+        manifest["counts"]["errors"].as_u64().unwrap_or(0),
+        0,
+        "{manifest}"
+    );
+    assert_matches_seed(&parse_records(&s3.read(&out, "s/result.jsonl").await), &seeded);
+    // Complete without errors: the parts go, and there is nothing to retry.
+    assert_eq!(s3.key_count(&out, &format!("s/parts/{scan}/")).await, 0);
+    let nothing = healthy.queue_command(&["retry"]);
+    assert!(!nothing.status.success());
+    assert!(
+        stderr(&nothing).contains("nothing to retry"),
+        "{}",
+        stderr(&nothing)
     );
 }

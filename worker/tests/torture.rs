@@ -79,8 +79,10 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// Seeds `just test` runs: together they inject every kind of fault (the
-/// test checks it).
-const FIXED_SEEDS: [u64; 7] = [2, 3, 5, 6, 9, 10, 12];
+/// test checks it). 32: since a result with error records keeps its parts
+/// for a retry, the merges of the others end before their kill and delete
+/// nothing (no reset of a delete); 32 kills a merge and resets a connection.
+const FIXED_SEEDS: [u64; 8] = [2, 3, 5, 6, 9, 10, 12, 32];
 
 /// How long one run may take before it counts as a hang.
 const RUN_BOUND: Duration = Duration::from_secs(240);

@@ -169,6 +169,29 @@ pub struct Manifest {
     /// Incremental scans: the baseline, the change set and its counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental: Option<IncrementalSummary>,
+    /// Shards died (`dead` names each one's range and error): the result
+    /// holds every record of the other shards exactly once and none of
+    /// their ranges. Never a baseline; `retry` scans them again.
+    #[serde(default)]
+    pub partial: bool,
+    /// The retry round this merge ended (0: the first run; see
+    /// `Queue::retry`).
+    #[serde(default)]
+    pub retries: u64,
+}
+
+impl Manifest {
+    /// Records whose object could not be read (`error` records).
+    pub fn errors(&self) -> u64 {
+        self.counts.get("errors").copied().unwrap_or(0)
+    }
+
+    /// A result that a retry may complete: its parts stay in the output
+    /// (a retry merges them again with the shards scanned again) until a
+    /// merge leaves nothing to retry, or the scan is deleted.
+    pub fn keeps_parts(&self) -> bool {
+        self.shards_dead > 0 || self.errors() > 0
+    }
 }
 
 pub use crate::scan::dataset::{ChangeCounts, IncrementalSummary};
@@ -191,10 +214,10 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         // Already merged: the recorded manifest stands. Deleting the parts
         // again finishes a merge that died while deleting them.
         tracing::info!("scan already merged");
-        delete_prefix(s3, &spec.output_bucket, &spec.parts_prefix()).await?;
-        return Ok(
-            serde_json::from_str(&manifest).map_err(|e| S3Error::Other(format!("stored manifest: {e}")))?
-        );
+        let manifest: Manifest =
+            serde_json::from_str(&manifest).map_err(|e| S3Error::Other(format!("stored manifest: {e}")))?;
+        delete_parts_unless_kept(s3, &spec, &manifest).await?;
+        return Ok(manifest);
     }
     if let Some(manifest) = written_manifest(scan, queue, s3, &spec).await? {
         // Merged before, and Redis lost the manifest since (a restart, a
@@ -202,7 +225,7 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         // manifest are whole. Adopt them.
         tracing::warn!("Redis lost this scan's manifest; adopting manifest.json from S3");
         queue.set_meta_field("manifest", &redis_copy(&manifest)).await?;
-        delete_prefix(s3, &spec.output_bucket, &spec.parts_prefix()).await?;
+        delete_parts_unless_kept(s3, &spec, &manifest).await?;
         return Ok(manifest);
     }
     let counts = queue.counts().await?;
@@ -224,6 +247,12 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     }
     check_finished(&shards)?;
     check_tiling(&spec.prefix, &shards)?;
+    let retries = queue.retry_round().await?;
+    // A dead shard's parts stay out: its range is missing as a whole (a
+    // listing that went backwards may have skipped keys before its
+    // checkpoint), and a retry scans it again from its start.
+    let (shards, dead_shards): (Vec<ShardRecord>, Vec<ShardRecord>) =
+        shards.into_iter().partition(|s| s.state == "done");
     let mut keys = Vec::new();
     for shard in &shards {
         keys.extend(parts.remove(&shard.id).unwrap_or_default());
@@ -264,9 +293,8 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         }
         None => None,
     };
-    let dead: Vec<DeadShard> = shards
+    let dead: Vec<DeadShard> = dead_shards
         .iter()
-        .filter(|s| s.state == "dead")
         .map(|s| DeadShard {
             range: s.shard.clone(),
             failures: s.failures,
@@ -282,12 +310,16 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         result_bytes: files.iter().map(|f| f.bytes).sum(),
         records: files.iter().map(|f| f.records).sum(),
         files,
-        shards: shards.len() as u64,
-        shards_done: shards.iter().filter(|s| s.state == "done").count() as u64,
+        shards: (shards.len() + dead_shards.len()) as u64,
+        shards_done: shards.len() as u64,
         shards_dead: dead.len() as u64,
-        attempts: shards.iter().map(|s| s.attempts).sum(),
-        shards_retried: shards.iter().filter(|s| s.attempts > 1).count() as u64,
-        splits: shards.iter().map(|s| s.splits).sum(),
+        attempts: shards.iter().chain(&dead_shards).map(|s| s.attempts).sum(),
+        shards_retried: shards
+            .iter()
+            .chain(&dead_shards)
+            .filter(|s| s.attempts > 1)
+            .count() as u64,
+        splits: shards.iter().chain(&dead_shards).map(|s| s.splits).sum(),
         counts,
         progress,
         dead,
@@ -298,6 +330,8 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         spec: spec.clone(),
         store_check: checked.and_then(|c| c.check),
         incremental,
+        partial: !dead_shards.is_empty(),
+        retries,
     };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     let bucket = spec.output_bucket.as_str();
@@ -322,8 +356,24 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
             "Redis cannot confirm the manifest is durable; manifest.json in S3 is the copy that stays"
         ),
     }
-    delete_prefix(s3, bucket, &spec.parts_prefix()).await?;
+    delete_parts_unless_kept(s3, &spec, &manifest).await?;
     Ok(manifest)
+}
+
+/// Delete the scan's parts once merged, unless a retry may still need them
+/// ([`Manifest::keeps_parts`]).
+async fn delete_parts_unless_kept(s3: &S3, spec: &ScanSpec, manifest: &Manifest) -> Result<(), S3Error> {
+    if manifest.keeps_parts() {
+        tracing::info!(
+            dead = manifest.shards_dead,
+            errors = manifest.errors(),
+            "parts kept for a retry (deleted with the scan, or by the merge after a retry)"
+        );
+        return Ok(());
+    }
+    delete_prefix(s3, &spec.output_bucket, &spec.parts_prefix())
+        .await
+        .map(drop)
 }
 
 /// The `manifest.json` a merge of this very scan wrote, if there is one:
@@ -346,8 +396,13 @@ async fn written_manifest(
         return Ok(None);
     };
     let created = queue.meta_field("created").await?;
-    let ours =
-        manifest.scan == scan && manifest.spec == *spec && created.is_some() && manifest.created == created;
+    // A manifest of an earlier round is the result a retry replaces.
+    let round = queue.retry_round().await?;
+    let ours = manifest.scan == scan
+        && manifest.spec == *spec
+        && created.is_some()
+        && manifest.created == created
+        && manifest.retries == round;
     Ok(ours.then_some(manifest))
 }
 
@@ -724,6 +779,8 @@ mod tests {
             records: 0,
             store_check: None,
             incremental: None,
+            partial: true,
+            retries: 0,
         };
         // A few dead shards: whole.
         let small = manifest(10);

@@ -71,6 +71,9 @@ struct ManifestView {
     #[serde(default)]
     files: Vec<DataFile>,
     shards_dead: Option<u64>,
+    /// A fleet merge that left dead shards' ranges out (`merge::Manifest`).
+    #[serde(default)]
+    partial: bool,
     store_check: Option<StoreCheck>,
     #[serde(default)]
     filter: ObjectFilter,
@@ -180,10 +183,11 @@ impl Baseline {
             ),
             (None, None) => return Err(not("it names no bucket".into())),
         };
-        if view.shards_dead.unwrap_or(0) > 0 {
+        if view.partial || view.shards_dead.unwrap_or(0) > 0 {
             return Err(refused(format!(
-                "its scan is incomplete ({} shards dead): objects of their ranges are missing from it; \
-                 use a complete scan, or retry that one",
+                "it is a partial result ({} shards dead): objects of their ranges are missing from it, \
+                 and an incremental scan would take them as deleted; use a complete scan, or retry that \
+                 one (kubectl bucketscan retry) until it is complete",
                 view.shards_dead.unwrap_or(0)
             )));
         }
@@ -851,7 +855,16 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("incomplete"), "{e}");
+        assert!(e.contains("partial result"), "{e}");
+        // A partial manifest says so even where its dead shards' count
+        // was cut or lost.
+        let e = Baseline::parse(
+            "s3://out/x/manifest.json",
+            manifest(&format!("{CHECK},\"partial\":true")).as_bytes(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("partial result") && e.contains("retry"), "{e}");
         let e = Baseline::parse("s3://out/x/manifest.json", b"[1,2]")
             .unwrap_err()
             .to_string();

@@ -30,6 +30,9 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     let generation = scan.metadata.generation;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     if matches!(st.phase, Phase::Complete | Phase::Failed) {
+        if let Some(retrying) = super::retry::retry_requested(scan, ctx, &mut st, &now).await? {
+            return Ok(retrying);
+        }
         return finished(scan, ctx, st.start_time.is_some()).await;
     }
     if let Err(message) = crate::validate::validate(scan) {

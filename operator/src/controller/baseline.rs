@@ -62,6 +62,14 @@ fn judge(scan: &BucketScan, name: &str, found: Option<&BucketScan>) -> Result<St
             status.phase
         ));
     }
+    if status.missing_ranges.unwrap_or(0) > 0 {
+        return Err(format!(
+            "baseline scan {name:?} is a partial result ({} key ranges missing: shards that failed for good); \
+             an incremental scan would take their objects as deleted: retry it (kubectl bucketscan retry {name}) \
+             until it is Complete without missing ranges, or use another scan",
+            status.missing_ranges.unwrap_or(0)
+        ));
+    }
     if base.spec.source.bucket != scan.spec.source.bucket
         || base.spec.source.prefix != scan.spec.source.prefix
     {
@@ -110,6 +118,13 @@ mod tests {
         s
     }
 
+    /// A Complete scan whose onDeadShards let it end with missing ranges.
+    fn partial(mut s: BucketScan) -> BucketScan {
+        let st = s.status.as_mut().unwrap();
+        st.missing_ranges = Some(2);
+        s
+    }
+
     #[test]
     fn a_complete_scan_of_the_same_bucket_gives_its_manifest() {
         let new = scan("nightly-2", "photos", Phase::Pending, None);
@@ -141,6 +156,16 @@ mod tests {
                 "scanned s3://other/",
             ),
             (Some(new.clone()), "nightly-2", "itself"),
+            (
+                Some(partial(scan(
+                    "nightly-1",
+                    "photos",
+                    Phase::Complete,
+                    Some("s3://o/m"),
+                ))),
+                "nightly-1",
+                "partial result",
+            ),
         ];
         for (found, name, words) in cases {
             let e = judge(&new, name, found.as_ref()).unwrap_err();

@@ -1,6 +1,7 @@
 //! The merge phase: once every shard is done or dead, a Job of
 //! `bucketscan-worker merge` joins the parts; its manifest in Redis ends the
-//! scan as Complete, or Failed with the dead shards' first error.
+//! scan as Complete, or, with dead shards, as Failed (ShardsFailed) or
+//! Complete (Partial) as spec.onDeadShards says, naming the missing ranges.
 
 use super::children::ensure_redis_secret;
 use super::context::{key_of, Context, Error, ACTIVE_REQUEUE};
@@ -13,6 +14,7 @@ use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
 use crate::pods::job_outcome;
 use crate::status::{self, COMPLETE};
+use bucketscan_api::retry::{cut, MissingRange, OnDeadShards, MISSING_LISTED, PARTIAL, SHARDS_FAILED};
 use bucketscan_core::fleet::merge::Manifest;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -75,17 +77,16 @@ pub(super) async fn merging(
             write_status(ctx, scan, before, &st).await?;
             Ok(Action::requeue(ACTIVE_REQUEUE))
         }
-        Some(m) if m.shards_dead > 0 => {
-            let first = &m.dead[0];
+        Some(m) if m.shards_dead > 0 && scan.spec.on_dead_shards == OnDeadShards::Fail => {
             let msg = format!(
-                "{} shard(s) failed for good and are missing from the result; first: {} ({})",
-                m.shards_dead,
-                first.range,
-                first.last_error.as_deref().unwrap_or("no error recorded")
+                "{}; kubectl bucketscan retry {} scans them again",
+                missing_message(&m),
+                scan.name_any()
             );
             st.output = Some(m.result.clone());
             st.manifest = Some(manifest_location(&m));
-            fail(scan, ctx, st, "ShardsFailed", &msg, now).await
+            note_missing(&mut st, &m);
+            fail(scan, ctx, st, SHARDS_FAILED, &msg, now).await
         }
         Some(m) => {
             st.phase = Phase::Complete;
@@ -94,7 +95,18 @@ pub(super) async fn merging(
             st.completion_time = Some(now.clone());
             st.eta = None;
             st.numbers.eta_seconds = None;
-            let done = status::completed(&m.counts, &m.result);
+            note_missing(&mut st, &m);
+            let mut done = status::completed(&m.counts, &m.result);
+            if m.shards_dead > 0 {
+                // onDeadShards: Partial.
+                done.reason = PARTIAL;
+                done.message = format!(
+                    "partial result: {}; {}; kubectl bucketscan retry {} scans them again",
+                    missing_message(&m),
+                    done.message,
+                    scan.name_any()
+                );
+            }
             // The manifest's count is exact; the live one may count a
             // record twice (a part scanned again after a crash).
             st.objects.get_or_insert_with(Default::default).errors = done.unreadable;
@@ -111,9 +123,10 @@ pub(super) async fn merging(
                 now,
             );
             write_status(ctx, scan, before, &st).await?;
-            let (kind, reason) = match done.unreadable {
-                0 => (EventType::Normal, "Complete"),
-                _ => (EventType::Warning, "CompleteWithUnreadableObjects"),
+            let (kind, reason) = match (m.shards_dead, done.unreadable) {
+                (0, 0) => (EventType::Normal, "Complete"),
+                (0, _) => (EventType::Warning, "CompleteWithUnreadableObjects"),
+                _ => (EventType::Warning, "CompletePartial"),
             };
             publish(ctx, scan, kind, reason, &done.message).await;
             ctx.merge_retries.lock().expect("lock").remove(&key_of(scan));
@@ -192,6 +205,33 @@ async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Res
     let message = format!("{why}; merging again (retry {})", retries + 1);
     publish(ctx, scan, EventType::Warning, "MergeRetrying", &message).await;
     Ok(Some(message))
+}
+
+/// The missing ranges in words: how many, and the first with its error.
+fn missing_message(m: &Manifest) -> String {
+    let first = m.dead.first();
+    format!(
+        "{} shard(s) failed for good and their key ranges are missing from the result (listed in status.missing and the manifest's dead); first: {} ({})",
+        m.shards_dead,
+        first.map(|d| d.range.to_string()).unwrap_or_default(),
+        first
+            .and_then(|d| d.last_error.as_deref())
+            .unwrap_or("no error recorded")
+    )
+}
+
+/// The missing ranges into the status: their count, and the first few.
+fn note_missing(st: &mut BucketScanStatus, m: &Manifest) {
+    st.missing_ranges = (m.shards_dead > 0).then_some(m.shards_dead);
+    st.missing = m
+        .dead
+        .iter()
+        .take(MISSING_LISTED)
+        .map(|d| MissingRange {
+            range: cut(&d.range.to_string(), 4096),
+            error: cut(d.last_error.as_deref().unwrap_or("no error recorded"), 1024),
+        })
+        .collect();
 }
 
 /// Where the merge wrote the manifest (beside the result).

@@ -50,6 +50,7 @@ mod owned;
 mod planning;
 mod redis_user;
 mod report;
+mod retry;
 mod schedule;
 mod source;
 mod turns;

@@ -79,6 +79,9 @@ pub struct Run {
     pub baseline: Option<String>,
     /// What a baseline must share with the run that uses it ([`shape`]).
     pub shape: String,
+    /// Complete with key ranges missing (`onDeadShards: Partial`): never
+    /// a baseline, so never the last successful run.
+    pub partial: bool,
 }
 
 impl Run {
@@ -112,16 +115,21 @@ pub fn runs(schedule: &BucketScanSchedule, scans: &[BucketScan]) -> Vec<Run> {
                 .map(|t| t.0),
             baseline: s.spec.baseline.as_ref().and_then(|b| b.scan.clone()),
             shape: shape(&s.spec),
+            partial: s
+                .status
+                .as_ref()
+                .is_some_and(|st| st.missing_ranges.unwrap_or(0) > 0),
         })
         .collect();
     runs.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
     runs
 }
 
-/// The newest Complete run.
+/// The newest Complete run that misses no key range (a partial one is not
+/// a success a later run may build on).
 pub fn last_successful(runs: &[Run]) -> Option<&Run> {
     runs.iter()
-        .filter(|r| r.phase == Phase::Complete)
+        .filter(|r| r.phase == Phase::Complete && !r.partial)
         .max_by(|a, b| (a.time(), &a.name).cmp(&(b.time(), &b.name)))
 }
 
@@ -230,6 +238,19 @@ mod tests {
         let found = runs(&s, &[old.clone(), newer.clone()]);
         assert_eq!(
             baseline_for(&s, &found).map(|r| r.name.as_str()),
+            Some("nightly-29927640")
+        );
+        // A newer run that ended Partial is passed over.
+        let mut partial = desired_scan(&s, ts("2026-11-27T02:00:00Z"), None);
+        complete(&mut partial);
+        partial.status.as_mut().unwrap().missing_ranges = Some(1);
+        let found = runs(&s, &[old.clone(), newer.clone(), partial]);
+        assert_eq!(
+            baseline_for(&s, &found).map(|r| r.name.as_str()),
+            Some("nightly-29927640")
+        );
+        assert_eq!(
+            last_successful(&found).map(|r| r.name.as_str()),
             Some("nightly-29927640")
         );
         // The template now writes Parquet: no earlier run can be its baseline.

@@ -48,6 +48,7 @@ mod tests {
             finished: (phase == Phase::Complete || phase == Phase::Failed).then_some(t),
             baseline: baseline.map(str::to_string),
             shape: String::new(),
+            partial: false,
         }
     }
 

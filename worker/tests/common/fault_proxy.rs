@@ -103,6 +103,17 @@ pub fn bucket_of(target: &str) -> &str {
         .unwrap_or_default()
 }
 
+/// A LIST whose `start-after` begins with `start`: how a fleet test picks
+/// the first LIST of one planned shard (a shard's range starts after
+/// `key_before` of its first key, `b.` and U+10FFFF... for `b/`).
+pub fn lists_after(req: &RequestParts, start: &str) -> bool {
+    req.method == "GET"
+        && req.uri.query().unwrap_or_default().split('&').any(|kv| {
+            kv.strip_prefix("start-after=")
+                .is_some_and(|v| v.starts_with(start))
+        })
+}
+
 /// The object key a path-style request names (`/bucket/key` → `key`,
 /// percent-decoded), `None` for bucket-level requests.
 pub fn object_key(req: &RequestParts) -> Option<String> {

@@ -33,7 +33,7 @@ pub fn user_of(url: &str) -> Option<String> {
 /// outside functions too; what it can store that way is bounded by the
 /// server (`proto-max-bulk-len`, `maxmemory`), not by this list (see
 /// docs/queue-protocol.md, "Who may write what").
-pub const FUNCTION_COMMANDS: [&str; 31] = [
+pub const FUNCTION_COMMANDS: [&str; 32] = [
     "del",
     "exists",
     "hdel",
@@ -57,6 +57,7 @@ pub const FUNCTION_COMMANDS: [&str; 31] = [
     "set",
     "sismember",
     "smembers",
+    "srem",
     "time",
     "zadd",
     "zcard",
@@ -249,6 +250,7 @@ mod tests {
             include_str!("govern.lua"),
             include_str!("reap.lua"),
             include_str!("restore.lua"),
+            include_str!("retry.lua"),
             include_str!("read_hash.lua"),
             include_str!("read_keys.lua"),
             include_str!("fenced.lua"),

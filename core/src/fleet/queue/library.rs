@@ -43,6 +43,8 @@ pub enum Step {
     Govern,
     Reap,
     Restore,
+    /// Dead shards and shards with error records back to pending (`retry.lua`).
+    Retry,
     /// Read-only (`no-writes`): a hash read with bounds (see `read_hash.lua`).
     ReadHash,
     /// Read-only (`no-writes`): several keys at one instant (`read_keys.lua`).
@@ -50,7 +52,7 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 12] = [
+    const ALL: [Step; 13] = [
         Step::Enqueue,
         Step::Take,
         Step::Renew,
@@ -61,6 +63,7 @@ impl Step {
         Step::Govern,
         Step::Reap,
         Step::Restore,
+        Step::Retry,
         Step::ReadHash,
         Step::ReadKeys,
     ];
@@ -77,6 +80,7 @@ impl Step {
             Step::Govern => "govern",
             Step::Reap => "reap",
             Step::Restore => "restore",
+            Step::Retry => "retry",
             Step::ReadHash => "read_hash",
             Step::ReadKeys => "read_keys",
         }
@@ -94,6 +98,7 @@ impl Step {
             Step::Govern => include_str!("govern.lua"),
             Step::Reap => include_str!("reap.lua"),
             Step::Restore => include_str!("restore.lua"),
+            Step::Retry => include_str!("retry.lua"),
             Step::ReadHash => include_str!("read_hash.lua"),
             Step::ReadKeys => include_str!("read_keys.lua"),
         }

@@ -617,6 +617,20 @@ pub struct ShardRecord {
     pub counts: std::collections::BTreeMap<String, u64>,
 }
 
+/// What a retry did (see [`Queue::retry`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Retried {
+    /// These shards are pending again; the scan is not merged any more.
+    Requeued { shards: u64 },
+    /// Redis holds this round (or a later one) already: nothing changed.
+    Applied { round: u64 },
+    /// The scan has no manifest in Redis: it is not merged (still running,
+    /// or Redis lost it).
+    NotMerged,
+    /// No shard is dead or holds error records: nothing to scan again.
+    NothingToRetry,
+}
+
 /// A shard's record from its hash.
 fn shard_record(
     id: String,
@@ -986,6 +1000,43 @@ impl Queue {
         let mut call = LIBRARY.call(Step::Reap, &keys);
         call.arg(max_failures).arg(REAP_BATCH);
         self.invoke(&mut con, &call).await
+    }
+
+    /// Retry a merged scan in place, as round `round` (1, 2, ...): every
+    /// dead shard and every done shard with `error` records back to pending,
+    /// from scratch, and the manifest out of `meta` (`retry.lua`). Safe to
+    /// send twice: a round Redis holds already changes nothing.
+    pub async fn retry(&self, round: u64) -> Result<Retried, QueueError> {
+        let mut con = self.con.clone();
+        let keys = [
+            self.keys.meta(),
+            self.keys.pending(),
+            self.keys.shards(),
+            self.keys.done(),
+            self.keys.dead(),
+            self.keys.shard_prefix(),
+            self.keys.key("parts:"),
+        ];
+        let mut call = LIBRARY.call(Step::Retry, &keys);
+        call.arg(round);
+        let (requeued, held): (i64, u64) = self.invoke(&mut con, &call).await?;
+        Ok(match requeued {
+            -1 => Retried::Applied { round: held },
+            -2 => Retried::NotMerged,
+            0 => Retried::NothingToRetry,
+            n => Retried::Requeued {
+                shards: n.max(0) as u64,
+            },
+        })
+    }
+
+    /// The retry round Redis holds (0: never retried).
+    pub async fn retry_round(&self) -> Result<u64, QueueError> {
+        Ok(self
+            .meta_field("retries")
+            .await?
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0))
     }
 
     pub async fn counts(&self) -> Result<QueueCounts, QueueError> {

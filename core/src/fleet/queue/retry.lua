@@ -1,0 +1,44 @@
+-- Retry a merged scan in place (`kubectl bucketscan retry`, `bucketscan-worker
+-- retry`): every dead shard, and every done shard whose parts hold `error`
+-- records, goes back to pending as if never scanned (no checkpoint, no
+-- parts, no counts, no failures: the merge that ended the scan deleted
+-- nothing of the other shards' parts, and this shard's old parts are no
+-- longer recorded, so the next merge reads each record once). The manifest
+-- leaves `meta`, so the scan is not merged until the next merge; `retries`
+-- records the round, which makes the step safe to send twice.
+-- KEYS: meta, pending, shards set, done set, dead set, shard-hash prefix,
+-- parts-list prefix
+-- ARGV[1]: the round (1 for the first retry, then 2, ...)
+-- Returns {requeued, round}: requeued -1 when Redis holds this round or a
+-- later one already (round: the one it holds), -2 when the scan is not
+-- merged (no manifest), 0 when nothing needs scanning again (nothing changed).
+local round = tonumber(ARGV[1])
+local held = tonumber(redis.call('HGET', KEYS[1], 'retries') or '0')
+if held >= round then return {-1, held} end
+if redis.call('HEXISTS', KEYS[1], 'manifest') == 0 then return {-2, held} end
+local again = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  local shard = KEYS[6] .. id
+  local state = redis.call('HGET', shard, 'state')
+  local errors = tonumber(redis.call('HGET', shard, 'n:errors') or '0')
+  if state == 'dead' or (state == 'done' and errors > 0) then
+    table.insert(again, id)
+  end
+end
+if #again == 0 then return {0, held} end
+for _, id in ipairs(again) do
+  local shard = KEYS[6] .. id
+  for _, field in ipairs(redis.call('HKEYS', shard)) do
+    if string.sub(field, 1, 2) == 'n:' or field == 'checkpoint' or field == 'token' or field == 'owner' then
+      redis.call('HDEL', shard, field)
+    end
+  end
+  redis.call('HSET', shard, 'state', 'pending', 'failures', '0')
+  redis.call('DEL', KEYS[7] .. id)
+  redis.call('SREM', KEYS[4], id)
+  redis.call('SREM', KEYS[5], id)
+  redis.call('LPUSH', KEYS[2], id)
+end
+redis.call('HSET', KEYS[1], 'retries', ARGV[1])
+redis.call('HDEL', KEYS[1], 'manifest')
+return {#again, round}

@@ -1,0 +1,112 @@
+//! Retry in place: a finished scan whose spec.retry is above status.retries
+//! (`kubectl bucketscan retry NAME` raises it). Its dead shards and the
+//! shards holding error records go back to pending in Redis in one step
+//! (`Queue::retry`, safe to send twice: Redis records the round), the old
+//! merge Job goes, and the scan is Scanning again: the usual pipeline runs
+//! workers and the merge, under the same fencing and recovery as a first
+//! run. A retry with nothing to scan again, or of a scan that failed for
+//! another cause, is refused with an event and recorded as acted on.
+//!
+//! May import: `context`, `report`, `redis_user`, `children`.
+
+use super::children::{stop_jobs, Stop};
+use super::context::{lease, Context, Error, MANAGER};
+use super::redis_user::refresh;
+use super::report::{publish, write_status, write_status_now};
+use crate::crd::{BucketScan, BucketScanStatus, Phase};
+use crate::desired;
+use crate::status::{self, COMPLETE, FAILED};
+use bucketscan_api::retriable::retriable;
+use bucketscan_core::fleet::queue::{Queue, Retried};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use std::time::Duration;
+
+/// Act on a retry request of a finished scan. `Some`: the retry started
+/// (the scan is Scanning again); `None`: no request, or refused.
+pub(super) async fn retry_requested(
+    scan: &BucketScan,
+    ctx: &Context,
+    st: &mut BucketScanStatus,
+    now: &Time,
+) -> Result<Option<Action>, Error> {
+    let asked = scan.spec.retry.unwrap_or(0);
+    if asked <= st.retries.unwrap_or(0) {
+        return Ok(None);
+    }
+    let before = st.clone();
+    if let Err(why) = retriable(st) {
+        return refuse(scan, ctx, st, &before, asked, &why).await;
+    }
+    // The scan's Redis user went when it finished; the pods need it again.
+    refresh(scan, ctx).await?;
+    let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
+    let shards = match queue.retry(u64::from(asked)).await? {
+        Retried::Requeued { shards } => format!("{shards} shard(s)"),
+        // Redis took this round before the status could say so (the
+        // operator stopped between the two): go on with it.
+        Retried::Applied { .. } => "the shards".to_string(),
+        Retried::NotMerged => {
+            let why =
+                "Redis holds no merged state of this scan (it lost it: restarted without persistence?); \
+                       create a new scan (kubectl bucketscan rerun)";
+            return refuse(scan, ctx, st, &before, asked, why).await;
+        }
+        Retried::NothingToRetry => {
+            let why = "Redis shows no dead shard and no shard with error records: nothing to retry";
+            return refuse(scan, ctx, st, &before, asked, why).await;
+        }
+    };
+    // The finished merge Job would say the merge is done.
+    stop_jobs(scan, ctx, Stop::All).await?;
+    let msg = format!(
+        "retry {asked}: {shards} with dead ranges or error records are scanned again, then merged again"
+    );
+    st.phase = Phase::Scanning;
+    st.retries = Some(asked);
+    // A retry's deadline (activeDeadlineSeconds) counts from the retry.
+    st.start_time = Some(now.clone());
+    st.completion_time = None;
+    st.missing_ranges = None;
+    st.missing.clear();
+    let generation = scan.metadata.generation;
+    status::set_condition(
+        &mut st.conditions,
+        FAILED,
+        false,
+        "Retrying",
+        &msg,
+        generation,
+        now,
+    );
+    status::set_condition(
+        &mut st.conditions,
+        COMPLETE,
+        false,
+        "Retrying",
+        &msg,
+        generation,
+        now,
+    );
+    write_status(ctx, scan, &before, st).await?;
+    publish(ctx, scan, EventType::Normal, "Retrying", &msg).await;
+    Ok(Some(Action::requeue(Duration::from_secs(1))))
+}
+
+async fn refuse(
+    scan: &BucketScan,
+    ctx: &Context,
+    st: &mut BucketScanStatus,
+    before: &BucketScanStatus,
+    asked: u32,
+    why: &str,
+) -> Result<Option<Action>, Error> {
+    st.retries = Some(asked);
+    // Now, not paced: the finished scan is not looked at again until it
+    // changes, and the user waits for this answer.
+    write_status_now(ctx, scan, before, st).await?;
+    let msg = format!("retry {asked} refused: {why}");
+    publish(ctx, scan, EventType::Warning, "RetryRefused", &msg).await;
+    Ok(None)
+}
