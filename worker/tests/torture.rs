@@ -555,10 +555,10 @@ fn draw_bucket(rng: &mut StdRng, page: usize) -> BTreeMap<String, Seeded> {
     keys
 }
 
-/// A seed's drawn and seeded bucket on `server`, its output bucket, and the
-/// seed's generator, ready for the schedule's draws.
+/// A seed's drawn and seeded bucket on `server` and its output bucket
+/// (`Ground::new` also gives the seed's generator, ready for the schedule's
+/// draws: rand's generators cannot be cloned).
 struct Ground {
-    rng: StdRng,
     seed: u64,
     page: usize,
     server: Server,
@@ -568,22 +568,22 @@ struct Ground {
 }
 
 impl Ground {
-    async fn new(seed: u64, server: Server, tag: &str) -> Ground {
+    async fn new(seed: u64, server: Server, tag: &str) -> (Ground, StdRng) {
         let mut rng = StdRng::seed_from_u64(seed);
         let page = *[7usize, 50, 1000].get(rng.random_range(0..3)).unwrap();
         let seeded = draw_bucket(&mut rng, page.min(60));
         let bucket = server.bucket(&format!("{tag}{seed}")).await;
         let output = server.bucket(&format!("{tag}{seed}-out")).await;
         let seeded = seed_tolerantly(&server, &bucket, seeded).await;
-        Ground {
-            rng,
+        let ground = Ground {
             seed,
             page,
             server,
             bucket,
             output,
             seeded,
-        }
+        };
+        (ground, rng)
     }
 
     fn world(&self) -> SeedWorld<'_> {
@@ -598,7 +598,7 @@ impl Ground {
 }
 
 async fn run_seed(seed: u64) -> Run {
-    let ground = Ground::new(seed, versitygw(), "t").await;
+    let (ground, mut rng) = Ground::new(seed, versitygw(), "t").await;
     let how = How {
         scan: format!("t{seed}"),
         output_prefix: "r/".into(),
@@ -606,7 +606,6 @@ async fn run_seed(seed: u64) -> Run {
         baseline: None,
         replace_metadata: false,
     };
-    let mut rng = ground.rng.clone();
     one_scan(&mut rng, &ground.world(), &ground.seeded, &how)
         .await
         .run
@@ -630,8 +629,7 @@ async fn run_seed(seed: u64) -> Run {
 /// between the two scans, for keys neither schedule touched nor a fault
 /// made unreadable (`check_changes`).
 async fn run_incremental_seed(seed: u64) -> Run {
-    let ground = Ground::new(seed, minio(), "ti").await;
-    let mut rng = ground.rng.clone();
+    let (ground, mut rng) = Ground::new(seed, minio(), "ti").await;
     let (server, bucket, output, seeded) = (&ground.server, &ground.bucket, &ground.output, &ground.seeded);
     if rng.random_bool(0.7) {
         tokio::time::sleep(Duration::from_millis(3_100)).await;
