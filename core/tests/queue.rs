@@ -861,3 +861,80 @@ async fn a_commit_is_known_as_resent_by_its_part_not_its_checkpoint() {
         .unwrap());
     assert_eq!(holder.parts(&lease.id).await.unwrap(), ["parts/1", "parts/2"]);
 }
+
+/// A retry walks the scan's state in one Redis step, which Redis cannot
+/// stop once it wrote and which the scan's own user can grow: it refuses,
+/// changing nothing, a state larger than any plan makes (shard ids, or
+/// fields of a shard it would clear), and a manifest of a release before
+/// retries (whose merge deleted the parts a new merge would read).
+#[tokio::test]
+async fn a_retry_refuses_a_state_it_cannot_walk_safely() {
+    use bucketscan_core::fleet::queue::Retried;
+    let scan = scan_id("retry-bounds");
+    let q = queue(&scan, "w", Duration::from_secs(30)).await;
+    q.enqueue(&shards(1)).await.unwrap();
+    let fail = Finish::Fail {
+        error: "HTTP 403 AccessDenied".into(),
+        max_failures: 1,
+    };
+    let lease = q.take().await.unwrap().unwrap();
+    assert_eq!(q.finish(&lease, &fail).await.unwrap(), "dead");
+    let mut con = direct_connection().await;
+    let meta = q.keys().meta();
+    let set_manifest = |json: &'static str| redis::cmd("HSET").arg(&meta).arg("manifest").arg(json).clone();
+
+    let _: () = set_manifest(r#"{"scan":"s","shards_dead":1}"#)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(q.retry(1).await.unwrap(), Retried::PartsGone);
+
+    let _: () = set_manifest(r#"{"scan":"s","shards_dead":1,"partial":true,"retries":0}"#)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let dead = q.keys().shard(&Shard::prefix("p000/").id());
+    let mut fields = redis::cmd("HSET");
+    fields.arg(&dead);
+    for i in 0..300 {
+        fields.arg(format!("n:x{i}")).arg(1);
+    }
+    let _: () = fields.query_async(&mut con).await.unwrap();
+    assert_eq!(
+        q.retry(1).await.unwrap(),
+        Retried::TooLarge,
+        "a shard of 300 fields"
+    );
+    let _: () = redis::cmd("HDEL")
+        .arg(&dead)
+        .arg((0..300).map(|i| format!("n:x{i}")).collect::<Vec<_>>())
+        .query_async(&mut con)
+        .await
+        .unwrap();
+
+    let set = q.keys().shards();
+    for chunk in 0..201 {
+        let ids: Vec<String> = (0..1000).map(|i| format!("fake{chunk}-{i}")).collect();
+        let _: () = redis::cmd("SADD")
+            .arg(&set)
+            .arg(ids)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+    assert_eq!(q.retry(1).await.unwrap(), Retried::TooLarge, "201,001 shard ids");
+    assert_eq!(q.counts().await.unwrap().dead, 1, "nothing changed");
+    let _: () = redis::cmd("SREM")
+        .arg(&set)
+        .arg(
+            (0..201)
+                .flat_map(|c| (0..1000).map(move |i| format!("fake{c}-{i}")))
+                .collect::<Vec<_>>(),
+        )
+        .query_async(&mut con)
+        .await
+        .unwrap();
+
+    assert_eq!(q.retry(1).await.unwrap(), Retried::Requeued { shards: 1 });
+    assert_eq!(q.counts().await.unwrap().pending, 1);
+}

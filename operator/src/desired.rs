@@ -757,9 +757,15 @@ fn one_pod_job(scan: &BucketScan, name: String, component: &str, mut pod: PodSpe
 }
 
 /// The merge Job: one pod running `bucketscan-worker merge` (safe to run
-/// again, so the Job may retry).
+/// again, so the Job may retry). It always says `partial` for dead shards:
+/// a merge that wrote its result succeeds, and the operator decides from
+/// the manifest and spec.onDeadShards what the scan says; were the Job to
+/// fail, a manifest Redis then lost could not be adopted by a merge again
+/// (a failed merge Job is MergeFailed).
 pub fn merge_job(scan: &BucketScan, settings: &Settings, redis_ca: bool) -> Job {
-    let pod = pod_spec(scan, settings, common_args(scan, "merge"), redis_ca);
+    let mut args = common_args(scan, "merge");
+    args.extend(["--on-dead-shards".into(), "partial".into()]);
+    let pod = pod_spec(scan, settings, args, redis_ca);
     one_pod_job(scan, merge_job_name(scan), "merge", pod)
 }
 
@@ -1210,9 +1216,11 @@ mod tests {
         assert_eq!(job.metadata.name.as_deref(), Some("photos-merge"));
         let pod = job.spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
-        assert_eq!(
-            pod.containers[0].args.as_ref().unwrap()[..3],
-            ["merge", "--scan", "team-a.photos.0f1e2d3c"]
+        let args = pod.containers[0].args.as_ref().unwrap();
+        assert_eq!(args[..3], ["merge", "--scan", "team-a.photos.0f1e2d3c"]);
+        assert!(
+            args.windows(2).any(|w| w == ["--on-dead-shards", "partial"]),
+            "a merge that wrote a partial result succeeds; the operator judges it: {args:?}"
         );
     }
 }

@@ -206,6 +206,32 @@ fn store_of(scan: &BucketScan) -> String {
 /// that start together, one goes first). An unplanned scan of another
 /// namespace never blocks: a scan stuck before its plan would otherwise
 /// hold every newer scan of that bucket, cluster-wide.
+/// A scan being retried rewrites its result's files in place: refused while
+/// a running scan of its namespace reads that result as its baseline
+/// (`spec.baseline.scan`), which would read files as they are replaced.
+pub fn read_as_baseline(scan: &BucketScan, others: &[&BucketScan]) -> Result<(), String> {
+    let name = scan.name_any();
+    let reader = others.iter().find(|o| {
+        o.namespace() == scan.namespace()
+            && o.uid() != scan.uid()
+            && o.metadata.deletion_timestamp.is_none()
+            && !matches!(
+                o.status.as_ref().map(|s| &s.phase),
+                Some(Phase::Complete | Phase::Failed)
+            )
+            && o.spec.baseline.as_ref().and_then(|b| b.scan.as_deref()) == Some(name.as_str())
+    });
+    match reader {
+        Some(o) => Err(format!(
+            "BucketScan {} is running and reads this scan's result as its baseline; a retry would \
+             rewrite that result under it: retry once {} has finished",
+            o.name_any(),
+            o.name_any()
+        )),
+        None => Ok(()),
+    }
+}
+
 fn blocks(scan: &BucketScan, other: &BucketScan) -> bool {
     let live = other.metadata.deletion_timestamp.is_none()
         && !matches!(
@@ -255,6 +281,33 @@ mod tests {
         s.metadata.namespace = Some("ns".into());
         s.metadata.uid = Some("u1".into());
         s
+    }
+
+    #[test]
+    fn a_scan_read_as_a_running_scan_s_baseline_is_not_retried() {
+        let mut baseline = scan("", "out", None);
+        baseline.metadata.name = Some("nightly-1".into());
+        let reader = |name: &str, ns: &str, phase: Phase| {
+            let mut r = scan("", "out", Some(name));
+            r.metadata.name = Some(name.into());
+            r.metadata.namespace = Some(ns.into());
+            r.metadata.uid = Some(format!("u-{name}"));
+            r.spec.baseline = Some(crate::crd::Baseline {
+                scan: Some("nightly-1".into()),
+                manifest: None,
+            });
+            r.status = Some(crate::crd::BucketScanStatus {
+                phase,
+                ..Default::default()
+            });
+            r
+        };
+        let running = reader("nightly-2", "ns", Phase::Scanning);
+        let refused = read_as_baseline(&baseline, &[&baseline, &running]).unwrap_err();
+        assert!(refused.contains("BucketScan nightly-2 is running"), "{refused}");
+        let done = reader("nightly-2", "ns", Phase::Complete);
+        let elsewhere = reader("nightly-3", "other", Phase::Scanning);
+        assert_eq!(read_as_baseline(&baseline, &[&done, &elsewhere]), Ok(()));
     }
 
     #[test]

@@ -251,6 +251,15 @@ pub async fn retry(args: RetryArgs) -> anyhow::Result<()> {
             "scan {:?} has no dead shard and no error record: nothing to retry",
             args.queue.scan
         ),
+        Retried::PartsGone => bail!(
+            "scan {:?} was merged by a release before retries, which deleted its parts: scan again with a new scan",
+            args.queue.scan
+        ),
+        Retried::TooLarge => bail!(
+            "scan {:?} holds more shards or shard fields in Redis than a retry walks (200,000 shards, \
+             256 fields each): scan again with a new scan",
+            args.queue.scan
+        ),
     }
     Ok(())
 }

@@ -210,13 +210,23 @@ async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Res
 /// The missing ranges in words: how many, and the first with its error.
 fn missing_message(m: &Manifest) -> String {
     let first = m.dead.first();
-    format!(
-        "{} shard(s) failed for good and their key ranges are missing from the result (listed in status.missing and the manifest's dead); first: {} ({})",
+    missing_words(
         m.shards_dead,
-        first.map(|d| d.range.to_string()).unwrap_or_default(),
+        &first.map(|d| d.range.to_string()).unwrap_or_default(),
         first
             .and_then(|d| d.last_error.as_deref())
-            .unwrap_or("no error recorded")
+            .unwrap_or("no error recorded"),
+    )
+}
+
+/// The condition's message, bounded: the range and the error come from the
+/// manifest in Redis, which the scan's own user may write, and an unbounded
+/// one would make the status too large to write (the scan stuck Merging).
+fn missing_words(dead: u64, range: &str, error: &str) -> String {
+    format!(
+        "{dead} shard(s) failed for good and their key ranges are missing from the result (listed in status.missing and the manifest's dead); first: {} ({})",
+        cut(range, 1024),
+        cut(error, 1024)
     )
 }
 
@@ -237,4 +247,19 @@ fn note_missing(st: &mut BucketScanStatus, m: &Manifest) {
 /// Where the merge wrote the manifest (beside the result).
 fn manifest_location(m: &Manifest) -> String {
     format!("s3://{}/{}", m.spec.output_bucket, m.spec.manifest_key())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::missing_words;
+
+    #[test]
+    fn the_missing_ranges_message_is_bounded() {
+        let huge = "e".repeat(2 << 20);
+        let message = missing_words(3, &"k".repeat(1 << 20), &huge);
+        assert!(message.len() < 2_600, "{} bytes", message.len());
+        assert!(message.starts_with("3 shard(s) failed for good"), "{message}");
+        let short = missing_words(1, "[a, b)", "403 AccessDenied");
+        assert!(short.ends_with("first: [a, b) (403 AccessDenied)"), "{short}");
+    }
 }

@@ -7,12 +7,15 @@
 //! run. A retry with nothing to scan again, or of a scan that failed for
 //! another cause, is refused with an event and recorded as acted on.
 //!
-//! May import: `context`, `report`, `redis_user`, `children`.
+//! May import: `context`, `report`, `redis_user`, `children`, `admission`,
+//! `turns`.
 
+use super::admission::check_output;
 use super::children::{stop_jobs, Stop};
 use super::context::{lease, Context, Error, MANAGER};
 use super::redis_user::refresh;
 use super::report::{publish, write_status, write_status_now};
+use super::turns::take_place_now;
 use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
 use crate::status::{self, COMPLETE, FAILED};
@@ -39,6 +42,10 @@ pub(super) async fn retry_requested(
     if let Err(why) = retriable(st) {
         return refuse(scan, ctx, st, &before, asked, &why).await;
     }
+    // Before anything that touches Redis or the scan's Jobs.
+    if let Err(why) = admissible(scan, ctx).await? {
+        return refuse(scan, ctx, st, &before, asked, &why).await;
+    }
     // The scan's Redis user went when it finished; the pods need it again.
     refresh(scan, ctx).await?;
     let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
@@ -55,6 +62,16 @@ pub(super) async fn retry_requested(
         }
         Retried::NothingToRetry => {
             let why = "Redis shows no dead shard and no shard with error records: nothing to retry";
+            return refuse(scan, ctx, st, &before, asked, why).await;
+        }
+        Retried::PartsGone => {
+            let why = "the scan was merged by a release before retries, which deleted its parts: \
+                       create a new scan (kubectl bucketscan rerun)";
+            return refuse(scan, ctx, st, &before, asked, why).await;
+        }
+        Retried::TooLarge => {
+            let why = "the scan's state in Redis holds more shards or shard fields than any plan makes \
+                       (200,000 shards, 256 fields each): create a new scan (kubectl bucketscan rerun)";
             return refuse(scan, ctx, st, &before, asked, why).await;
         }
     };
@@ -92,6 +109,31 @@ pub(super) async fn retry_requested(
     write_status(ctx, scan, &before, st).await?;
     publish(ctx, scan, EventType::Normal, "Retrying", &msg).await;
     Ok(Some(Action::requeue(Duration::from_secs(1))))
+}
+
+/// A retry starts the scan again, so it passes what a start passes, judged
+/// now: the operator's settings (namespaces, images, endpoints, limits) may
+/// have changed since the scan ran, another scan may write where it does
+/// (`OutputConflict`), a running scan may read its result as a baseline,
+/// and it takes a place among its namespace's running scans.
+async fn admissible(scan: &BucketScan, ctx: &Context) -> Result<Result<(), String>, Error> {
+    let judged = crate::validate::validate(scan)
+        .and_then(|()| ctx.namespace_allows(scan))
+        .and_then(|()| crate::validate::worker_image(scan, &ctx.settings.allowed_images))
+        .and_then(|()| crate::validate::endpoint(scan, &ctx.settings.allowed_endpoints))
+        .and_then(|()| crate::limits::over_limit(scan, &ctx.settings.limits));
+    if judged.is_err() {
+        return Ok(judged);
+    }
+    if let Err(why) = check_output(scan, ctx).await? {
+        return Ok(Err(why));
+    }
+    let all = ctx.scans.get().map(|store| store.state()).unwrap_or_default();
+    let scans: Vec<&BucketScan> = all.iter().map(|s| s.as_ref()).collect();
+    if let Err(why) = crate::validate::read_as_baseline(scan, &scans) {
+        return Ok(Err(why));
+    }
+    Ok(take_place_now(scan, ctx))
 }
 
 async fn refuse(

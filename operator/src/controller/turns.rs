@@ -18,6 +18,29 @@ use std::time::Duration;
 /// How often a queued scan looks whether a place is free.
 const QUEUED_REQUEUE: Duration = Duration::from_secs(10);
 
+/// A retried scan runs again: it takes one of its namespace's places now,
+/// or is refused with the Queued message (a retry does not wait in line:
+/// the user asks again once a place is free).
+pub(super) fn take_place_now(scan: &BucketScan, ctx: &Context) -> Result<(), String> {
+    let cap = ctx.settings.limits.active_scans_per_namespace;
+    let all = ctx.scans.get().map(|store| store.state()).unwrap_or_default();
+    let scans: Vec<&BucketScan> = all.iter().map(|s| s.as_ref()).collect();
+    let mut started = ctx.started.lock().expect("lock");
+    let known: Vec<String> = started.iter().cloned().collect();
+    match turn(scan, &scans, &known, cap) {
+        Turn::Start => {
+            started.insert(key_of(scan));
+            Ok(())
+        }
+        Turn::Wait { active, ahead } => Err(queued_message(
+            &scan.namespace().unwrap_or_default(),
+            active,
+            ahead,
+            cap,
+        )),
+    }
+}
+
 /// `None`: the scan (not started yet) may start now, and holds its place
 /// from here on. `Some`: it waits; its status says why, and when to look
 /// again is the action.

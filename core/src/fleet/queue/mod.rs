@@ -629,6 +629,13 @@ pub enum Retried {
     NotMerged,
     /// No shard is dead or holds error records: nothing to scan again.
     NothingToRetry,
+    /// The scan's state in Redis is beyond what one retry step walks (more
+    /// shards, or shard records with more fields, than any plan makes):
+    /// nothing changed.
+    TooLarge,
+    /// Merged by a release before retries, whose merge deleted every part:
+    /// a new merge could not read the other shards' records.
+    PartsGone,
 }
 
 /// A shard's record from its hash.
@@ -1024,6 +1031,8 @@ impl Queue {
             -1 => Retried::Applied { round: held },
             -2 => Retried::NotMerged,
             0 => Retried::NothingToRetry,
+            -3 => Retried::TooLarge,
+            -4 => Retried::PartsGone,
             n => Retried::Requeued {
                 shards: n.max(0) as u64,
             },

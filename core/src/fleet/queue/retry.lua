@@ -11,17 +11,31 @@
 -- ARGV[1]: the round (1 for the first retry, then 2, ...)
 -- Returns {requeued, round}: requeued -1 when Redis holds this round or a
 -- later one already (round: the one it holds), -2 when the scan is not
--- merged (no manifest), 0 when nothing needs scanning again (nothing changed).
+-- merged (no manifest), 0 when nothing needs scanning again (nothing changed),
+-- -3 when the scan's state is beyond what one step may walk, -4 when its
+-- manifest is of a release before retries (whose merge deleted every part,
+-- so the other shards' parts a new merge reads are gone): nothing changed.
+-- Bounded: Redis cannot stop a function once it wrote, and the scan's own
+-- user can add shard ids and hash fields, so the step reads at most
+-- MAX_SHARDS shards (a 10^9-object plan has about 10,000; live splits add
+-- some) and clears at most MAX_FIELDS fields of each, all checked before
+-- the first write.
+local MAX_SHARDS = 200000
+local MAX_FIELDS = 256
 local round = tonumber(ARGV[1])
 local held = tonumber(redis.call('HGET', KEYS[1], 'retries') or '0')
 if held >= round then return {-1, held} end
-if redis.call('HEXISTS', KEYS[1], 'manifest') == 0 then return {-2, held} end
+local manifest = redis.call('HGET', KEYS[1], 'manifest')
+if not manifest then return {-2, held} end
+if not string.find(manifest, '"retries":', 1, true) then return {-4, held} end
+if redis.call('SCARD', KEYS[3]) > MAX_SHARDS then return {-3, held} end
 local again = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   local shard = KEYS[6] .. id
   local state = redis.call('HGET', shard, 'state')
   local errors = tonumber(redis.call('HGET', shard, 'n:errors') or '0')
   if state == 'dead' or (state == 'done' and errors > 0) then
+    if redis.call('HLEN', shard) > MAX_FIELDS then return {-3, held} end
     table.insert(again, id)
   end
 end
