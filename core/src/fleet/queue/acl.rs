@@ -33,7 +33,7 @@ pub fn user_of(url: &str) -> Option<String> {
 /// outside functions too; what it can store that way is bounded by the
 /// server (`proto-max-bulk-len`, `maxmemory`), not by this list (see
 /// docs/queue-protocol.md, "Who may write what").
-pub const FUNCTION_COMMANDS: [&str; 32] = [
+pub const FUNCTION_COMMANDS: [&str; 33] = [
     "del",
     "exists",
     "hdel",
@@ -54,6 +54,7 @@ pub const FUNCTION_COMMANDS: [&str; 32] = [
     "rpop",
     "rpush",
     "sadd",
+    "scard",
     "set",
     "sismember",
     "smembers",
