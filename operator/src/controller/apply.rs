@@ -2,7 +2,7 @@
 //! plan when Redis has no plan, reap expired leases, size the workers, report
 //! progress; once every shard is done or dead, hand over to the merge.
 
-use super::admission::check_output;
+use super::admission::{check_output, start_checks, ENDPOINT_NOT_ALLOWED};
 use super::baseline::Resolved;
 use super::children::{ensure_workers, stop_jobs, Stop};
 use super::context::{key_of, lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
@@ -35,24 +35,10 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         }
         return finished(scan, ctx, st.start_time.is_some()).await;
     }
-    if let Err(message) = crate::validate::validate(scan) {
-        return fail(scan, ctx, st, "InvalidSpec", &message, &now).await;
-    }
-    if let Err(message) = ctx.namespace_allows(scan) {
-        return fail(scan, ctx, st, "NamespaceNotAllowed", &message, &now).await;
-    }
-    if let Err(message) = crate::validate::worker_image(scan, &ctx.settings.allowed_images) {
-        return fail(scan, ctx, st, "ImageNotAllowed", &message, &now).await;
-    }
-    if let Err(message) = crate::validate::endpoint(scan, &ctx.settings.allowed_endpoints) {
-        return fail(scan, ctx, st, ENDPOINT_NOT_ALLOWED, &message, &now).await;
-    }
-    // Judged before the start; a running scan edited past a cap is held
-    // at the cap instead (`capped_workers`, `plan_options`).
-    if st.start_time.is_none() {
-        if let Err(message) = crate::limits::over_limit(scan, &ctx.settings.limits) {
-            return fail(scan, ctx, st, "OverLimit", &message, &now).await;
-        }
+    // Caps are judged before the start; a running scan edited past a cap
+    // is held at the cap instead (`capped_workers`, `plan_options`).
+    if let Err((reason, message)) = start_checks(scan, ctx, st.start_time.is_some()) {
+        return fail(scan, ctx, st, reason, &message, &now).await;
     }
     let deadline_left =
         status::deadline_left(st.start_time.as_ref(), scan.spec.active_deadline_seconds, &now);
@@ -277,9 +263,6 @@ async fn suspended(
     });
     Ok(Action::requeue(next))
 }
-
-/// The reason of a scan whose endpoint the operator's allowlist refuses.
-const ENDPOINT_NOT_ALLOWED: &str = "EndpointNotAllowed";
 
 /// How often a suspended scan is looked at.
 const SUSPENDED_REQUEUE: Duration = Duration::from_secs(10);

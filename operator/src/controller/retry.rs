@@ -10,7 +10,7 @@
 //! May import: `context`, `report`, `redis_user`, `children`, `admission`,
 //! `turns`.
 
-use super::admission::check_output;
+use super::admission::{check_output, start_checks};
 use super::children::{stop_jobs, Stop};
 use super::context::{lease, Context, Error, MANAGER};
 use super::redis_user::refresh;
@@ -117,13 +117,8 @@ pub(super) async fn retry_requested(
 /// (`OutputConflict`), a running scan may read its result as a baseline,
 /// and it takes a place among its namespace's running scans.
 async fn admissible(scan: &BucketScan, ctx: &Context) -> Result<Result<(), String>, Error> {
-    let judged = crate::validate::validate(scan)
-        .and_then(|()| ctx.namespace_allows(scan))
-        .and_then(|()| crate::validate::worker_image(scan, &ctx.settings.allowed_images))
-        .and_then(|()| crate::validate::endpoint(scan, &ctx.settings.allowed_endpoints))
-        .and_then(|()| crate::limits::over_limit(scan, &ctx.settings.limits));
-    if judged.is_err() {
-        return Ok(judged);
+    if let Err((_, why)) = start_checks(scan, ctx, false) {
+        return Ok(Err(why));
     }
     if let Err(why) = check_output(scan, ctx).await? {
         return Ok(Err(why));

@@ -18,25 +18,33 @@ use std::time::Duration;
 /// How often a queued scan looks whether a place is free.
 const QUEUED_REQUEUE: Duration = Duration::from_secs(10);
 
-/// A retried scan runs again: it takes one of its namespace's places now,
-/// or is refused with the Queued message (a retry does not wait in line:
-/// the user asks again once a place is free).
-pub(super) fn take_place_now(scan: &BucketScan, ctx: &Context) -> Result<(), String> {
+/// Decide `scan`'s turn from the controller's cache of scans and take its
+/// place when it may start, under one lock: two reconciles at once never
+/// both take the last place.
+fn claim_turn(scan: &BucketScan, ctx: &Context) -> Turn {
     let cap = ctx.settings.limits.active_scans_per_namespace;
     let all = ctx.scans.get().map(|store| store.state()).unwrap_or_default();
     let scans: Vec<&BucketScan> = all.iter().map(|s| s.as_ref()).collect();
     let mut started = ctx.started.lock().expect("lock");
     let known: Vec<String> = started.iter().cloned().collect();
-    match turn(scan, &scans, &known, cap) {
-        Turn::Start => {
-            started.insert(key_of(scan));
-            Ok(())
-        }
+    let decided = turn(scan, &scans, &known, cap);
+    if decided == Turn::Start {
+        started.insert(key_of(scan));
+    }
+    decided
+}
+
+/// A retried scan runs again: it takes one of its namespace's places now,
+/// or is refused with the Queued message (a retry does not wait in line:
+/// the user asks again once a place is free).
+pub(super) fn take_place_now(scan: &BucketScan, ctx: &Context) -> Result<(), String> {
+    match claim_turn(scan, ctx) {
+        Turn::Start => Ok(()),
         Turn::Wait { active, ahead } => Err(queued_message(
             &scan.namespace().unwrap_or_default(),
             active,
             ahead,
-            cap,
+            ctx.settings.limits.active_scans_per_namespace,
         )),
     }
 }
@@ -52,19 +60,7 @@ pub(super) async fn wait_turn(
     now: &Time,
 ) -> Result<Option<Action>, Error> {
     let cap = ctx.settings.limits.active_scans_per_namespace;
-    let all = ctx.scans.get().map(|store| store.state()).unwrap_or_default();
-    let scans: Vec<&BucketScan> = all.iter().map(|s| s.as_ref()).collect();
-    let decided = {
-        // Decided and taken under one lock: two reconciles at once never
-        // both take the last place.
-        let mut started = ctx.started.lock().expect("lock");
-        let known: Vec<String> = started.iter().cloned().collect();
-        let decided = turn(scan, &scans, &known, cap);
-        if decided == Turn::Start {
-            started.insert(key_of(scan));
-        }
-        decided
-    };
+    let decided = claim_turn(scan, ctx);
     let generation = scan.metadata.generation;
     let Turn::Wait { active, ahead } = decided else {
         if status::is_true(&st.conditions, QUEUED) {
