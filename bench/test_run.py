@@ -3,31 +3,37 @@
 evaluation, the e2e file, the sections of BENCHMARKS.md a run writes. Run: python3 bench/test_run.py (the Rust test
 bench/tests/harness.rs runs it too)."""
 import argparse
+import ast
 import os
 import re
+import shutil
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import incremental  # noqa: E402
+from harness import billion, clients, common, e2e, incremental, list_latency, list_streams, operator_rss, \
+    report, saturation, scale, splice, store_family as fam, targets  # noqa: E402
+import harness  # noqa: E402
 import run  # noqa: E402
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
 
 def client(head_per_s, cpu_per_100k, objects=100_000):
     cpu = cpu_per_100k * objects / 100_000
     wall = objects / head_per_s
-    return run.figures(objects, wall, cpu, 10_240, None)
+    return clients.figures(objects, wall, cpu, 10_240, None)
 
 
 class Logic(unittest.TestCase):
     def test_median_ignores_missing_values(self):
-        self.assertEqual(run.median([3, 1, 2]), 2)
-        self.assertEqual(run.median([4, None, 1, 2, 3]), 2.5)
-        self.assertIsNone(run.median([None]))
+        self.assertEqual(common.median([3, 1, 2]), 2)
+        self.assertEqual(common.median([4, None, 1, 2, 3]), 2.5)
+        self.assertIsNone(common.median([None]))
 
     def test_figures(self):
-        f = run.figures(50_000, 2.0, 0.5, 2048, 4096)
+        f = clients.figures(50_000, 2.0, 0.5, 2048, 4096)
         self.assertEqual(f["head_per_s"], 25_000)
         self.assertEqual(f["cpu_per_100k"], 1.0)
         self.assertEqual(f["cores_used"], 0.25)
@@ -37,23 +43,23 @@ class Logic(unittest.TestCase):
 
     def test_summary_is_the_median_of_each_figure(self):
         runs = [client(100, 10), client(300, 30), client(200, 20)]
-        s = run.summarize(runs)
+        s = common.summarize(runs)
         self.assertAlmostEqual(s["head_per_s"], 200)
         self.assertAlmostEqual(s["cpu_per_100k"], 20)
         self.assertEqual(s["runs"], 3)
 
     def test_ratios_compare_to_ours(self):
-        clients = {"ours-fast": client(20_000, 5), "go-pool": client(2_000, 20)}
-        r = run.ratios_to_ours(clients)
+        measured = {"ours-fast": client(20_000, 5), "go-pool": client(2_000, 20)}
+        r = clients.ratios_to_ours(measured)
         self.assertAlmostEqual(r["go-pool"]["head_per_s"], 10)
         self.assertAlmostEqual(r["go-pool"]["cpu_per_100k"], 0.25)
         self.assertAlmostEqual(r["go-pool"]["head_per_core_s"], 4)
         self.assertAlmostEqual(r["ours-fast"]["head_per_s"], 1)
-        self.assertEqual(run.ratios_to_ours({"go-pool": client(1, 1)}), {"go-pool": {}})
-        self.assertIsNone(run.ratio(1, 0))
+        self.assertEqual(clients.ratios_to_ours({"go-pool": client(1, 1)}), {"go-pool": {}})
+        self.assertIsNone(common.ratio(1, 0))
 
     def test_targets(self):
-        clients = {
+        measured = {
             "ours-fast": client(40_000, 2.0),
             "hyper-loop": client(45_000, 1.5),
             "go-pool": client(2_000, 5.0),  # ours: 2.5x per core, 0.4x CPU: met
@@ -61,8 +67,8 @@ class Logic(unittest.TestCase):
             "boto3-naive": client(300, 200.0),  # 100x per core: met
         }
         listing = {"rates": {1: 100, 2: 190, 4: 300, 8: 310}, "busy": {1: 0.2, 2: 0.4, 4: 0.6, 8: 0.9}}
-        e2e, _ = run.parse_e2e('{"objects": 1000, "seconds": 1, "raw_head_per_s": 1100}')
-        t = {x["target"]: x for x in run.evaluate_targets(clients, listing, 0.004, e2e)}
+        e2e_figure, _ = e2e.parse_e2e('{"objects": 1000, "seconds": 1, "raw_head_per_s": 1100}')
+        t = {x["target"]: x for x in targets.evaluate_targets(measured, listing, 0.004, e2e_figure)}
         self.assertTrue(t["HEAD/s per client core >= 2x Go pool"]["met"])
         self.assertTrue(t["CPU per 100k HEADs <= 0.5x Go's"]["met"])
         self.assertFalse(t["HEAD/s per client core >= 6x boto3 multiprocessing"]["met"])
@@ -72,8 +78,8 @@ class Logic(unittest.TestCase):
         cpu = t["CPU per HEAD <= 1.5x the bare hyper loop's"]
         self.assertAlmostEqual(cpu["value"], 2.0 / 1.5)
         self.assertTrue(cpu["met"])
-        heavy = dict(clients, **{"ours-fast": client(40_000, 2.5)})
-        t_heavy = {x["target"]: x for x in run.evaluate_targets(heavy, listing, 0.004, e2e)}
+        heavy = dict(measured, **{"ours-fast": client(40_000, 2.5)})
+        t_heavy = {x["target"]: x for x in targets.evaluate_targets(heavy, listing, 0.004, e2e_figure)}
         self.assertFalse(t_heavy["CPU per HEAD <= 1.5x the bare hyper loop's"]["met"], "1.67x")
         self.assertTrue(t["2-shard LIST >= 0.8 x 2 x one stream"]["met"])
         self.assertFalse(t["4-shard LIST >= 0.8 x 4 x one stream"]["met"])
@@ -85,26 +91,26 @@ class Logic(unittest.TestCase):
         self.assertTrue(t["end to end >= 0.8x raw HEAD rate"]["met"])
 
     def test_missing_figures_are_not_measured(self):
-        t = run.evaluate_targets({"ours-fast": client(1, 1)}, None, None, None)
+        t = targets.evaluate_targets({"ours-fast": client(1, 1)}, None, None, None)
         self.assertTrue(all(x["met"] is None for x in t))
         self.assertTrue(any(x["target"].startswith("end to end") for x in t))
-        redis = [x for x in run.evaluate_targets({}, None, 0.01, None) if x["target"].startswith("Redis")]
+        redis = [x for x in targets.evaluate_targets({}, None, 0.01, None) if x["target"].startswith("Redis")]
         self.assertFalse(redis[0]["met"], "0.01 is not below 0.01")
 
     def test_e2e_file(self):
-        data, why = run.parse_e2e('{"objects": 20000, "seconds": 10, "raw_head_per_s": 4000, "cluster": "local"}')
+        data, why = e2e.parse_e2e('{"objects": 20000, "seconds": 10, "raw_head_per_s": 4000, "cluster": "local"}')
         self.assertIsNone(why)
         self.assertEqual(data["objects_per_s"], 2000)
         self.assertEqual(data["ratio"], 0.5)
         self.assertEqual(data["cluster"], "local")
         for bad in ["nope", "[]", '{"objects": 1, "seconds": 0, "raw_head_per_s": 1}',
                     '{"objects": 1, "seconds": 1}', '{"objects": true, "seconds": 1, "raw_head_per_s": 1}']:
-            data, why = run.parse_e2e(bad)
+            data, why = e2e.parse_e2e(bad)
             self.assertIsNone(data, bad)
             self.assertTrue(why, bad)
 
     def test_list_efficiency(self):
-        self.assertEqual(run.list_efficiency({1: 100, 2: 150, 4: 400}), {1: 1.0, 2: 0.75, 4: 1.0})
+        self.assertEqual(list_streams.list_efficiency({1: 100, 2: 150, 4: 400}), {1: 1.0, 2: 0.75, 4: 1.0})
 
 
 def fleet_figures(n, wall=10.0, cpu_per_100k=3.0, redis_peak=1_000_000, commands=None, merge_s=1.0):
@@ -122,13 +128,13 @@ def billion_sample(layout="flat", shards=10_500, lists=11_000, plan_s=12.0, done
                  "merge": {"redis_read_s": 2.0, "plan_s": 0.02, "dataset_files": 170,
                            "dataset_max_parts_per_upload": 130, "file_size": 1 << 30, "bytes": 180 * 10**9,
                            "single": "two-level", "single_parts_per_upload": single_parts}}
-    return run.billion_row(layout, plan, lists, {"used_memory": 1 << 20}, {"used_memory": 5 << 20},
+    return billion.billion_row(layout, plan, lists, {"used_memory": 1 << 20}, {"used_memory": 5 << 20},
                            {"used_memory": done, "used_memory_peak": done + 1}, complete, completed)
 
 
 class Scale(unittest.TestCase):
     def test_a_row_is_the_cost_per_object(self):
-        r = run.scale_row(fleet_figures(1_000_000, wall=50.0, redis_peak=2_000_000, commands=5_000, merge_s=4.0))
+        r = scale.scale_row(fleet_figures(1_000_000, wall=50.0, redis_peak=2_000_000, commands=5_000, merge_s=4.0))
         self.assertEqual(r["end_to_end_per_s"], 20_000)
         self.assertEqual(r["redis_peak_bytes_per_object"], 2.0)
         self.assertEqual(r["redis_per_object"], 0.005)
@@ -137,28 +143,28 @@ class Scale(unittest.TestCase):
         self.assertAlmostEqual(r["redis_peak_mib"], 2_000_000 / 2**20)
 
     def test_growth_compares_the_largest_n_with_the_smallest(self):
-        rows = [run.scale_row(fleet_figures(10**5, wall=10, cpu_per_100k=3.0, redis_peak=10**6, merge_s=1)),
-                run.scale_row(fleet_figures(10**7, wall=1000, cpu_per_100k=3.3, redis_peak=2 * 10**6,
+        rows = [scale.scale_row(fleet_figures(10**5, wall=10, cpu_per_100k=3.0, redis_peak=10**6, merge_s=1)),
+                scale.scale_row(fleet_figures(10**7, wall=1000, cpu_per_100k=3.3, redis_peak=2 * 10**6,
                                             merge_s=200))]
-        g = run.scale_growth(rows)
+        g = scale.scale_growth(rows)
         self.assertEqual(g["factor"], 100)
         self.assertAlmostEqual(g["ratios"]["worker CPU"], 1.1)
         self.assertAlmostEqual(g["ratios"]["wall time"], 1.0)
         self.assertAlmostEqual(g["ratios"]["Redis peak memory"], 0.02)
         self.assertAlmostEqual(g["ratios"]["merge time"], 2.0)
-        self.assertIsNone(run.scale_growth(rows[:1]))
+        self.assertIsNone(scale.scale_growth(rows[:1]))
 
     def test_the_section_has_a_row_per_n(self):
-        rows = [run.scale_row(fleet_figures(n)) for n in (10**5, 10**6)]
-        lines = run.render_scale({"rows": rows, "date": "d", "load": "1.0", "latency_us": 1000}, "docs/scale.png")
-        self.assertEqual(lines[0], run.SCALE_HEADING)
+        rows = [scale.scale_row(fleet_figures(n)) for n in (10**5, 10**6)]
+        lines = scale.render({"rows": rows, "date": "d", "load": "1.0", "latency_us": 1000}, "docs/scale.png")
+        self.assertEqual(lines[0], scale.SCALE_HEADING)
         self.assertTrue(any(line.startswith("| 100,000 |") for line in lines))
         self.assertTrue(any(line.startswith("| 1,000,000 |") for line in lines))
         self.assertIn("![cost per object against N, log-log](docs/scale.png)", lines)
         self.assertTrue(any(line.startswith("| 100,000 |") and "| – |" in line for line in lines),
                         "no operator figure: a dash")
         operator = {"date": "d2", "by_objects": [{"objects": 10**5, "shards": 11, "rss_kb": 25 * 1024}]}
-        lines = run.render_scale({"rows": rows, "date": "d", "load": "1.0", "latency_us": 1000,
+        lines = scale.render({"rows": rows, "date": "d", "load": "1.0", "latency_us": 1000,
                                   "operator": operator})
         self.assertTrue(any(line.startswith("| 100,000 |") and "| 25 MiB |" in line for line in lines), lines)
         self.assertTrue(any(line.startswith("| 1,000,000 |") and "| – |" in line for line in lines), lines)
@@ -171,61 +177,61 @@ class Billion(unittest.TestCase):
         self.assertEqual((r["lists"], r["lists_served"]), (15_000, 15_002))
 
     def test_claims_are_judged_against_the_issue_limits(self):
-        good = {c: met for c, _, met in run.billion_claims([billion_sample()], {"rss_kb": 100 * 1024})}
+        good = {c: met for c, _, met in billion.billion_claims([billion_sample()], {"rss_kb": 100 * 1024})}
         self.assertTrue(all(good.values()), good)
         bad = billion_sample(shards=9_999, lists=15_003, plan_s=31, done=(1 << 30) + 1, single_parts=10_001)
-        claims = {c: met for c, _, met in run.billion_claims([bad], {"rss_kb": 257 * 1024})}
+        claims = {c: met for c, _, met in billion.billion_claims([bad], {"rss_kb": 257 * 1024})}
         self.assertFalse(any(claims.values()), claims)
-        unmeasured = run.billion_claims([billion_sample()], None)[-1]
+        unmeasured = billion.billion_claims([billion_sample()], None)[-1]
         self.assertIsNone(unmeasured[2])
 
     def test_the_section_renders_every_layout(self):
-        rows = [billion_sample(layout) for layout in run.BILLION_LAYOUTS]
-        lines = run.render_billion({"rows": rows, "date": "d", "load": "1", "latency_us": 1000,
+        rows = [billion_sample(layout) for layout in billion.BILLION_LAYOUTS]
+        lines = billion.render({"rows": rows, "date": "d", "load": "1", "latency_us": 1000,
                                     "record_bytes": 180.0})
-        self.assertEqual(lines[0], run.BILLION_HEADING)
-        for layout in run.BILLION_LAYOUTS:
+        self.assertEqual(lines[0], billion.BILLION_HEADING)
+        for layout in billion.BILLION_LAYOUTS:
             self.assertTrue(any(line.startswith(f"| {layout} | 10,500 |") for line in lines), layout)
         self.assertIn("| 200.0 MiB |", "".join(lines))
 
     def test_the_operator_figure_is_its_peak_rss_and_the_phases_it_went_through(self):
-        phases = run.dedupe(["(none)", "Planning", "Planning", "Scanning", "Scanning", "Merging"])
+        phases = operator_rss.dedupe(["(none)", "Planning", "Planning", "Scanning", "Scanning", "Merging"])
         self.assertEqual(phases, ["(none)", "Planning", "Scanning", "Merging"])
-        f = run.operator_figures(80 * 1024, 10_400, phases, 95.0)
+        f = operator_rss.operator_figures(80 * 1024, 10_400, phases, 95.0)
         self.assertEqual(f["rss_kb"], 80 * 1024)
         self.assertIn("10,400 shards", f["text"])
         self.assertIn("**80 MiB**", f["text"])
         self.assertIn("Planning → Scanning → Merging", f["text"])
         sizes = [{"objects": 100_000, "shards": 13, "rss_kb": 20 * 1024},
                  {"objects": 10_000_000, "shards": 64, "rss_kb": 22 * 1024}]
-        f = run.operator_figures(80 * 1024, 10_400, phases, 95.0, sizes)
+        f = operator_rss.operator_figures(80 * 1024, 10_400, phases, 95.0, sizes)
         self.assertEqual(f["by_objects"], sizes)
         self.assertIn("100,000 objects, 13 shards: 20 MiB; 10,000,000 objects, 64 shards: 22 MiB.", f["text"])
 
     def test_sections_are_spliced_in_place_or_before_the_e2e(self):
         text = "# B\n\n## A\n\na\n\n## End to end in the e2e cluster\n\ne\n"
-        once = run.splice_sections(text, [["## S", "", "one"]])
+        once = splice.splice_sections(text, [["## S", "", "one"]])
         self.assertEqual(once, "# B\n\n## A\n\na\n\n## S\n\none\n\n## End to end in the e2e cluster\n\ne\n")
-        twice = run.splice_sections(once, [["## S", "", "two"]])
+        twice = splice.splice_sections(once, [["## S", "", "two"]])
         self.assertEqual(twice, once.replace("one", "two"))
-        self.assertEqual(run.splice_sections("# B\n", [["## S", "x"]]), "# B\n\n## S\nx\n\n")
+        self.assertEqual(splice.splice_sections("# B\n", [["## S", "x"]]), "# B\n\n## S\nx\n\n")
 
     def test_a_new_section_follows_the_one_spliced_before_it(self):
         text = "# B\n\n## A\n\na\n\n## Z\n\nz\n\n## End to end in the e2e cluster\n\ne\n"
-        out = run.splice_sections(text, [["## A", "", "a2"], ["## S", "", "s"]])
+        out = splice.splice_sections(text, [["## A", "", "a2"], ["## S", "", "s"]])
         self.assertEqual(out, text.replace("a\n\n## Z", "a2\n\n## S\n\ns\n\n## Z"))
 
 
 def report_res(date="2026-12-01 00:00 UTC"):
     """The least a full run's results hold for render_markdown."""
-    clients = {"ours-fast": client(40_000, 2.0), "hyper-loop": client(45_000, 1.5)}
-    for c in clients.values():
+    measured = {"ours-fast": client(40_000, 2.0), "hyper-loop": client(45_000, 1.5)}
+    for c in measured.values():
         c["endpoint_share"] = 0.2
     return {"mode": "full", "runs": 3, "date": date, "latency_us": 1000, "skipped": {},
             "machine": {"nproc": 2, "cpu": "cpu", "kernel": "k", "python": "3", "load_before": (1, 1, 1),
                         "load_after": (1, 1, 1)},
-            "clients": clients, "ratios": run.ratios_to_ours(clients), "e2e_missing": "no file",
-            "targets": run.evaluate_targets(clients, None, None, None)}
+            "clients": measured, "ratios": clients.ratios_to_ours(measured), "e2e_missing": "no file",
+            "targets": targets.evaluate_targets(measured, None, None, None)}
 
 
 # A BENCHMARKS.md as a full run leaves it, then edited by hand: a section
@@ -239,7 +245,7 @@ LAST = "## Metadata from MinIO\n\nMeasured by hand.\n"
 
 
 def old_report():
-    text = run.render_markdown(report_res("2026-11-01 00:00 UTC"))
+    text = report.render_markdown(report_res("2026-11-01 00:00 UTC"))
     text = text.replace(E2E, HAND + "\n" + E2E)
     return text.rstrip("\n") + "\n\n" + LAST
 
@@ -250,7 +256,7 @@ def full_run(old, date="2026-12-01 00:00 UTC"):
         path = os.path.join(tmp, "BENCHMARKS.md")
         with open(path, "w") as f:
             f.write(old)
-        run.write_reports(report_res(date), argparse.Namespace(chart=None, markdown=path))
+        report.write_reports(report_res(date), argparse.Namespace(chart=None, markdown=path))
         with open(path) as f:
             return f.read()
 
@@ -307,7 +313,7 @@ class Saturation(unittest.TestCase):
         # 4,800; the tail (t >= 30) has no pending work and a falling rate.
         workers = [1] * 4 + [2] * 3 + [4] * 3 + [6] * 25
         rates = [800] * 4 + [1_600] * 3 + [3_200] * 3 + [4_800] * 20 + [1_000] * 5
-        row = run.saturation_row("autoscaled", None, saturation_fleet(workers, rates, 30,
+        row = saturation.saturation_row("autoscaled", None, saturation_fleet(workers, rates, 30,
                                                                      {"slowdowns": 100, "resets": 400}), 5_000)
         self.assertAlmostEqual(row["steady_rate"], 4_800)
         self.assertAlmostEqual(row["share_of_capacity"], 0.96)
@@ -320,50 +326,50 @@ class Saturation(unittest.TestCase):
 
     def test_a_late_last_change_falls_back_to_the_last_third_of_the_busy_time(self):
         workers = [2] * 28 + [3] * 2
-        row = run.saturation_row("x", None, saturation_fleet(workers, [1_000] * 20 + [3_000] * 10, 30, {}), 5_000)
+        row = saturation.saturation_row("x", None, saturation_fleet(workers, [1_000] * 20 + [3_000] * 10, 30, {}), 5_000)
         self.assertAlmostEqual(row["steady_rate"], 3_000)
 
     def test_claims_and_the_section(self):
-        steady = lambda rate, slow=0, workers=3: run.saturation_row(  # noqa: E731
+        steady = lambda rate, slow=0, workers=3: saturation.saturation_row(  # noqa: E731
             "x", None, saturation_fleet([workers] * 30, [rate] * 30, 30, {"slowdowns": slow}), 5_000)
         rows = [dict(steady(2_000), label="too few", fixed=2),
                 dict(steady(4_900, 3_000, workers=16), label="too many", fixed=16),
                 dict(steady(4_700), label="autoscaled")]
-        sat = {"objects": 100_000, "model": run.SATURATION_MODEL, "concurrency": 2, "rows": rows, "date": "d",
+        sat = {"objects": 100_000, "model": saturation.SATURATION_MODEL, "concurrency": 2, "rows": rows, "date": "d",
                "load": "1"}
-        claims = {c: met for c, _, met in run.saturation_claims(sat)}
+        claims = {c: met for c, _, met in saturation.saturation_claims(sat)}
         self.assertTrue(all(claims.values()), claims)
         rows[2] = dict(steady(4_000, 1_500), label="autoscaled")
-        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in saturation.saturation_claims(sat)}
         self.assertEqual(claims, {"steady r": False, "503s <= ": False, "retries ": True, "settles ": True,
                                   "its extr": True, "more 503": True, "below C ": True})
         # Sixteen workers that do scale past the autoscaled three: the knee was missed.
         rows[1] = dict(steady(14_000, 3_000, workers=16), label="too many", fixed=16)
-        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in saturation.saturation_claims(sat)}
         self.assertFalse(claims["its extr"])
         # The work left, not the autoscaler, shrinks the fleet at the end: no
         # adjustment, and the steady rate is the busy time's.
-        tail = run.saturation_row("x", None, saturation_fleet([11] * 25 + [3] * 5, [4_700] * 25 + [900] * 5, 25,
+        tail = saturation.saturation_row("x", None, saturation_fleet([11] * 25 + [3] * 5, [4_700] * 25 + [900] * 5, 25,
                                                              {}), 5_000)
         self.assertEqual((tail["final_workers"], tail["steps"]), (11, 1))
         self.assertAlmostEqual(tail["steady_rate"], 4_700)
         # Too many without more 503s, too few as fast as the autoscaled: missed.
         rows[0] = dict(steady(4_000), label="too few", fixed=2)
         rows[1] = dict(steady(4_900, 1_000, workers=16), label="too many", fixed=16)
-        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in saturation.saturation_claims(sat)}
         self.assertEqual((claims["more 503"], claims["below C "]), (False, False))
         # ... unless it kept the store's queue longer (other tenants wait).
         rows[1] = dict(rows[1], queued_ms=3.0)
         rows[2] = dict(rows[2], queued_ms=1.0)
-        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in saturation.saturation_claims(sat)}
         self.assertTrue(claims["more 503"])
         rows[1] = dict(rows[1], queued_ms=1.2)
-        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in run.saturation_claims(sat)}
+        claims = {c.split(":")[1].strip()[:8]: met for c, _, met in saturation.saturation_claims(sat)}
         self.assertFalse(claims["more 503"], "a queue only a little longer is noise")
         rows[0], rows[1] = dict(steady(2_000), label="too few", fixed=2), dict(steady(4_900, 3_000, workers=16),
                                                                             label="too many", fixed=16)
-        lines = run.render_saturation(sat, "docs/saturation.png")
-        self.assertEqual(lines[0], run.SATURATION_HEADING)
+        lines = saturation.render(sat, "docs/saturation.png")
+        self.assertEqual(lines[0], saturation.SATURATION_HEADING)
         self.assertTrue(any(line.startswith("| too many | 16 |") for line in lines))
         self.assertTrue(any(line.startswith("| autoscaled | 1..16 (settled at 3) |") for line in lines))
         self.assertIn("![objects/s and workers over time, by fleet](docs/saturation.png)", lines)
@@ -372,15 +378,15 @@ class Saturation(unittest.TestCase):
 def list_latency_sample(rates, n=150_000):
     """The LIST latency section from {(LIST median ms, shards in flight): objects/s}, through the harness's own
     row and ratio functions (fleet_once's figures made up)."""
-    pages = dict(run.LIST_LATENCY_PAGES)
+    pages = dict(list_latency.LIST_LATENCY_PAGES)
     rows = []
     for (ms, shards), rate in rates.items():
         f = {"objects": n, "objects_per_s": rate, "run_s": n / rate, "plan_s": 1.0, "cpu_per_100k": 4.0,
              "worker_rss_kb": 50 * 1024,
              "endpoint": {"lists": n // 1000 + 40, "heads": n}}
-        rows.append(run.list_latency_row((ms, pages[ms]), shards, f))
-    return {"objects": n, "model": run.LIST_LATENCY_MODEL, "concurrency": 256, "plan": run.LIST_LATENCY_PLAN,
-            "runs": 3, "date": "d", "load": "1", "rows": run.list_latency_ratios(rows)}
+        rows.append(list_latency.list_latency_row((ms, pages[ms]), shards, f))
+    return {"objects": n, "model": list_latency.LIST_LATENCY_MODEL, "concurrency": 256, "plan": list_latency.LIST_LATENCY_PLAN,
+            "runs": 3, "date": "d", "load": "1", "rows": list_latency.list_latency_ratios(rows)}
 
 
 GOOD = {(5.0, 1): 16_000, (5.0, 4): 17_000, (100.0, 1): 9_600, (100.0, 4): 16_150}
@@ -398,11 +404,11 @@ class ListLatency(unittest.TestCase):
         self.assertAlmostEqual(rows[(100.0, 4)]["list_bound"], 40_000)
         self.assertEqual((rows[(100.0, 4)]["list_p99_ms"], rows[(100.0, 4)]["heads"]), (150.0, 150_000))
         # Without its baseline a row has no ratio.
-        alone = run.list_latency_ratios([rows[(100.0, 4)]])
+        alone = list_latency.list_latency_ratios([rows[(100.0, 4)]])
         self.assertIsNone(alone[0]["vs_base"])
 
     def test_claims_judge_four_shards_against_the_limit_and_show_one_shard_capped(self):
-        claims = run.list_latency_claims(list_latency_sample(GOOD))
+        claims = list_latency.list_latency_claims(list_latency_sample(GOOD))
         self.assertEqual(claims[0]["target"], "100 ms LIST pages, 4 shards in flight >= 0.9x the 5 ms LIST rate")
         self.assertEqual([c["met"] for c in claims], [True, True])
         self.assertEqual(claims[0]["text"], "0.95x (16,150 against 17,000 objects/s)")
@@ -410,33 +416,33 @@ class ListLatency(unittest.TestCase):
                                             "LIST stream's bound: 10,000/s; against 5 ms pages with 1 shard in "
                                             "flight: 0.60x)")
         # The cap is against the best 5 ms rate: one shard in flight may be capped by more than LIST.
-        capped = run.list_latency_claims(list_latency_sample(
+        capped = list_latency.list_latency_claims(list_latency_sample(
             {(5.0, 1): 7_400, (5.0, 4): 14_200, (100.0, 1): 6_200, (100.0, 4): 12_800}))[1]
         self.assertAlmostEqual(capped["value"], 6_200 / 14_200)
         self.assertTrue(capped["met"])
         # Capped with 4 shards too, and not capped with one: both missed.
-        bad = run.list_latency_claims(list_latency_sample(GOOD | {(100.0, 4): 15_000, (100.0, 1): 15_500}))
+        bad = list_latency.list_latency_claims(list_latency_sample(GOOD | {(100.0, 4): 15_000, (100.0, 1): 15_500}))
         self.assertEqual([c["met"] for c in bad], [False, False])
         # Not measured: neither judged.
         for ll in (None, {"rows": []}, list_latency_sample({(100.0, 4): 16_000})):
-            self.assertEqual([c["met"] for c in run.list_latency_claims(ll)], [None, None], ll)
+            self.assertEqual([c["met"] for c in list_latency.list_latency_claims(ll)], [None, None], ll)
 
     def test_the_target_is_judged_with_the_others(self):
         ll = list_latency_sample(GOOD | {(100.0, 4): 14_000})
-        t = {x["target"]: x for x in run.evaluate_targets({}, None, None, None, ll)}
-        target = t[run.LIST_LATENCY_TARGET]
+        t = {x["target"]: x for x in targets.evaluate_targets({}, None, None, None, ll)}
+        target = t[list_latency.LIST_LATENCY_TARGET]
         self.assertFalse(target["met"])
         self.assertAlmostEqual(target["value"], 14 / 17)
-        self.assertIsNone({x["target"]: x for x in run.evaluate_targets({}, None, None, None)}
-                          [run.LIST_LATENCY_TARGET]["met"])
+        self.assertIsNone({x["target"]: x for x in targets.evaluate_targets({}, None, None, None)}
+                          [list_latency.LIST_LATENCY_TARGET]["met"])
         # Its explanation is its own, not the LIST streams'.
-        self.assertEqual(run.note_key(run.LIST_LATENCY_TARGET), "LIST pages")
+        self.assertEqual(targets.note_key(list_latency.LIST_LATENCY_TARGET), "LIST pages")
 
     def test_the_section_has_a_row_per_page_latency_and_shards_in_flight_and_the_claims(self):
         ll = list_latency_sample(GOOD)
-        lines = run.render_list_latency(ll)
-        self.assertEqual(lines[0], run.LIST_LATENCY_HEADING)
-        self.assertEqual(run.LIST_LATENCY_HEADING, "## LIST latency: shards in flight (issue 14, item 2)")
+        lines = list_latency.render(ll)
+        self.assertEqual(lines[0], list_latency.LIST_LATENCY_HEADING)
+        self.assertEqual(list_latency.LIST_LATENCY_HEADING, "## LIST latency: shards in flight (issue 14, item 2)")
         text = "\n".join(lines)
         for row in ["| 5 / 20 ms | 1 | 16,000 | 1.00x | 200,000/s | 4.00 | 50 MB | 190 | 9.4 |",
                     "| 5 / 20 ms | 4 | 17,000 | 1.00x | 800,000/s |",
@@ -451,19 +457,18 @@ class ListLatency(unittest.TestCase):
         # A full run's report has the section and the target.
         res = report_res()
         res["list_latency"] = ll
-        res["targets"] = run.evaluate_targets(res["clients"], None, None, None, ll)
-        report = run.render_markdown(res)
-        self.assertIn(run.LIST_LATENCY_HEADING + "\n", report)
-        self.assertIn("| 100 ms LIST pages, 4 shards in flight >= 0.9x the 5 ms LIST rate | 0.95x", report.split(
+        res["targets"] = targets.evaluate_targets(res["clients"], None, None, None, ll)
+        text = report.render_markdown(res)
+        self.assertIn(list_latency.LIST_LATENCY_HEADING + "\n", text)
+        self.assertIn("| 100 ms LIST pages, 4 shards in flight >= 0.9x the 5 ms LIST rate | 0.95x", text.split(
             "\n## ", 2)[1])
-        self.assertNotIn(run.LIST_LATENCY_HEADING, run.render_markdown(report_res()))
+        self.assertNotIn(list_latency.LIST_LATENCY_HEADING, report.render_markdown(report_res()))
 
 
 class StoreFamily(unittest.TestCase):
     """The saturation section's family of store models (bench/store_family.py)."""
 
     def test_a_store_past_what_this_machine_drives_is_scaled_in_time(self):
-        import store_family as fam
         row = ("100k", 100_000, 0.5, 0.01, None, None, "flat")
         driven, flags, concurrency, f = fam.scaled(row)
         self.assertEqual((driven, f), (fam.DRIVEN_MAX, 20.0))
@@ -487,7 +492,6 @@ class StoreFamily(unittest.TestCase):
         return r
 
     def test_every_row_is_judged_by_the_same_claims_and_says_why_it_falls_short(self):
-        import store_family as fam
         claims, why = fam.judge(self.row(), 5_000)
         self.assertTrue(all(m for _, m in claims), claims)
         self.assertEqual(why, "")
@@ -503,7 +507,6 @@ class StoreFamily(unittest.TestCase):
         self.assertIn("503s 3.00 % (1.00 % sporadic, 2.00 % from the store's queue)", why)
 
     def test_the_family_is_one_table(self):
-        import store_family as fam
         r = self.row(nominal=100_000, driven=5_000, queue_ms=0.5, sporadic=0.01, profile=None, prefix_share=None)
         r["claims"], r["why"] = fam.judge(r, 5_000)
         lines = fam.render({"objects": 20_000, "rows": [r, dict(r, label="y")], "driven_max": 5_000})
@@ -560,8 +563,104 @@ class Incremental(unittest.TestCase):
         self.assertIn("10,000,000 objects: 2 missing", text)
         self.assertEqual(incremental.render({"rows": []}), [])
         # run.py puts it in its report and splices it alone (--only).
-        spliced = run.splice_sections("# Benchmarks\n\n## Method\n\nx\n", [incremental.render(section)])
+        spliced = splice.splice_sections("# Benchmarks\n\n## Method\n\nx\n", [incremental.render(section)])
         self.assertIn(incremental.HEADING, spliced)
+
+
+def render_fixture():
+    """BENCHMARKS.md as `run.py --render-from` writes it from
+    fixtures/results-full.json (every section, built by the harness's own row
+    functions) over fixtures/BENCHMARKS.old.md (a produced section to
+    replace, hand-written ones to keep, one carried before), with the e2e
+    file of fixtures/ and its notes. The temporary directory's path is
+    replaced by $TMP."""
+    with tempfile.TemporaryDirectory() as tmp:
+        markdown, e2e_path = os.path.join(tmp, "BENCHMARKS.md"), os.path.join(tmp, "e2e.json")
+        shutil.copy(os.path.join(FIXTURES, "BENCHMARKS.old.md"), markdown)
+        shutil.copy(os.path.join(FIXTURES, "e2e.json"), e2e_path)
+        os.utime(e2e_path, (1_790_000_000, 1_790_000_000))  # the e2e figure's date is its file's
+        notes, report.NOTES_FILE = report.NOTES_FILE, os.path.join(FIXTURES, "notes.json")
+        try:
+            run.main(["--render-from", os.path.join(FIXTURES, "results-full.json"), "--markdown", markdown,
+                      "--e2e", e2e_path])
+        finally:
+            report.NOTES_FILE = notes
+        with open(markdown) as f:
+            return f.read().replace(tmp, "$TMP")
+
+
+class Rendering(unittest.TestCase):
+    """The whole report, byte for byte: fixtures/BENCHMARKS.expected.md was
+    written by the harness before it became a package (bench/run.py alone),
+    so a change of any section's text or order, of splicing or of carrying
+    shows here. After a deliberate change of the report, rewrite it:
+    BENCH_UPDATE_EXPECTED=1 python3 bench/test_run.py Rendering, and read
+    the diff."""
+
+    EXPECTED = os.path.join(FIXTURES, "BENCHMARKS.expected.md")
+
+    def test_the_report_from_a_results_json_is_the_expected_one(self):
+        text = render_fixture()
+        if os.environ.get("BENCH_UPDATE_EXPECTED") == "1":
+            with open(self.EXPECTED, "w") as f:
+                f.write(text)
+        with open(self.EXPECTED) as f:
+            expected = f.read()
+        self.assertEqual(text, expected)
+        # The fixture holds every section, so none of them is left out.
+        headings = re.findall(r"(?m)^## .*", text)
+        for heading in [scale.SCALE_HEADING, billion.BILLION_HEADING, saturation.SATURATION_HEADING,
+                        list_latency.LIST_LATENCY_HEADING, incremental.HEADING, e2e.E2E_HEADING,
+                        "## Merge: by hand", "## Hot path: by hand", "## Metadata from MinIO"]:
+            self.assertEqual(headings.count(heading), 1, heading)
+        self.assertIn("### The family of store models (issue 29)", text)
+
+    def test_only_splices_each_measured_section_in_place(self):
+        res = report.read_results(os.path.join(FIXTURES, "results-full.json"))
+        sections = report.render_sections(res)
+        self.assertEqual([s[0] for s in sections], [scale.SCALE_HEADING, billion.BILLION_HEADING,
+                                                    saturation.SATURATION_HEADING, list_latency.LIST_LATENCY_HEADING,
+                                                    incremental.HEADING])
+        with open(os.path.join(FIXTURES, "BENCHMARKS.old.md")) as f:
+            old = f.read()
+        out = splice.splice_sections(old, sections)
+        headings = re.findall(r"(?m)^## .*", out)
+        # Scale in place of its old copy, the new ones after it, the rest where they were.
+        self.assertEqual(headings, ["## Targets", "## Merge: by hand", scale.SCALE_HEADING, billion.BILLION_HEADING,
+                                    saturation.SATURATION_HEADING, list_latency.LIST_LATENCY_HEADING,
+                                    incremental.HEADING, "## Hot path: by hand", e2e.E2E_HEADING,
+                                    "## Metadata from MinIO"])
+        self.assertNotIn("An old scale table", out)
+        self.assertIn("An old e2e figure, replaced.", out, "--only leaves the sections it did not measure")
+
+
+class Layers(unittest.TestCase):
+    """The harness package's modules import one way only (harness/__init__.py)."""
+
+    def imports(self, path):
+        """The package modules `path` imports (`from . import x`, `from .x import y`)."""
+        found = set()
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                found |= {node.module} if node.module else {a.name for a in node.names}
+        return found
+
+    def test_every_module_imports_only_from_lower_layers(self):
+        rank = {m: i for i, layer in enumerate(harness.LAYERS) for m in layer}
+        folder = os.path.dirname(harness.__file__)
+        modules = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py") and f != "__init__.py")
+        self.assertEqual(sorted(rank), modules, "every module has a layer in harness.LAYERS")
+        for m in modules:
+            for imported in self.imports(os.path.join(folder, m + ".py")):
+                self.assertLess(rank[imported], rank[m], f"{m} imports {imported}, not below it")
+
+    def test_the_check_sees_an_upward_import(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".py") as f:
+            f.write("from .report import render_markdown\nfrom . import common, splice\n")
+            f.flush()
+            self.assertEqual(self.imports(f.name), {"report", "common", "splice"})
 
 
 if __name__ == "__main__":

@@ -3,9 +3,8 @@ of N objects, the bucket changed by 1 % (synthetic-s3 `--change-share 0.01`:
 added, deleted, content rewritten and metadata replaced in equal parts), an
 incremental scan against the full one (`scan --baseline`), and a full scan of
 the changed bucket to judge it by. Owns the section's flow, its claims, the
-record-by-record and change-set comparisons and its table; run.py passes in
-its Bench (binaries, temporary directory, environment), its process runner
-and its Endpoint class.
+record-by-record and change-set comparisons and its table; the run's Bench
+(binaries, temporary directory, environment) is passed in.
 
 The scans write their datasets to a MinIO behind synthetic-s3's `--forward`
 (the store check's canary goes there, and MinIO moves LastModified on a
@@ -18,7 +17,7 @@ Run only this section:
     python3 bench/run.py --only incremental --bin-dir DIR [--incremental-objects 1000000,10000000] \\
         --markdown BENCHMARKS.md
 
-May import: nothing of run.py (run.py passes its parts in).
+May import: common, processes, bench.
 """
 import json
 import os
@@ -26,6 +25,9 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+
+from .common import CONCURRENCY, CREDENTIALS, log
+from .processes import Endpoint, free_port, run_client, wait_until
 
 CHANGE_SHARE = 0.01
 CHANGE_SEED = 30
@@ -101,7 +103,7 @@ def manifest(s3, prefix):
     return json.loads(s3.get_object(Bucket=BUCKET, Key=f"{prefix}manifest.json")["Body"].read())
 
 
-def start_minio(binary, tmp, credentials, free_port, wait_until):
+def start_minio(binary, tmp, credentials):
     """A MinIO of its own (the section's output): (process, url, boto3 client)."""
     import boto3
     from botocore.config import Config
@@ -129,7 +131,7 @@ def disk_needed(objects):
     return objects * RECORD_BYTES * DATASETS_AT_ONCE * 11 // 10
 
 
-def measure(bench, args, sizes, log, run_client, endpoint, free_port, wait_until, credentials, concurrency):
+def measure(bench, args, sizes):
     """One row per size in `sizes`: full scan, change, incremental scan, full
     scan of the changed bucket, compared."""
     import shutil
@@ -138,27 +140,27 @@ def measure(bench, args, sizes, log, run_client, endpoint, free_port, wait_until
         raise RuntimeError(f"the incremental section's {max(sizes):,} objects need about {need / 2**30:.1f} GiB "
                            f"of disk under {bench.tmp} for MinIO's datasets; {free / 2**30:.1f} GiB are free "
                            "(TMPDIR moves it; --incremental-objects chooses smaller sizes)")
-    minio, minio_url, s3 = start_minio(args.minio, bench.tmp, credentials, free_port, wait_until)
+    minio, minio_url, s3 = start_minio(args.minio, bench.tmp, CREDENTIALS)
     rows = []
     try:
         for n in sizes:
-            rows.append(measure_one(bench, args, n, log, run_client, endpoint, minio_url, s3, concurrency))
+            rows.append(measure_one(bench, args, n, minio_url, s3))
     finally:
         minio.kill()
         minio.wait()
     return {"rows": rows, "limits": LIMITS, "share": CHANGE_SHARE, "seed": CHANGE_SEED,
-            "latency_us": args.latency_us, "concurrency": concurrency,
+            "latency_us": args.latency_us, "concurrency": CONCURRENCY,
             "build": os.path.basename(os.path.normpath(args.bin_dir))}
 
 
-def measure_one(bench, args, n, log, run_client, endpoint, minio_url, s3, concurrency):
+def measure_one(bench, args, n, minio_url, s3):
     worker = bench.binary("bucketscan-worker")
     synthetic = bench.binary("synthetic-s3")
     changed = ["--change-share", str(CHANGE_SHARE), "--change-seed", str(CHANGE_SEED)]
 
     def scan(ep, prefix, *extra):
         argv = [worker, "scan", "--endpoint", ep.url, "--path-style", "--bucket", "synthetic",
-                "--layout", "dataset", "-o", f"s3://{BUCKET}/{n}/{prefix}", "--concurrency", str(concurrency),
+                "--layout", "dataset", "-o", f"s3://{BUCKET}/{n}/{prefix}", "--concurrency", str(CONCURRENCY),
                 *extra]
         before = ep.stats()["heads"]
         wall, cpu, rss, _, stderr = run_client(argv, env=bench.env, timeout=7200)
@@ -167,7 +169,7 @@ def measure_one(bench, args, n, log, run_client, endpoint, minio_url, s3, concur
                 "summary": " / ".join(said[-2:])}
 
     log(f"incremental: {n:,} objects, full scan")
-    ep = endpoint(synthetic, n, args.latency_us, forward=minio_url)
+    ep = Endpoint(synthetic, n, args.latency_us, forward=minio_url)
     try:
         full = scan(ep, "full/")
     finally:
@@ -176,7 +178,7 @@ def measure_one(bench, args, n, log, run_client, endpoint, minio_url, s3, concur
     # The changed bucket's changes are modified the second after its server
     # started: later than the full scan's start by the store's clock.
     time.sleep(1)
-    ep = endpoint(synthetic, n, args.latency_us, forward=minio_url, model=changed)
+    ep = Endpoint(synthetic, n, args.latency_us, forward=minio_url, model=changed)
     try:
         log(f"incremental: {n:,} objects, {CHANGE_SHARE * 100:g} % changed, incremental scan")
         inc = scan(ep, "inc/", "--baseline", f"s3://{BUCKET}/{n}/full/manifest.json")

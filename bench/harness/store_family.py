@@ -1,9 +1,10 @@
 """The saturation section's family of store models (issue 29, item 1): one
 autoscaled fleet per store model, every row judged by the same claims, one
 table. Owns the family, the scaling of a nominal store to what this 2-core
-machine can drive, the per-row claims and the table; run.py's `Bench`
+machine can drive, the per-row claims and the table; the run's `Bench`
 measures each row (`fleet_once` with `autoscaled-fleet`, as the saturation
-section's autoscaled fleet) and `saturation_row` reads it.
+section's autoscaled fleet) and the saturation section's `saturation_row`,
+passed in, reads it.
 
 Scaling. A store of nominal capacity C, HEAD latency L and queue limit Q is
 driven at capacity C' = min(C, DRIVEN_MAX) with every time multiplied by
@@ -15,8 +16,14 @@ sporadic share is a share. What does not scale: the governor's window (one
 second) holds f times fewer requests, so its statistics are f times noisier
 (said in the table's note).
 
-May import: nothing of run.py (run.py passes its Bench and row reader in).
+May import: common, processes, bench (saturation imports this module, so its
+row reader and plan are passed in).
 """
+import json
+import os
+
+from .common import log
+from .processes import run_client
 
 # The fastest store the fleet drives on this machine (HEADs/s): beyond it
 # the machine, not the store, would saturate first.
@@ -47,7 +54,7 @@ FAMILY = [
     ("profile flashblade", 15_000, 5.0, 0.0, None, "flashblade", "flat"),
     ("profile minio", 8_000, 5.0, 0.0, None, "minio", "flat"),
 ]
-# A quick subset (run.py --family-rows quick).
+# A quick subset (bench/run.py --family-rows quick).
 QUICK = ["base", "sporadic 1 %", "short queue, sporadic 0.1 %"]
 
 
@@ -135,13 +142,10 @@ def why(row, driven, claims):
     return "; ".join(reasons) or ", ".join(missed)
 
 
-def measure(bench, args, row_reader, log, run_client, plan_args, default_objects):
+def measure(bench, args, row_reader, plan_args, default_objects):
     """Run the family's rows named by args.family_rows (all, quick, or names)
-    with `bench` (run.py's Bench); `row_reader` is run.py's saturation_row,
-    `run_client` its process runner, `plan_args` the saturation plan."""
-    import json
-    import os
-
+    with `bench` (the run's Bench); `row_reader` is the saturation section's
+    saturation_row, `plan_args` its plan."""
     wanted = args.family_rows or "all"
     names = [r[0] for r in FAMILY] if wanted == "all" else QUICK if wanted == "quick" else \
         [n.strip() for n in wanted.split(",")]
