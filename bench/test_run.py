@@ -129,7 +129,7 @@ def billion_sample(layout="flat", shards=10_500, lists=11_000, plan_s=12.0, done
                            "dataset_max_parts_per_upload": 130, "file_size": 1 << 30, "bytes": 180 * 10**9,
                            "single": "two-level", "single_parts_per_upload": single_parts}}
     return billion.billion_row(layout, plan, lists, {"used_memory": 1 << 20}, {"used_memory": 5 << 20},
-                           {"used_memory": done, "used_memory_peak": done + 1}, complete, completed)
+                               {"used_memory": done, "used_memory_peak": done + 1}, complete, completed)
 
 
 class Scale(unittest.TestCase):
@@ -145,7 +145,7 @@ class Scale(unittest.TestCase):
     def test_growth_compares_the_largest_n_with_the_smallest(self):
         rows = [scale.scale_row(fleet_figures(10**5, wall=10, cpu_per_100k=3.0, redis_peak=10**6, merge_s=1)),
                 scale.scale_row(fleet_figures(10**7, wall=1000, cpu_per_100k=3.3, redis_peak=2 * 10**6,
-                                            merge_s=200))]
+                                              merge_s=200))]
         g = scale.scale_growth(rows)
         self.assertEqual(g["factor"], 100)
         self.assertAlmostEqual(g["ratios"]["worker CPU"], 1.1)
@@ -165,7 +165,7 @@ class Scale(unittest.TestCase):
                         "no operator figure: a dash")
         operator = {"date": "d2", "by_objects": [{"objects": 10**5, "shards": 11, "rss_kb": 25 * 1024}]}
         lines = scale.render({"rows": rows, "date": "d", "load": "1.0", "latency_us": 1000,
-                                  "operator": operator})
+                              "operator": operator})
         self.assertTrue(any(line.startswith("| 100,000 |") and "| 25 MiB |" in line for line in lines), lines)
         self.assertTrue(any(line.startswith("| 1,000,000 |") and "| – |" in line for line in lines), lines)
         self.assertTrue(any("measured d2." in line for line in lines))
@@ -188,7 +188,7 @@ class Billion(unittest.TestCase):
     def test_the_section_renders_every_layout(self):
         rows = [billion_sample(layout) for layout in billion.BILLION_LAYOUTS]
         lines = billion.render({"rows": rows, "date": "d", "load": "1", "latency_us": 1000,
-                                    "record_bytes": 180.0})
+                                "record_bytes": 180.0})
         self.assertEqual(lines[0], billion.BILLION_HEADING)
         for layout in billion.BILLION_LAYOUTS:
             self.assertTrue(any(line.startswith(f"| {layout} | 10,500 |") for line in lines), layout)

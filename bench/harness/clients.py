@@ -100,6 +100,7 @@ def command(bench, client, url, objects, out):
 
 
 def available(bench, client):
+    """Whether a peer client is installed (ours and the hyper loop always are)."""
     if client.startswith("boto3"):
         return bench.python and os.path.exists(bench.python)
     if client == "go-pool":
@@ -110,6 +111,8 @@ def available(bench, client):
 
 
 def run_one(bench, client, objects):
+    """One run of `client` against a fresh synthetic-s3 of `objects`: its
+    figures, after checking it saw every object with its metadata."""
     ep = Endpoint(bench.binary("synthetic-s3"), objects, bench.args.latency_us)
     out = os.path.join(bench.tmp, f"{client}.out")
     try:
@@ -143,6 +146,8 @@ def run_one(bench, client, objects):
 
 
 def measure(bench):
+    """Every wanted client that is installed, run after run, interleaved:
+    (medians by client, every run, the skipped clients and why)."""
     mode = bench.args.mode
     wanted = [c for c, _ in CLIENTS if c in bench.args.clients]
     skipped = {c: "not installed" for c in wanted if not available(bench, c)}

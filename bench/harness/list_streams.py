@@ -25,6 +25,8 @@ def list_efficiency(list_runs):
 
 
 def measure(bench):
+    """keys/s, CPU and how busy the cores were for each count of LIST_SHARDS
+    streams, the median over the runs."""
     n = bench.args.objects or SIZES[bench.args.mode]["list"]
     rates = {s: [] for s in LIST_SHARDS}
     endpoint_cpu = {s: [] for s in LIST_SHARDS}
