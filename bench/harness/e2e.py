@@ -57,6 +57,55 @@ def render(res):
                 rate = e2e["objects"] / scanning
                 lines += ["", f"The scanning phase alone: {rate:,.0f} objects/s, "
                               f"{rate / e2e['raw_head_per_s']:.2f}x the raw HEAD rate."]
+        lines += render_timeline(e2e.get("timeline"))
+        lines += render_incremental(res.get("e2e_incremental"))
     else:
         lines.append(f"not measured in this run (`e2e/run.sh bench` writes it; `just bench` runs it first): {res.get('e2e_missing')}.")
+    return lines
+
+
+def render_timeline(t):
+    """Where the scanning phase went (e2e/sample.py's samples, summed up by
+    e2e/timeline.py): Markdown lines, none without a timeline."""
+    if not isinstance(t, dict) or "steady_head_per_s" not in t:
+        return []
+    cores = t.get("cpu_cores_by_component") or {}
+    return [
+        "",
+        f"Timeline (the store's HEAD counter and every process's CPU, sampled twice a second): the first HEAD "
+        f"{t['first_head_after_start_s']} s after the scan's start, then {t['heading_s']} s of HEADs; the rate "
+        f"reached 90 % of its steady {t['steady_head_per_s']:,}/s (median, peak {t['peak_head_per_s']:,}/s) "
+        f"{t['climb_to_steady_s']} s after the first HEAD, and the last 5 % of the HEADs took "
+        f"{t['tail_last_5pct_s']} s. While HEADing, the machine's cores were {t.get('machine_cores_busy', '?')} "
+        f"busy, {t['cores_busy']} of them by these long-lived processes:",
+        "",
+        "| component | cores |",
+        "| --- | ---: |",
+        *[f"| {name} | {used:.2f} |" for name, used in cores.items()],
+    ]
+
+
+def render_incremental(row):
+    """The cluster's incremental scan (issue 30, item 7): Markdown lines,
+    none when that run made none."""
+    if not isinstance(row, dict) or "claims" not in row:
+        return []
+    lines = [
+        "",
+        f"Incremental in the cluster ({row.get('written', 'date unknown')}; `e2e/run.sh bench` after the scan "
+        "above): the bucket changed by 1 % (added, deleted, content rewritten, metadata replaced in equal "
+        "parts), then a BucketScan with `spec.baseline: {scan: e2e-bench}`, judged against a full scan of the "
+        "changed bucket by one `bucketscan-worker scan`, record by record, and its change set against the "
+        f"store's own list of the changes: {row['incremental']['heads']:,} HEADs "
+        f"({row['heads_share'] * 100:.2f} % of the full scan's {row['full']['heads']:,}) in "
+        f"{row['incremental']['wall_s']:.0f} s ({row['wall_ratio']:.2f}x the full scan's "
+        f"{row['full']['wall_s']:.0f} s); {row.get('changes_made', 0):,} changes made.",
+        "",
+        "| claim | met |",
+        "| --- | --- |",
+        *[f"| {claim} | {'met' if met else 'MISSED'} |" for claim, met in row["claims"]],
+    ]
+    for what in ("records_diff", "changes_diff"):
+        if row.get(what):
+            lines += ["", f"{what}: {row[what]}"]
     return lines

@@ -193,7 +193,20 @@ def read_e2e(res, path, redis_per_object):
     else:
         res["e2e_missing"] = f"no {path}"
     res["e2e"] = e2e
+    res["e2e_incremental"] = read_e2e_incremental(os.path.join(os.path.dirname(path), "e2e-incremental.json"))
     res["targets"] = evaluate_targets(res["clients"], res.get("list"), redis_per_object, e2e, res.get("list_latency"))
+
+
+def read_e2e_incremental(path):
+    """The cluster's incremental figure (e2e/incremental_check.py writes it
+    beside e2e.json), or None when that run made none."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        row = json.load(f)
+    row["written"] = datetime.datetime.fromtimestamp(
+        os.path.getmtime(path), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return row
 
 
 def read_notes(res):

@@ -472,6 +472,12 @@ async fn a_distributed_incremental_scan_equals_a_full_one_with_the_exact_change_
     );
     assert_eq!(inc.counts["objects"], want.len() as u64);
     assert_eq!(c.heads, 9, "only the new and changed objects are HEADed: {i:?}");
+    // What reading the baseline cost, summed over the workers' reports
+    // (it was 0 in every fleet manifest before they reported it).
+    assert!(
+        i.baseline_bytes_read > 0,
+        "the manifest says what the baseline cost: {i:?}"
+    );
     assert_eq!(
         s3.key_count(&out, "inc/parts/").await,
         0,

@@ -288,7 +288,7 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
                     reused: progress.get("reused").copied().unwrap_or(0),
                     heads: progress.get("heads").copied().unwrap_or(0),
                 },
-                baseline_bytes_read: 0,
+                baseline_bytes_read: progress.get("baseline_bytes").copied().unwrap_or(0),
             })
         }
         None => None,

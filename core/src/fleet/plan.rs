@@ -102,23 +102,37 @@ pub async fn plan_scan(
     // the baseline, whose faults are the scan's, said once.
     // Boxed: these futures (SDK calls) are large, and a caller's stack may be
     // a runtime worker's.
-    let store = Box::pin(ensure_store_check(s3, spec))
-        .await
-        .map_err(|source| PlanError::Output {
-            bucket: spec.output_bucket.clone(),
-            source,
-        })?;
-    Box::pin(load_baseline(s3, spec, &store))
-        .await
-        .map_err(|e| match e {
-            BaselineError::Read { source, .. } if source.is_retryable() => PlanError::Output {
+    // The store check waits a second on purpose (LastModified's resolution)
+    // and the baseline is a few reads: both go beside the planner's LISTs,
+    // which need neither. No HEAD starts before the plan is marked, after
+    // both, so the check's start still comes before every HEAD.
+    let prepared = async {
+        let store = Box::pin(ensure_store_check(s3, spec))
+            .await
+            .map_err(|source| PlanError::Output {
                 bucket: spec.output_bucket.clone(),
                 source,
-            },
-            refused => PlanError::Settings(refused.to_string()),
-        })?;
+            })?;
+        Box::pin(load_baseline(s3, spec, &store))
+            .await
+            .map_err(|e| match e {
+                BaselineError::Read { source, .. } if source.is_retryable() => PlanError::Output {
+                    bucket: spec.output_bucket.clone(),
+                    source,
+                },
+                refused => PlanError::Settings(refused.to_string()),
+            })?;
+        Ok::<_, PlanError>(())
+    };
     let stored = queue.shard_ranges().await?;
-    let (shards, estimated_objects) = if stored.is_empty() {
+    let cut = async {
+        if !stored.is_empty() {
+            tracing::warn!(
+                stored = stored.len(),
+                "a plan that did not finish: queueing the ranges its shards leave"
+            );
+            return Ok((uncovered(&spec.prefix, &stored), 0));
+        }
         let lister = BucketLister {
             s3,
             bucket: &spec.bucket,
@@ -129,18 +143,13 @@ pub async fn plan_scan(
         };
         let planned = plan(&lister, &opts).await.map_err(PlanError::Planning)?;
         let estimated: u64 = planned.iter().map(|s| s.estimated_objects).sum();
-        // Refused before anything is stored: a single result that cannot fit
-        // would otherwise fail only at the merge, after the whole scan.
         check(estimated)?;
-        (planned.into_iter().map(|p| p.shard).collect(), estimated)
-    } else {
-        // A plan that died midway: never tile again, fill its gaps.
-        tracing::warn!(
-            stored = stored.len(),
-            "a plan that did not finish: queueing the ranges its shards leave"
-        );
-        (uncovered(&spec.prefix, &stored), 0)
+        Ok::<_, PlanError>((
+            planned.into_iter().map(|p| p.shard).collect::<Vec<_>>(),
+            estimated,
+        ))
     };
+    let ((), (shards, estimated_objects)) = tokio::try_join!(prepared, Box::pin(cut))?;
     queue.set_spec(spec).await?;
     let mut added = queue.enqueue(&shards).await?;
     added += fill_gaps(spec, queue).await?;

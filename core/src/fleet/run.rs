@@ -619,7 +619,7 @@ impl Progress {
     /// Counter deltas since the last report and the HEAD rate over the same
     /// interval: both measured between the two snapshots, so a report that
     /// took long (Redis restarting) cannot inflate the next rate.
-    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 9], f64) {
+    fn since_last(&self, now: &CountersSnapshot, taken: Instant) -> ([(&'static str, u64); 10], f64) {
         let d = |f: fn(&CountersSnapshot) -> u64| f(now).saturating_sub(f(&self.last));
         let deltas = [
             ("listed", d(|c| c.listed)),
@@ -636,6 +636,8 @@ impl Progress {
             // Listed objects the spec's filter left out (no HEAD, no
             // record): not scanned, counted apart.
             ("filtered", d(|c| c.filtered)),
+            // Incremental scans: bytes of the baseline read.
+            ("baseline_bytes", d(|c| c.baseline_bytes)),
         ];
         let secs = taken.duration_since(self.at).as_secs_f64().max(1e-3);
         (deltas, (deltas[1].1 as f64 / secs).round())
@@ -646,7 +648,7 @@ impl Progress {
 async fn report_progress(queue: &Queue, engine: &Engine, progress: &mut Progress) -> bool {
     let report = progress.unconfirmed.take().unwrap_or_else(|| Report {
         id: rand::random(),
-        counters: engine.counters.snapshot(),
+        counters: engine.progress_snapshot(),
         taken: Instant::now(),
     });
     let (deltas, rate) = progress.since_last(&report.counters, report.taken);

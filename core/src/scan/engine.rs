@@ -149,6 +149,9 @@ pub struct CountersSnapshot {
     pub content_changed: u64,
     pub metadata_changed: u64,
     pub filtered: u64,
+    /// Bytes of the baseline read (incremental scans; see
+    /// [`Engine::progress_snapshot`]: the baseline counts them, not `Counters`).
+    pub baseline_bytes: u64,
 }
 
 impl Counters {
@@ -172,6 +175,7 @@ impl Counters {
             content_changed: self.content_changed.load(Relaxed),
             metadata_changed: self.metadata_changed.load(Relaxed),
             filtered: self.filtered.load(Relaxed),
+            baseline_bytes: 0,
         }
     }
 }
@@ -276,6 +280,17 @@ impl Engine {
 
     pub fn incremental(&self) -> Option<&Incremental> {
         self.incremental.get()
+    }
+
+    /// The counters, with the baseline's bytes read so far: what a fleet
+    /// worker reports, so the merged manifest says what the baseline cost.
+    pub fn progress_snapshot(&self) -> CountersSnapshot {
+        CountersSnapshot {
+            baseline_bytes: self
+                .incremental()
+                .map_or(0, |i| i.baseline.bytes_read.load(Relaxed)),
+            ..self.counters.snapshot()
+        }
     }
 
     /// Scan one shard, sending every record in key order to `out` (writers
