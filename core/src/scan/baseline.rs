@@ -456,6 +456,9 @@ struct OpenFile {
     file: DataFile,
     /// Next byte to fetch (text formats), or the row groups left (Parquet).
     next: u64,
+    /// Where fetching ends (text formats): the first block past the range,
+    /// or the file's end.
+    stop: u64,
     row_groups: VecDeque<usize>,
     parquet: Option<crate::scan::parquet::RemoteFile>,
     text: TextDecoder,
@@ -542,6 +545,7 @@ impl RangeReader {
             bucket,
             key,
             next: start_offset(&file, &self.bounds),
+            stop: stop_offset(&file, &self.bounds),
             file,
             row_groups: VecDeque::new(),
             parquet: None,
@@ -574,6 +578,19 @@ fn start_offset(file: &DataFile, bounds: &Bounds) -> u64 {
         .map_or(0, |b| b.offset)
 }
 
+/// Where reading `file` for the range may end: the first block that starts
+/// at or past the range's end (its keys, and every later one, are past it),
+/// else the file's end. Without it a shard's last GET read a whole chunk
+/// past its range: a merged result read by more shards than it was written
+/// by cost up to a chunk (8 MiB) more per shard.
+fn stop_offset(file: &DataFile, bounds: &Bounds) -> u64 {
+    bounds
+        .before
+        .as_deref()
+        .and_then(|before| file.blocks.iter().find(|b| b.first_key.as_str() >= before))
+        .map_or(file.bytes, |b| b.offset.min(file.bytes))
+}
+
 /// The next records of an open file.
 async fn read_more(s3: &S3, baseline: &Baseline, open: &mut OpenFile) -> Result<Vec<Record>, S3Error> {
     if let Some(remote) = &open.parquet {
@@ -591,11 +608,11 @@ async fn read_more(s3: &S3, baseline: &Baseline, open: &mut OpenFile) -> Result<
         }
         return Ok(records);
     }
-    if open.next >= open.file.bytes {
+    if open.next >= open.stop {
         open.done = true;
         return open.text.finish().map_err(|e| bad_file(open, e));
     }
-    let end = (open.next + CHUNK).min(open.file.bytes) - 1;
+    let end = (open.next + CHUNK).min(open.stop) - 1;
     let chunk = s3
         .get(
             &open.bucket,
@@ -935,6 +952,35 @@ mod tests {
         assert_eq!(start_offset(&f, &Bounds::of(&shard(Some("g")))), 0);
         assert_eq!(start_offset(&f, &Bounds::of(&shard(Some("h")))), 100);
         assert_eq!(start_offset(&f, &Bounds::of(&shard(Some("q")))), 200);
+    }
+
+    #[test]
+    fn reading_stops_at_the_first_block_past_the_range() {
+        let mut f: DataFile = serde_json::from_str(
+            r#"{"location":"s3://o/d","first_key":"a","last_key":"z","records":3,"bytes":300,"etag":null}"#,
+        )
+        .unwrap();
+        f.blocks = ["a", "h", "p"]
+            .iter()
+            .zip([0, 100, 200])
+            .map(|(k, offset)| Block {
+                first_key: (*k).into(),
+                offset,
+            })
+            .collect();
+        let shard = |end: Option<&str>| Shard {
+            prefix: String::new(),
+            start_after: None,
+            end: end.map(String::from),
+        };
+        assert_eq!(stop_offset(&f, &Bounds::of(&shard(None))), 300);
+        // Keys before "h" end in the first block; "h" itself is past.
+        assert_eq!(stop_offset(&f, &Bounds::of(&shard(Some("h")))), 100);
+        assert_eq!(stop_offset(&f, &Bounds::of(&shard(Some("i")))), 200);
+        assert_eq!(stop_offset(&f, &Bounds::of(&shard(Some("zz")))), 300);
+        // Without blocks, the whole file.
+        f.blocks.clear();
+        assert_eq!(stop_offset(&f, &Bounds::of(&shard(Some("h")))), 300);
     }
 
     #[test]
