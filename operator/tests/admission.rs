@@ -11,18 +11,14 @@ mod common;
 use bucketscan_operator::crd::{BucketScan, Phase};
 use cluster::*;
 use common::*;
-use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
-use std::process::Child;
 
 const NS: &str = "admission";
 
-fn start_operator() -> Child {
-    operator_command!(NS, temp_path("operator-admission.log"))
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .spawn()
-        .unwrap()
+fn start_operator() -> Operator {
+    Operator::watching(NS).start()
 }
 
 async fn create(scans: &Api<BucketScan>, name: &str, source: serde_json::Value, output: serde_json::Value) {
@@ -196,12 +192,7 @@ async fn outputs_never_collide() {
     );
 
     // A credentials Secret without the keys is named in the failure.
-    let keyless: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "keyless"}, "stringData": {"token": "x"}
-    }))
-    .unwrap();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    secrets.create(&PostParams::default(), &keyless).await.unwrap();
+    create_secret(&client, NS, "keyless", serde_json::json!({"token": "x"})).await;
     let mut src = source("", &bucket);
     src["credentialsSecret"]["name"] = "keyless".into();
     create(
@@ -232,26 +223,8 @@ async fn outputs_never_collide() {
         blocked.1
     );
 
-    delete_all(&scans, &["first", "plain", "second", "into", "inside", "keyless"]).await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
-}
-
-/// Delete the scans `names` and wait until none is left.
-async fn delete_all(scans: &Api<BucketScan>, names: &[&str]) {
-    for name in names {
-        scans.delete(name, &DeleteParams::default()).await.unwrap();
-    }
-    eventually("every scan deleted", 60, async || {
-        scans
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    delete_scans(&scans, &["first", "plain", "second", "into", "inside", "keyless"]).await;
+    operator.stop();
 }
 
 /// `spec.filters` the schema lets through but the workers could not use
@@ -276,10 +249,7 @@ async fn filters_reach_the_planned_spec_or_fail_the_scan() {
     .await;
     create_s3_secret(&client, FNS, "s3", &s3.access_key, &s3.secret_key).await;
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), FNS);
-    let mut operator = operator_command!(FNS, temp_path("operator-admission-filters.log"))
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .spawn()
-        .unwrap();
+    let mut operator = Operator::watching(FNS).start();
     let create = |name: &'static str, prefix: &'static str, filters: serde_json::Value| {
         let scan: BucketScan = serde_json::from_value(serde_json::json!({
             "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
@@ -337,7 +307,6 @@ async fn filters_reach_the_planned_spec_or_fail_the_scan() {
         "{message}"
     );
 
-    delete_all(&scans, &["filtered", "bad-glob", "relative"]).await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    delete_scans(&scans, &["filtered", "bad-glob", "relative"]).await;
+    operator.stop();
 }

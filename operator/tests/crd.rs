@@ -209,19 +209,7 @@ async fn kubectl_explains_the_fields_and_lists_the_columns() {
     let api: Api<BucketScan> = Api::namespaced(client.clone(), "kubectl-test");
     assert_eq!(create(&api, valid("listed")).await, None);
 
-    let kubectl = |args: &[&str]| {
-        let out = std::process::Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", kubeconfig_path())
-            .output()
-            .expect("kubectl (scripts/install-kube.sh builds it)");
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let kubectl = |args: &[&str]| run("kubectl", args);
     let explained = kubectl(&["explain", "bucketscan.spec.source.credentialsSecret"]);
     assert!(
         explained.contains("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),

@@ -16,7 +16,6 @@ use cluster::*;
 use common::*;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
-use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -44,14 +43,13 @@ async fn counting_forwarder(upstream: String) -> (u16, Arc<AtomicUsize>) {
 }
 
 /// The operator with the allowlist `allowed` (`None`: the default).
-fn start_operator(tag: &str, allowed: Option<&str>) -> Child {
-    let mut command = operator_command!(NS, temp_path(&format!("operator-endpoints-{tag}.log")));
-    command.args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())]);
+fn start_operator(tag: &str, allowed: Option<&str>) -> Operator {
+    let operator = Operator::watching(NS).log(temp_path(&format!("operator-endpoints-{tag}.log")));
     match allowed {
-        Some(list) => command.env("BUCKETSCAN_ALLOWED_ENDPOINTS", list),
-        None => command.env_remove("BUCKETSCAN_ALLOWED_ENDPOINTS"),
-    };
-    command.spawn().unwrap()
+        Some(list) => operator.env("BUCKETSCAN_ALLOWED_ENDPOINTS", list),
+        None => operator.env_remove("BUCKETSCAN_ALLOWED_ENDPOINTS"),
+    }
+    .start()
 }
 
 async fn delete_and_wait(scans: &Api<BucketScan>, name: &str) {
@@ -108,8 +106,7 @@ async fn the_operator_never_connects_to_an_endpoint_its_allowlist_refuses() {
         0,
         "the refused endpoint was connected to"
     );
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 
     // Allowed by the platform: the same endpoint, by name, is planned through it.
     let mut operator = start_operator("allowed", Some("127.0.0.1"));
@@ -124,8 +121,7 @@ async fn the_operator_never_connects_to_an_endpoint_its_allowlist_refuses() {
     .await;
     assert!(seen.load(Ordering::SeqCst) > 0);
     delete_and_wait(&scans, "allowed").await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// Review F4: a scan with no endpoint (AWS) had its region put raw into
@@ -146,10 +142,9 @@ async fn a_region_that_would_name_another_host_is_refused_before_any_connection(
     let (port, seen) = counting_forwarder(upstream).await;
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
     create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
-    let mut command = operator_command!(NS, temp_path("operator-endpoints-region.log"));
-    command.args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())]);
-    command.env("BUCKETSCAN_ALLOWED_ENDPOINTS", "127.0.0.1,minio.storage.svc:9000");
-    let mut operator = command.spawn().unwrap();
+    let mut operator = Operator::watching(NS)
+        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", "127.0.0.1,minio.storage.svc:9000")
+        .start();
     for (name, region) in [
         ("region-at", format!("x@127.0.0.1:{port}/")),
         ("region-query", "us-east-1?x=".to_string()),
@@ -185,8 +180,7 @@ async fn a_region_that_would_name_another_host_is_refused_before_any_connection(
         0,
         "a region moved the operator's requests to another host"
     );
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// A TCP server on 127.0.0.1 that accepts connections and never answers:
@@ -223,10 +217,9 @@ async fn a_store_that_never_answers_does_not_hold_the_operator_s_slots() {
     create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
     let tarpit = format!("http://127.0.0.1:{}", stalling_server().await);
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
-    let mut command = operator_command!(NS, temp_path("operator-endpoints-tarpit.log"));
-    command.args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())]);
-    command.args(["--concurrency", "2", "--planning-deadline-seconds", "4"]);
-    let mut operator = command.spawn().unwrap();
+    let mut operator = Operator::watching(NS)
+        .args(["--concurrency", "2", "--planning-deadline-seconds", "4"])
+        .start();
     for name in ["tarpit-1", "tarpit-2"] {
         let scan = s3_scan(name, &tarpit, "photos", "photos-out", serde_json::json!({}));
         scans.create(&PostParams::default(), &scan).await.unwrap();
@@ -256,8 +249,7 @@ async fn a_store_that_never_answers_does_not_hold_the_operator_s_slots() {
         "{:?}",
         started.elapsed()
     );
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
     // Gone without the operator's cleanup (which would wait for the tarpit).
     let unfinalized = serde_json::json!({"metadata": {"finalizers": null}});
     for name in ["tarpit-1", "tarpit-2", "good"] {

@@ -22,34 +22,13 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubelet::run_like_pod;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const NS: &str = "gitops";
 
-/// The operator, stopped with the test even when an assertion fails (a
-/// panicking test must not leave it reconciling for the next one).
-struct Operator(Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn start_operator() -> Operator {
-    Operator(
-        operator_command!(NS, temp_path("operator-gitops.log"))
-            .args([
-                "--lease-secs",
-                "5",
-                "--metrics-addr",
-                &format!("127.0.0.1:{}", free_port()),
-            ])
-            .spawn()
-            .unwrap(),
-    )
+    Operator::watching(NS).lease_secs(5).start()
 }
 
 /// What each tool says of one object.

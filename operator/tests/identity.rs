@@ -23,7 +23,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kubelet::{complete, ended_pod, fail, run_like_pod_as};
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,25 +30,14 @@ use std::time::Duration;
 const NS: &str = "identity";
 const OPERATOR_KEY: &str = "AKIAOPERATORIDENTITY";
 
-fn start_operator() -> Child {
-    let log = std::fs::File::create(temp_path("operator-identity.log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
-        .args(["--namespace", NS, "--redis-scan-users=true"])
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap(),
-        )
+fn start_operator() -> Operator {
+    Operator::watching(NS)
+        .redis_scan_users()
         // The operator's own cloud identity, as its pod's role would give it.
         .env("AWS_ACCESS_KEY_ID", OPERATOR_KEY)
         .env("AWS_SECRET_ACCESS_KEY", "operator-secret")
-        .env("BUCKETSCAN_LOG", "info,bucketscan_operator=debug")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+        .debug_log()
+        .start()
 }
 
 /// The only container of Job `name`, once the operator made it.
@@ -314,6 +302,5 @@ async fn a_scan_without_credentials_never_borrows_the_operator_s_identity() {
     let keys = signers(&proxy);
     assert!(!keys.is_empty());
     assert!(keys.iter().all(|k| k == &s3.access_key), "{keys:?}");
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }

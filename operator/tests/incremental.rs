@@ -99,14 +99,7 @@ async fn a_scan_with_a_baseline_scan_heads_only_what_changed_and_says_what_did()
     tokio::time::sleep(Duration::from_millis(3_100)).await;
     create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
-    let mut operator = operator_command!(NS, temp_path("operator-incremental.log"))
-        .args([
-            "--redis-scan-users=true",
-            "--metrics-addr",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .spawn()
-        .unwrap();
+    let mut operator = Operator::watching(NS).redis_scan_users().start();
 
     // A baseline that does not exist: refused, with the reason.
     let missing = scan_of("orphan", &s3, &bucket, &out, Some("never-ran"));
@@ -208,6 +201,5 @@ async fn a_scan_with_a_baseline_scan_heads_only_what_changed_and_says_what_did()
         4
     );
 
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }

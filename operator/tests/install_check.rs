@@ -9,18 +9,12 @@ mod cluster;
 mod common;
 
 use cluster::*;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 const NS: &str = "install-check";
-const BIN: &str = env!("CARGO_BIN_EXE_bucketscan-operator");
-
 fn check(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("check")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
-        .output()
-        .unwrap()
+    let args: Vec<&str> = std::iter::once("check").chain(args.iter().copied()).collect();
+    Operator::output(&args, &[("KUBECONFIG", &kubeconfig_path())])
 }
 
 fn text(out: &Output) -> String {
@@ -37,17 +31,12 @@ async fn check_passes_on_a_ready_operator_and_names_what_fails() {
     install_crd(&client).await;
     namespace(&client, NS).await;
     let redis = common::PrivateRedis::start();
-    let port = free_port();
-    let log = std::fs::File::create(common::temp_path("operator-install-check.log")).unwrap();
-    let mut operator = Command::new(BIN)
-        .args(["--namespace", NS, "--metrics-addr", &format!("127.0.0.1:{port}")])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env("BUCKETSCAN_REDIS_URL", redis.url())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let readyz = format!("http://127.0.0.1:{port}/readyz");
+    let mut operator = Operator::watching(NS)
+        .redis(&redis.url())
+        .env_remove("BUCKETSCAN_ALLOWED_ENDPOINTS")
+        .log(common::temp_path("operator-install-check.log"))
+        .start();
+    let readyz = format!("http://127.0.0.1:{}/readyz", operator.metrics_port());
 
     // Retries until the starting operator is ready.
     let ok = check(&["--readyz", &readyz, "--namespace", NS, "--wait-secs", "60"]);
@@ -75,6 +64,5 @@ async fn check_passes_on_a_ready_operator_and_names_what_fails() {
         text(&bad)
     );
 
-    let _ = operator.kill();
-    let _ = operator.wait();
+    operator.stop();
 }

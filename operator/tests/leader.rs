@@ -12,7 +12,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use std::process::Child;
 use std::time::Duration;
 
 const NS: &str = "leader";
@@ -20,7 +19,7 @@ const NS: &str = "leader";
 struct Replica {
     name: String,
     port: u16,
-    child: Child,
+    operator: Operator,
 }
 
 fn log_path(name: &str) -> std::path::PathBuf {
@@ -32,19 +31,17 @@ fn start(name: &str, log_format: &str) -> Replica {
 }
 
 fn spawn_replica(ns: &str, name: &str, lease_secs: u32, log_format: &str) -> Replica {
-    let port = free_port();
-    let child = operator_command!(ns, log_path(name))
+    let operator = Operator::watching(ns)
+        .log(log_path(name))
         .args(["--leader-election-namespace", ns])
         .args(["--leader-lease-secs", &lease_secs.to_string()])
-        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .args(["--log-format", log_format])
         .env("POD_NAME", name)
-        .spawn()
-        .unwrap();
+        .start();
     Replica {
         name: name.into(),
-        port,
-        child,
+        port: operator.metrics_port(),
+        operator,
     }
 }
 
@@ -150,8 +147,7 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     );
 
     // The leader dies; the standby takes the lease and leads.
-    leader.child.kill().unwrap();
-    leader.child.wait().unwrap();
+    leader.operator.stop();
     let standby_name = standby.name.clone();
     eventually("the standby to lead", 30, async || {
         let h = leases
@@ -182,8 +178,7 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
     })
     .await;
 
-    standby.child.kill().unwrap();
-    standby.child.wait().unwrap();
+    standby.operator.stop();
 
     // `--log-format json`: every line is one JSON object.
     let json_log = std::fs::read_to_string(log_path("replica-b")).unwrap();
@@ -400,11 +395,11 @@ async fn leases_are_judged_by_the_local_clock_released_on_shutdown_and_status_wr
     })
     .await;
     let stopped = std::process::Command::new("kill")
-        .args(["-TERM", &a.child.id().to_string()])
+        .args(["-TERM", &a.operator.id().to_string()])
         .status()
         .unwrap();
     assert!(stopped.success());
-    let exit = a.child.wait().unwrap();
+    let exit = a.operator.wait();
     assert!(exit.success(), "the leader exits cleanly on SIGTERM: {exit}");
     let released_at = std::time::Instant::now();
     eventually("clock-b to lead", 15, async || {
@@ -421,6 +416,5 @@ async fn leases_are_judged_by_the_local_clock_released_on_shutdown_and_status_wr
         scans.get_opt("same-bucket").await.ok()?.is_none().then_some(())
     })
     .await;
-    b.child.kill().unwrap();
-    b.child.wait().unwrap();
+    b.operator.stop();
 }

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kubelet::{complete, ended_pod, fail, run_like_pod};
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const NS: &str = "lifecycle";
@@ -28,30 +28,17 @@ fn redis_url() -> String {
     std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`")
 }
 
-fn start_operator(tag: &str) -> Child {
+fn start_operator(tag: &str) -> Operator {
     start_operator_in(NS, tag)
 }
 
-fn start_operator_in(ns: &str, tag: &str) -> Child {
-    let log = std::fs::File::create(temp_path(&format!("operator-{tag}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
-        .args([
-            "--namespace",
-            ns,
-            "--redis-scan-users=true",
-            "--lease-secs",
-            "5",
-            "--metrics-addr",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env("BUCKETSCAN_REDIS_URL", redis_url())
-        .env("BUCKETSCAN_LOG", "info,bucketscan_operator=debug")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+fn start_operator_in(ns: &str, tag: &str) -> Operator {
+    Operator::watching(ns)
+        .log(temp_path(&format!("operator-{tag}.log")))
+        .redis_scan_users()
+        .lease_secs(5)
+        .debug_log()
+        .start()
 }
 
 async fn phase(api: &Api<BucketScan>, name: &str) -> Option<Phase> {
@@ -137,8 +124,7 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
         (objects >= 800).then_some(())
     })
     .await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
     let mut operator = start_operator("second");
 
     // Redis loses the scan (a restart without persistence) once some shards
@@ -312,8 +298,7 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     assert_eq!(redis_keys(&scan_id).await, Vec::<String>::new());
     assert_eq!(s3.key_count(&out, "scan/parts/").await, 0);
     assert!(!s3.read(&out, "scan/result.jsonl").await.is_empty());
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// A Parquet dataset through the operator: the status points at the
@@ -425,8 +410,7 @@ async fn a_parquet_dataset_scan_ends_with_its_data_prefix_in_the_status() {
         assert_eq!(got["size"], seed.size as u64, "{key}");
         assert_eq!(got["user_metadata"]["n"], seed.metadata["n"], "{key}");
     }
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// Two scans writing to one output prefix: the newer is refused with
@@ -496,6 +480,5 @@ async fn deleting_a_refused_scan_leaves_the_live_scan_s_parts() {
     })
     .await;
     assert_eq!(s3.read(&out, &part).await, b"{}\n", "the live scan's part stays");
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }

@@ -16,16 +16,10 @@ use cluster::*;
 use common::*;
 use kube::api::{Api, DeleteParams, PostParams};
 use std::collections::BTreeMap;
-use std::process::Child;
 use std::time::Duration;
 
-fn start_operator(ns: &str, metrics_port: u16, flags: &[&str]) -> Child {
-    let mut command = operator_command!(ns, temp_path(&format!("operator-{ns}.log")));
-    command
-        .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
-        .args(flags)
-        .env("BUCKETSCAN_LOG", "info,bucketscan_operator=debug");
-    command.spawn().unwrap()
+fn start_operator(ns: &str, flags: &[&str]) -> Operator {
+    Operator::watching(ns).args(flags).debug_log().start()
 }
 
 /// A namespace with the S3 Secret, and a bucket of a few objects with its
@@ -72,7 +66,6 @@ async fn a_namespace_runs_its_cap_of_scans_and_the_next_waits_its_turn() {
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
     let mut operator = start_operator(
         NS,
-        free_port(),
         &[
             "--max-active-scans-per-namespace=2",
             "--max-workers-per-scan=20",
@@ -145,21 +138,8 @@ async fn a_namespace_runs_its_cap_of_scans_and_the_next_waits_its_turn() {
     assert_eq!((queued.as_str(), why.as_str()), ("False", "Started"));
     assert_eq!(phase(&scans, "workers").await, Some(Phase::Pending));
 
-    for name in ["second", "third", "workers", "autoscaled", "shards"] {
-        scans.delete(name, &DeleteParams::default()).await.unwrap();
-    }
-    eventually("scans deleted", 60, async || {
-        scans
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .is_empty()
-            .then_some(())
-    })
-    .await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    delete_scans(&scans, &["second", "third", "workers", "autoscaled", "shards"]).await;
+    operator.stop();
 }
 
 /// Requests to the Kubernetes API per reconcile of a scan that is running
@@ -170,8 +150,8 @@ async fn a_steady_reconcile_makes_few_api_requests() {
     let client = client().await;
     let (s3, bucket, out) = ground(&client, NS).await;
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
-    let port = free_port();
-    let mut operator = start_operator(NS, port, &[]);
+    let mut operator = start_operator(NS, &[]);
+    let port = operator.metrics_port();
     let scan = s3_scan("steady", &s3.endpoint, &bucket, &out, serde_json::json!({}));
     scans.create(&PostParams::default(), &scan).await.unwrap();
     wait_phase(&scans, "steady", Phase::Scanning).await;
@@ -198,13 +178,8 @@ async fn a_steady_reconcile_makes_few_api_requests() {
         "{per_reconcile:.2} API requests per steady reconcile"
     );
 
-    scans.delete("steady", &DeleteParams::default()).await.unwrap();
-    eventually("steady deleted", 60, async || {
-        scans.get_opt("steady").await.ok()?.is_none().then_some(())
-    })
-    .await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    delete_scans(&scans, &["steady"]).await;
+    operator.stop();
 }
 
 /// A scan whose keys grow past the per-scan Redis budget (its own user can
@@ -217,7 +192,7 @@ async fn a_scan_over_its_redis_budget_is_switched_off_and_fails() {
     let client = client().await;
     let (s3, bucket, out) = ground(&client, NS).await;
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
-    let mut operator = start_operator(NS, free_port(), &["--max-redis-bytes-per-scan", "1048576"]);
+    let mut operator = start_operator(NS, &["--max-redis-bytes-per-scan", "1048576"]);
     let scan = s3_scan("fat", &s3.endpoint, &bucket, &out, serde_json::json!({}));
     scans.create(&PostParams::default(), &scan).await.unwrap();
     wait_phase(&scans, "fat", Phase::Scanning).await;
@@ -254,11 +229,6 @@ async fn a_scan_over_its_redis_budget_is_switched_off_and_fails() {
         user == redis::Value::Nil || format!("{user:?}").contains("off"),
         "{user:?}"
     );
-    scans.delete("fat", &DeleteParams::default()).await.unwrap();
-    eventually("fat deleted", 60, async || {
-        scans.get_opt("fat").await.ok()?.is_none().then_some(())
-    })
-    .await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    delete_scans(&scans, &["fat"]).await;
+    operator.stop();
 }

@@ -15,7 +15,7 @@ use cluster::*;
 use kube::api::{Api, PostParams};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const NS: &str = "observability";
@@ -94,17 +94,11 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_a
             .map(String::from)
             .to_vec()
     });
-    let port = free_port();
-    let log = std::fs::File::create(common::temp_path("operator-observability.log")).unwrap();
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
-        .args(["--namespace", NS, "--metrics-addr", &format!("127.0.0.1:{port}")])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env("BUCKETSCAN_REDIS_URL", redis.url())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut operator = Operator::watching(NS)
+        .redis(&redis.url())
+        .log(common::temp_path("operator-observability.log"))
+        .start();
+    let port = operator.metrics_port();
     let ready = async |want: u16| {
         http_get(port, "/readyz")
             .await
@@ -242,21 +236,15 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_a
         ),
     )
     .unwrap();
-    let gated_port = free_port();
-    let log = std::fs::File::create(common::temp_path("operator-observability-gated.log")).unwrap();
     // A second operator through the gate, with no namespace of its own
     // scans to act on (the first one holds this namespace's): it only
     // watches.
-    let mut gated = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
-        .args(["--namespace", "observability-gated"])
-        .args(["--metrics-addr", &format!("127.0.0.1:{gated_port}")])
-        .env("KUBECONFIG", &gated_config)
-        .env("BUCKETSCAN_REDIS_URL", redis.url())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut gated = Operator::watching("observability-gated")
+        .kubeconfig(&gated_config)
+        .redis(&redis.url())
+        .log(common::temp_path("operator-observability-gated.log"))
+        .start();
+    let gated_port = gated.metrics_port();
     let gated_ready = async |want: u16, why: &str| {
         http_get(gated_port, "/readyz")
             .await
@@ -282,8 +270,7 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_a
         gated_ready(200, "ok").await
     })
     .await;
-    gated.kill().unwrap();
-    gated.wait().unwrap();
+    gated.stop();
 
     // A deleted scan's series go with it.
     scans.delete("observed", &Default::default()).await.unwrap();
@@ -292,8 +279,7 @@ async fn dashboard_and_alerts_use_exported_metrics_and_readiness_follows_redis_a
         (!scrape.contains(r#"scan="observed""#)).then_some(())
     })
     .await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// The port of the test ground's kube-apiserver, from its kubeconfig.

@@ -17,26 +17,14 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn start_operator(ns: &str, args: &[&str]) -> Child {
-    let log = std::fs::File::create(scratch(&format!("operator-{ns}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
-        .args(["--namespace", ns, "--redis-scan-users=true"])
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
+fn start_operator(ns: &str, args: &[&str]) -> Operator {
+    Operator::watching(ns)
+        .redis_scan_users()
         .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
-        )
-        .env("BUCKETSCAN_LOG", "info,bucketscan_operator=debug")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+        .debug_log()
+        .start()
 }
 
 /// Another team's object, with none of the operator's labels and no owner.
@@ -290,8 +278,7 @@ async fn objects_a_scan_does_not_own_are_left_alone_and_the_scan_says_conflict()
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_untouched(&client, NS, &cleanup, &cleanup_before).await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// A scan refused before it started (a spec the operator rejects, a
@@ -342,8 +329,7 @@ async fn a_refused_scan_deletes_nothing() {
     deleted(&scans, "celery").await;
     deleted(&scans, "flower").await;
     assert_untouched(&client, NS, &taken, &before).await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// Any reconcile error that holds a scan up shows in its conditions, not
@@ -414,6 +400,5 @@ async fn a_reconcile_error_shows_in_the_scan_s_conditions() {
         jobs.get_opt("imm-plan").await.ok()?
     })
     .await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }

@@ -15,7 +15,7 @@ use bucketscan_operator::crd::{
 };
 use bucketscan_operator::desired::{self, Settings};
 use cluster::*;
-use k8s_openapi::api::core::v1::{Namespace, Pod, PodSpec, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
@@ -60,19 +60,13 @@ fn a_scan() -> BucketScan {
 }
 
 async fn restricted_namespace(client: &kube::Client) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS, "labels": {
+    let labels = serde_json::json!({
         "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/enforce-version": "latest",
-    }}}))
-    .unwrap();
-    let _ = api.create(&PostParams::default(), &ns).await;
-    // The pods name it, and admission looks it up (no controller-manager
-    // here makes ServiceAccounts).
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
-    let sa: ServiceAccount =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "scanner"}})).unwrap();
-    let _ = accounts.create(&PostParams::default(), &sa).await;
+    });
+    // The pods name the ServiceAccount, and admission looks it up (no
+    // controller-manager here makes ServiceAccounts).
+    namespace_with(client, NS, labels, &["scanner"]).await;
 }
 
 /// Create a pod with `spec` in the restricted namespace (dry run): the

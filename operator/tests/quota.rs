@@ -13,30 +13,16 @@ use bucketscan_operator::crd::BucketScan;
 use cluster::*;
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::api::{Api, DeleteParams, PostParams};
-use std::process::{Child, Command, Stdio};
 
 const NS: &str = "quota";
 
-/// kube-controller-manager with the resourcequota controller only, against
-/// the ground's API server (no serving port, no leader election).
-fn quota_controller() -> Child {
-    let log = std::fs::File::create(
-        std::env::temp_dir().join(format!("bucketscan-quota-controller-{}.log", std::process::id())),
+/// kube-controller-manager with the resourcequota controller only.
+fn quota_controller() -> Guarded {
+    controller_manager(
+        "resourcequota",
+        &["--resource-quota-sync-period=5s"],
+        &std::env::temp_dir().join(format!("bucketscan-quota-controller-{}.log", std::process::id())),
     )
-    .unwrap();
-    Command::new("kube-controller-manager")
-        .args([
-            "--kubeconfig",
-            &kubeconfig_path(),
-            "--controllers=resourcequota",
-            "--leader-elect=false",
-            "--secure-port=0",
-            "--resource-quota-sync-period=5s",
-        ])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("kube-controller-manager (scripts/install-kube.sh installs it)")
 }
 
 fn scan(name: &str) -> BucketScan {
@@ -113,6 +99,5 @@ async fn a_resource_quota_refuses_the_bucketscan_past_its_count() {
         scans.create(&PostParams::default(), &scan("three")).await.ok()
     })
     .await;
-    controller.kill().unwrap();
-    controller.wait().unwrap();
+    controller.stop();
 }

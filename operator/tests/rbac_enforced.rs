@@ -31,8 +31,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
-use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::path::Path;
 
 const RELEASE: &str = "enforced";
 const RELEASE_NS: &str = "enforced-release";
@@ -92,10 +91,9 @@ async fn apply_chart_rbac(scan_namespaces: &str, file_name: &str) {
 
 /// The operator watching `ns` as the chart's ServiceAccount would run it
 /// (its scan namespaces and Redis scan users), authorized as that account.
-fn operator_as_chart(ns: &str, kubeconfig: &Path) -> (Child, PathBuf) {
-    let log = temp_path(&format!("operator-{ns}.log"));
-    let child = operator_command!(ns, &log)
-        .env("KUBECONFIG", kubeconfig)
+fn operator_as_chart(ns: &str, kubeconfig: &Path) -> Operator {
+    Operator::watching(ns)
+        .kubeconfig(kubeconfig)
         // Debug for the controller: a refused watch (Deployments, Jobs) is
         // logged only there ("reconcile ended with an error").
         .env(
@@ -103,11 +101,8 @@ fn operator_as_chart(ns: &str, kubeconfig: &Path) -> (Child, PathBuf) {
             "info,kube_runtime=warn,aws_config=error,bucketscan_operator::controller=debug",
         )
         .args(["--scan-namespaces", SCAN_NAMESPACES])
-        .args(["--redis-scan-users=true"])
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .spawn()
-        .unwrap();
-    (child, log)
+        .redis_scan_users()
+        .start()
 }
 
 /// Waits for an event with `reason` in `ns` (the operator publishes it
@@ -144,7 +139,7 @@ async fn the_operator_works_with_the_chart_s_rbac_and_is_refused_the_rest() {
     }
     // One operator per namespace (`--namespace`, as every test operator
     // runs): one watching all would also take the other tests' scans.
-    let operators: Vec<(Child, PathBuf)> = [TEAM, UNBOUND, OTHER]
+    let operators: Vec<Operator> = [TEAM, UNBOUND, OTHER]
         .iter()
         .map(|ns| operator_as_chart(ns, &kubeconfig))
         .collect();
@@ -166,10 +161,9 @@ async fn the_operator_works_with_the_chart_s_rbac_and_is_refused_the_rest() {
     planned_in_the_team_namespace(&client).await;
     deleted_through_the_finalizer(&client).await;
 
-    for (ns, (mut operator, log)) in [TEAM, UNBOUND, OTHER].iter().zip(operators) {
-        operator.kill().unwrap();
-        operator.wait().unwrap();
-        let log = std::fs::read_to_string(log).unwrap();
+    for (ns, mut operator) in [TEAM, UNBOUND, OTHER].iter().zip(operators) {
+        operator.stop();
+        let log = operator.log();
         // In the unbound namespace its Secret, and the watches of its
         // Deployments and Jobs, were refused before its binding, as they
         // must be; nothing else may be anywhere.

@@ -24,25 +24,18 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubelet::run_like_pod;
 use std::collections::BTreeMap;
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 const NS: &str = "retry-flow";
 
-fn start_operator() -> Child {
-    operator_command!(NS, temp_path("operator-retry.log"))
-        .args([
-            "--redis-scan-users=true",
-            "--lease-secs",
-            "5",
-            "--metrics-addr",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .env("BUCKETSCAN_LOG", "info,bucketscan_operator=debug")
-        .spawn()
-        .unwrap()
+fn start_operator() -> Operator {
+    Operator::watching(NS)
+        .redis_scan_users()
+        .lease_secs(5)
+        .debug_log()
+        .start()
 }
 
 /// Run the scan's workers (one pod's worth) and then its merge Job, as the
@@ -221,8 +214,7 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
         scans.get("partly").await.unwrap().status.unwrap().phase,
         Phase::Complete
     );
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// The API server refuses bad values of the two fields (untyped bodies, so

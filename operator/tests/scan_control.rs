@@ -15,50 +15,27 @@ use cluster::*;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use kubelet::{run_like_pod, terminate};
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn start_operator(ns: &str, env: &[(&str, &str)]) -> Child {
-    let log = std::fs::File::create(temp_path(&format!("operator-{ns}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
-        .args([
-            "--namespace",
-            ns,
-            "--redis-scan-users=true",
-            "--lease-secs",
-            "5",
-            "--metrics-addr",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env(
-            "BUCKETSCAN_REDIS_URL",
-            std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
+fn start_operator(ns: &str, env: &[(&str, &str)]) -> Operator {
+    env.iter()
+        .fold(
+            Operator::watching(ns).redis_scan_users().lease_secs(5),
+            |operator, (key, value)| operator.env(key, value),
         )
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+        .start()
 }
 
 /// A namespace with an S3 credentials Secret `s3` for `s3`.
 async fn ground(client: &Client, ns: &str, s3: &Server) {
     install_crd(client).await;
     namespace(client, ns).await;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let creds: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "s3"},
-        "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
-    }))
-    .unwrap();
-    let _ = secrets.create(&PostParams::default(), &creds).await;
+    create_s3_secret(client, ns, "s3", &s3.access_key, &s3.secret_key).await;
 }
 
 fn scan_body(name: &str, s3: &Server, bucket: &str, out: &str, extra: serde_json::Value) -> BucketScan {
@@ -70,32 +47,6 @@ fn scan_body(name: &str, s3: &Server, bucket: &str, out: &str, extra: serde_json
         spec[k] = v.clone();
     }
     s3_scan(name, &s3.endpoint, bucket, out, spec)
-}
-
-async fn condition(scans: &Api<BucketScan>, name: &str, type_: &str) -> Option<(String, String, String)> {
-    let st = scans.get(name).await.ok()?.status?;
-    let c = st.conditions.into_iter().find(|c| c.type_ == type_)?;
-    Some((c.status, c.reason, c.message))
-}
-
-async fn event_reasons(client: &Client, ns: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    let list = events.list(&ListParams::default()).await.unwrap().items;
-    list.into_iter().filter_map(|e| e.reason).collect()
-}
-
-fn kubectl(args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
-        .output()
-        .expect("kubectl (scripts/install-kube.sh installs it)");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 async fn set_suspend(scans: &Api<BucketScan>, name: &str, suspend: bool) {
@@ -244,21 +195,8 @@ async fn images_are_allowlisted_and_the_pod_template_reaches_the_workers() {
         Some("True".into())
     );
 
-    for name in ["evil", "good"] {
-        scans.delete(name, &DeleteParams::default()).await.unwrap();
-    }
-    eventually("scans deleted", 60, async || {
-        scans
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .is_empty()
-            .then_some(())
-    })
-    .await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    delete_scans(&scans, &["evil", "good"]).await;
+    operator.stop();
 }
 
 /// `cmd` on a fresh connection to `url`: the reply, or Redis' error text.
@@ -346,8 +284,7 @@ async fn a_scan_s_redis_secret_holds_its_own_user_which_goes_with_the_scan() {
             .any(|w| refused.to_uppercase().contains(w)),
         "{refused}"
     );
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,8 +454,7 @@ async fn a_suspended_scan_keeps_its_work_starts_no_merge_and_resumes_exactly() {
         scans.get_opt("pics-plan").await.unwrap().is_none().then_some(())
     })
     .await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -607,7 +543,7 @@ async fn a_scan_past_its_deadline_fails_and_loses_its_workers() {
         stored.status.unwrap().observed_generation,
         stored.metadata.generation
     );
-    let wide = kubectl(&["get", "bucketscan", "slow", "-n", NS, "-o", "wide"]);
+    let wide = run("kubectl", &["get", "bucketscan", "slow", "-n", NS, "-o", "wide"]);
     let header = wide.lines().next().unwrap();
     for column in ["PHASE", "ETA", "WORKERS", "MESSAGE"] {
         assert!(header.contains(column), "{wide}");
@@ -616,7 +552,7 @@ async fn a_scan_past_its_deadline_fails_and_loses_its_workers() {
         wide.contains("the scan ran longer than activeDeadlineSeconds (6 s)"),
         "{wide}"
     );
-    let narrow = kubectl(&["get", "bucketscan", "slow", "-n", NS]);
+    let narrow = run("kubectl", &["get", "bucketscan", "slow", "-n", NS]);
     assert!(
         !narrow.contains("MESSAGE"),
         "the message is for -o wide only: {narrow}"
@@ -628,20 +564,21 @@ async fn a_scan_past_its_deadline_fails_and_loses_its_workers() {
         })
         .await;
     }
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// A default for worker resources that is not JSON stops the operator at
 /// start, saying which setting and what shape it needs.
 #[test]
 fn bad_worker_resources_stop_the_operator_with_a_clear_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .env("BUCKETSCAN_REDIS_URL", "redis://127.0.0.1:1")
-        .env("BUCKETSCAN_WORKER_RESOURCES", "cpu=1")
-        .env("KUBECONFIG", "/nonexistent")
-        .output()
-        .unwrap();
+    let out = Operator::output(
+        &[],
+        &[
+            ("BUCKETSCAN_REDIS_URL", "redis://127.0.0.1:1"),
+            ("BUCKETSCAN_WORKER_RESOURCES", "cpu=1"),
+            ("KUBECONFIG", "/nonexistent"),
+        ],
+    );
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

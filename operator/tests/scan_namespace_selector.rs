@@ -20,9 +20,8 @@ mod common;
 use bucketscan_operator::crd::BucketScan;
 use cluster::*;
 use common::*;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::{api::Patch, api::PatchParams, api::PostParams, Api, Client};
-use std::{path::Path, path::PathBuf, process::Child, time::Duration, time::Instant};
+use kube::{api::PostParams, Api, Client};
+use std::{path::Path, path::PathBuf, time::Duration, time::Instant};
 
 const RELEASE: &str = "bylabel";
 const RELEASE_NS: &str = "bylabel-release";
@@ -57,45 +56,34 @@ fn chart_rbac(values: &[&str], file_name: &str) -> PathBuf {
 }
 
 async fn label(client: &Client, ns: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let patch = serde_json::json!({"metadata": {"labels": {LABEL: "true"}}});
-    api.patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    set_namespace_label(client, ns, LABEL, "true").await;
 }
 
 /// The operator watching `ns`, as the chart's ServiceAccount, with `args`.
-fn operator(ns: &str, kubeconfig: &Path, args: &[&str]) -> (Child, PathBuf) {
-    let log = temp_path(&format!("operator-bylabel-{ns}.log"));
-    let child = operator_command!(ns, &log)
-        .env("KUBECONFIG", kubeconfig)
+fn operator(ns: &str, kubeconfig: &Path, args: &[&str]) -> Operator {
+    Operator::watching(ns)
+        .kubeconfig(kubeconfig)
         .args(args)
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .spawn()
-        .unwrap();
-    (child, log)
+        .log(temp_path(&format!("operator-bylabel-{ns}.log")))
+        .start()
 }
 
 /// Runs the operator with `args` and expects it to stop at once with an
 /// error saying `expected`; its stderr.
 fn refused_at_start(kubeconfig: &Path, args: &[&str], expected: &str) -> String {
-    let (mut child, log) = operator(PLAIN, kubeconfig, args);
+    let mut operator = operator(PLAIN, kubeconfig, args);
     let began = Instant::now();
     let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = operator.try_wait() {
             break status;
         }
         if began.elapsed() > Duration::from_secs(30) {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!(
-                "the operator did not stop with {args:?}: {}",
-                std::fs::read_to_string(&log).unwrap()
-            );
+            operator.stop();
+            panic!("the operator did not stop with {args:?}: {}", operator.log());
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let stderr = std::fs::read_to_string(&log).unwrap();
+    let stderr = operator.log();
     assert!(!status.success(), "{args:?}: {stderr}");
     assert!(stderr.contains(expected), "{args:?}: {stderr}");
     stderr
@@ -188,17 +176,14 @@ async fn scans_run_where_the_namespace_labels_match_and_nowhere_else() {
     // One operator per namespace (`--namespace`, as every test operator
     // runs), each given the selector as the chart gives it (its
     // environment variable).
-    let operators: Vec<(Child, PathBuf)> = [LABELLED, LATER, PLAIN]
+    let operators: Vec<Operator> = [LABELLED, LATER, PLAIN]
         .iter()
         .map(|ns| {
-            let log = temp_path(&format!("operator-bylabel-run-{ns}.log"));
-            let child = operator_command!(*ns, &log)
-                .env("KUBECONFIG", &kubeconfig)
+            Operator::watching(ns)
+                .kubeconfig(&kubeconfig)
                 .env("BUCKETSCAN_SCAN_NAMESPACE_SELECTOR", SELECTOR)
-                .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-                .spawn()
-                .unwrap();
-            (child, log)
+                .log(temp_path(&format!("operator-bylabel-run-{ns}.log")))
+                .start()
         })
         .collect();
     let create = async |ns: &str| {
@@ -242,10 +227,9 @@ async fn scans_run_where_the_namespace_labels_match_and_nowhere_else() {
         })
         .await;
     }
-    for (ns, (mut operator, log)) in [LABELLED, LATER, PLAIN].iter().zip(operators) {
-        operator.kill().unwrap();
-        operator.wait().unwrap();
-        let log = std::fs::read_to_string(log).unwrap();
+    for (ns, mut operator) in [LABELLED, LATER, PLAIN].iter().zip(operators) {
+        operator.stop();
+        let log = operator.log();
         let refused: Vec<&str> = log.lines().filter(|l| l.contains("forbidden")).collect();
         assert!(
             refused.is_empty(),

@@ -17,16 +17,10 @@ use bucketscan_api::schedule::{BucketScanSchedule, SCHEDULE_LABEL};
 use cluster::*;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
-use std::process::Child;
 use std::time::Duration;
 
-fn start_operator(ns: &str, flags: &[&str]) -> Child {
-    let mut command = operator_command!(ns, std::env::temp_dir().join(format!("operator-{ns}.log")));
-    command
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(flags)
-        .env("BUCKETSCAN_LOG", "info,bucketscan_operator=debug");
-    command.spawn().unwrap()
+fn start_operator(ns: &str, flags: &[&str]) -> Operator {
+    Operator::watching(ns).args(flags).debug_log().start()
 }
 
 /// The CRDs, namespace `ns`, and the APIs of its schedules and scans.
@@ -84,11 +78,6 @@ async fn set_suspend(schedules: &Api<BucketScanSchedule>, name: &str, suspend: b
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-}
-
-async fn stop(mut operator: Child) {
-    operator.kill().unwrap();
-    operator.wait().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,7 +183,7 @@ async fn every_minute_makes_a_scan_forbid_holds_the_next_and_suspend_stops_it() 
     assert_ne!(catch_up.name_any(), first.name_any());
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(runs(&scans, "nightly").await.len(), 1, "only one catch-up run");
-    stop(operator).await;
+    drop(operator);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,7 +225,7 @@ async fn replace_deletes_the_active_scan_for_the_next_run() {
     assert!(event_reasons(&client, NS)
         .await
         .contains(&"RunReplaced".to_string()));
-    stop(operator).await;
+    drop(operator);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,7 +346,7 @@ async fn the_failed_history_limit_holds_and_bad_schedules_say_why() {
         message.contains("deleteResultsWithHistory: true is not implemented yet"),
         "{message}"
     );
-    stop(operator).await;
+    drop(operator);
 }
 
 /// A scan that holds the name of a run and is not the schedule's is left
@@ -401,7 +390,7 @@ async fn a_run_whose_name_another_scan_holds_is_skipped_and_the_scan_left_alone(
     assert!(event_reasons(&client, NS)
         .await
         .contains(&"RunNameTaken".to_string()));
-    stop(operator).await;
+    drop(operator);
 }
 
 /// A schedule where the operator may not run scans starts none and says
@@ -426,5 +415,5 @@ async fn a_schedule_outside_the_scan_namespaces_starts_nothing_and_says_why() {
     );
     assert!(message.contains("team-only"), "{message}");
     assert!(runs(&scans, "nightly").await.is_empty());
-    stop(operator).await;
+    drop(operator);
 }

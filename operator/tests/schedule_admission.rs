@@ -21,39 +21,6 @@ const NS: &str = "schedule-admit";
 /// `bucketscan`, as the policy names it.
 const OPERATOR: &str = "system:serviceaccount:bucketscan:sched-bucketscan";
 
-/// A Role in NS granting `verbs` on `resources` and bound to `user`.
-fn grant(user: &str, verbs: &str, resources: &str) {
-    let role = format!(
-        "{}-{}",
-        user.replace(':', "-"),
-        resources.replace(['.', ','], "-")
-    );
-    run(
-        "kubectl",
-        &[
-            "-n",
-            NS,
-            "create",
-            "role",
-            &role,
-            &format!("--verb={verbs}"),
-            &format!("--resource={resources}"),
-        ],
-    );
-    run(
-        "kubectl",
-        &[
-            "-n",
-            NS,
-            "create",
-            "rolebinding",
-            &role,
-            &format!("--role={role}"),
-            &format!("--user={user}"),
-        ],
-    );
-}
-
 fn schedule(name: &str, pod_template: serde_json::Value) -> BucketScanSchedule {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScanSchedule",
@@ -73,35 +40,9 @@ fn scan(name: &str) -> BucketScan {
     .unwrap()
 }
 
-/// The 403 creating `body` through `api` gets once the policies are in
-/// force (the API server reads them from a cache: until then an object
-/// admitted is deleted through `admin` and the create tried again).
-async fn refused_saying<K>(api: &Api<K>, admin: &Api<K>, body: &K, expected: &str) -> String
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let name = body.meta().name.clone().unwrap();
-    eventually(
-        &format!("{name} refused saying {expected:?}"),
-        30,
-        async || match api.create(&PostParams::default(), body).await {
-            Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains(expected) => Some(e.message),
-            Ok(_) => {
-                admin.delete(&name, &Default::default()).await.unwrap();
-                None
-            }
-            _ => None,
-        },
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_is_admitted_only_from_who_may_create_the_pods_of_its_scans() {
-    let admin = client().await;
-    install_crd(&admin).await;
-    namespace(&admin, NS).await;
-    label_namespace(&admin, NS, NS).await;
+    let admin = labelled_namespace(NS).await;
     let chart = chart_objects(
         "sched",
         "bucketscan",
@@ -111,19 +52,20 @@ async fn a_schedule_is_admitted_only_from_who_may_create_the_pods_of_its_scans()
     // alice may write schedules and scans but not create pods; bob may;
     // the operator may write scans and may not create pods.
     grant(
+        NS,
         "alice",
         "get,list,create",
         "bucketscanschedules.bucketscan.dev,bucketscans.bucketscan.dev",
     );
-    grant("bob", "get,list,create", "bucketscanschedules.bucketscan.dev");
-    grant("bob", "create", "pods");
-    grant(OPERATOR, "get,list,create", "bucketscans.bucketscan.dev");
+    grant(NS, "bob", "get,list,create", "bucketscanschedules.bucketscan.dev");
+    grant(NS, "bob", "create", "pods");
+    grant(NS, OPERATOR, "get,list,create", "bucketscans.bucketscan.dev");
     let admin_schedules: Api<BucketScanSchedule> = Api::namespaced(admin.clone(), NS);
     let admin_scans: Api<BucketScan> = Api::namespaced(admin.clone(), NS);
     let alice_schedules: Api<BucketScanSchedule> = Api::namespaced(client_as("alice").await, NS);
     let bob_schedules: Api<BucketScanSchedule> = Api::namespaced(client_as("bob").await, NS);
 
-    let message = refused_saying(
+    let message = settled_refusal(
         &alice_schedules,
         &admin_schedules,
         &schedule("alices", serde_json::json!({})),
@@ -137,7 +79,7 @@ async fn a_schedule_is_admitted_only_from_who_may_create_the_pods_of_its_scans()
         )),
         "{message}"
     );
-    let message = refused_saying(
+    let message = settled_refusal(
         &bob_schedules,
         &admin_schedules,
         &schedule(
@@ -176,7 +118,7 @@ async fn a_schedule_is_admitted_only_from_who_may_create_the_pods_of_its_scans()
     })
     .await;
     let alice_scans: Api<BucketScan> = Api::namespaced(client_as("alice").await, NS);
-    let message = refused_saying(
+    let message = settled_refusal(
         &alice_scans,
         &admin_scans,
         &scan("alices-own"),

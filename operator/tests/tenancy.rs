@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
-use std::process::{Child, Command, Stdio};
 
 /// A BucketScan named `name` whose `workers` are `workers`.
 fn scan(name: &str, workers: serde_json::Value) -> BucketScan {
@@ -33,59 +32,6 @@ fn scan(name: &str, workers: serde_json::Value) -> BucketScan {
     .unwrap()
 }
 
-/// A Role in `ns` granting `verbs` on `resources` and bound to `user`.
-fn grant(ns: &str, user: &str, verbs: &str, resources: &str) {
-    let role = format!("{user}-{}", resources.replace(['.', ','], "-"));
-    run(
-        "kubectl",
-        &[
-            "-n",
-            ns,
-            "create",
-            "role",
-            &role,
-            &format!("--verb={verbs}"),
-            &format!("--resource={resources}"),
-        ],
-    );
-    run(
-        "kubectl",
-        &[
-            "-n",
-            ns,
-            "create",
-            "rolebinding",
-            &role,
-            &format!("--role={role}"),
-            &format!("--user={user}"),
-        ],
-    );
-}
-
-/// The refusal of creating `body` through `api` once it says `expected`.
-/// Policies and RBAC just applied are read from caches by the API server:
-/// until they are in force, an object admitted is deleted (through `admin`)
-/// and the create tried again, for at most 30 s.
-async fn settled_refusal<K>(api: &Api<K>, admin: &Api<K>, body: &K, expected: &str) -> String
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let name = body.meta().name.clone().unwrap();
-    eventually(
-        &format!("{name} refused saying {expected:?}"),
-        30,
-        async || match api.create(&PostParams::default(), body).await {
-            Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains(expected) => Some(e.message),
-            Ok(_) => {
-                admin.delete(&name, &Default::default()).await.unwrap();
-                None
-            }
-            _ => None,
-        },
-    )
-    .await
-}
-
 /// The message of the API server's 403 to creating scan `name` with
 /// `podTemplate` through `api`.
 async fn refused(api: &Api<BucketScan>, name: &str, pod_template: serde_json::Value) -> String {
@@ -93,16 +39,6 @@ async fn refused(api: &Api<BucketScan>, name: &str, pod_template: serde_json::Va
     let (code, message) = refusal(api.create(&PostParams::default(), &body).await);
     assert_eq!(code, 403, "{message}");
     message
-}
-
-/// The admin's client, with the CRD and namespace `ns` labelled so that
-/// the policies `admission_policies` applies check scans there.
-async fn labelled_namespace(ns: &str) -> Client {
-    let admin = client().await;
-    install_crd(&admin).await;
-    namespace(&admin, ns).await;
-    label_namespace(&admin, ns, ns).await;
-    admin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,20 +263,12 @@ async fn the_operator_s_service_account_may_write_only_opaque_secrets() {
 /// kube-controller-manager against the test ground, running only the
 /// controller that folds `aggregate-to-*` ClusterRoles into the standard
 /// roles (a cluster runs it always; the ground runs none).
-fn aggregation_controller() -> Child {
-    let log = std::fs::File::create(common::temp_path("kube-controller-manager.log")).unwrap();
-    Command::new("kube-controller-manager")
-        .args([
-            "--kubeconfig",
-            &kubeconfig_path(),
-            "--controllers=clusterrole-aggregation",
-            "--leader-elect=false",
-            "--secure-port=0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("kube-controller-manager (scripts/install-kube.sh installs it)")
+fn aggregation_controller() -> Guarded {
+    controller_manager(
+        "clusterrole-aggregation",
+        &[],
+        &common::temp_path("kube-controller-manager.log"),
+    )
 }
 
 async fn rules_grant(client: &Client, role: &str, verb: &str) -> bool {
@@ -384,8 +312,7 @@ async fn tenants_with_the_standard_roles_create_and_read_bucketscans() {
             .then_some(())
     })
     .await;
-    controller.kill().unwrap();
-    controller.wait().unwrap();
+    controller.stop();
 
     run(
         "kubectl",

@@ -16,30 +16,17 @@ use common::*;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
-use std::process::{Child, Command, Stdio};
 use tokio::net::{TcpListener, TcpStream};
 
 const NS: &str = "transient";
 
-fn start_operator(redis_url: &str) -> Child {
-    let log = std::fs::File::create(temp_path("operator-transient.log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
-        .env("BUCKETSCAN_ALLOWED_ENDPOINTS", cluster::TEST_GROUND_ENDPOINTS)
-        .args([
-            "--namespace",
-            NS,
-            "--lease-secs",
-            "5",
-            "--redis-patience-secs",
-            "2",
-        ])
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env("BUCKETSCAN_REDIS_URL", redis_url)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+fn start_operator(redis_url: &str) -> Operator {
+    Operator::watching(NS)
+        .redis(redis_url)
+        .lease_secs(5)
+        .args(["--redis-patience-secs", "2"])
+        .log(temp_path("operator-transient.log"))
+        .start()
 }
 
 fn scan_body(name: &str, endpoint: &str, secret: &str, bucket: &str, out: &str) -> BucketScan {
@@ -233,6 +220,5 @@ async fn transient_causes_block_a_scan_until_they_pass_and_never_fail_it() {
     let (users, keys) = users_and_keys(&mut root).await;
     assert!(users.is_empty(), "a scan user outlives its scan: {users:?}");
     assert!(keys.is_empty(), "keys outlive their scan: {keys:?}");
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }

@@ -80,11 +80,7 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
         .map(|i| (format!("k/{i:02}"), Seeded::default()))
         .collect();
     s3.seed(&bucket, &objects).await;
-    let mut operator = operator_command!(NS, temp_path("operator-worker-pods.log"))
-        .args(["--stall-seconds", "4"])
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .spawn()
-        .unwrap();
+    let mut operator = Operator::watching(NS).args(["--stall-seconds", "4"]).start();
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
     let scan: BucketScan = serde_json::from_value(serde_json::json!({
         "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
@@ -230,8 +226,7 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
     })
     .await;
     let _ = pods.delete("stuck-workers-a", &DeleteParams::default()).await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
 
 /// A scan on its pods' identity plans in a Job; that Job's pod cannot pull
@@ -245,10 +240,7 @@ async fn a_plan_job_whose_pod_cannot_run_says_why() {
     namespace(&client, NS).await;
     let s3 = versitygw();
     let (bucket, out) = (s3.bucket("jobpods").await, s3.bucket("jobpods-out").await);
-    let mut operator = operator_command!(NS, temp_path("operator-job-pods.log"))
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .spawn()
-        .unwrap();
+    let mut operator = Operator::watching(NS).start();
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
     let scan: BucketScan = serde_json::from_value(serde_json::json!({
         "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
@@ -314,6 +306,5 @@ async fn a_plan_job_whose_pod_cannot_run_says_why() {
     })
     .await;
     let _ = pods.delete("jp-plan-x", &DeleteParams::default()).await;
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }

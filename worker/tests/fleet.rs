@@ -5,93 +5,23 @@
 mod common;
 #[path = "common/fault_proxy.rs"]
 mod fault_proxy;
+#[path = "common/fleet.rs"]
+mod fleet_harness;
 #[path = "../../core/tests/support/snapshot.rs"]
 mod snapshot;
 
 use common::*;
+use fleet_harness::{Fleet, PacedScan};
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 fn redis_url() -> String {
     std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`")
 }
 
-struct Fleet {
-    s3: Server,
-    redis: String,
-    scan: String,
-}
-
+/// What only these tests ask of a fleet.
 impl Fleet {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(worker_bin());
-        cmd.args(args)
-            .args([
-                "--redis",
-                &self.redis,
-                "--scan",
-                &self.scan,
-                "--endpoint",
-                &self.s3.endpoint,
-                "--path-style",
-            ])
-            .env("AWS_ACCESS_KEY_ID", &self.s3.access_key)
-            .env("AWS_SECRET_ACCESS_KEY", &self.s3.secret_key)
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("BUCKETSCAN_LOG", "info");
-        cmd
-    }
-
-    /// A command that takes no endpoint (`retry`).
-    fn queue_command(&self, args: &[&str]) -> std::process::Output {
-        Command::new(worker_bin())
-            .args(args)
-            .args(["--redis", &self.redis, "--scan", &self.scan])
-            .output()
-            .unwrap()
-    }
-
-    fn run_ok(&self, args: &[&str]) -> std::process::Output {
-        let out = self.command(args).output().unwrap();
-        assert_success(&out);
-        out
-    }
-
-    fn spawn_worker(&self, name: &str, extra: &[&str]) -> Child {
-        let mut args = vec![
-            "run",
-            "--name",
-            name,
-            "--lease-secs",
-            "3",
-            "--part-objects",
-            "300",
-            "--concurrency",
-            "16",
-        ];
-        args.extend_from_slice(extra);
-        let log = std::fs::File::create(temp_path(&format!("{}-{name}.log", self.scan))).unwrap();
-        self.command(&args)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
-    }
-
-    async fn counter(&self, field: &str) -> u64 {
-        let client = redis::Client::open(self.redis.as_str()).unwrap();
-        let mut con = client.get_multiplexed_async_connection().await.unwrap();
-        let v: Option<u64> = redis::cmd("HGET")
-            .arg(format!("bs:{{{}}}:counters", self.scan))
-            .arg(field)
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        v.unwrap_or(0)
-    }
-
     /// The owners of the scan's leased shards, polled every 50 ms until
     /// `worker` exits (successfully).
     async fn lease_holders_until_exit(&self, worker: &mut std::process::Child) -> Vec<Vec<String>> {
@@ -143,14 +73,6 @@ impl Fleet {
                 (name, v["heads"].as_u64().unwrap())
             })
             .collect()
-    }
-
-    async fn wait_for_heads(&self, at_least: u64) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while self.counter("heads").await < at_least {
-            assert!(Instant::now() < deadline, "scan did not reach {at_least} HEADs");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 }
 
@@ -222,22 +144,12 @@ async fn fleet_survives_chaos_on(s3: Server) {
     let out = s3.bucket("fleet-out").await;
     let seeded = skewed_bucket();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: format!("scan-{bucket}"),
-    };
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("scan-{bucket}"));
+    fleet.plan(
         &bucket,
-        "--output",
         &format!("s3://{out}/scan/"),
-        "--target-shards",
-        "12",
-        "--min-shard-objects",
-        "500",
-    ]);
+        &["--target-shards", "12", "--min-shard-objects", "500"],
+    );
 
     // Paced so the chaos lands mid-scan: 3 x 400 HEAD/s.
     let pace = ["--max-rate", "400"];
@@ -306,20 +218,8 @@ async fn a_shard_that_keeps_failing_is_dead_lettered_and_reported() {
     let out = s3.bucket("doomed-out").await;
     let seeded: BTreeMap<String, Seeded> = (0..20).map(|i| (format!("k{i:02}"), Seeded::default())).collect();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: format!("doomed-{}", std::process::id()),
-    };
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
-        &bucket,
-        "--output",
-        &format!("s3://{out}/s/"),
-        "--max-failures",
-        "2",
-    ]);
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("doomed-{}", std::process::id()));
+    fleet.plan(&bucket, &format!("s3://{out}/s/"), &["--max-failures", "2"]);
     // The bucket disappears after planning: every attempt fails.
     for key in seeded.keys() {
         s3.delete(&bucket, key).await;
@@ -356,21 +256,9 @@ async fn one_huge_shard_is_split_live_until_every_worker_is_busy() {
         .map(|i| (format!("big/{:02}/{i:05}", i % 40), Seeded::default()))
         .collect();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: format!("huge-{}", std::process::id()),
-    };
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("huge-{}", std::process::id()));
     let output = format!("s3://{out}/split/");
-    let plan = fleet.run_ok(&[
-        "plan",
-        "--bucket",
-        &bucket,
-        "--output",
-        &output,
-        "--target-shards",
-        "1",
-    ]);
+    let plan = fleet.plan(&bucket, &output, &["--target-shards", "1"]);
     assert!(stderr(&plan).contains(": 1 shards"), "{}", stderr(&plan));
 
     // Paced, so one worker alone would take 20 s: the others must get work
@@ -415,23 +303,13 @@ async fn one_worker_lists_several_pending_shards_at_once() {
         .map(|i| (format!("s/{:02}/{i:05}", i % 20), Seeded::default()))
         .collect();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: format!("slots-{}", std::process::id()),
-    };
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("slots-{}", std::process::id()));
     let output = format!("s3://{out}/slots/");
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
+    fleet.plan(
         &bucket,
-        "--output",
         &output,
-        "--target-shards",
-        "8",
-        "--min-shard-objects",
-        "100",
-    ]);
+        &["--target-shards", "8", "--min-shard-objects", "100"],
+    );
     let mut worker = fleet.spawn_worker(
         "solo",
         &[
@@ -469,13 +347,9 @@ async fn redis_carries_shards_not_keys() {
         .map(|i| (format!("d{}/{i:06}", i % 4), Seeded::default()))
         .collect();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: url.clone(),
-        scan: "ops".into(),
-    };
+    let fleet = Fleet::new(s3.clone(), url.clone(), "ops");
     let before = redis.commands_processed(&url);
-    fleet.run_ok(&["plan", "--bucket", &bucket, "--output", &format!("s3://{out}/")]);
+    fleet.plan(&bucket, &format!("s3://{out}/"), &[]);
     let planned = redis.commands_processed(&url);
     let log = std::fs::File::create(temp_path("ops-solo.log")).unwrap();
     // The periodic reports (progress, the rate governor's window, the lease's
@@ -543,51 +417,11 @@ async fn a_redis_crash_and_restart_mid_scan_loses_nothing() {
         .map(String::from)
         .to_vec()
     });
-    let s3 = versitygw();
-    let bucket = s3.bucket("restart").await;
-    let out = s3.bucket("restart-out").await;
-    let seeded: BTreeMap<String, Seeded> = (0..4000)
-        .map(|i| (format!("r{}/{i:05}", i % 4), Seeded::default()))
-        .collect();
-    s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis.url(),
-        scan: "restart".into(),
-    };
-    let output = format!("s3://{out}/r/");
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
-        &bucket,
-        "--output",
-        &output,
-        "--min-shard-objects",
-        "500",
-    ]);
-    let pace = ["--max-rate", "300"];
-    let mut workers = [fleet.spawn_worker("a", &pace), fleet.spawn_worker("b", &pace)];
-
-    fleet.wait_for_heads(1200).await;
+    let fleet = Fleet::new(versitygw(), redis.url(), "restart");
+    let (scan, _) = PacedScan::start(fleet, "r", &[]).await;
     // Down for longer than a lease: every lease expires meanwhile.
     redis.crash_and_restart(Duration::from_secs(4));
-    for w in &mut workers {
-        let status = wait_exit(w, Duration::from_secs(120));
-        assert!(status.success(), "worker exit {status:?}");
-    }
-    fleet.run_ok(&["merge"]);
-    assert_matches_seed(&parse_records(&s3.read(&out, "r/result.jsonl").await), &seeded);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&s3.read(&out, "r/manifest.json").await).unwrap();
-    assert_eq!(manifest["counts"]["objects"], 4000, "{manifest}");
-    let logs: String = ["a", "b"]
-        .iter()
-        .map(|w| std::fs::read_to_string(temp_path(&format!("restart-{w}.log"))).unwrap())
-        .collect();
-    assert!(
-        logs.contains("Redis unavailable; retrying"),
-        "the workers rode out the outage: {logs}"
-    );
+    scan.finish(Duration::from_secs(120)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -602,21 +436,9 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
         .map(|i| (format!("l{}/{i:05}", i % 6), Seeded::default()))
         .collect();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: url.clone(),
-        scan: "lost".into(),
-    };
+    let fleet = Fleet::new(s3.clone(), url.clone(), "lost");
     let output = format!("s3://{out}/lost/");
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
-        &bucket,
-        "--output",
-        &output,
-        "--min-shard-objects",
-        "400",
-    ]);
+    fleet.plan(&bucket, &output, &["--min-shard-objects", "400"]);
     // One shard at a time, so that some are done and some not when it dies.
     let mut first = fleet.spawn_worker("first", &["--max-rate", "600", "--shards-in-flight", "1"]);
     let client = redis::Client::open(url.as_str()).unwrap();
@@ -677,22 +499,12 @@ async fn control_character_prefixes_of_several_pages_are_planned_run_and_merged_
     let out = s3.bucket("ctl-fleet-out").await;
     let seeded = control_character_keyspace();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: format!("ctl-{}", std::process::id()),
-    };
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("ctl-{}", std::process::id()));
+    fleet.plan(
         &bucket,
-        "--output",
         &format!("s3://{out}/ctl/"),
-        "--target-shards",
-        "16",
-        "--min-shard-objects",
-        "500",
-    ]);
+        &["--target-shards", "16", "--min-shard-objects", "500"],
+    );
     let mut worker = fleet.spawn_worker("only", &[]);
     // A guard against a hang, not a speed check: moto is one Python process
     // that the other moto tests share, and a cold run's worker needed more
@@ -720,20 +532,8 @@ async fn redis_losing_acknowledged_writes_mid_scan_leaves_no_hole() {
         .map(|i| (format!("w{}/{i:05}", i % 5), Seeded::default()))
         .collect();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis.url(),
-        scan: "rollback".into(),
-    };
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
-        &bucket,
-        "--output",
-        &format!("s3://{out}/rb/"),
-        "--target-shards",
-        "2",
-    ]);
+    let fleet = Fleet::new(s3.clone(), redis.url(), "rollback");
+    fleet.plan(&bucket, &format!("s3://{out}/rb/"), &["--target-shards", "2"]);
     // A part every 300 objects (a commit a second), fewer shards than
     // workers (splits).
     let opts = ["--max-rate", "300", "--progress-ms", "300"];
@@ -1006,11 +806,7 @@ async fn a_plan_that_died_midway_is_completed_not_tiled_again() {
         .collect();
     s3.seed(&bucket, &seeded).await;
     let scan = format!("halfplan-{}", std::process::id());
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: scan.clone(),
-    };
+    let fleet = Fleet::new(s3.clone(), redis_url(), scan.clone());
     let output = format!("s3://{out}/r/");
     let plan = [
         "plan",
@@ -1132,21 +928,9 @@ async fn a_scan_at_the_root_of_a_shared_bucket_deletes_only_what_it_wrote() {
         })
         .collect();
     s3.seed(&out, &theirs).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: format!("root-{}", std::process::id()),
-    };
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("root-{}", std::process::id()));
     let root = format!("s3://{out}/");
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
-        &bucket,
-        "--output",
-        &root,
-        "--target-shards",
-        "4",
-    ]);
+    fleet.plan(&bucket, &root, &["--target-shards", "4"]);
     let mut worker = fleet.spawn_worker("only", &[]);
     assert!(wait_exit(&mut worker, Duration::from_secs(300)).success());
     fleet.run_ok(&["merge"]);
@@ -1157,10 +941,7 @@ async fn a_scan_at_the_root_of_a_shared_bucket_deletes_only_what_it_wrote() {
     assert_eq!(s3.key_count(&out, &format!("parts/{}/", fleet.scan)).await, 0);
 
     // A dataset at the root would mix its files with data/mine.csv.
-    let dataset = Fleet {
-        scan: format!("root-ds-{}", std::process::id()),
-        ..fleet
-    };
+    let dataset = fleet.on_scan(format!("root-ds-{}", std::process::id()));
     let refused = dataset
         .command(&[
             "plan", "--bucket", &bucket, "--output", &root, "--layout", "dataset",
@@ -1216,11 +997,7 @@ async fn a_dataset_replaces_an_earlier_result_and_nothing_else() {
     put("ds/manifest.json", serde_json::to_vec(&manifest).unwrap())
         .await
         .unwrap();
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: format!("repl-{}", std::process::id()),
-    };
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("repl-{}", std::process::id()));
     let to = format!("s3://{out}/ds/");
     let plan = [
         "plan", "--bucket", &bucket, "--output", &to, "--layout", "dataset",
@@ -1269,21 +1046,9 @@ async fn a_part_the_listing_does_not_show_yet_is_found_by_name() {
         .map(|i| (format!("k{i:04}"), Seeded::default()))
         .collect();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: format!("lag-{}", std::process::id()),
-    };
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("lag-{}", std::process::id()));
     let to = format!("s3://{out}/r/");
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
-        &bucket,
-        "--output",
-        &to,
-        "--target-shards",
-        "2",
-    ]);
+    fleet.plan(&bucket, &to, &["--target-shards", "2"]);
     let mut worker = fleet.spawn_worker("only", &[]);
     assert!(wait_exit(&mut worker, Duration::from_secs(300)).success());
     // Every LIST of the parts leaves out the first part it would show.
@@ -1310,13 +1075,10 @@ async fn a_part_the_listing_does_not_show_yet_is_found_by_name() {
         },
     )
     .await;
-    let merger = Fleet {
-        s3: Server {
-            endpoint: proxy.url.clone(),
-            ..s3.clone()
-        },
-        ..fleet
-    };
+    let merger = fleet.through(Server {
+        endpoint: proxy.url.clone(),
+        ..s3.clone()
+    });
     merger.run_ok(&["merge"]);
     assert!(
         hid.load(std::sync::atomic::Ordering::SeqCst) > 0,
@@ -1404,11 +1166,7 @@ async fn a_redis_restart_with_scan_users_ends_exact(persist: bool) {
     admin.load_functions().await.unwrap();
     admin.set_scan_user(&scan, &password).await.unwrap();
     let url = url_with_user(&redis.url(), &scan_user(&scan), &password).unwrap();
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: url.clone(),
-        scan: scan.clone(),
-    };
+    let fleet = Fleet::new(s3.clone(), url.clone(), scan.clone());
     let spec = scan_spec(&bucket, &out, "r/", &scan);
     // Redis goes down as the plan starts, and comes back without the
     // scan's user (and without functions, unless it persists).
@@ -1551,28 +1309,23 @@ async fn a_filtered_scan_is_planned_run_and_merged_with_its_filter() {
         })
         .collect();
     s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: format!("filters-{}", std::process::id()),
-    };
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("filters-{}", std::process::id()));
+    fleet.plan(
         &bucket,
-        "--output",
         &format!("s3://{out}/f/"),
-        "--target-shards",
-        "4",
-        "--min-shard-objects",
-        "50",
-        "--include",
-        "d/*/*.csv",
-        "--exclude",
-        "d/00/**",
-        "--min-size",
-        "1",
-    ]);
+        &[
+            "--target-shards",
+            "4",
+            "--min-shard-objects",
+            "50",
+            "--include",
+            "d/*/*.csv",
+            "--exclude",
+            "d/00/**",
+            "--min-size",
+            "1",
+        ],
+    );
     let mut worker = fleet.spawn_worker("only", &[]);
     assert!(wait_exit(&mut worker, Duration::from_secs(600)).success());
     fleet.run_ok(&["merge"]);
@@ -1634,19 +1387,15 @@ async fn a_dead_shard_leaves_a_partial_result_and_a_retry_completes_it_exactly()
     s3.seed(&bucket, &seeded).await;
     let proxy = fault_proxy::start(s3.endpoint.clone(), refuses_b_and_one_object, |_, _| {}).await;
     let scan = format!("retry-{}", std::process::id());
-    let healthy = Fleet {
-        s3: s3.clone(),
-        redis: redis_url(),
-        scan: scan.clone(),
-    };
-    let faulty = Fleet {
-        s3: Server {
+    let healthy = Fleet::new(s3.clone(), redis_url(), scan.clone());
+    let faulty = Fleet::new(
+        Server {
             endpoint: proxy.url.clone(),
             ..s3.clone()
         },
-        redis: redis_url(),
-        scan: scan.clone(),
-    };
+        redis_url(),
+        scan.clone(),
+    );
     assert_success(
         &healthy
             .command(&[

@@ -7,13 +7,16 @@
 //! address says.
 
 mod common;
+#[path = "common/fleet.rs"]
+mod fleet_harness;
 #[path = "../../core/tests/support/sentinel.rs"]
 mod sentinel_ground;
 
 use common::*;
+use fleet_harness::{Fleet, PacedResult, PacedScan};
 use sentinel_ground::{Auth, SentinelGround};
-use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Output, Stdio};
+use std::collections::BTreeSet;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const PASSWORD: &str = "primary-secret-7f3a";
@@ -21,106 +24,17 @@ const SENTINEL_PASSWORD: &str = "sentinel-secret-91c2";
 /// How long the whole scan may take after the kill before it counts as a hang.
 const BOUND: Duration = Duration::from_secs(180);
 
-struct Fleet {
-    s3: Server,
-    url: String,
-    scan: String,
-}
-
-impl Fleet {
-    /// `bucketscan-worker ARGS` on this scan; the address (with its
-    /// passwords) goes through the environment, as the operator gives it.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = self.s3.worker_command(&[], args);
-        cmd.args(["--scan", &self.scan])
-            .env("BUCKETSCAN_REDIS_URL", &self.url)
-            .env("BUCKETSCAN_LOG", "info");
-        cmd
-    }
-
-    fn run_ok(&self, args: &[&str]) -> Output {
-        let out = self.command(args).output().unwrap();
-        assert_no_secret(&stderr(&out));
-        assert_success(&out);
-        out
-    }
-
-    fn log_path(&self, name: &str) -> std::path::PathBuf {
-        temp_path(&format!("{}-{name}.log", self.scan))
-    }
-
-    fn spawn_worker(&self, name: &str) -> Child {
-        let args = [
-            "run",
-            "--name",
-            name,
-            "--lease-secs",
-            "3",
-            "--part-objects",
-            "300",
-            "--concurrency",
-            "16",
-            "--max-rate",
-            "300",
-            "--progress-ms",
-            "300",
-        ];
-        let log = std::fs::File::create(self.log_path(name)).unwrap();
-        self.command(&args)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
-    }
-
-    /// HEADs the fleet reported, read from the master of now.
-    async fn heads(&self) -> u64 {
-        let config = bucketscan_core::fleet::queue::RedisConfig::new(&self.url);
-        let client = config.client().await.unwrap();
-        let mut con = client.get_multiplexed_async_connection().await.unwrap();
-        let heads: Option<u64> = redis::cmd("HGET")
-            .arg(format!("bs:{{{}}}:counters", self.scan))
-            .arg("heads")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        heads.unwrap_or(0)
-    }
-
-    /// Wait until the fleet reported `at_least` HEADs; returns how many.
-    async fn wait_for_heads(&self, at_least: u64) -> u64 {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let heads = self.heads().await;
-            if heads >= at_least {
-                return heads;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the scan did not reach {at_least} HEADs"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// HEADs counted on the data node at `port` itself.
-    fn heads_on(&self, ground: &SentinelGround, port: u16) -> u64 {
-        let heads: Option<u64> = ground
-            .on_node(
-                port,
-                redis::cmd("HGET")
-                    .arg(format!("bs:{{{}}}:counters", self.scan))
-                    .arg("heads"),
-            )
-            .unwrap();
-        heads.unwrap_or(0)
-    }
-}
-
-fn assert_no_secret(text: &str) {
-    for secret in [PASSWORD, SENTINEL_PASSWORD] {
-        assert!(!text.contains(secret), "a Redis password leaked: {text}");
-    }
+/// HEADs counted on the data node at `port` itself.
+fn heads_on(fleet: &Fleet, ground: &SentinelGround, port: u16) -> u64 {
+    let heads: Option<u64> = ground
+        .on_node(
+            port,
+            redis::cmd("HGET")
+                .arg(format!("bs:{{{}}}:counters", fleet.scan))
+                .arg("heads"),
+        )
+        .unwrap();
+    heads.unwrap_or(0)
 }
 
 /// Every key of `bucket`, from its listing.
@@ -172,38 +86,18 @@ async fn scan_through_a_failover(scan: &str, lagging: bool) {
         SentinelGround::start(auth)
     };
     let s3 = versitygw();
-    let bucket = s3.bucket(scan).await;
-    let out = s3.bucket(&format!("{scan}-out")).await;
-    let seeded: BTreeMap<String, Seeded> = (0..4000)
-        .map(|i| (format!("s{}/{i:05}", i % 4), Seeded::default()))
-        .collect();
-    s3.seed(&bucket, &seeded).await;
-    let fleet = Fleet {
-        s3: s3.clone(),
-        url: ground.url(),
-        scan: scan.into(),
-    };
-    let output = format!("s3://{out}/s/");
-    fleet.run_ok(&[
-        "plan",
-        "--bucket",
-        &bucket,
-        "--output",
-        &output,
-        "--min-shard-objects",
-        "500",
-    ]);
-    let mut workers = [fleet.spawn_worker("a"), fleet.spawn_worker("b")];
-
-    let mut heads = fleet.wait_for_heads(1200).await;
+    let fleet =
+        Fleet::new(s3.clone(), ground.url(), scan).redis_in_env_hiding(&[PASSWORD, SENTINEL_PASSWORD]);
+    let (paced, mut heads) = PacedScan::start(fleet, "s", &["--progress-ms", "300"]).await;
+    let fleet = &paced.fleet;
     if lagging {
         ground.hold_replication();
         let held = Instant::now();
         fleet.wait_for_heads(heads + 600).await;
         tokio::time::sleep(Duration::from_millis(1500).saturating_sub(held.elapsed())).await;
         let (primary, replica) = (
-            fleet.heads_on(&ground, ground.primary.port),
-            fleet.heads_on(&ground, ground.replica.port),
+            heads_on(fleet, &ground, ground.primary.port),
+            heads_on(fleet, &ground, ground.replica.port),
         );
         assert!(
             replica < primary,
@@ -215,11 +109,12 @@ async fn scan_through_a_failover(scan: &str, lagging: bool) {
     ground.kill_primary();
     let killed = Instant::now();
 
-    for w in &mut workers {
-        let status = wait_exit(w, BOUND);
-        assert!(status.success(), "worker exit {status:?}");
-    }
-    fleet.run_ok(&["merge"]);
+    let bucket = paced.bucket.clone();
+    let PacedResult {
+        records,
+        manifest,
+        logs,
+    } = paced.finish(BOUND).await;
     let took = killed.elapsed();
     assert!(took < BOUND, "{took:?}");
     assert_eq!(
@@ -227,27 +122,11 @@ async fn scan_through_a_failover(scan: &str, lagging: bool) {
         Some(ground.replica.port),
         "the replica was promoted"
     );
-
-    let records = parse_records(&s3.read(&out, "s/result.jsonl").await);
     let listed = listing(&s3, &bucket).await;
     let scanned: BTreeSet<String> = records.keys().cloned().collect();
     assert_eq!(
         scanned, listed,
         "the result holds the bucket's listing, each key once"
-    );
-    assert_matches_seed(&records, &seeded);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&s3.read(&out, "s/manifest.json").await).unwrap();
-    assert_eq!(manifest["counts"]["objects"], 4000, "{manifest}");
-
-    let logs: String = ["a", "b"]
-        .iter()
-        .map(|w| std::fs::read_to_string(fleet.log_path(w)).unwrap())
-        .collect();
-    assert_no_secret(&logs);
-    assert!(
-        logs.contains("Redis unavailable; retrying"),
-        "the workers rode out the failover: {logs}"
     );
     eprintln!(
         "{scan}: killed at {heads} HEADs; workers and merge done {took:?} after the kill; shards {}, \
@@ -257,6 +136,12 @@ async fn scan_through_a_failover(scan: &str, lagging: bool) {
         manifest["progress"]["heads"],
         logs.matches("Redis lost recorded progress").count()
     );
+}
+
+fn assert_no_secret(text: &str) {
+    for secret in [PASSWORD, SENTINEL_PASSWORD] {
+        assert!(!text.contains(secret), "a Redis password leaked: {text}");
+    }
 }
 
 /// `plan` with `url` as its Redis (given up on after 5 s): the line it fails

@@ -1,70 +1,37 @@
 //! Shared by the tests that talk to the kube-apiserver of the test ground
 //! (scripts/with-test-servers.sh with BUCKETSCAN_TEST_KUBE=1, as `just test`
-//! runs it).
+//! runs it): the ground itself (kubeconfig, CRDs, namespaces, the chart's
+//! objects) here, and by concern:
+//! - `operator`: the operator binary started through a guard that stops it
+//!   with the test, also a failed one;
+//! - `process`: the guard that stops such a process (also a
+//!   kube-controller-manager) with its test;
+//! - `secrets`: the Secrets a test writes for its scans;
+//! - `clients`: the admin's client, impersonation and RBAC;
+//! - `scans`: BucketScans as the tests write them and what they wait for.
+//!
+//! The plugin's tests include this directory too (`#[path]`).
 #![allow(dead_code)]
+
+mod clients;
+mod operator;
+mod process;
+mod scans;
+mod secrets;
+
+// Each test file uses some of them.
+#[allow(unused_imports)]
+pub use {clients::*, operator::*, process::*, scans::*, secrets::*};
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use std::time::Duration;
-
-/// The operator binary as a test runs it: watching `ns`, with the test
-/// ground's kubeconfig and Redis, its S3 servers allowed, stdout dropped and its log (stderr) in
-/// `log`. The caller adds its own flags (at least `--metrics-addr`) and
-/// spawns it. A macro: only the operator's own tests have its binary
-/// (other crates' tests share this file).
-#[macro_export]
-macro_rules! operator_command {
-    ($ns:expr, $log:expr) => {{
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"));
-        command
-            .args(["--namespace", $ns])
-            .env("KUBECONFIG", $crate::cluster::kubeconfig_path())
-            .env(
-                "BUCKETSCAN_REDIS_URL",
-                std::env::var("BUCKETSCAN_TEST_REDIS_URL").expect("run the tests with `just test`"),
-            )
-            .env(
-                "BUCKETSCAN_ALLOWED_ENDPOINTS",
-                $crate::cluster::TEST_GROUND_ENDPOINTS,
-            )
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create($log).unwrap());
-        command
-    }};
-}
-
-/// The operator's endpoint allowlist in these tests: the test ground's S3
-/// servers listen on loopback, which the default refuses (a tenant must
-/// not reach the operator's own host), so every operator a test starts
-/// allows it by name, as a platform would list its store.
-pub const TEST_GROUND_ENDPOINTS: &str = "127.0.0.1";
-
-/// A copy of the test ground's kubeconfig, written to `path`, whose user
-/// impersonates `user` (`as:`, which kube-rs and kubectl send as the
-/// `Impersonate-User` header): the API server authorizes every request made
-/// with it as `user`, by RBAC, instead of as the ground's admin.
-pub fn impersonating_kubeconfig(user: &str, path: &std::path::Path) {
-    let mut kc = Kubeconfig::read_from(kubeconfig_path()).unwrap();
-    for named in &mut kc.auth_infos {
-        named.auth_info.get_or_insert_default().impersonate = Some(user.to_string());
-    }
-    std::fs::write(path, serde_saphyr::to_string(&kc).unwrap()).unwrap();
-}
 
 pub fn kubeconfig_path() -> String {
     std::env::var("BUCKETSCAN_TEST_KUBECONFIG")
         .expect("BUCKETSCAN_TEST_KUBECONFIG is not set: run the tests with `just test`")
-}
-
-pub async fn client() -> Client {
-    let kc = Kubeconfig::read_from(kubeconfig_path()).unwrap();
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
 }
 
 /// Apply crds/ (as `kubectl apply` would) and wait until they are served:
@@ -107,12 +74,23 @@ async fn install_crd_named(client: &Client, plural: &str) {
 /// controller-manager would make (the test ground has none) and without
 /// which the API server refuses pods.
 pub async fn namespace(client: &Client, name: &str) {
+    namespace_with(client, name, serde_json::json!({}), &["default"]).await;
+}
+
+/// Namespace `name` created with `labels` (a JSON object of strings), and
+/// the ServiceAccounts `accounts` in it. Either may be there already (a
+/// test run again, or another test's namespace): that is not an error.
+pub async fn namespace_with(client: &Client, name: &str, labels: serde_json::Value, accounts: &[&str]) {
     let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": labels}})).unwrap();
     let _ = api.create(&PostParams::default(), &ns).await;
-    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), name);
-    let default = serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
-    let _ = accounts.create(&PostParams::default(), &default).await;
+    let service_accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), name);
+    for account in accounts {
+        let body = serde_json::from_value(serde_json::json!({"metadata": {"name": account}})).unwrap();
+        let _ = service_accounts.create(&PostParams::default(), &body).await;
+    }
 }
 
 /// A port free on 127.0.0.1 right now.
@@ -154,45 +132,6 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
         code,
         text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
     ))
-}
-
-/// Secret `name` in `ns` holding S3 credentials as a BucketScan's
-/// `credentialsSecret` expects them.
-pub async fn create_s3_secret(client: &Client, ns: &str, name: &str, access_key: &str, secret_key: &str) {
-    use k8s_openapi::api::core::v1::Secret;
-    let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), ns);
-    let creds: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
-        "stringData": {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
-    }))
-    .unwrap();
-    secrets.create(&Default::default(), &creds).await.unwrap();
-}
-
-/// BucketScan `name` as the tests write one: `bucket` at `endpoint` (path
-/// style) read with the credentials Secret `s3` (`create_s3_secret`), the
-/// result in `out` under `NAME/`; each field of `spec` is set over these
-/// (workers, sharding, ...).
-pub fn s3_scan(
-    name: &str,
-    endpoint: &str,
-    bucket: &str,
-    out: &str,
-    spec: serde_json::Value,
-) -> bucketscan_api::crd::BucketScan {
-    let mut body = serde_json::json!({
-        "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
-        "metadata": {"name": name},
-        "spec": {
-            "source": {"endpoint": endpoint, "bucket": bucket, "pathStyle": true,
-                       "credentialsSecret": {"name": "s3"}},
-            "output": {"bucket": out, "prefix": format!("{name}/")}
-        }
-    });
-    for (k, v) in spec.as_object().unwrap() {
-        body["spec"][k] = v.clone();
-    }
-    serde_json::from_value(body).unwrap()
 }
 
 /// The repository's root (`helm` and `kubectl` run there: `charts/...`).
@@ -249,67 +188,10 @@ pub fn apply_rbac(rendered: &str, file_name: &str) {
     run("kubectl", &["apply", "-f", file.to_str().unwrap()]);
 }
 
-/// Condition `type_` of BucketScan `name`: status, reason and message.
-pub async fn condition(
-    scans: &Api<bucketscan_api::crd::BucketScan>,
-    name: &str,
-    type_: &str,
-) -> Option<(String, String, String)> {
-    let st = scans.get(name).await.ok()?.status?;
-    let c = st.conditions.into_iter().find(|c| c.type_ == type_)?;
-    Some((c.status, c.reason, c.message))
-}
-
-/// Waits until condition `type_` of `name` has `status` and `reason`; its
-/// message.
-pub async fn wait_condition(
-    scans: &Api<bucketscan_api::crd::BucketScan>,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-) -> String {
-    eventually(&format!("{name}: {type_}={status} ({reason})"), 60, async || {
-        let (s, r, message) = condition(scans, name, type_).await?;
-        (s == status && r == reason).then_some(message)
-    })
-    .await
-}
-
 /// The chart's ServiceAccount of release `release` in `namespace`, as the
 /// API server names it (`helm template RELEASE`, no fullnameOverride).
 pub fn chart_account(release: &str, namespace: &str) -> String {
     format!("system:serviceaccount:{namespace}:{release}-bucketscan")
-}
-
-/// The reasons of the events in `ns`.
-pub async fn event_reasons(client: &Client, ns: &str) -> Vec<String> {
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
-    let list = events.list(&Default::default()).await.unwrap().items;
-    list.into_iter().filter_map(|e| e.reason).collect()
-}
-
-/// `kubectl auth can-i ARGS` as `user`, answered by the API server.
-pub fn can_i(user: &str, args: &[&str]) -> bool {
-    let out = std::process::Command::new("kubectl")
-        .args(["auth", "can-i", &format!("--as={user}")])
-        .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim() == "yes"
-}
-
-/// A client of the test ground that the API server authorizes as `user`
-/// (impersonation: the `Impersonate-User` header), by RBAC and the
-/// admission policies, instead of as the ground's admin.
-pub async fn client_as(user: &str) -> Client {
-    let kc = Kubeconfig::read_from(kubeconfig_path()).unwrap();
-    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    config.auth_info.impersonate = Some(user.to_string());
-    Client::try_from(config).unwrap()
 }
 
 /// `helm template RELEASE charts/bucketscan -n NAMESPACE VALUES...` as
@@ -364,17 +246,25 @@ pub fn admission_policies(objects: &[serde_json::Value], label: &str) -> Vec<ser
 /// Label namespace `ns` with `bucketscan.dev/test=LABEL` (see
 /// `admission_policies`).
 pub async fn label_namespace(client: &Client, ns: &str, label: &str) {
+    set_namespace_label(client, ns, "bucketscan.dev/test", label).await;
+}
+
+/// Sets label `key=value` on namespace `ns`.
+pub async fn set_namespace_label(client: &Client, ns: &str, key: &str, value: &str) {
     let api: Api<Namespace> = Api::all(client.clone());
-    let patch = serde_json::json!({"metadata": {"labels": {"bucketscan.dev/test": label}}});
+    let patch = serde_json::json!({"metadata": {"labels": {key: value}}});
     api.patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
 }
 
-/// The API server's refusal of `result`: its HTTP code and message.
-pub fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> (u16, String) {
-    match result {
-        Err(kube::Error::Api(e)) => (e.code, e.message),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
+/// The admin's client, with the CRDs and namespace `ns` labelled so that
+/// the policies `admission_policies` applies (with label `ns`) check scans
+/// there.
+pub async fn labelled_namespace(ns: &str) -> Client {
+    let admin = client().await;
+    install_crd(&admin).await;
+    namespace(&admin, ns).await;
+    label_namespace(&admin, ns, ns).await;
+    admin
 }
