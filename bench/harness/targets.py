@@ -25,14 +25,14 @@ def evaluate_targets(clients, listing, redis_per_object, e2e, list_latency=None)
     add("HEAD/s per client core >= 2x Go pool", per_core("go-pool"), 2, "{:.2f}x")
     add("HEAD/s per client core >= 6x boto3 multiprocessing", per_core("boto3-multiprocessing"), 6, "{:.1f}x")
     add("HEAD/s per client core >= 80x naive boto3", per_core("boto3-naive"), 80, "{:.1f}x")
-    add("CPU per 100k HEADs <= 0.5x Go's", r.get("go-pool", {}).get("cpu_per_100k"), 0.5, "{:.2f}x",
-        higher_is_better=False)
+    # One target per quantity (issue 31, item 6): HEAD/s per client core is
+    # HEADs per CPU-second, the inverse of CPU per HEAD, so "CPU per 100k
+    # HEADs <= 0.5x Go's" was the first target again; and the CPU per HEAD
+    # against the bare loop is judged once, by the project's 1.5x.
     hyper = clients.get("hyper-loop")
     ours = clients.get(OURS)
     add("fast path >= 0.8x bare hyper loop (HEAD/s, same in-flight)",
         ratio(ours and ours["head_per_s"], hyper and hyper["head_per_s"]), 0.8, "{:.2f}x")
-    add("fast path >= 0.8x bare hyper loop (HEADs per CPU-second)",
-        ratio(ours and ours["head_per_core_s"], hyper and hyper["head_per_core_s"]), 0.8, "{:.2f}x")
     # Issue 14, item 4: the whole worker (listing, signing, records) costs at
     # most 1.5x the CPU per HEAD of the bare loop, measured side by side.
     add("CPU per HEAD <= 1.5x the bare hyper loop's",
@@ -63,7 +63,7 @@ def evaluate_targets(clients, listing, redis_per_object, e2e, list_latency=None)
 
 
 def note_key(target):
-    for key in ("Go", "multiprocessing", "naive", "hyper loop (HEAD/s", "hyper loop (HEADs", "LIST pages", "LIST",
+    for key in ("Go", "multiprocessing", "naive", "hyper loop (HEAD/s", "CPU per HEAD", "LIST pages", "LIST",
                 "Redis", "end to end"):
         if key in target:
             return key
