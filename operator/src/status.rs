@@ -272,9 +272,10 @@ pub fn rate(per_second: f64) -> String {
 pub fn object_counts(counters: &BTreeMap<String, u64>) -> ObjectCounts {
     let get = |k: &str| counters.get(k).copied().unwrap_or(0);
     ObjectCounts {
-        // A HEAD per object, or a record from the listing's metadata
-        // (`metadataSource`): either way one object scanned.
-        scanned: get("heads") + get("from_listing"),
+        // A HEAD per object, a record from the listing's metadata
+        // (`metadataSource`) or one taken from the baseline (incremental
+        // scans): either way one object scanned.
+        scanned: get("heads") + get("from_listing") + get("reused"),
         with_metadata: get("with_metadata"),
         vanished: get("vanished"),
         errors: get("errors"),
@@ -734,6 +735,12 @@ mod tests {
             object_counts(&counters).scanned,
             1000,
             "records from the listing are scanned too"
+        );
+        let counters = BTreeMap::from([("heads".to_string(), 10), ("reused".to_string(), 990)]);
+        assert_eq!(
+            object_counts(&counters).scanned,
+            1000,
+            "records taken from the baseline are scanned too"
         );
     }
 }

@@ -157,12 +157,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let summary = runner.run().await?;
     let c = engine.counters.snapshot();
     eprintln!(
-        "worker {owner}: {} shards done, {} failed, {} objects ({} HEADs, {} from the listing; {} left out by the filter){}",
+        "worker {owner}: {} shards done, {} failed, {} objects ({} HEADs, {} from the listing, {} from the baseline; {} left out by the filter){}",
         summary.shards_done,
         summary.shards_failed,
         c.listed,
         c.heads,
         c.from_listing,
+        c.reused,
         c.filtered,
         if summary.stopped {
             "; stopped, shard released"

@@ -602,13 +602,14 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let c = engine.counters.snapshot();
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "scanned {} objects in {} shards in {:.1}s ({} HEADs, {:.0} HEAD/s; {} from the listing; {} left out by the filter): {} with metadata, {} vanished, {} errors, {} retries; wrote {} records ({} bytes) to {}",
+        "scanned {} objects in {} shards in {:.1}s ({} HEADs, {:.0} HEAD/s; {} from the listing, {} from the baseline; {} left out by the filter): {} with metadata, {} vanished, {} errors, {} retries; wrote {} records ({} bytes) to {}",
         c.listed,
         shard_count,
         secs,
         c.heads,
         c.heads as f64 / secs.max(1e-9),
         c.from_listing,
+        c.reused,
         c.filtered,
         c.with_metadata,
         c.vanished,

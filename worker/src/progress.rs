@@ -31,9 +31,10 @@ impl Progress {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                     let c = engine.counters.snapshot();
                     let secs = started.elapsed().as_secs_f64().max(1e-3);
-                    // Objects done: HEADed, or read from the listing's
-                    // metadata (--metadata-source).
-                    let done = c.heads + c.from_listing;
+                    // Objects done: HEADed, read from the listing's
+                    // metadata (--metadata-source) or taken from the
+                    // baseline (--baseline).
+                    let done = c.heads + c.from_listing + c.reused;
                     let rate = done as f64 / secs;
                     let total = if exact { estimate } else { estimate.max(c.listed) };
                     bar.set_length(total);

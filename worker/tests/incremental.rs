@@ -225,6 +225,15 @@ async fn incremental_equals_full(s3: &Server, format: &str, gzip: bool) {
         summary.contains("3 added, 3 removed, 3 content changed, 3 metadata changed"),
         "{summary}"
     );
+    // The summary says where the records came from: HEADs, the baseline,
+    // and none from the listing (it counted the baseline's as the listing's).
+    assert!(
+        summary.contains(&format!(
+            "; 0 from the listing, {} from the baseline;",
+            seeded.len() - 9
+        )),
+        "{summary}"
+    );
     // The change set carries the old metadata beside the new.
     if format != "csv" {
         let replaced = &changes["a/obj-0006"];

@@ -608,8 +608,10 @@ impl Engine {
         let old = baseline.take(task.key()).await?;
         let task = match (task, &old) {
             (Task::Head(obj), Some(old)) if self.may_reuse(old, &obj) => {
+                // Counted as reused, not as from the listing: summaries and
+                // progress say where each record came from.
                 self.counters.reused.fetch_add(1, Relaxed);
-                self.count_listed_record(old);
+                self.count_record(old);
                 Task::Made(reused(old, &obj))
             }
             (task, _) => task,
@@ -637,6 +639,11 @@ impl Engine {
 
     fn count_listed_record(&self, record: &Record) {
         self.counters.from_listing.fetch_add(1, Relaxed);
+        self.count_record(record);
+    }
+
+    /// A record made without a HEAD: its bytes and whether it has metadata.
+    fn count_record(&self, record: &Record) {
         self.counters.bytes.fetch_add(record.size, Relaxed);
         if !record.metadata.is_empty() {
             self.counters.with_metadata.fetch_add(1, Relaxed);
