@@ -155,8 +155,9 @@ demo:
 fmt:
     cargo fmt --all
 
-# Benchmarks against the peers (full: >= 3 runs per figure, about 40 minutes of harness on
-# 2 cores): writes BENCHMARKS.md and docs/benchmarks.png. See docs/benchmarks.md.
+# Benchmarks against the peers (full: >= 3 runs per figure; not timed as a whole, over two
+# hours of harness on 2 cores by docs/benchmarks.md's estimate): writes BENCHMARKS.md and
+# docs/benchmarks.png. See docs/benchmarks.md.
 bench: deps build
     cargo build --release -p bucketscan-bench
     # The harness's small benchmarks of its fleet sections (moved out of `just test`).
@@ -173,7 +174,7 @@ bench-operator: deps
     BUCKETSCAN_TEST_KUBE=1 scripts/with-test-servers.sh {{cache}}/venv/bin/python bench/run.py --only operator \
       --bin-dir "$CARGO_TARGET_DIR/release"
 
-# A smoke run of the benchmarks (1 run, small N, a few minutes); writes under
+# A smoke run of the benchmarks (1 run, small N; docs/benchmarks.md); writes under
 # $BUCKETSCAN_CACHE/bench/quick/, not the committed BENCHMARKS.md.
 bench-quick: (_bench "quick" (cache + "/bench/quick/BENCHMARKS.md") (cache + "/bench/quick/benchmarks.png"))
 
