@@ -664,5 +664,50 @@ class Layers(unittest.TestCase):
             self.assertEqual(self.imports(f.name), {"report", "common", "splice"})
 
 
+class E2ETimeline(unittest.TestCase):
+    """e2e/timeline.py's timeline of the bench scan and its rendering."""
+
+    @staticmethod
+    def timeline_module():
+        import importlib.util
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e", "timeline.py")
+        spec = importlib.util.spec_from_file_location("e2e_timeline", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def test_a_process_that_ended_keeps_the_cpu_it_used(self):
+        t = self.timeline_module()
+        samples = [
+            {"t": 0.0, "stats": {"heads": 0}, "cpu": {"1": ["bucketscan-work", 1.0], "2": ["synthetic-s3", 5.0]},
+             "machine": 10.0},
+            {"t": 1.0, "stats": {"heads": 100}, "cpu": {"1": ["bucketscan-work", 1.5], "2": ["synthetic-s3", 5.2]},
+             "machine": 11.0},
+            {"t": 2.0, "stats": {"heads": 1100}, "cpu": {"1": ["bucketscan-work", 2.5], "2": ["synthetic-s3", 5.6],
+                                                        "3": ["bucketscan-work", 0.4]}, "machine": 12.5},
+            # The workers ended; the store is still seen.
+            {"t": 3.0, "stats": {"heads": 2000}, "cpu": {"2": ["synthetic-s3", 6.0]}, "machine": 14.0},
+        ]
+        used = t.used_by_process(samples[1:])
+        self.assertEqual(used["1"], ("bucketscan-work", 1.0), "seen until t=2: 1.5 -> 2.5")
+        self.assertEqual(used["3"], ("bucketscan-work", 0.4), "started meanwhile: from zero")
+        line = t.timeline(samples, 0.5)
+        self.assertEqual(line["first_head_after_start_s"], 0.5)
+        self.assertEqual(line["heading_s"], 2.0)
+        self.assertEqual(line["peak_head_per_s"], 1000)
+        self.assertEqual(line["cpu_cores_by_component"]["workers"], 0.7)
+        self.assertEqual(line["machine_cores_busy"], 1.5)
+
+    def test_the_timeline_renders_beside_the_e2e_figure(self):
+        lines = e2e.render_timeline({"first_head_after_start_s": 1.0, "heading_s": 40.0, "climb_to_steady_s": 0.5,
+                                     "steady_head_per_s": 25000, "peak_head_per_s": 30000, "tail_last_5pct_s": 2.0,
+                                     "cores_busy": 1.8, "machine_cores_busy": 1.95,
+                                     "cpu_cores_by_component": {"workers": 0.9, "store (synthetic-s3)": 0.8}})
+        text = "\n".join(lines)
+        self.assertIn("steady 25,000/s", text)
+        self.assertIn("| workers | 0.90 |", text)
+        self.assertEqual(e2e.render_timeline(None), [])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -5,11 +5,11 @@ machine's CPU went, sampled twice a second until the file STOP exists.
     sample.py STATS_URL OUT.jsonl STOP
 
 Each line of OUT is one sample: `{"t": epoch seconds, "stats": synthetic-s3's
-/_stats, "cpu": {process name: CPU seconds used so far}, "machine": CPU
+/_stats, "cpu": {pid: [process name, CPU seconds used so far]}, "machine": CPU
 seconds the machine was busy so far}`. CPU is read from
 /proc/PID/stat of every process this one can see (the local cluster's pods,
-kubelet, apiserver and the test servers share its PID namespace), summed by
-process name: timeline.py turns the differences into a share per component.
+kubelet, apiserver and the test servers share its PID namespace):
+timeline.py turns the differences into a share per component.
 Only counters are read; nothing here touches the scan.
 """
 import json
@@ -22,10 +22,11 @@ TICKS = os.sysconf("SC_CLK_TCK")
 EVERY = 0.5
 
 
-def cpu_by_name():
-    """{comm: utime + stime in seconds} over every visible process (a dead
-    process's time is gone with it: short-lived processes are undercounted,
-    which is why only long-lived components are read from it)."""
+def cpu_by_process():
+    """{pid: [comm, utime + stime in seconds]} of every visible process.
+    By process, not by name: timeline.py sums what each used while it was
+    seen, so a process that ended (a worker pod after its last shard) keeps
+    the time it used until its last sample."""
     used = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -38,7 +39,7 @@ def cpu_by_name():
         # comm is in parentheses and may itself hold spaces or parentheses.
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
-        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS
+        used[pid] = [name, (int(fields[11]) + int(fields[12])) / TICKS]
     return used
 
 
@@ -64,7 +65,7 @@ def main():
     with open(out, "w") as f:
         while not os.path.exists(stop):
             began = time.time()
-            f.write(json.dumps({"t": began, "stats": stats(url), "cpu": cpu_by_name(),
+            f.write(json.dumps({"t": began, "stats": stats(url), "cpu": cpu_by_process(),
                                 "machine": machine_busy()}) + "\n")
             f.flush()
             time.sleep(max(0.0, EVERY - (time.time() - began)))

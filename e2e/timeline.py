@@ -77,6 +77,18 @@ def component(name):
     return "other"
 
 
+def used_by_process(samples):
+    """{pid: (name, CPU seconds)} each process used between the first and the
+    last of `samples` in which it was seen (one that started meanwhile from
+    zero, one that ended keeps what it used until its last sample)."""
+    first, last = {}, {}
+    for i, sample in enumerate(samples):
+        for pid, (name, secs) in sample["cpu"].items():
+            first.setdefault(pid, 0.0 if i > 0 else secs)
+            last[pid] = (name, secs)
+    return {pid: (name, secs - first[pid]) for pid, (name, secs) in last.items()}
+
+
 def timeline(samples, scan_start):
     """The scanning phase seen from the store: see the module doc."""
     samples = [s for s in samples if s.get("stats")]
@@ -96,8 +108,7 @@ def timeline(samples, scan_start):
     climbed = next((t for t, r in rates if r >= 0.9 * steady), first)
     during = [s for s in samples if first <= s["t"] <= last] or samples
     cpu = {}
-    for name, secs in during[-1]["cpu"].items():
-        used = secs - during[0]["cpu"].get(name, 0.0)
+    for name, used in used_by_process(during).values():
         if used > 0:
             cpu[component(name)] = cpu.get(component(name), 0.0) + used
     seconds = max(1e-9, during[-1]["t"] - during[0]["t"])
