@@ -173,9 +173,11 @@ class Scale(unittest.TestCase):
 
 
 class Billion(unittest.TestCase):
-    def test_the_planner_s_lists_leave_out_the_two_bucket_checks(self):
-        r = billion_sample(lists=15_002)
-        self.assertEqual((r["lists"], r["lists_served"]), (15_000, 15_002))
+    def test_the_planner_s_lists_leave_out_the_source_bucket_s_check(self):
+        # The output bucket's check goes on to the versitygw: synthetic-s3
+        # counts only the source's.
+        r = billion_sample(lists=15_001)
+        self.assertEqual((r["lists"], r["lists_served"]), (15_000, 15_001))
 
     def test_claims_are_judged_against_the_issue_limits(self):
         good = {c: met for c, _, met in billion.billion_claims([billion_sample()], {"rss_kb": 100 * 1024})}
@@ -194,6 +196,19 @@ class Billion(unittest.TestCase):
         for layout in billion.BILLION_LAYOUTS:
             self.assertTrue(any(line.startswith(f"| {layout} | 10,500 |") for line in lines), layout)
         self.assertIn("| 200.0 MiB |", "".join(lines))
+
+    def test_a_run_with_the_output_store_says_what_it_adds_to_the_plan(self):
+        section = {"rows": [billion_sample()], "date": "d", "load": "1", "latency_us": 1000, "record_bytes": 180.0}
+        before = "\n".join(billion.render(section))
+        self.assertIn("less the two one-key checks of the source and output buckets", before)
+        self.assertNotIn("versitygw", before)
+        now = "\n".join(billion.render(dict(section, output_store="versitygw", keys=billion.BILLION)))
+        self.assertIn("its output bucket on a versitygw behind synthetic-s3's `--forward`", now)
+        self.assertIn("less the one-key check of the source bucket", now)
+        self.assertIn("'plan s' includes the store check", now)
+        self.assertNotIn("--billion-keys", now)
+        small = "\n".join(billion.render(dict(section, output_store="versitygw", keys=20_000)))
+        self.assertIn("This run served 20,000 keys per layout, not 10^9 (`--billion-keys`", small)
 
     def test_the_operator_figure_is_its_peak_rss_and_the_phases_it_went_through(self):
         phases = operator_rss.dedupe(["(none)", "Planning", "Planning", "Scanning", "Scanning", "Merging"])

@@ -111,9 +111,12 @@ class OperatorRun:
         operator = None
         try:
             wait_until(lambda: redis_commands(port) is not None, "redis-server")
+            # The operator refuses loopback endpoints unless its allowlist
+            # names them (EndpointNotAllowed): this one synthetic-s3 only.
             operator = subprocess.Popen(
                 [b.binary("bucketscan-operator"), "--namespace", self.ns, "--metrics-addr",
-                 f"127.0.0.1:{free_port()}", "--redis", url, "--plan-list-budget", str(BILLION_LIST_BUDGET)],
+                 f"127.0.0.1:{free_port()}", "--redis", url, "--plan-list-budget", str(BILLION_LIST_BUDGET),
+                 "--allowed-endpoints", ep.url[len("http://"):]],
                 env=self.env, stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"))
             started = time.monotonic()
             self.k("-n", self.ns, "apply", "-f", "-", stdin=json.dumps(self.scan(ep.url, target_shards)))

@@ -149,17 +149,28 @@ async fn main() -> anyhow::Result<()> {
         "ticks": ticks,
     });
     println!("{out}");
-    anyhow::ensure!(fleet.failed == 0, "{} worker(s) failed", fleet.failed);
+    anyhow::ensure!(
+        fleet.failed == 0,
+        "{} worker(s) failed: {}",
+        fleet.failed,
+        fleet.failures.join("; ")
+    );
     Ok(())
 }
+
+/// The signal `scale_to` stops a worker with.
+const SIGTERM: i32 = 15;
 
 /// The worker processes: started newest last, stopped newest first.
 struct Fleet {
     command: Vec<String>,
-    running: Vec<Child>,
-    stopping: Vec<Child>,
+    /// Each with its name (`--name`).
+    running: Vec<(String, Child)>,
+    stopping: Vec<(String, Child)>,
     started: u32,
     failed: u32,
+    /// How each failed worker exited, by name.
+    failures: Vec<String>,
 }
 
 impl Fleet {
@@ -170,6 +181,7 @@ impl Fleet {
             stopping: Vec::new(),
             started: 0,
             failed: 0,
+            failures: Vec::new(),
         }
     }
 
@@ -179,41 +191,103 @@ impl Fleet {
 
     fn scale_to(&mut self, n: usize) -> anyhow::Result<()> {
         while self.running.len() < n {
+            let name = format!("w{}", self.started);
             let child = Command::new(&self.command[0])
                 .args(&self.command[1..])
-                .args(["--name", &format!("w{}", self.started)])
+                .args(["--name", &name])
                 .kill_on_drop(true)
                 .spawn()
                 .with_context(|| format!("starting {}", self.command[0]))?;
             self.started += 1;
-            self.running.push(child);
+            self.running.push((name, child));
         }
         while self.running.len() > n {
-            let child = self.running.pop().expect("more than n");
+            let (name, child) = self.running.pop().expect("more than n");
             if let Some(pid) = child.id() {
                 // SIGTERM: the worker hands its shards back and exits.
                 std::process::Command::new("kill")
                     .args(["-TERM", &pid.to_string()])
                     .status()?;
             }
-            self.stopping.push(child);
+            self.stopping.push((name, child));
         }
         Ok(())
     }
 
-    /// Forget the workers that exited; count the ones that failed.
+    /// Forget the workers that exited; count the ones that failed. A
+    /// worker this fleet stopped that died of the SIGTERM itself was
+    /// stopped before it set up its handler, which it does before taking
+    /// its first shard: it held nothing, so it did not fail. (On a loaded
+    /// machine a worker started and stopped within a tick or two is one.)
     fn reap(&mut self) -> anyhow::Result<()> {
-        for list in [&mut self.running, &mut self.stopping] {
+        use std::os::unix::process::ExitStatusExt;
+        for (stopped_here, list) in [(false, &mut self.running), (true, &mut self.stopping)] {
             let mut kept = Vec::new();
-            for mut child in list.drain(..) {
+            for (name, mut child) in list.drain(..) {
                 match child.try_wait()? {
-                    Some(status) if !status.success() => self.failed += 1,
+                    Some(status) if stopped_here && status.signal() == Some(SIGTERM) => {}
+                    Some(status) if !status.success() => {
+                        self.failed += 1;
+                        self.failures.push(format!("{name}: {status}"));
+                    }
                     Some(_) => {}
-                    None => kept.push(child),
+                    None => kept.push((name, child)),
                 }
             }
             *list = kept;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker: `sh -c SCRIPT` (the `--name wN` the fleet adds are the
+    /// script's `$0` and `$1`).
+    fn fleet_of(script: &str) -> Fleet {
+        Fleet::new(vec!["sh".into(), "-c".into(), script.into()])
+    }
+
+    /// Reaps until every worker has exited (at most 10 s).
+    async fn reap_all(fleet: &mut Fleet) {
+        for _ in 0..200 {
+            fleet.reap().unwrap();
+            if fleet.running.is_empty() && fleet.stopping.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the workers did not exit");
+    }
+
+    #[tokio::test]
+    async fn a_worker_stopped_before_its_handler_is_not_a_failure_and_others_are() {
+        // Stopped by the fleet, dead of the SIGTERM (no handler yet).
+        let mut stopped = fleet_of("exec sleep 30");
+        stopped.scale_to(1).unwrap();
+        stopped.scale_to(0).unwrap();
+        reap_all(&mut stopped).await;
+        assert_eq!(
+            (stopped.started, stopped.failed),
+            (1, 0),
+            "{:?}",
+            stopped.failures
+        );
+
+        // A worker that exits with an error fails, said with its name.
+        let mut erring = fleet_of("exit 3");
+        erring.scale_to(1).unwrap();
+        reap_all(&mut erring).await;
+        assert_eq!(erring.failed, 1);
+        assert_eq!(erring.failures, ["w0: exit status: 3"]);
+
+        // A SIGTERM the fleet did not send is a failure too.
+        let mut killed = fleet_of("kill -TERM $$; sleep 30");
+        killed.scale_to(1).unwrap();
+        reap_all(&mut killed).await;
+        assert_eq!(killed.failed, 1);
+        assert_eq!(killed.failures, ["w0: signal: 15 (SIGTERM)"]);
     }
 }
