@@ -62,9 +62,20 @@ impl SignedClient {
         req: &ListRequest,
         start_after: Option<&str>,
     ) -> Result<ListPage, S3Error> {
-        let (resp, region) = self
-            .send("GET", bucket, "", &list_query(req, start_after))
-            .await?;
+        self.get_listing(bucket, &list_query(req, start_after), "<ListBucketResult", parse_list)
+            .await
+    }
+
+    /// One GET of a listing (`query` in canonical form) whose answer must
+    /// hold `root`, read by `parse`; any other answer is the error it says.
+    pub(super) async fn get_listing<T>(
+        &self,
+        bucket: &str,
+        query: &str,
+        root: &str,
+        parse: impl FnOnce(&str) -> Result<T, S3Error>,
+    ) -> Result<T, S3Error> {
+        let (resp, region) = self.send("GET", bucket, "", query).await?;
         let status = resp.status();
         let (http::response::Parts { headers, .. }, body) = resp.into_parts();
         let content_type = headers
@@ -99,10 +110,10 @@ impl SignedClient {
             let wait = retry_after(|name| headers.get(name)?.to_str().ok());
             return Err(error_document(status, &xml, bucket).with_retry_after(wait));
         }
-        if !xml.contains("<ListBucketResult") {
+        if !xml.contains(root) {
             return Err(not_s3(content_type.as_deref(), &xml));
         }
-        parse_list(&xml)
+        parse(&xml)
     }
 }
 
@@ -154,7 +165,7 @@ fn error_document(status: StatusCode, xml: &str, bucket: &str) -> S3Error {
 }
 
 /// An entry's `Size`: missing or not a number is an error, never 0.
-fn listed_size(size: Option<&str>, key: &str) -> Result<u64, S3Error> {
+pub(super) fn listed_size(size: Option<&str>, key: &str) -> Result<u64, S3Error> {
     size.and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| S3Error::BadAnswer(format!("LIST entry {key:?} without a valid Size (got {size:?})")))
 }
@@ -354,7 +365,7 @@ fn children(xml: &str) -> impl Iterator<Item = (&str, &str)> {
 }
 
 /// The bodies of every `<name>...</name>` in `xml`, in order.
-fn blocks<'a>(xml: &'a str, name: &str) -> impl Iterator<Item = &'a str> {
+pub(super) fn blocks<'a>(xml: &'a str, name: &str) -> impl Iterator<Item = &'a str> {
     let (open, close) = (format!("<{name}>"), format!("</{name}>"));
     let mut rest = xml;
     std::iter::from_fn(move || {
@@ -395,7 +406,7 @@ pub(crate) fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
 /// there beats a general substring search, whose set-up alone cost more than
 /// the search on blocks this short: with several elements read from every
 /// one of a page's 1,000 entries it was 4 % of a scan's CPU (perf).
-fn find_tag(xml: &str, tag: &str) -> Option<usize> {
+pub(super) fn find_tag(xml: &str, tag: &str) -> Option<usize> {
     debug_assert!(tag.starts_with('<'));
     let mut from = 0;
     while let Some(i) = xml[from..].find('<') {
@@ -409,11 +420,11 @@ fn find_tag(xml: &str, tag: &str) -> Option<usize> {
 }
 
 /// Replace XML's character references (`&amp;`, `&#x1;`...) in element text.
-fn unescape(text: &str) -> String {
+pub(super) fn unescape(text: &str) -> String {
     unescape_cow(text).into_owned()
 }
 
-fn unescape_cow(text: &str) -> std::borrow::Cow<'_, str> {
+pub(super) fn unescape_cow(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains('&') {
         return text.into();
     }
