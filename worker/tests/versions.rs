@@ -453,14 +453,24 @@ async fn a_fleet_killed_between_versions_of_a_key_lists_each_once(s3: Server, fo
             .unwrap()
     };
     let mut first = run("killed", "40");
+    // Frozen (SIGSTOP) while its checkpoints are read, so what is read is
+    // what it leaves: killed only while one falls between two versions of
+    // one key (after a version that is not its key's oldest).
+    let between = |c: &str| {
+        let (key, version) = c.rsplit_once('\0').expect("a versioned checkpoint is KEY NUL VERSION");
+        let of_key: Vec<&Version> = want.iter().filter(|v| v.key == key).collect();
+        of_key.last().is_some_and(|oldest| oldest.version_id != version)
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         assert!(std::time::Instant::now() < deadline, "no checkpoint between versions of a key");
-        if checkpoints(&scan).await.iter().any(|c| c.contains('\0')) {
+        assert!(first.try_wait().unwrap().is_none(), "the first worker ended before it was killed");
+        unsafe { libc_kill(first.id() as i32, SIGSTOP) };
+        if checkpoints(&scan).await.iter().any(|c| between(c)) {
             break;
         }
-        assert!(first.try_wait().unwrap().is_none(), "the first worker ended before it was killed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        unsafe { libc_kill(first.id() as i32, SIGCONT) };
+        tokio::time::sleep(Duration::from_millis(30)).await;
     }
     first.kill().unwrap();
     first.wait().unwrap();
@@ -493,4 +503,12 @@ async fn a_fleet_killed_between_versions_of_a_key_lists_each_once_parquet_on_min
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_killed_between_versions_of_a_key_lists_each_once_jsonl_on_moto() {
     a_fleet_killed_between_versions_of_a_key_lists_each_once(moto(), "jsonl").await;
+}
+
+const SIGSTOP: i32 = 19;
+const SIGCONT: i32 = 18;
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
 }
