@@ -427,8 +427,10 @@ async fn checkpoints(scan: &str) -> Vec<String> {
 /// plan + run + merge with versions: parts of 7 records over keys of 3 and
 /// 4 versions put checkpoints between versions of one key; the first worker
 /// is killed (SIGKILL) once such a checkpoint is recorded, its lease runs
-/// out and the second worker resumes there. Every version once, in order.
-async fn a_fleet_killed_between_versions_of_a_key_lists_each_once(s3: Server, format: &str) {
+/// out and the second worker resumes there. Every version once, in order,
+/// in a single result or a dataset (whose parts and blocks then begin and
+/// end inside a key).
+async fn a_fleet_killed_between_versions_of_a_key_lists_each_once(s3: Server, format: &str, layout: &str) {
     let bucket = versioned_bucket(&s3, &format!("ver-fleet-{format}")).await;
     let out = s3.bucket(&format!("ver-fleet-out-{format}")).await;
     let want = seed_versions(&s3, &bucket, 90).await;
@@ -437,8 +439,8 @@ async fn a_fleet_killed_between_versions_of_a_key_lists_each_once(s3: Server, fo
     let queue = ["--redis", redis.as_str(), "--scan", scan.as_str()];
     let output = format!("s3://{out}/v/");
     let plan = [
-        "plan", "--bucket", &bucket, "--versions", "--format", format, "--target-shards", "2",
-        "--min-shard-objects", "1", "--output", &output,
+        "plan", "--bucket", &bucket, "--versions", "--format", format, "--layout", layout, "--target-shards",
+        "2", "--min-shard-objects", "1", "--output", &output,
     ];
     assert_success(&s3.worker(&[&plan[..], &queue[..]].concat()));
     let run = |name: &'static str, rate: &'static str| {
@@ -482,27 +484,35 @@ async fn a_fleet_killed_between_versions_of_a_key_lists_each_once(s3: Server, fo
     assert_eq!(manifest["counts"]["objects"], want.len(), "{manifest}");
     assert_eq!(manifest["spec"]["columns"]["versions"], true, "{manifest}");
     assert!(manifest["shards_retried"].as_u64().unwrap() >= 1, "{manifest}");
-    let body = s3.read(&out, &format!("v/result.{format}")).await;
-    let records = match format {
-        "parquet" => parquet_records(body),
-        _ => parse_lines(&body),
-    };
+    let mut records = Vec::new();
+    for file in manifest["files"].as_array().unwrap() {
+        let location = file["location"].as_str().unwrap();
+        let key = location.strip_prefix(&format!("s3://{out}/")).unwrap();
+        let body = s3.read(&out, key).await;
+        records.extend(match format {
+            "parquet" => parquet_records(body),
+            _ => parse_lines(&body),
+        });
+    }
+    if layout == "single" {
+        assert_eq!(manifest["files"].as_array().unwrap().len(), 1, "{manifest}");
+    }
     assert_versions(&records, &want, &format!("fleet ({format})"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_killed_between_versions_of_a_key_lists_each_once_jsonl_on_minio() {
-    a_fleet_killed_between_versions_of_a_key_lists_each_once(minio(), "jsonl").await;
+    a_fleet_killed_between_versions_of_a_key_lists_each_once(minio(), "jsonl", "single").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_killed_between_versions_of_a_key_lists_each_once_parquet_on_minio() {
-    a_fleet_killed_between_versions_of_a_key_lists_each_once(minio(), "parquet").await;
+async fn a_fleet_killed_between_versions_of_a_key_lists_each_once_parquet_dataset_on_minio() {
+    a_fleet_killed_between_versions_of_a_key_lists_each_once(minio(), "parquet", "dataset").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_killed_between_versions_of_a_key_lists_each_once_jsonl_on_moto() {
-    a_fleet_killed_between_versions_of_a_key_lists_each_once(moto(), "jsonl").await;
+async fn a_fleet_killed_between_versions_of_a_key_lists_each_once_jsonl_dataset_on_moto() {
+    a_fleet_killed_between_versions_of_a_key_lists_each_once(moto(), "jsonl", "dataset").await;
 }
 
 const SIGSTOP: i32 = 19;
