@@ -831,7 +831,10 @@ mod tests {
         s.spec.columns.tags = true;
         s.spec.columns.versions = true;
         let columns = spec_of(&s).columns;
-        assert!(columns.checksums && columns.tags && columns.versions, "{columns:?}");
+        assert!(
+            columns.checksums && columns.tags && columns.versions,
+            "{columns:?}"
+        );
     }
 
     #[test]

@@ -98,7 +98,10 @@ async fn write_key(s3: &Server, bucket: &str, key: &str, ops: &[Op]) -> Vec<Vers
                     .unwrap_or_else(|e| panic!("put {key}: {e:?}"));
                 versions.push(Version {
                     key: key.into(),
-                    version_id: put.version_id().expect("a versioned bucket names the version").into(),
+                    version_id: put
+                        .version_id()
+                        .expect("a versioned bucket names the version")
+                        .into(),
                     delete_marker: false,
                     size: size as u64,
                     metadata,
@@ -156,7 +159,11 @@ async fn seed_versions(s3: &Server, bucket: &str, plain_keys: usize) -> Vec<Vers
     }
     let writes = shapes.iter().map(|(key, ops)| write_key(s3, bucket, key, ops));
     let mut all = Vec::new();
-    for versions in futures::stream::iter(writes).buffered(16).collect::<Vec<_>>().await {
+    for versions in futures::stream::iter(writes)
+        .buffered(16)
+        .collect::<Vec<_>>()
+        .await
+    {
         all.extend(versions);
     }
     all.sort_by(|a, b| a.key.cmp(&b.key)); // stable: a key's versions stay newest first
@@ -170,9 +177,17 @@ use futures::StreamExt;
 fn assert_versions(records: &[Record], want: &[Version], what: &str) {
     let got: Vec<(&str, &str)> = records
         .iter()
-        .map(|r| (r.key.as_str(), r.columns.version_id.as_deref().unwrap_or("<none>")))
+        .map(|r| {
+            (
+                r.key.as_str(),
+                r.columns.version_id.as_deref().unwrap_or("<none>"),
+            )
+        })
         .collect();
-    let expected: Vec<(&str, &str)> = want.iter().map(|v| (v.key.as_str(), v.version_id.as_str())).collect();
+    let expected: Vec<(&str, &str)> = want
+        .iter()
+        .map(|v| (v.key.as_str(), v.version_id.as_str()))
+        .collect();
     if got != expected {
         let mut seen = std::collections::BTreeSet::new();
         let twice: Vec<_> = got.iter().filter(|g| !seen.insert(**g)).take(5).collect();
@@ -303,7 +318,11 @@ async fn a_pass_resumed_after_any_version_gives_exactly_the_rest(s3: Server) {
     }
     // After a key whole (no version): its versions are all before.
     let rest = pass(&engine, &Shard::default().resumed_after("a-many"), None).await;
-    let after: Vec<Version> = want.iter().filter(|v| v.key.as_str() > "a-many").cloned().collect();
+    let after: Vec<Version> = want
+        .iter()
+        .filter(|v| v.key.as_str() > "a-many")
+        .cloned()
+        .collect();
     assert_versions(&rest, &after, "after the key a-many");
 }
 
@@ -363,12 +382,27 @@ async fn filters_judge_each_version() {
     let s3 = minio();
     let bucket = versioned_bucket(&s3, "ver-filter").await;
     let want = seed_versions(&s3, &bucket, 3).await;
-    let out = s3.worker(&["scan", "--bucket", &bucket, "--versions", "--min-size", "10", "--quiet"]);
+    let out = s3.worker(&[
+        "scan",
+        "--bucket",
+        &bucket,
+        "--versions",
+        "--min-size",
+        "10",
+        "--quiet",
+    ]);
     assert_success(&out);
     let big: Vec<Version> = want.iter().filter(|v| v.size >= 10).cloned().collect();
     assert!(big.len() >= 2 && big.len() < want.len(), "{big:?}");
     assert_versions(&parse_lines(&out.stdout), &big, "--min-size 10");
-    let out = s3.worker(&["scan", "--bucket", &bucket, "--versions", "--only-with-metadata", "--quiet"]);
+    let out = s3.worker(&[
+        "scan",
+        "--bucket",
+        &bucket,
+        "--versions",
+        "--only-with-metadata",
+        "--quiet",
+    ]);
     assert_success(&out);
     let with_metadata: Vec<Version> = want.iter().filter(|v| !v.delete_marker).cloned().collect();
     assert_versions(&parse_lines(&out.stdout), &with_metadata, "--only-with-metadata");
@@ -380,14 +414,26 @@ async fn versions_with_a_baseline_are_refused() {
     let s3 = minio();
     let bucket = s3.bucket("ver-base").await;
     let out = s3.bucket("ver-base-out").await;
-    s3.seed(&bucket, &BTreeMap::from([("x".to_string(), Seeded::default())])).await;
+    s3.seed(&bucket, &BTreeMap::from([("x".to_string(), Seeded::default())]))
+        .await;
     let dataset = format!("s3://{out}/base/");
-    let first = s3.worker(&["scan", "--bucket", &bucket, "--layout", "dataset", "-o", &dataset, "--quiet"]);
+    let first = s3.worker(&[
+        "scan", "--bucket", &bucket, "--layout", "dataset", "-o", &dataset, "--quiet",
+    ]);
     assert_success(&first);
     let manifest = format!("{dataset}manifest.json");
     let next = format!("s3://{out}/next/");
     let again = s3.worker(&[
-        "scan", "--bucket", &bucket, "--versions", "--baseline", &manifest, "--layout", "dataset", "-o", &next,
+        "scan",
+        "--bucket",
+        &bucket,
+        "--versions",
+        "--baseline",
+        &manifest,
+        "--layout",
+        "dataset",
+        "-o",
+        &next,
         "--quiet",
     ]);
     assert!(!again.status.success());
@@ -439,14 +485,37 @@ async fn a_fleet_killed_between_versions_of_a_key_lists_each_once(s3: Server, fo
     let queue = ["--redis", redis.as_str(), "--scan", scan.as_str()];
     let output = format!("s3://{out}/v/");
     let plan = [
-        "plan", "--bucket", &bucket, "--versions", "--format", format, "--layout", layout, "--target-shards",
-        "2", "--min-shard-objects", "1", "--output", &output,
+        "plan",
+        "--bucket",
+        &bucket,
+        "--versions",
+        "--format",
+        format,
+        "--layout",
+        layout,
+        "--target-shards",
+        "2",
+        "--min-shard-objects",
+        "1",
+        "--output",
+        &output,
     ];
     assert_success(&s3.worker(&[&plan[..], &queue[..]].concat()));
     let run = |name: &'static str, rate: &'static str| {
         let args = [
-            "run", "--name", name, "--part-objects", "7", "--lease-secs", "3", "--max-rate", rate,
-            "--concurrency", "4", "--shards-in-flight", "1",
+            "run",
+            "--name",
+            name,
+            "--part-objects",
+            "7",
+            "--lease-secs",
+            "3",
+            "--max-rate",
+            rate,
+            "--concurrency",
+            "4",
+            "--shards-in-flight",
+            "1",
         ];
         s3.worker_command(&[], &[&args[..], &queue[..]].concat())
             .stdout(std::process::Stdio::null())
@@ -459,14 +528,22 @@ async fn a_fleet_killed_between_versions_of_a_key_lists_each_once(s3: Server, fo
     // what it leaves: killed only while one falls between two versions of
     // one key (after a version that is not its key's oldest).
     let between = |c: &str| {
-        let (key, version) = c.rsplit_once('\0').expect("a versioned checkpoint is KEY NUL VERSION");
+        let (key, version) = c
+            .rsplit_once('\0')
+            .expect("a versioned checkpoint is KEY NUL VERSION");
         let of_key: Vec<&Version> = want.iter().filter(|v| v.key == key).collect();
         of_key.last().is_some_and(|oldest| oldest.version_id != version)
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        assert!(std::time::Instant::now() < deadline, "no checkpoint between versions of a key");
-        assert!(first.try_wait().unwrap().is_none(), "the first worker ended before it was killed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint between versions of a key"
+        );
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first worker ended before it was killed"
+        );
         unsafe { libc_kill(first.id() as i32, SIGSTOP) };
         if checkpoints(&scan).await.iter().any(|c| between(c)) {
             break;
@@ -480,7 +557,8 @@ async fn a_fleet_killed_between_versions_of_a_key_lists_each_once(s3: Server, fo
     let status = wait_exit(&mut second, Duration::from_secs(120));
     assert!(status.success(), "{status:?}");
     assert_success(&s3.worker(&[&["merge"][..], &queue[..]].concat()));
-    let manifest: serde_json::Value = serde_json::from_slice(&s3.read(&out, "v/manifest.json").await).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "v/manifest.json").await).unwrap();
     assert_eq!(manifest["counts"]["objects"], want.len(), "{manifest}");
     assert_eq!(manifest["spec"]["columns"]["versions"], true, "{manifest}");
     assert!(manifest["shards_retried"].as_u64().unwrap() >= 1, "{manifest}");

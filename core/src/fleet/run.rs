@@ -471,7 +471,9 @@ impl Runner {
     ) -> Result<bool, RunError> {
         // A key partly written (`--versions`) stays: the split falls after it.
         let remaining = match position {
-            Some(p) => lease.shard.resumed_after(resume_point(&p, self.spec.columns.versions).0),
+            Some(p) => lease
+                .shard
+                .resumed_after(resume_point(&p, self.spec.columns.versions).0),
             None => lease.shard.clone(),
         };
         let lister = BucketLister {

@@ -8,12 +8,12 @@ use super::client::{sdk_error, S3};
 use super::codec::{
     encode_key, format_time, http_date_to_rfc3339, retry_after, strip_quotes, MetadataReader, QUERY_ENCODE,
 };
-use percent_encoding::utf8_percent_encode;
 use super::columns::ObjectColumns;
 use super::error::S3Error;
 use super::signed::SignedClient;
 use super::types::{HeadInfo, HeadResult};
 use http::{HeaderMap, StatusCode};
+use percent_encoding::utf8_percent_encode;
 use std::borrow::Cow;
 use std::str::FromStr;
 use std::sync::Arc;

@@ -62,8 +62,13 @@ impl SignedClient {
         req: &ListRequest,
         start_after: Option<&str>,
     ) -> Result<ListPage, S3Error> {
-        self.get_listing(bucket, &list_query(req, start_after), "<ListBucketResult", parse_list)
-            .await
+        self.get_listing(
+            bucket,
+            &list_query(req, start_after),
+            "<ListBucketResult",
+            parse_list,
+        )
+        .await
     }
 
     /// One GET of a listing (`query` in canonical form) whose answer must

@@ -36,7 +36,11 @@ use std::collections::HashSet;
 
 /// The query of a ListObjectVersions request in canonical form (names
 /// sorted, values encoded), markers as they go on the wire.
-pub fn versions_query(req: &ListVersionsRequest, key_marker: Option<&str>, version_id_marker: Option<&str>) -> String {
+pub fn versions_query(
+    req: &ListVersionsRequest,
+    key_marker: Option<&str>,
+    version_id_marker: Option<&str>,
+) -> String {
     let max_keys = req.max_keys.to_string();
     let mut params: Vec<(&str, &str)> = vec![
         ("encoding-type", "url"),
@@ -121,7 +125,9 @@ fn version_entry(
     is_delete_marker: bool,
     decode: &dyn Fn(&str) -> Result<String, S3Error>,
 ) -> Result<(ListedVersion, Option<aws_smithy_types::DateTime>), S3Error> {
-    let key = decode(element(block, "Key").ok_or_else(|| S3Error::BadAnswer("a listed version without a Key".into()))?)?;
+    let key = decode(
+        element(block, "Key").ok_or_else(|| S3Error::BadAnswer("a listed version without a Key".into()))?,
+    )?;
     let version_id = element(block, "VersionId")
         .map(unescape)
         .filter(|v| !v.is_empty())
@@ -163,7 +169,9 @@ fn store_order(entries: Vec<(ListedVersion, Option<aws_smithy_types::DateTime>)>
         .any(|w| w[0].0.is_delete_marker && !w[1].0.is_delete_marker);
     let mut entries = entries;
     if !interleaved {
-        let time = |t: &Option<aws_smithy_types::DateTime>| t.map_or((i64::MIN, 0), |t| (t.secs(), t.subsec_nanos()));
+        let time = |t: &Option<aws_smithy_types::DateTime>| {
+            t.map_or((i64::MIN, 0), |t| (t.secs(), t.subsec_nanos()))
+        };
         entries.sort_by(|a, b| {
             a.0.object
                 .key
@@ -371,11 +379,22 @@ mod tests {
         let got: Vec<(&str, &str, bool, bool)> = page
             .versions
             .iter()
-            .map(|v| (v.object.key.as_str(), v.version_id.as_str(), v.is_latest, v.is_delete_marker))
+            .map(|v| {
+                (
+                    v.object.key.as_str(),
+                    v.version_id.as_str(),
+                    v.is_latest,
+                    v.is_delete_marker,
+                )
+            })
             .collect();
         assert_eq!(
             got,
-            [("a", "d3", true, true), ("a", "v2", false, false), ("b c", "v1", true, false)]
+            [
+                ("a", "d3", true, true),
+                ("a", "v2", false, false),
+                ("b c", "v1", true, false)
+            ]
         );
         assert_eq!(page.versions[1].object.etag.as_deref(), Some("e2"));
         assert_eq!(page.versions[1].object.size, 2);

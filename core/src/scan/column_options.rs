@@ -32,9 +32,9 @@ impl ColumnOptions {
             (self.tags, "--tags"),
             (self.versions, "--versions"),
         ]
-            .into_iter()
-            .filter_map(|(on, flag)| on.then_some(flag))
-            .collect();
+        .into_iter()
+        .filter_map(|(on, flag)| on.then_some(flag))
+        .collect();
         if flags.is_empty() {
             "none".into()
         } else {
@@ -60,6 +60,9 @@ mod tests {
         assert_eq!(some.describe(), "--checksums --tags --versions");
         // Absent when off: specs and manifests of scans without versions
         // read as they did.
-        assert_eq!(serde_json::to_string(&none).unwrap(), r#"{"checksums":false,"tags":false}"#);
+        assert_eq!(
+            serde_json::to_string(&none).unwrap(),
+            r#"{"checksums":false,"tags":false}"#
+        );
     }
 }

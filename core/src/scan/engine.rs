@@ -340,7 +340,13 @@ impl Engine {
             let after_version = outcome.last_version.clone();
             let listed_before = outcome.listed;
             let result = self
-                .scan_range(&range, after_version, Arc::new(Frontier::default()), out, &mut outcome)
+                .scan_range(
+                    &range,
+                    after_version,
+                    Arc::new(Frontier::default()),
+                    out,
+                    &mut outcome,
+                )
                 .await;
             let e = match result {
                 Ok(()) => return Ok(outcome),

@@ -37,7 +37,13 @@ impl Engine {
             version_id: after_version.filter(|_| shard.start_after.is_some()),
             key: shard.start_after.clone(),
         };
-        let mut pages = VersionPages::new(&self.s3, &self.opts.bucket, &shard.prefix, after, self.opts.page_size);
+        let mut pages = VersionPages::new(
+            &self.s3,
+            &self.opts.bucket,
+            &shard.prefix,
+            after,
+            self.opts.page_size,
+        );
         while let Some(page) = pages.next().await? {
             self.counters.pages.fetch_add(1, Relaxed);
             let mut ended = false;
@@ -52,7 +58,11 @@ impl Engine {
                     continue;
                 }
                 self.counters.listed.fetch_add(1, Relaxed);
-                if keys.send(Entry::Listed(self.version_task(version), None)).await.is_err() {
+                if keys
+                    .send(Entry::Listed(self.version_task(version), None))
+                    .await
+                    .is_err()
+                {
                     return Ok(()); // the consumer stopped (it has an error to report)
                 }
             }
@@ -72,7 +82,13 @@ impl Engine {
             is_delete_marker,
         } = listed;
         if !is_delete_marker {
-            return Task::HeadVersion(object, VersionOf { version_id, is_latest });
+            return Task::HeadVersion(
+                object,
+                VersionOf {
+                    version_id,
+                    is_latest,
+                },
+            );
         }
         Task::Made(Record {
             key: object.key,
@@ -107,7 +123,12 @@ impl Engine {
         let bucket = &self.opts.bucket;
         if version.version_id == NULL_VERSION && version.is_latest {
             let current = self.head.head(bucket, key).await;
-            let same = |info: &HeadInfo| info.columns.version_id.as_deref().is_none_or(|v| v == NULL_VERSION);
+            let same = |info: &HeadInfo| {
+                info.columns
+                    .version_id
+                    .as_deref()
+                    .is_none_or(|v| v == NULL_VERSION)
+            };
             if !matches!(&current, Ok(Some(info)) if !same(info)) {
                 return current;
             }
