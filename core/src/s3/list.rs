@@ -40,6 +40,12 @@ pub fn list_query(req: &ListRequest, start_after: Option<&str>) -> String {
     if req.with_metadata {
         params.push(("metadata", "true"));
     }
+    canonical_query(&mut params)
+}
+
+/// Query parameters in canonical form: sorted by name, values encoded, as
+/// the URL and the signature both carry them.
+pub(super) fn canonical_query(params: &mut [(&str, &str)]) -> String {
     params.sort_unstable_by_key(|(name, _)| *name);
     let mut query = String::with_capacity(128);
     for (i, (name, value)) in params.iter().enumerate() {
@@ -185,15 +191,7 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
             xml.chars().take(200).collect::<String>()
         )));
     }
-    let url_encoded = element(xml, "EncodingType").is_some_and(|e| e.eq_ignore_ascii_case("url"));
-    let decode = |raw: &str| {
-        let text = unescape_cow(raw);
-        if url_encoded {
-            url_decode(&text)
-        } else {
-            Ok(text.into_owned())
-        }
-    };
+    let decode = key_decoder(xml);
     let mut objects = Vec::with_capacity(1000);
     // Entries of a page often share their time: parse each distinct one once.
     let mut last_time: Option<(String, Option<String>)> = None;
@@ -242,6 +240,20 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
         common_prefixes,
         next: if truncated { next } else { None },
     })
+}
+
+/// How a listing's keys and prefixes are read: unescaped, and URL-decoded
+/// when the answer says `EncodingType` url.
+pub(super) fn key_decoder(xml: &str) -> impl Fn(&str) -> Result<String, S3Error> {
+    let url_encoded = element(xml, "EncodingType").is_some_and(|e| e.eq_ignore_ascii_case("url"));
+    move |raw: &str| {
+        let text = unescape_cow(raw);
+        if url_encoded {
+            url_decode(&text)
+        } else {
+            Ok(text.into_owned())
+        }
+    }
 }
 
 /// What an entry's `<UserMetadata>` element holds: `x-amz-meta-*` names

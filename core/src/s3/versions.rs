@@ -25,13 +25,12 @@
 //! limit on a stuck listing) and the bottom of `s3` (types, codec, error).
 
 use super::client::S3;
-use super::codec::{format_time, strip_quotes, url_decode, wire_start_after, QUERY_ENCODE};
+use super::codec::{format_time, strip_quotes, wire_start_after};
 use super::error::S3Error;
-use super::list::{blocks, element, find_tag, listed_size, unescape, unescape_cow};
+use super::list::{blocks, canonical_query, element, find_tag, key_decoder, listed_size, unescape};
 use super::pages::MAX_SAME_TOKEN;
 use super::signed::SignedClient;
 use super::types::{ListVersionsRequest, ListedObject, ListedVersion, VersionPage};
-use percent_encoding::utf8_percent_encode;
 use std::collections::HashSet;
 
 /// The query of a ListObjectVersions request in canonical form (names
@@ -54,17 +53,7 @@ pub fn versions_query(
     if let Some(v) = version_id_marker {
         params.push(("version-id-marker", v));
     }
-    params.sort_unstable_by_key(|(name, _)| *name);
-    let mut query = String::with_capacity(128);
-    for (i, (name, value)) in params.iter().enumerate() {
-        if i > 0 {
-            query.push('&');
-        }
-        query.push_str(name);
-        query.push('=');
-        query.extend(utf8_percent_encode(value, QUERY_ENCODE));
-    }
-    query
+    canonical_query(&mut params)
 }
 
 impl SignedClient {
@@ -78,15 +67,7 @@ impl SignedClient {
 /// Read a ListVersionsResult: its versions and delete markers in the
 /// store's order, and where the next page starts.
 pub fn parse_versions(xml: &str) -> Result<VersionPage, S3Error> {
-    let url_encoded = element(xml, "EncodingType").is_some_and(|e| e.eq_ignore_ascii_case("url"));
-    let decode = |raw: &str| {
-        let text = unescape_cow(raw);
-        if url_encoded {
-            url_decode(&text)
-        } else {
-            Ok(text.into_owned())
-        }
-    };
+    let decode = key_decoder(xml);
     let mut entries = Vec::new();
     let mut rest = xml;
     loop {

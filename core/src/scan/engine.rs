@@ -495,39 +495,26 @@ impl Engine {
         self: Arc<Self>,
         task: Task,
     ) -> impl std::future::Future<Output = Result<Result<Record, S3Error>, tokio::task::JoinError>> {
-        match task {
-            Task::Head(obj) => {
-                let permit = self
-                    .in_flight
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("never closed");
-                // Boxed: the task then holds a pointer, not the whole HEAD
-                // state machine, which tokio would otherwise copy through
-                // spawn's frames, into its cell and again when it replaces
-                // the finished future (docs/head-path.md).
-                Either::Left(tokio::spawn(Box::pin(async move {
-                    let record = self.head_object(obj, None).await;
-                    drop(permit);
-                    record
-                })))
-            }
-            Task::HeadVersion(obj, version) => {
-                let permit = self
-                    .in_flight
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("never closed");
-                Either::Left(tokio::spawn(Box::pin(async move {
-                    let record = self.head_object(obj, Some(version)).await;
-                    drop(permit);
-                    record
-                })))
-            }
-            Task::Made(record) => Either::Right(std::future::ready(Ok(Ok(record)))),
-        }
+        let (obj, version) = match task {
+            Task::Head(obj) => (obj, None),
+            Task::HeadVersion(obj, version) => (obj, Some(version)),
+            Task::Made(record) => return Either::Right(std::future::ready(Ok(Ok(record)))),
+        };
+        let permit = self
+            .in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        // Boxed: the task then holds a pointer, not the whole HEAD state
+        // machine, which tokio would otherwise copy through spawn's frames,
+        // into its cell and again when it replaces the finished future
+        // (docs/head-path.md).
+        Either::Left(tokio::spawn(Box::pin(async move {
+            let record = self.head_object(obj, version).await;
+            drop(permit);
+            record
+        })))
     }
 
     /// Wait for this HEAD's slot under the request-rate ceiling: slots are
