@@ -57,8 +57,10 @@ pub struct EngineOptions {
 enum Task {
     /// HEAD it.
     Head(ListedObject),
-    /// HEAD this version of it (`--versions`).
-    HeadVersion(ListedObject, VersionOf),
+    /// HEAD this version of it (`--versions`). Boxed: the variant stays
+    /// smaller than a record, so tasks and entries of scans without versions
+    /// keep their size.
+    HeadVersion(ListedObject, Box<VersionOf>),
     /// Its record is made already: from the listing, by `auto`'s check, or
     /// a delete marker's.
     Made(Record),
@@ -72,6 +74,10 @@ impl Task {
         }
     }
 }
+
+// A task is no larger than a record: `--versions` costs scans without it no
+// byte per listed entry.
+const _: () = assert!(std::mem::size_of::<Task>() <= std::mem::size_of::<Record>());
 
 /// Which version of its key a listed entry is (`--versions`).
 #[derive(Debug)]
@@ -768,7 +774,11 @@ impl Engine {
 
     /// [`Engine::head_listed`] for a caller that holds an in-flight permit;
     /// of one version of the object when `version` says which.
-    async fn head_object(&self, obj: ListedObject, version: Option<VersionOf>) -> Result<Record, S3Error> {
+    async fn head_object(
+        &self,
+        obj: ListedObject,
+        version: Option<Box<VersionOf>>,
+    ) -> Result<Record, S3Error> {
         let partition = self.partitions.find(&obj.key);
         let result: HeadResult = {
             match &partition {
@@ -852,7 +862,7 @@ impl Engine {
                     previous: None,
                 }
             }
-            Ok(None) if self.still_listed(&obj.key, version.as_ref()).await? => {
+            Ok(None) if self.still_listed(&obj.key, version.as_deref()).await? => {
                 self.counters.errors.fetch_add(1, Relaxed);
                 Record {
                     error: Some("listed but HEAD answered 404: the listing still shows the key".into()),
@@ -892,7 +902,7 @@ impl Engine {
             None => record,
             Some(version) => {
                 let mut record = record;
-                version.fill(&mut record.columns);
+                (*version).fill(&mut record.columns);
                 record
             }
         })

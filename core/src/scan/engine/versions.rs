@@ -84,10 +84,10 @@ impl Engine {
         if !is_delete_marker {
             return Task::HeadVersion(
                 object,
-                VersionOf {
+                Box::new(VersionOf {
                     version_id,
                     is_latest,
-                },
+                }),
             );
         }
         Task::Made(Record {
