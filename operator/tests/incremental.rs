@@ -257,10 +257,7 @@ async fn a_scan_of_versions_lists_every_version_and_is_refused_a_baseline() {
     let versions: usize = written.values().map(Vec::len).sum();
     create_s3_secret(&client, VNS, "s3", &s3.access_key, &s3.secret_key).await;
     let scans: Api<BucketScan> = Api::namespaced(client.clone(), VNS);
-    let mut operator = operator_command!(VNS, temp_path("operator-versions.log"))
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .spawn()
-        .unwrap();
+    let mut operator = Operator::watching(VNS).start();
 
     let mut all = scan_of("all-versions", &s3, &bucket, &out, None);
     all.spec.columns.versions = true;
@@ -315,6 +312,5 @@ async fn a_scan_of_versions_lists_every_version_and_is_refused_a_baseline() {
         failed.message
     );
 
-    operator.kill().unwrap();
-    operator.wait().unwrap();
+    operator.stop();
 }
