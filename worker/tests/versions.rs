@@ -9,6 +9,8 @@
 //! one key (JSONL and Parquet).
 
 mod common;
+#[path = "common/fault_proxy.rs"]
+mod fault_proxy;
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
@@ -19,6 +21,7 @@ use bucketscan_core::scan::engine::{Engine, EngineOptions, Frontier};
 use bucketscan_core::scan::record::{Record, Status};
 use common::*;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -334,6 +337,55 @@ async fn a_pass_resumed_after_any_version_gives_exactly_the_rest_on_minio() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_resumed_after_any_version_gives_exactly_the_rest_on_moto() {
     a_pass_resumed_after_any_version_gives_exactly_the_rest(moto()).await;
+}
+
+/// A HEAD of one version that keeps failing (500 InternalError, more times than
+/// a request's retries) ends `scan`'s pass between two versions of one key;
+/// the pass resumes after the version before it (listing that key whole
+/// first) and every version is in the result once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_resumed_between_two_versions_of_a_key_lists_each_once() {
+    let s3 = minio();
+    let bucket = versioned_bucket(&s3, "ver-fault").await;
+    let want = seed_versions(&s3, &bucket, 4).await;
+    let failing = want[1].clone();
+    assert_eq!((failing.key.as_str(), want[0].key.as_str()), ("a-many", "a-many"));
+    let left = std::sync::atomic::AtomicU32::new(11);
+    let query = format!("versionId={}", failing.version_id);
+    let proxy = fault_proxy::start(
+        s3.endpoint.clone(),
+        move |req| {
+            let hit = req.method == "HEAD"
+                && fault_proxy::object_key(req).as_deref() == Some("a-many")
+                && req.uri.query() == Some(query.as_str());
+            let take = |n: u32| n.checked_sub(1);
+            (hit && left.fetch_update(SeqCst, SeqCst, take).is_ok()).then(|| {
+                fault_proxy::error_document(500, "InternalError", "emulated by the fault proxy", &[])
+            })
+        },
+        |_, _| {},
+    )
+    .await;
+    let through = Server {
+        endpoint: proxy.url.clone(),
+        ..s3.clone()
+    };
+    let out = through.worker(&["scan", "--bucket", &bucket, "--versions", "--quiet"]);
+    assert_success(&out);
+    assert_versions(&parse_lines(&out.stdout), &want, "scan resumed between versions");
+    let seen = proxy.requests();
+    assert_eq!(
+        seen.iter().filter(|r| r.answered_by_rule).count(),
+        11,
+        "the fault was served in full"
+    );
+    // The resume listed the key whole: its versions after the one written.
+    assert!(
+        seen.iter()
+            .any(|r| r.target.contains("versions") && r.target.contains("prefix=a-many")),
+        "{:?}",
+        seen.iter().map(|r| &r.target).collect::<Vec<_>>()
+    );
 }
 
 /// A bucket that never had versioning: one version per object, which
