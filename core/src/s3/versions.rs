@@ -241,23 +241,13 @@ impl<'a> VersionPages<'a> {
         }
     }
 
-    /// The next page (possibly empty), or `None` after the last one.
-    pub async fn next(&mut self) -> Result<Option<Vec<ListedVersion>>, S3Error> {
-        if let Some((key, version_id)) = self.after_version.take() {
-            let all = versions_of_key(self.s3, self.bucket, &key).await?;
-            self.versions_of_last = all.iter().map(|v| v.version_id.clone()).collect();
-            let after = all.iter().position(|v| v.version_id == version_id);
-            // A version gone since (deleted for good): where it stood is
-            // unknown, so none of the key's versions is listed again.
-            let rest = after.map_or_else(Vec::new, |at| all[at + 1..].to_vec());
-            return Ok(Some(rest));
-        }
-        if self.ended {
-            return Ok(None);
-        }
-        let page = self.s3.list_versions_page(self.bucket, &self.req).await?;
-        let mut versions = Vec::with_capacity(page.versions.len());
-        for v in page.versions {
+    /// The entries of a page past the start, each version once; a key that
+    /// goes backwards is [`S3Error::ListingOutOfOrder`] (the versions a page
+    /// that jumped ahead skipped cannot be told). Several versions of one key
+    /// are the rule here, not a repeat.
+    fn in_order(&mut self, page: Vec<ListedVersion>) -> Result<Vec<ListedVersion>, S3Error> {
+        let mut versions = Vec::with_capacity(page.len());
+        for v in page {
             if let Some(start) = &self.skip_through {
                 if v.object.key <= *start {
                     continue;
@@ -285,6 +275,25 @@ impl<'a> VersionPages<'a> {
             }
             versions.push(v);
         }
+        Ok(versions)
+    }
+
+    /// The next page (possibly empty), or `None` after the last one.
+    pub async fn next(&mut self) -> Result<Option<Vec<ListedVersion>>, S3Error> {
+        if let Some((key, version_id)) = self.after_version.take() {
+            let all = versions_of_key(self.s3, self.bucket, &key).await?;
+            self.versions_of_last = all.iter().map(|v| v.version_id.clone()).collect();
+            let after = all.iter().position(|v| v.version_id == version_id);
+            // A version gone since (deleted for good): where it stood is
+            // unknown, so none of the key's versions is listed again.
+            let rest = after.map_or_else(Vec::new, |at| all[at + 1..].to_vec());
+            return Ok(Some(rest));
+        }
+        if self.ended {
+            return Ok(None);
+        }
+        let page = self.s3.list_versions_page(self.bucket, &self.req).await?;
+        let versions = self.in_order(page.versions)?;
         let Some((next_key, next_version)) = page.next else {
             self.ended = true;
             return Ok(Some(versions));
@@ -397,6 +406,65 @@ mod tests {
         let ids: Vec<&str> = page.versions.iter().map(|v| v.version_id.as_str()).collect();
         assert_eq!(ids, ["d3", "v2", "v1", "d1", "null"]);
         assert_eq!(page.next, None);
+    }
+
+    fn listed(key: &str, id: &str) -> ListedVersion {
+        ListedVersion {
+            object: ListedObject {
+                key: key.into(),
+                ..ListedObject::default()
+            },
+            version_id: id.into(),
+            ..ListedVersion::default()
+        }
+    }
+
+    /// Several versions of one key pass; one listed again (a page served
+    /// twice) is dropped; a key that goes backwards fails the listing, also
+    /// across pages; what lies at or before the start is dropped.
+    #[tokio::test]
+    async fn versions_of_one_key_pass_repeats_drop_and_disorder_fails() {
+        let s3 = S3::connect_with(
+            crate::s3::Endpoint {
+                url: Some("http://127.0.0.1:9".into()),
+                region: "us-east-1".into(),
+                path_style: true,
+                ca_pem: None,
+                insecure: false,
+                pool_size: 1,
+                allowlist: None,
+            },
+            Some(aws_credential_types::Credentials::new(
+                "a", "b", None, None, "test",
+            )),
+        )
+        .await
+        .unwrap();
+        let start = VersionMarker {
+            key: Some("b".into()),
+            version_id: None,
+        };
+        let mut pages = VersionPages::new(&s3, "bucket", "", start, 10);
+        let ids = |page: Vec<ListedVersion>| page.into_iter().map(|v| v.version_id).collect::<Vec<_>>();
+        let page = vec![
+            listed("a", "x"),
+            listed("b", "y"),
+            listed("c", "3"),
+            listed("c", "2"),
+        ];
+        assert_eq!(ids(pages.in_order(page).unwrap()), ["3", "2"]);
+        let again = vec![listed("c", "2"), listed("c", "1"), listed("d", "1")];
+        assert_eq!(ids(pages.in_order(again).unwrap()), ["1", "1"]);
+        let backwards = vec![listed("d", "0"), listed("c", "0")];
+        assert!(matches!(
+            pages.in_order(backwards),
+            Err(S3Error::ListingOutOfOrder(_))
+        ));
+        let mut pages = VersionPages::new(&s3, "bucket", "", VersionMarker::default(), 10);
+        assert!(matches!(
+            pages.in_order(vec![listed("b", "1"), listed("a", "1")]),
+            Err(S3Error::ListingOutOfOrder(_))
+        ));
     }
 
     #[test]
