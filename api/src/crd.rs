@@ -132,6 +132,14 @@ pub struct Columns {
     /// LastModified.
     #[serde(default)]
     pub tags: bool,
+    /// Every version and delete marker of every key (ListObjectVersions):
+    /// a record each, with `version_id`, `is_latest` and
+    /// `is_delete_marker`. Each version is HEADed by its version id (every
+    /// one, whatever `metadataSource` says); a delete marker is a record
+    /// without a HEAD. A bucket without versioning lists one version `null`
+    /// per object. Not with `baseline`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub versions: bool,
 }
 
 impl Columns {

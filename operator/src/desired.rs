@@ -591,6 +591,7 @@ pub fn column_options(columns: &crate::crd::Columns) -> bucketscan_core::scan::c
     bucketscan_core::scan::column_options::ColumnOptions {
         checksums: columns.checksums,
         tags: columns.tags,
+        versions: columns.versions,
     }
 }
 
@@ -828,8 +829,12 @@ mod tests {
         assert_eq!(spec_of(&s).columns, Default::default());
         s.spec.columns.checksums = true;
         s.spec.columns.tags = true;
+        s.spec.columns.versions = true;
         let columns = spec_of(&s).columns;
-        assert!(columns.checksums && columns.tags, "{columns:?}");
+        assert!(
+            columns.checksums && columns.tags && columns.versions,
+            "{columns:?}"
+        );
     }
 
     #[test]

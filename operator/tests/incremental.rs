@@ -3,7 +3,8 @@
 //! pods' exact arguments, as in lifecycle.rs): a scan whose
 //! `spec.baseline.scan` names a Complete scan takes unchanged objects from
 //! it, and its status says what changed; a baseline that cannot be used
-//! fails the scan with the reason.
+//! fails the scan with the reason. A scan of versions (`spec.columns.versions`)
+//! reaches its workers and lists every version, and is refused a baseline.
 
 mod cluster;
 #[path = "../../worker/tests/common/mod.rs"]
@@ -45,24 +46,25 @@ fn scan_of(name: &str, s3: &Server, bucket: &str, out: &str, baseline: Option<&s
 
 /// Run the scan's workers and merge as its pods would, until it is done.
 async fn run_to_the_end(client: &kube::Client, scans: &Api<BucketScan>, name: &str) -> Phase {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let ns = scans.namespace().expect("a namespaced Api");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let deployment = eventually("the workers", 60, async || {
         deployments.get_opt(&format!("{name}-workers")).await.ok()?
     })
     .await;
     let container = deployment.spec.unwrap().template.spec.unwrap().containers[0].clone();
-    let mut worker = run_like_pod(client, NS, &container, &format!("{name}-workers-a"), &[]).await;
+    let mut worker = run_like_pod(client, ns, &container, &format!("{name}-workers-a"), &[]).await;
     assert!(
         wait_exit(&mut worker, Duration::from_secs(120)).success(),
         "worker failed"
     );
-    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     let job = eventually("the merge Job", 60, async || {
         jobs.get_opt(&format!("{name}-merge")).await.ok()?
     })
     .await;
     let container = job.spec.unwrap().template.spec.unwrap().containers[0].clone();
-    let mut merge = run_like_pod(client, NS, &container, &format!("{name}-merge-x"), &[]).await;
+    let mut merge = run_like_pod(client, ns, &container, &format!("{name}-merge-x"), &[]).await;
     assert!(
         wait_exit(&mut merge, Duration::from_secs(60)).success(),
         "merge failed"
@@ -199,6 +201,115 @@ async fn a_scan_with_a_baseline_scan_heads_only_what_changed_and_says_what_did()
             .map(|f| f.records)
             .sum::<u64>(),
         4
+    );
+
+    operator.stop();
+}
+
+/// `spec.columns.versions` through the operator: the spec its workers read
+/// lists versions (each version a record, delete markers too, in the
+/// merged dataset), and the same with a baseline is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_of_versions_lists_every_version_and_is_refused_a_baseline() {
+    const VNS: &str = "versions";
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, VNS).await;
+    let s3 = minio();
+    let bucket = s3.bucket("opver").await;
+    let out = s3.bucket("opver-out").await;
+    let c = s3.client();
+    c.put_bucket_versioning()
+        .bucket(&bucket)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut written = BTreeMap::<String, Vec<String>>::new();
+    for i in 0..40 {
+        let key = format!("k{i:02}");
+        for generation in 0..(1 + i % 3) {
+            let put = c
+                .put_object()
+                .bucket(&bucket)
+                .key(&key)
+                .body(vec![b'v'; generation + 1].into())
+                .send()
+                .await
+                .unwrap();
+            written
+                .entry(key.clone())
+                .or_default()
+                .push(put.version_id().unwrap().into());
+        }
+        if i % 5 == 0 {
+            let deleted = c.delete_object().bucket(&bucket).key(&key).send().await.unwrap();
+            written
+                .entry(key.clone())
+                .or_default()
+                .push(deleted.version_id().unwrap().into());
+        }
+    }
+    let versions: usize = written.values().map(Vec::len).sum();
+    create_s3_secret(&client, VNS, "s3", &s3.access_key, &s3.secret_key).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), VNS);
+    let mut operator = Operator::watching(VNS).start();
+
+    let mut all = scan_of("all-versions", &s3, &bucket, &out, None);
+    all.spec.columns.versions = true;
+    scans.create(&PostParams::default(), &all).await.unwrap();
+    assert_eq!(
+        run_to_the_end(&client, &scans, "all-versions").await,
+        Phase::Complete
+    );
+    let manifest: bucketscan_core::fleet::merge::Manifest =
+        serde_json::from_slice(&s3.read(&out, "all-versions/manifest.json").await).unwrap();
+    assert!(manifest.spec.columns.versions, "the workers' spec lists versions");
+    assert_eq!(manifest.counts["objects"], versions as u64);
+    let mut listed = BTreeMap::<String, Vec<String>>::new();
+    for file in &manifest.files {
+        let key = file.location.strip_prefix(&format!("s3://{out}/")).unwrap();
+        for line in s3
+            .read(&out, key)
+            .await
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+        {
+            let record: bucketscan_core::scan::record::Record = serde_json::from_slice(line).unwrap();
+            let id = record.columns.version_id.expect("every record names its version");
+            listed.entry(record.key).or_default().push(id);
+        }
+    }
+    // Newest first, as written in reverse.
+    for ids in written.values_mut() {
+        ids.reverse();
+    }
+    assert_eq!(listed, written);
+
+    let mut with_baseline = scan_of("versions-again", &s3, &bucket, &out, Some("all-versions"));
+    with_baseline.spec.columns.versions = true;
+    scans
+        .create(&PostParams::default(), &with_baseline)
+        .await
+        .unwrap();
+    let refused = eventually("the refusal", 60, async || {
+        let st = scans.get("versions-again").await.ok()?.status?;
+        (st.phase == Phase::Failed).then_some(st)
+    })
+    .await;
+    let failed = refused.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    // Refused by planning, which admits the baseline against the spec.
+    assert_eq!(failed.reason, "PlanRefused");
+    assert!(
+        failed
+            .message
+            .contains("run scans of versions without a baseline"),
+        "{}",
+        failed.message
     );
 
     operator.stop();

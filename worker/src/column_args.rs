@@ -20,6 +20,13 @@ pub struct ColumnArgs {
     /// there. Not with --baseline (tags change without moving LastModified).
     #[arg(long)]
     pub tags: bool,
+    /// Every version and delete marker (ListObjectVersions), one record
+    /// each with `version_id`, `is_latest` and `is_delete_marker`: each
+    /// version is HEADed by its version id (with --tags, tagged by it too);
+    /// a delete marker is a record of its own, without a HEAD. Every version
+    /// is HEADed whatever --metadata-source says. Not with --baseline.
+    #[arg(long)]
+    pub versions: bool,
 }
 
 impl ColumnArgs {
@@ -27,6 +34,7 @@ impl ColumnArgs {
         ColumnOptions {
             checksums: self.checksums,
             tags: self.tags,
+            versions: self.versions,
         }
     }
 }

@@ -335,16 +335,19 @@ impl Runner {
         split_wanted: &Notify,
         lost: &CancellationToken,
     ) -> Result<Pass, RunError> {
-        let range = match &lease.checkpoint {
-            Some(c) => lease.shard.resumed_after(c),
-            None => lease.shard.clone(),
+        let (range, after_version) = match &lease.checkpoint {
+            Some(c) => {
+                let (key, version) = resume_point(c, self.spec.columns.versions);
+                (lease.shard.resumed_after(key), version.map(str::to_string))
+            }
+            None => (lease.shard.clone(), None),
         };
         let (tx, mut rx) = mpsc::channel::<Record>(4096);
         let frontier = Arc::new(Frontier::default());
         let mut scan = {
             let (engine, frontier) = (self.engine.clone(), frontier.clone());
             AbortOnDrop(tokio::spawn(async move {
-                engine.scan_shard_live(&range, frontier, &tx).await
+                engine.scan_shard_live(&range, after_version, frontier, &tx).await
             }))
         };
         let mut part = Part::new(lease.checkpoint.clone(), pass);
@@ -466,8 +469,11 @@ impl Runner {
         frontier: &Frontier,
         position: Option<String>,
     ) -> Result<bool, RunError> {
+        // A key partly written (`--versions`) stays: the split falls after it.
         let remaining = match position {
-            Some(p) => lease.shard.resumed_after(&p),
+            Some(p) => lease
+                .shard
+                .resumed_after(resume_point(&p, self.spec.columns.versions).0),
             None => lease.shard.clone(),
         };
         let lister = BucketLister {
@@ -719,7 +725,27 @@ impl PartCounts {
     }
 }
 
-/// The part being written: records after `resume_after`, up to `last_key`.
+/// `--versions`: the checkpoint after one version of `key` is the key and
+/// the version id joined by a NUL, which no key holds (`Shard::split_after`
+/// relies on it too): it sorts after the key and before every key after it.
+fn versioned_checkpoint(key: &str, version_id: Option<&str>) -> String {
+    match version_id {
+        Some(v) => format!("{key}\0{v}"),
+        None => key.to_string(),
+    }
+}
+
+/// Where a pass resumes: after this key, or (`--versions`) after this
+/// version of it.
+fn resume_point(checkpoint: &str, versions: bool) -> (&str, Option<&str>) {
+    match checkpoint.rsplit_once('\0') {
+        Some((key, version)) if versions => (key, Some(version)),
+        _ => (checkpoint, None),
+    }
+}
+
+/// The part being written: records after `resume_after`, up to `last_key`
+/// (with `--versions`, a key and a version: see [`versioned_checkpoint`]).
 struct Part {
     resume_after: Option<String>,
     /// The lease's pass over its shard (see `ScanSpec::part_key`).
@@ -777,7 +803,10 @@ impl Part {
         spec: &ScanSpec,
         lease: &Lease,
     ) -> Result<(), S3Error> {
-        let key = record.key.clone();
+        let key = match spec.columns.versions {
+            false => record.key.clone(),
+            true => versioned_checkpoint(&record.key, record.columns.version_id.as_deref()),
+        };
         let (result, change) = record.split_change();
         if let Some(change) = change {
             self.add_change(change, spec, lease, &engine.s3).await?;
@@ -931,5 +960,20 @@ mod tests {
         assert_eq!(rate, 300.0);
         assert_eq!(deltas[1], ("heads", 3_000));
         assert_eq!(deltas[0], ("listed", 3_500));
+    }
+
+    /// `--versions`: a checkpoint between two versions of one key resumes
+    /// after that version; without versions a checkpoint is the key as it
+    /// was, whatever it holds.
+    #[test]
+    fn a_versioned_checkpoint_is_a_key_and_a_version_and_sorts_between_keys() {
+        let c = versioned_checkpoint("a/b", Some("3HL4kqtJ"));
+        assert_eq!(resume_point(&c, true), ("a/b", Some("3HL4kqtJ")));
+        assert_eq!(resume_point("a/b", true), ("a/b", None));
+        assert_eq!(resume_point("a/b", false), ("a/b", None));
+        assert_eq!(versioned_checkpoint("a/b", None), "a/b");
+        // After its key, before every key after it: a split point after the
+        // key keeps the key's remaining versions in this shard.
+        assert!(c.as_str() > "a/b" && c.as_str() < "a/b!" && c.as_str() < "a/c");
     }
 }

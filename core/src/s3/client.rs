@@ -34,7 +34,7 @@ pub struct S3 {
     /// shared with every fast-path client made from this one.
     pub learnt: Learnt,
     /// Signed hyper requests for LIST (see `list`).
-    fast: SignedClient,
+    pub(super) fast: SignedClient,
     pub credentials: SharedCredentialsProvider,
     pub endpoint: Endpoint,
     pub retry: RetryPolicy,

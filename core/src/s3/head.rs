@@ -6,13 +6,14 @@
 
 use super::client::{sdk_error, S3};
 use super::codec::{
-    encode_key, format_time, http_date_to_rfc3339, retry_after, strip_quotes, MetadataReader,
+    encode_key, format_time, http_date_to_rfc3339, retry_after, strip_quotes, MetadataReader, QUERY_ENCODE,
 };
 use super::columns::ObjectColumns;
 use super::error::S3Error;
 use super::signed::SignedClient;
 use super::types::{HeadInfo, HeadResult};
 use http::{HeaderMap, StatusCode};
+use percent_encoding::utf8_percent_encode;
 use std::borrow::Cow;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -39,6 +40,18 @@ impl SignedClient {
     /// One HEAD attempt (the caller retries).
     pub async fn head(&self, bucket: &str, key: &str) -> HeadResult {
         let (resp, _) = self.send("HEAD", bucket, &encode_key(key), "").await?;
+        match resp.status() {
+            StatusCode::OK => head_info(resp.headers()).map(Some),
+            StatusCode::NOT_FOUND => Ok(None),
+            status => Err(head_error(status.as_u16(), bucket)
+                .with_retry_after(retry_after(|name| resp.headers().get(name)?.to_str().ok()))),
+        }
+    }
+
+    /// One HEAD attempt of one version of `key` (`--versions`).
+    pub async fn head_version(&self, bucket: &str, key: &str, version_id: &str) -> HeadResult {
+        let query = format!("versionId={}", utf8_percent_encode(version_id, QUERY_ENCODE));
+        let (resp, _) = self.send("HEAD", bucket, &encode_key(key), &query).await?;
         match resp.status() {
             StatusCode::OK => head_info(resp.headers()).map(Some),
             StatusCode::NOT_FOUND => Ok(None),
@@ -165,18 +178,35 @@ impl HeadClient {
     pub async fn head(&self, bucket: &str, key: &str) -> HeadResult {
         match self {
             HeadClient::Fast(fast) => fast.head(bucket, key).await,
-            HeadClient::Sdk(s3, checksum_mode) => sdk_head(s3, bucket, key, *checksum_mode).await,
+            HeadClient::Sdk(s3, checksum_mode) => sdk_head(s3, bucket, key, None, *checksum_mode).await,
+        }
+    }
+
+    /// One attempt at one version of `key` (`--versions`).
+    pub async fn head_version(&self, bucket: &str, key: &str, version_id: &str) -> HeadResult {
+        match self {
+            HeadClient::Fast(fast) => fast.head_version(bucket, key, version_id).await,
+            HeadClient::Sdk(s3, checksum_mode) => {
+                sdk_head(s3, bucket, key, Some(version_id), *checksum_mode).await
+            }
         }
     }
 }
 
-async fn sdk_head(s3: &S3, bucket: &str, key: &str, checksum_mode: bool) -> HeadResult {
+async fn sdk_head(
+    s3: &S3,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+    checksum_mode: bool,
+) -> HeadResult {
     let (sdk, region) = s3.sdk_for(bucket);
     let mode = checksum_mode.then_some(aws_sdk_s3::types::ChecksumMode::Enabled);
     match sdk
         .head_object()
         .bucket(bucket)
         .key(key)
+        .set_version_id(version_id.map(str::to_string))
         .set_checksum_mode(mode)
         .send()
         .await

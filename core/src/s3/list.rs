@@ -40,6 +40,12 @@ pub fn list_query(req: &ListRequest, start_after: Option<&str>) -> String {
     if req.with_metadata {
         params.push(("metadata", "true"));
     }
+    canonical_query(&mut params)
+}
+
+/// Query parameters in canonical form: sorted by name, values encoded, as
+/// the URL and the signature both carry them.
+pub(super) fn canonical_query(params: &mut [(&str, &str)]) -> String {
     params.sort_unstable_by_key(|(name, _)| *name);
     let mut query = String::with_capacity(128);
     for (i, (name, value)) in params.iter().enumerate() {
@@ -62,9 +68,25 @@ impl SignedClient {
         req: &ListRequest,
         start_after: Option<&str>,
     ) -> Result<ListPage, S3Error> {
-        let (resp, region) = self
-            .send("GET", bucket, "", &list_query(req, start_after))
-            .await?;
+        self.get_listing(
+            bucket,
+            &list_query(req, start_after),
+            "<ListBucketResult",
+            parse_list,
+        )
+        .await
+    }
+
+    /// One GET of a listing (`query` in canonical form) whose answer must
+    /// hold `root`, read by `parse`; any other answer is the error it says.
+    pub(super) async fn get_listing<T>(
+        &self,
+        bucket: &str,
+        query: &str,
+        root: &str,
+        parse: impl FnOnce(&str) -> Result<T, S3Error>,
+    ) -> Result<T, S3Error> {
+        let (resp, region) = self.send("GET", bucket, "", query).await?;
         let status = resp.status();
         let (http::response::Parts { headers, .. }, body) = resp.into_parts();
         let content_type = headers
@@ -99,10 +121,10 @@ impl SignedClient {
             let wait = retry_after(|name| headers.get(name)?.to_str().ok());
             return Err(error_document(status, &xml, bucket).with_retry_after(wait));
         }
-        if !xml.contains("<ListBucketResult") {
+        if !xml.contains(root) {
             return Err(not_s3(content_type.as_deref(), &xml));
         }
-        parse_list(&xml)
+        parse(&xml)
     }
 }
 
@@ -154,7 +176,7 @@ fn error_document(status: StatusCode, xml: &str, bucket: &str) -> S3Error {
 }
 
 /// An entry's `Size`: missing or not a number is an error, never 0.
-fn listed_size(size: Option<&str>, key: &str) -> Result<u64, S3Error> {
+pub(super) fn listed_size(size: Option<&str>, key: &str) -> Result<u64, S3Error> {
     size.and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| S3Error::BadAnswer(format!("LIST entry {key:?} without a valid Size (got {size:?})")))
 }
@@ -169,15 +191,7 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
             xml.chars().take(200).collect::<String>()
         )));
     }
-    let url_encoded = element(xml, "EncodingType").is_some_and(|e| e.eq_ignore_ascii_case("url"));
-    let decode = |raw: &str| {
-        let text = unescape_cow(raw);
-        if url_encoded {
-            url_decode(&text)
-        } else {
-            Ok(text.into_owned())
-        }
-    };
+    let decode = key_decoder(xml);
     let mut objects = Vec::with_capacity(1000);
     // Entries of a page often share their time: parse each distinct one once.
     let mut last_time: Option<(String, Option<String>)> = None;
@@ -226,6 +240,20 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
         common_prefixes,
         next: if truncated { next } else { None },
     })
+}
+
+/// How a listing's keys and prefixes are read: unescaped, and URL-decoded
+/// when the answer says `EncodingType` url.
+pub(super) fn key_decoder(xml: &str) -> impl Fn(&str) -> Result<String, S3Error> {
+    let url_encoded = element(xml, "EncodingType").is_some_and(|e| e.eq_ignore_ascii_case("url"));
+    move |raw: &str| {
+        let text = unescape_cow(raw);
+        if url_encoded {
+            url_decode(&text)
+        } else {
+            Ok(text.into_owned())
+        }
+    }
 }
 
 /// What an entry's `<UserMetadata>` element holds: `x-amz-meta-*` names
@@ -354,7 +382,7 @@ fn children(xml: &str) -> impl Iterator<Item = (&str, &str)> {
 }
 
 /// The bodies of every `<name>...</name>` in `xml`, in order.
-fn blocks<'a>(xml: &'a str, name: &str) -> impl Iterator<Item = &'a str> {
+pub(super) fn blocks<'a>(xml: &'a str, name: &str) -> impl Iterator<Item = &'a str> {
     let (open, close) = (format!("<{name}>"), format!("</{name}>"));
     let mut rest = xml;
     std::iter::from_fn(move || {
@@ -395,7 +423,7 @@ pub(crate) fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
 /// there beats a general substring search, whose set-up alone cost more than
 /// the search on blocks this short: with several elements read from every
 /// one of a page's 1,000 entries it was 4 % of a scan's CPU (perf).
-fn find_tag(xml: &str, tag: &str) -> Option<usize> {
+pub(super) fn find_tag(xml: &str, tag: &str) -> Option<usize> {
     debug_assert!(tag.starts_with('<'));
     let mut from = 0;
     while let Some(i) = xml[from..].find('<') {
@@ -409,11 +437,11 @@ fn find_tag(xml: &str, tag: &str) -> Option<usize> {
 }
 
 /// Replace XML's character references (`&amp;`, `&#x1;`...) in element text.
-fn unescape(text: &str) -> String {
+pub(super) fn unescape(text: &str) -> String {
     unescape_cow(text).into_owned()
 }
 
-fn unescape_cow(text: &str) -> std::borrow::Cow<'_, str> {
+pub(super) fn unescape_cow(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains('&') {
         return text.into();
     }

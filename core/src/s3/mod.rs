@@ -7,7 +7,7 @@
 //! Inside, files form layers too (each may import only those listed before
 //! it): `error`, `regions`, `clock`; `allowlist`; `codec`; `columns`; `types`; `retry`, `sign`, `transport`; `connections`; `signed`
 //! (sign and send a request); `list`; `client` (the [`S3`] handle); `pages`
-//! (a listing page by page, and where it ends), `head`, `tagging`, `upload`; `delete`.
+//! (a listing page by page, and where it ends), `versions` (ListObjectVersions), `head`, `tagging`, `upload`; `delete`.
 //!
 //! May import: nothing of the crate outside `s3`.
 
@@ -31,6 +31,7 @@ pub mod tagging;
 pub mod transport;
 pub mod types;
 pub mod upload;
+pub mod versions;
 
 pub use allowlist::EndpointAllowlist;
 pub use client::{resolve_region, S3};
@@ -38,4 +39,8 @@ pub use columns::ObjectColumns;
 pub use error::S3Error;
 pub use head::{HeadClient, HeadClientKind};
 pub use pages::{BucketLister, Lister, Pages};
-pub use types::{Endpoint, HeadInfo, HeadResult, ListPage, ListRequest, ListedMetadata, ListedObject};
+pub use types::{
+    Endpoint, HeadInfo, HeadResult, ListPage, ListRequest, ListVersionsRequest, ListedMetadata, ListedObject,
+    ListedVersion, VersionPage,
+};
+pub use versions::{VersionMarker, VersionPages};

@@ -13,10 +13,16 @@ use std::collections::BTreeMap;
 pub type TagsResult = Result<Option<BTreeMap<String, String>>, S3Error>;
 
 impl S3 {
-    /// One GetObjectTagging attempt (the caller retries, as for a HEAD).
-    pub async fn object_tags(&self, bucket: &str, key: &str) -> TagsResult {
+    /// One GetObjectTagging attempt (the caller retries, as for a HEAD), of
+    /// the current version or of `version_id` (`--versions`).
+    pub async fn object_tags(&self, bucket: &str, key: &str, version_id: Option<&str>) -> TagsResult {
         let (sdk, region) = self.sdk_for(bucket);
-        match sdk.get_object_tagging().bucket(bucket).key(key).send().await {
+        let request = sdk
+            .get_object_tagging()
+            .bucket(bucket)
+            .key(key)
+            .set_version_id(version_id.map(str::to_string));
+        match request.send().await {
             Ok(out) => Ok(Some(
                 out.tag_set()
                     .iter()

@@ -121,6 +121,37 @@ impl ListPage {
     }
 }
 
+/// One ListObjectVersions request (`--versions`): the versions after
+/// `key_marker` (all of its versions when `version_id_marker` is `None`;
+/// those listed after that version otherwise).
+#[derive(Clone, Debug, Default)]
+pub struct ListVersionsRequest {
+    pub prefix: String,
+    pub key_marker: Option<String>,
+    pub version_id_marker: Option<String>,
+    pub max_keys: i32,
+}
+
+/// One version or delete marker of a ListObjectVersions answer. A delete
+/// marker has no size, ETag nor storage class (`object` holds 0 and `None`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ListedVersion {
+    pub object: ListedObject,
+    /// `null` for an object written before versioning was enabled.
+    pub version_id: String,
+    pub is_latest: bool,
+    pub is_delete_marker: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct VersionPage {
+    /// In the store's order: keys ascending, a key's versions newest first.
+    pub versions: Vec<ListedVersion>,
+    /// Where the next page starts (`NextKeyMarker`, `NextVersionIdMarker`),
+    /// if there is one.
+    pub next: Option<(String, Option<String>)>,
+}
+
 /// What a HEAD tells us about an object, whichever client asked.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HeadInfo {

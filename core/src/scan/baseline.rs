@@ -294,6 +294,13 @@ impl Baseline {
                     .into(),
             ));
         }
+        if columns.versions {
+            return Err(refused(
+                "this scan lists every version (--versions, spec.columns.versions), and incremental \
+                 scans compare one record per key: run scans of versions without a baseline"
+                    .into(),
+            ));
+        }
         if self.columns != *columns {
             return Err(refused(format!(
                 "its scan's optional columns ({}) are not this scan's ({}): records taken from it \
@@ -848,9 +855,18 @@ mod tests {
         let tags = ColumnOptions {
             checksums: true,
             tags: true,
+            ..ColumnOptions::default()
         };
         let e = refusal(&b, &tags);
         assert!(e.contains("run scans with tags without a baseline"), "{e}");
+        // A baseline scanned with versions too: refused all the same.
+        let versions = ColumnOptions {
+            checksums: true,
+            versions: true,
+            ..ColumnOptions::default()
+        };
+        let e = refusal(&b, &versions);
+        assert!(e.contains("run scans of versions without a baseline"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Which optional columns a scan fills, each at a cost: `checksums` (HEADs
-//! in checksum mode) and `tags` (a `GetObjectTagging` per object). Recorded in the scan's spec and manifest: a baseline must have
+//! in checksum mode), `tags` (a `GetObjectTagging` per object) and
+//! `versions` (a record per version and delete marker). Recorded in the scan's spec and manifest: a baseline must have
 //! been scanned with the same options (`baseline`).
 //!
 //! May import: nothing of the crate.
@@ -16,16 +17,24 @@ pub struct ColumnOptions {
     /// MinIO's listing carries the tags and the metadata source allows it).
     #[serde(default)]
     pub tags: bool,
+    /// Every version and delete marker (ListObjectVersions), one record
+    /// each, with `version_id`, `is_latest` and `is_delete_marker`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub versions: bool,
 }
 
 impl ColumnOptions {
     /// The options as the CLI spells them, for messages: `--checksums
     /// --tags`, or `none`.
     pub fn describe(&self) -> String {
-        let flags: Vec<&str> = [(self.checksums, "--checksums"), (self.tags, "--tags")]
-            .into_iter()
-            .filter_map(|(on, flag)| on.then_some(flag))
-            .collect();
+        let flags: Vec<&str> = [
+            (self.checksums, "--checksums"),
+            (self.tags, "--tags"),
+            (self.versions, "--versions"),
+        ]
+        .into_iter()
+        .filter_map(|(on, flag)| on.then_some(flag))
+        .collect();
         if flags.is_empty() {
             "none".into()
         } else {
@@ -46,7 +55,14 @@ mod tests {
         let some = ColumnOptions {
             checksums: true,
             tags: true,
+            versions: true,
         };
-        assert_eq!(some.describe(), "--checksums --tags");
+        assert_eq!(some.describe(), "--checksums --tags --versions");
+        // Absent when off: specs and manifests of scans without versions
+        // read as they did.
+        assert_eq!(
+            serde_json::to_string(&none).unwrap(),
+            r#"{"checksums":false,"tags":false}"#
+        );
     }
 }

@@ -5,6 +5,9 @@
 //! store lists metadata (`listed`), the listing's entries become records
 //! without a HEAD.
 //!
+//! With `--versions` the listing is of versions (`engine::versions`), and
+//! "the last record written" is a key and a version of it.
+//!
 //! May import: `record`, `listed`, `filter`, `column_options`, `partition`, `keyspace` and `s3`.
 
 use crate::keyspace::shard::Shard;
@@ -26,6 +29,8 @@ use futures::StreamExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
+
+mod versions;
 
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -52,16 +57,41 @@ pub struct EngineOptions {
 enum Task {
     /// HEAD it.
     Head(ListedObject),
-    /// Its record is made already: from the listing, or by `auto`'s check.
+    /// HEAD this version of it (`--versions`). Boxed: the variant stays
+    /// smaller than a record, so tasks and entries of scans without versions
+    /// keep their size.
+    HeadVersion(ListedObject, Box<VersionOf>),
+    /// Its record is made already: from the listing, by `auto`'s check, or
+    /// a delete marker's.
     Made(Record),
 }
 
 impl Task {
     fn key(&self) -> &str {
         match self {
-            Task::Head(obj) => &obj.key,
+            Task::Head(obj) | Task::HeadVersion(obj, _) => &obj.key,
             Task::Made(record) => &record.key,
         }
+    }
+}
+
+// A task is no larger than a record: `--versions` costs scans without it no
+// byte per listed entry.
+const _: () = assert!(std::mem::size_of::<Task>() <= std::mem::size_of::<Record>());
+
+/// Which version of its key a listed entry is (`--versions`).
+#[derive(Debug)]
+struct VersionOf {
+    version_id: String,
+    is_latest: bool,
+}
+
+impl VersionOf {
+    /// The version columns of a record of this version (not a delete marker).
+    fn fill(self, columns: &mut ObjectColumns) {
+        columns.version_id = Some(self.version_id);
+        columns.is_latest = Some(self.is_latest);
+        columns.is_delete_marker = Some(false);
     }
 }
 
@@ -251,6 +281,9 @@ impl Frontier {
 pub struct ShardOutcome {
     pub listed: u64,
     pub last_key: Option<String>,
+    /// `--versions`: the version of `last_key` last sent (the resume point
+    /// is that version, not the whole key).
+    pub last_version: Option<String>,
 }
 
 impl Engine {
@@ -310,9 +343,16 @@ impl Engine {
                 Some(last) => shard.resumed_after(last),
                 None => shard.clone(),
             };
+            let after_version = outcome.last_version.clone();
             let listed_before = outcome.listed;
             let result = self
-                .scan_range(&range, Arc::new(Frontier::default()), out, &mut outcome)
+                .scan_range(
+                    &range,
+                    after_version,
+                    Arc::new(Frontier::default()),
+                    out,
+                    &mut outcome,
+                )
                 .await;
             let e = match result {
                 Ok(()) => return Ok(outcome),
@@ -334,14 +374,18 @@ impl Engine {
     /// One pass over `shard` with an end that can be lowered while the scan
     /// runs (live splitting). A failure ends the pass: the records sent
     /// before it are good, and the caller decides whether to resume.
+    /// `after_version` (`--versions`): the pass starts after this version
+    /// of the shard's `start_after` key, not after the whole key.
     pub async fn scan_shard_live(
         self: &Arc<Self>,
         shard: &Shard,
+        after_version: Option<String>,
         frontier: Arc<Frontier>,
         out: &mpsc::Sender<Record>,
     ) -> Result<ShardOutcome, S3Error> {
         let mut outcome = ShardOutcome::default();
-        self.scan_range(shard, frontier, out, &mut outcome).await?;
+        self.scan_range(shard, after_version, frontier, out, &mut outcome)
+            .await?;
         Ok(outcome)
     }
 
@@ -350,6 +394,7 @@ impl Engine {
     async fn scan_range(
         self: &Arc<Self>,
         shard: &Shard,
+        after_version: Option<String>,
         frontier: Arc<Frontier>,
         out: &mpsc::Sender<Record>,
         outcome: &mut ShardOutcome,
@@ -357,7 +402,16 @@ impl Engine {
         let window = self.opts.concurrency.max(1);
         let page = self.opts.page_size.clamp(1, 1000) as usize;
         let (keys_tx, keys_rx) = mpsc::channel::<Entry>(2 * page);
-        let lister = tokio::spawn(self.clone().list_shard(shard.clone(), frontier.clone(), keys_tx));
+        let versions = self.opts.columns.versions;
+        let lister = match versions {
+            false => tokio::spawn(self.clone().list_shard(shard.clone(), frontier.clone(), keys_tx)),
+            true => tokio::spawn(self.clone().list_versions(
+                shard.clone(),
+                after_version,
+                frontier.clone(),
+                keys_tx,
+            )),
+        };
 
         let engine = self.clone();
         let records = tokio_stream_from(keys_rx)
@@ -383,6 +437,9 @@ impl Engine {
                 outcome.listed += 1;
             }
             outcome.last_key = Some(record.key.clone());
+            if versions {
+                outcome.last_version = record.columns.version_id.clone();
+            }
             out.send(record)
                 .await
                 .map_err(|_| S3Error::Other("output closed".into()))?;
@@ -444,26 +501,26 @@ impl Engine {
         self: Arc<Self>,
         task: Task,
     ) -> impl std::future::Future<Output = Result<Result<Record, S3Error>, tokio::task::JoinError>> {
-        match task {
-            Task::Head(obj) => {
-                let permit = self
-                    .in_flight
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("never closed");
-                // Boxed: the task then holds a pointer, not the whole HEAD
-                // state machine, which tokio would otherwise copy through
-                // spawn's frames, into its cell and again when it replaces
-                // the finished future (docs/head-path.md).
-                Either::Left(tokio::spawn(Box::pin(async move {
-                    let record = self.head_object(obj).await;
-                    drop(permit);
-                    record
-                })))
-            }
-            Task::Made(record) => Either::Right(std::future::ready(Ok(Ok(record)))),
-        }
+        let (obj, version) = match task {
+            Task::Head(obj) => (obj, None),
+            Task::HeadVersion(obj, version) => (obj, Some(version)),
+            Task::Made(record) => return Either::Right(std::future::ready(Ok(Ok(record)))),
+        };
+        let permit = self
+            .in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        // Boxed: the task then holds a pointer, not the whole HEAD state
+        // machine, which tokio would otherwise copy through spawn's frames,
+        // into its cell and again when it replaces the finished future
+        // (docs/head-path.md).
+        Either::Left(tokio::spawn(Box::pin(async move {
+            let record = self.head_object(obj, version).await;
+            drop(permit);
+            record
+        })))
     }
 
     /// Wait for this HEAD's slot under the request-rate ceiling: slots are
@@ -712,11 +769,16 @@ impl Engine {
     /// timeouts, resets), after which the shard resumes at this key.
     pub async fn head_listed(&self, obj: ListedObject) -> Result<Record, S3Error> {
         let _permit = self.in_flight.acquire().await.expect("semaphore never closed");
-        self.head_object(obj).await
+        self.head_object(obj, None).await
     }
 
-    /// [`Engine::head_listed`] for a caller that holds an in-flight permit.
-    async fn head_object(&self, obj: ListedObject) -> Result<Record, S3Error> {
+    /// [`Engine::head_listed`] for a caller that holds an in-flight permit;
+    /// of one version of the object when `version` says which.
+    async fn head_object(
+        &self,
+        obj: ListedObject,
+        version: Option<Box<VersionOf>>,
+    ) -> Result<Record, S3Error> {
         let partition = self.partitions.find(&obj.key);
         let result: HeadResult = {
             match &partition {
@@ -733,7 +795,10 @@ impl Engine {
                 .retry
                 .run(&self.s3.retries, || async {
                     let started = std::time::Instant::now();
-                    let r = self.head.head(&self.opts.bucket, &obj.key).await;
+                    let r = match &version {
+                        None => self.head.head(&self.opts.bucket, &obj.key).await,
+                        Some(v) => self.head_of_version(&obj.key, v).await,
+                    };
                     last_attempt_micros.store(started.elapsed().as_micros() as u64, Relaxed);
                     if matches!(r, Err(S3Error::Throttled { .. })) {
                         throttles.fetch_add(1, Relaxed);
@@ -759,7 +824,10 @@ impl Engine {
         };
         self.counters.heads.fetch_add(1, Relaxed);
         let result = match result {
-            Ok(Some(info)) if self.opts.columns.tags => self.with_tags(&obj.key, info).await,
+            Ok(Some(info)) if self.opts.columns.tags => {
+                let version_id = version.as_ref().map(|v| v.version_id.as_str());
+                self.with_tags(&obj.key, version_id, info).await
+            }
             other => other,
         };
         let record = match result {
@@ -794,7 +862,7 @@ impl Engine {
                     previous: None,
                 }
             }
-            Ok(None) if self.still_listed(&obj.key).await? => {
+            Ok(None) if self.still_listed(&obj.key, version.as_deref()).await? => {
                 self.counters.errors.fetch_add(1, Relaxed);
                 Record {
                     error: Some("listed but HEAD answered 404: the listing still shows the key".into()),
@@ -830,7 +898,14 @@ impl Engine {
                 }
             }
         };
-        Ok(record)
+        Ok(match version {
+            None => record,
+            Some(version) => {
+                let mut record = record;
+                (*version).fill(&mut record.columns);
+                record
+            }
+        })
     }
 }
 
@@ -838,7 +913,7 @@ impl Engine {
     /// `info` with the object's tags (`--tags`): a GetObjectTagging paced,
     /// retried and counted as a HEAD is (`heads` counts it, its throttling
     /// answers reach the governor). Gone by then: `None`, as a HEAD's 404.
-    async fn with_tags(&self, key: &str, mut info: HeadInfo) -> HeadResult {
+    async fn with_tags(&self, key: &str, version_id: Option<&str>, mut info: HeadInfo) -> HeadResult {
         let partition = self.partitions.find(key);
         match &partition {
             Some(p) => p.pace().await,
@@ -849,7 +924,7 @@ impl Engine {
             .s3
             .retry
             .run(&self.s3.retries, || async {
-                let r = self.s3.object_tags(&self.opts.bucket, key).await;
+                let r = self.s3.object_tags(&self.opts.bucket, key, version_id).await;
                 if matches!(r, Err(S3Error::Throttled { .. })) {
                     throttles.fetch_add(1, Relaxed);
                 }
@@ -909,7 +984,10 @@ impl Engine {
     /// checked so: gone from the listing too, the object was deleted during
     /// the scan (`vanished`); still listed, the store disagrees with itself
     /// and the record says so (an `error`, not an object quietly dropped).
-    async fn still_listed(&self, key: &str) -> Result<bool, S3Error> {
+    async fn still_listed(&self, key: &str, version: Option<&VersionOf>) -> Result<bool, S3Error> {
+        if let Some(version) = version {
+            return self.version_still_listed(key, &version.version_id).await;
+        }
         let req = ListRequest {
             prefix: key.to_string(),
             max_keys: 1,
