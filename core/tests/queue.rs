@@ -862,6 +862,19 @@ async fn a_commit_is_known_as_resent_by_its_part_not_its_checkpoint() {
     assert_eq!(holder.parts(&lease.id).await.unwrap(), ["parts/1", "parts/2"]);
 }
 
+/// A scan of one shard, which died (its LIST refused).
+async fn one_dead_shard(scan: &str) -> Queue {
+    let q = queue(scan, "w", Duration::from_secs(30)).await;
+    q.enqueue(&shards(1)).await.unwrap();
+    let fail = Finish::Fail {
+        error: "HTTP 403 AccessDenied".into(),
+        max_failures: 1,
+    };
+    let lease = q.take().await.unwrap().unwrap();
+    assert_eq!(q.finish(&lease, &fail).await.unwrap(), "dead");
+    q
+}
+
 /// A retry walks the scan's state in one Redis step, which Redis cannot
 /// stop once it wrote and which the scan's own user can grow: it refuses,
 /// changing nothing, a state larger than any plan makes (shard ids, or
@@ -871,14 +884,7 @@ async fn a_commit_is_known_as_resent_by_its_part_not_its_checkpoint() {
 async fn a_retry_refuses_a_state_it_cannot_walk_safely() {
     use bucketscan_core::fleet::queue::Retried;
     let scan = scan_id("retry-bounds");
-    let q = queue(&scan, "w", Duration::from_secs(30)).await;
-    q.enqueue(&shards(1)).await.unwrap();
-    let fail = Finish::Fail {
-        error: "HTTP 403 AccessDenied".into(),
-        max_failures: 1,
-    };
-    let lease = q.take().await.unwrap().unwrap();
-    assert_eq!(q.finish(&lease, &fail).await.unwrap(), "dead");
+    let q = one_dead_shard(&scan).await;
     let mut con = direct_connection().await;
     let meta = q.keys().meta();
     let set_manifest = |json: &'static str| redis::cmd("HSET").arg(&meta).arg("manifest").arg(json).clone();
@@ -949,14 +955,7 @@ async fn a_retry_refuses_a_state_it_cannot_walk_safely() {
 async fn a_retry_judges_the_manifest_of_the_round_redis_records() {
     use bucketscan_core::fleet::queue::Retried;
     let scan = scan_id("retry-rounds");
-    let q = queue(&scan, "w", Duration::from_secs(30)).await;
-    q.enqueue(&shards(1)).await.unwrap();
-    let fail = Finish::Fail {
-        error: "HTTP 403 AccessDenied".into(),
-        max_failures: 1,
-    };
-    let lease = q.take().await.unwrap().unwrap();
-    assert_eq!(q.finish(&lease, &fail).await.unwrap(), "dead");
+    let q = one_dead_shard(&scan).await;
     let mut con = direct_connection().await;
     let meta = q.keys().meta();
     let set = |field: &'static str, value: &'static str| {

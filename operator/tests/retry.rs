@@ -81,6 +81,37 @@ async fn ended(
     .await
 }
 
+/// The first round: planned, then scanned while the LIST starting `b/` is
+/// refused, and merged: Complete (Partial). The merge Job's uid and the status.
+async fn partial_first_round(
+    client: &Client,
+    ns: &str,
+    scans: &Api<BucketScan>,
+    refusing: &AtomicBool,
+) -> (String, BucketScanStatus) {
+    eventually("planned", 60, async || {
+        let st = scans.get("partly").await.ok()?.status?;
+        st.shards.filter(|s| s.total == 3)
+    })
+    .await;
+    refusing.store(true, Ordering::Relaxed);
+    let first_merge = run_workers_then_merge(client, ns, None).await;
+    let partial = ended(scans, "Complete (Partial)", |st| st.phase == Phase::Complete).await;
+    (first_merge, partial)
+}
+
+/// Retry round `round`, as `kubectl bucketscan retry partly` asks for it.
+async fn ask_retry(scans: &Api<BucketScan>, round: u32) {
+    scans
+        .patch(
+            "partly",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"retry": round}})),
+        )
+        .await
+        .unwrap();
+}
+
 fn reason(st: &BucketScanStatus, type_: &str) -> String {
     st.conditions
         .iter()
@@ -169,14 +200,7 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
     } = partly(NS).await;
     let mut operator = start_operator(NS);
 
-    eventually("planned", 60, async || {
-        let st = scans.get("partly").await.ok()?.status?;
-        st.shards.filter(|s| s.total == 3)
-    })
-    .await;
-    refusing.store(true, Ordering::Relaxed);
-    let first_merge = run_workers_then_merge(&client, NS, None).await;
-    let partial = ended(&scans, "Complete (Partial)", |st| st.phase == Phase::Complete).await;
+    let (first_merge, partial) = partial_first_round(&client, NS, &scans, &refusing).await;
     assert_eq!(reason(&partial, "Complete"), "Partial", "{partial:?}");
     assert_eq!(partial.missing_ranges, Some(1), "{partial:?}");
     assert!(
@@ -193,14 +217,7 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
 
     // Retry, as `kubectl bucketscan retry partly` asks for it.
     refusing.store(false, Ordering::Relaxed);
-    scans
-        .patch(
-            "partly",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"retry": 1}})),
-        )
-        .await
-        .unwrap();
+    ask_retry(&scans, 1).await;
     ended(&scans, "Scanning again", |st| {
         st.phase == Phase::Scanning && st.retries == Some(1)
     })
@@ -222,14 +239,7 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
     );
 
     // Nothing left to retry: refused, said in an event, the scan stays.
-    scans
-        .patch(
-            "partly",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"retry": 2}})),
-        )
-        .await
-        .unwrap();
+    ask_retry(&scans, 2).await;
     ended(&scans, "retry 2 acted on", |st| st.retries == Some(2)).await;
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
     let refused = eventually("a RetryRefused event", 30, async || {
@@ -272,14 +282,7 @@ async fn a_retry_step_redis_lost_is_taken_again_not_ended_as_the_earlier_round()
         _proxy,
     } = partly(LOST).await;
     let mut operator = start_operator(LOST);
-    eventually("planned", 60, async || {
-        let st = scans.get("partly").await.ok()?.status?;
-        st.shards.filter(|s| s.total == 3)
-    })
-    .await;
-    refusing.store(true, Ordering::Relaxed);
-    let first_merge = run_workers_then_merge(&client, LOST, None).await;
-    let partial = ended(&scans, "Complete (Partial)", |st| st.phase == Phase::Complete).await;
+    let (first_merge, partial) = partial_first_round(&client, LOST, &scans, &refusing).await;
     assert_eq!(partial.missing_ranges, Some(1), "{partial:?}");
     let scan = scans.get("partly").await.unwrap();
     let id = bucketscan_operator::desired::scan_id(&scan);
@@ -291,14 +294,7 @@ async fn a_retry_step_redis_lost_is_taken_again_not_ended_as_the_earlier_round()
     let round_0 = snapshot::Snapshot::take(&mut con, &id).await;
 
     refusing.store(false, Ordering::Relaxed);
-    scans
-        .patch(
-            "partly",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"retry": 1}})),
-        )
-        .await
-        .unwrap();
+    ask_retry(&scans, 1).await;
     ended(&scans, "Scanning again", |st| {
         st.phase == Phase::Scanning && st.retries == Some(1)
     })

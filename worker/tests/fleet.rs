@@ -1380,47 +1380,19 @@ fn refuses_b_and_one_object(
 /// with the whole bucket, exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_shard_leaves_a_partial_result_and_a_retry_completes_it_exactly() {
-    let s3 = versitygw();
-    let bucket = s3.bucket("retry").await;
-    let out = s3.bucket("retry-out").await;
-    let seeded = three_directories();
-    s3.seed(&bucket, &seeded).await;
-    let proxy = fault_proxy::start(s3.endpoint.clone(), refuses_b_and_one_object, |_, _| {}).await;
-    let scan = format!("retry-{}", std::process::id());
-    let healthy = Fleet::new(s3.clone(), redis_url(), scan.clone());
-    let faulty = Fleet::new(
-        Server {
-            endpoint: proxy.url.clone(),
-            ..s3.clone()
-        },
-        redis_url(),
-        scan.clone(),
-    );
-    assert_success(
-        &healthy
-            .command(&[
-                "plan",
-                "--bucket",
-                &bucket,
-                "--output",
-                &format!("s3://{out}/s/"),
-                "--max-failures",
-                "2",
-                "--target-shards",
-                "3",
-                "--min-shard-objects",
-                "1000",
-            ])
-            .output()
-            .unwrap(),
-    );
+    let FirstRound {
+        s3,
+        out,
+        seeded,
+        scan,
+        healthy,
+        _proxy,
+        ..
+    } = first_round("retry", refuses_b_and_one_object).await;
     // Not merged yet: nothing to retry.
     let early = healthy.queue_command(&["retry"]);
     assert!(!early.status.success());
     assert!(stderr(&early).contains("is not merged"), "{}", stderr(&early));
-
-    let mut worker = faulty.spawn_worker("w", &[]);
-    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
 
     // The default: the merge fails, naming the range, yet writes the result.
     let merged = healthy.command(&["merge"]).output().unwrap();
@@ -1538,11 +1510,45 @@ async fn meta_field(scan: &str, field: &str) -> Option<String> {
         .unwrap()
 }
 
-/// A scan planned with three shards (`a/`, `b/`, `c/`), two failures to
-/// die, its output under `s3://out/s/`.
-fn plan_three(fleet: &Fleet, bucket: &str, out: &str) {
-    fleet.plan(
-        bucket,
+/// A scan of `a/`, `b/` and `c/` (three shards, two failures to die, output
+/// under `s3://OUT/s/`) whose first round ran: one worker through a fault
+/// proxy that answers as `answer` says.
+struct FirstRound {
+    s3: Server,
+    out: String,
+    seeded: BTreeMap<String, Seeded>,
+    scan: String,
+    /// Straight to the store, and through the proxy.
+    healthy: Fleet,
+    faulty: Fleet,
+    _proxy: fault_proxy::FaultProxy,
+}
+
+async fn first_round(
+    name: &str,
+    answer: impl Fn(&http::request::Parts) -> Option<http::Response<http_body_util::Full<bytes::Bytes>>>
+        + Send
+        + Sync
+        + 'static,
+) -> FirstRound {
+    let s3 = versitygw();
+    let bucket = s3.bucket(name).await;
+    let out = s3.bucket(&format!("{name}-out")).await;
+    let seeded = three_directories();
+    s3.seed(&bucket, &seeded).await;
+    let proxy = fault_proxy::start(s3.endpoint.clone(), answer, |_, _| {}).await;
+    let scan = format!("{name}-{}", std::process::id());
+    let healthy = Fleet::new(s3.clone(), redis_url(), scan.clone());
+    let faulty = Fleet::new(
+        Server {
+            endpoint: proxy.url.clone(),
+            ..s3.clone()
+        },
+        redis_url(),
+        scan.clone(),
+    );
+    healthy.plan(
+        &bucket,
         &format!("s3://{out}/s/"),
         &[
             "--max-failures",
@@ -1553,6 +1559,17 @@ fn plan_three(fleet: &Fleet, bucket: &str, out: &str) {
             "1000",
         ],
     );
+    let mut worker = faulty.spawn_worker("w", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    FirstRound {
+        s3,
+        out,
+        seeded,
+        scan,
+        healthy,
+        faulty,
+        _proxy: proxy,
+    }
 }
 
 /// Redis rolled back past a retry round after that round's merge (a
@@ -1564,33 +1581,19 @@ fn plan_three(fleet: &Fleet, bucket: &str, out: &str) {
 /// would need the deleted parts) is not taken: nothing is left to retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_rolled_back_past_a_merged_retry_round_adopts_that_round() {
-    let s3 = versitygw();
-    let bucket = s3.bucket("rolled-round").await;
-    let out = s3.bucket("rolled-round-out").await;
-    let seeded = three_directories();
-    s3.seed(&bucket, &seeded).await;
-    let proxy = fault_proxy::start(
-        s3.endpoint.clone(),
-        |req| {
-            fault_proxy::lists_after(req, "b.")
-                .then(|| fault_proxy::error_document(403, "AccessDenied", "Access Denied", &[]))
-        },
-        |_, _| {},
-    )
+    let FirstRound {
+        s3,
+        out,
+        seeded,
+        scan,
+        healthy,
+        _proxy,
+        ..
+    } = first_round("rolled-round", |req| {
+        fault_proxy::lists_after(req, "b.")
+            .then(|| fault_proxy::error_document(403, "AccessDenied", "Access Denied", &[]))
+    })
     .await;
-    let scan = format!("rolled-round-{}", std::process::id());
-    let healthy = Fleet::new(s3.clone(), redis_url(), scan.clone());
-    let faulty = Fleet::new(
-        Server {
-            endpoint: proxy.url.clone(),
-            ..s3.clone()
-        },
-        redis_url(),
-        scan.clone(),
-    );
-    plan_three(&healthy, &bucket, &out);
-    let mut worker = faulty.spawn_worker("w", &[]);
-    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
     healthy.run_ok(&["merge", "--on-dead-shards", "partial"]);
     let mut con = redis::Client::open(redis_url())
         .unwrap()
@@ -1643,51 +1646,35 @@ async fn a_redis_rolled_back_past_a_merged_retry_round_adopts_that_round() {
 async fn a_merge_that_outlives_a_retry_writes_nothing_over_the_later_round() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let s3 = versitygw();
-    let bucket = s3.bucket("stale-merge").await;
-    let out = s3.bucket("stale-merge-out").await;
-    let seeded = three_directories();
-    s3.seed(&bucket, &seeded).await;
     let refusing_b = Arc::new(AtomicBool::new(true));
     let hold_listing = Arc::new(AtomicBool::new(false));
     let holding = Arc::new(AtomicBool::new(false));
-    let proxy = fault_proxy::start(
-        s3.endpoint.clone(),
-        {
-            let (refusing_b, hold_listing, holding) =
-                (refusing_b.clone(), hold_listing.clone(), holding.clone());
-            move |req| {
-                let lists_parts =
-                    req.method == "GET" && req.uri.query().unwrap_or_default().contains("parts");
-                if lists_parts && hold_listing.swap(false, Ordering::SeqCst) {
-                    // Time for the test to stop the merge that asked.
-                    holding.store(true, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_secs(2));
-                    return None;
-                }
-                let refused_b = refusing_b.load(Ordering::SeqCst) && fault_proxy::lists_after(req, "b.");
-                let refused_head =
-                    req.method == "HEAD" && fault_proxy::object_key(req).as_deref() == Some(REFUSED_OBJECT);
-                (refused_b || refused_head)
-                    .then(|| fault_proxy::error_document(403, "AccessDenied", "Access Denied", &[]))
+    let FirstRound {
+        s3,
+        out,
+        scan,
+        healthy,
+        faulty,
+        _proxy,
+        ..
+    } = first_round("stale-merge", {
+        let (refusing_b, hold_listing, holding) = (refusing_b.clone(), hold_listing.clone(), holding.clone());
+        move |req| {
+            let lists_parts = req.method == "GET" && req.uri.query().unwrap_or_default().contains("parts");
+            if lists_parts && hold_listing.swap(false, Ordering::SeqCst) {
+                // Time for the test to stop the merge that asked.
+                holding.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(2));
+                return None;
             }
-        },
-        |_, _| {},
-    )
+            let refused_b = refusing_b.load(Ordering::SeqCst) && fault_proxy::lists_after(req, "b.");
+            let refused_head =
+                req.method == "HEAD" && fault_proxy::object_key(req).as_deref() == Some(REFUSED_OBJECT);
+            (refused_b || refused_head)
+                .then(|| fault_proxy::error_document(403, "AccessDenied", "Access Denied", &[]))
+        }
+    })
     .await;
-    let scan = format!("stale-merge-{}", std::process::id());
-    let healthy = Fleet::new(s3.clone(), redis_url(), scan.clone());
-    let faulty = Fleet::new(
-        Server {
-            endpoint: proxy.url.clone(),
-            ..s3.clone()
-        },
-        redis_url(),
-        scan.clone(),
-    );
-    plan_three(&healthy, &bucket, &out);
-    let mut worker = faulty.spawn_worker("w", &[]);
-    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
 
     // The round-0 merge that will be cut off, stopped while it lists the parts.
     hold_listing.store(true, Ordering::SeqCst);

@@ -86,32 +86,13 @@ pub(super) async fn retry_requested(
     let msg = format!(
         "retry {asked}: {shards} with dead ranges or error records are scanned again, then merged again"
     );
-    st.phase = Phase::Scanning;
     st.retries = Some(asked);
     // A retry's deadline (activeDeadlineSeconds) counts from the retry.
     st.start_time = Some(now.clone());
     st.completion_time = None;
     st.missing_ranges = None;
     st.missing.clear();
-    let generation = scan.metadata.generation;
-    status::set_condition(
-        &mut st.conditions,
-        FAILED,
-        false,
-        "Retrying",
-        &msg,
-        generation,
-        now,
-    );
-    status::set_condition(
-        &mut st.conditions,
-        COMPLETE,
-        false,
-        "Retrying",
-        &msg,
-        generation,
-        now,
-    );
+    scanning_again(scan, st, &msg, now);
     write_status(ctx, scan, &before, st).await?;
     publish(ctx, scan, EventType::Normal, "Retrying", &msg).await;
     Ok(Some(Action::requeue(Duration::from_secs(1))))
@@ -151,20 +132,19 @@ pub(super) async fn retry_lost(
     // The merge Job of the lost round would say the merge is done.
     stop_jobs(scan, ctx, Stop::All).await?;
     let msg = format!("{lost}; its shards are scanned again, then merged again");
-    st.phase = Phase::Scanning;
-    let generation = scan.metadata.generation;
-    status::set_condition(
-        &mut st.conditions,
-        COMPLETE,
-        false,
-        "Retrying",
-        &msg,
-        generation,
-        now,
-    );
+    scanning_again(scan, &mut st, &msg, now);
     write_status(ctx, scan, before, &st).await?;
     publish(ctx, scan, EventType::Warning, "RetryRestored", &msg).await;
     Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// The scan Scanning again for a retry: neither Failed nor Complete.
+fn scanning_again(scan: &BucketScan, st: &mut BucketScanStatus, msg: &str, now: &Time) {
+    st.phase = Phase::Scanning;
+    let generation = scan.metadata.generation;
+    for kind in [FAILED, COMPLETE] {
+        status::set_condition(&mut st.conditions, kind, false, "Retrying", msg, generation, now);
+    }
 }
 
 /// A retry starts the scan again, so it passes what a start passes, judged
