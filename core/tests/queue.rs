@@ -862,6 +862,19 @@ async fn a_commit_is_known_as_resent_by_its_part_not_its_checkpoint() {
     assert_eq!(holder.parts(&lease.id).await.unwrap(), ["parts/1", "parts/2"]);
 }
 
+/// A scan of one shard, which died (its LIST refused).
+async fn one_dead_shard(scan: &str) -> Queue {
+    let q = queue(scan, "w", Duration::from_secs(30)).await;
+    q.enqueue(&shards(1)).await.unwrap();
+    let fail = Finish::Fail {
+        error: "HTTP 403 AccessDenied".into(),
+        max_failures: 1,
+    };
+    let lease = q.take().await.unwrap().unwrap();
+    assert_eq!(q.finish(&lease, &fail).await.unwrap(), "dead");
+    q
+}
+
 /// A retry walks the scan's state in one Redis step, which Redis cannot
 /// stop once it wrote and which the scan's own user can grow: it refuses,
 /// changing nothing, a state larger than any plan makes (shard ids, or
@@ -871,14 +884,7 @@ async fn a_commit_is_known_as_resent_by_its_part_not_its_checkpoint() {
 async fn a_retry_refuses_a_state_it_cannot_walk_safely() {
     use bucketscan_core::fleet::queue::Retried;
     let scan = scan_id("retry-bounds");
-    let q = queue(&scan, "w", Duration::from_secs(30)).await;
-    q.enqueue(&shards(1)).await.unwrap();
-    let fail = Finish::Fail {
-        error: "HTTP 403 AccessDenied".into(),
-        max_failures: 1,
-    };
-    let lease = q.take().await.unwrap().unwrap();
-    assert_eq!(q.finish(&lease, &fail).await.unwrap(), "dead");
+    let q = one_dead_shard(&scan).await;
     let mut con = direct_connection().await;
     let meta = q.keys().meta();
     let set_manifest = |json: &'static str| redis::cmd("HSET").arg(&meta).arg("manifest").arg(json).clone();
@@ -937,4 +943,56 @@ async fn a_retry_refuses_a_state_it_cannot_walk_safely() {
 
     assert_eq!(q.retry(1).await.unwrap(), Retried::Requeued { shards: 1 });
     assert_eq!(q.counts().await.unwrap().pending, 1);
+}
+
+/// Rounds only grow, and a manifest counts only for the round Redis
+/// records: a manifest a merge of an earlier round stored after a retry is
+/// not a merged state to retry; a manifest that says nothing is missing (a
+/// later round's, adopted from S3 after Redis was rolled back past it, over
+/// the earlier round's shard records) leaves nothing to retry; adopting a
+/// round never lowers the one Redis records.
+#[tokio::test]
+async fn a_retry_judges_the_manifest_of_the_round_redis_records() {
+    use bucketscan_core::fleet::queue::Retried;
+    let scan = scan_id("retry-rounds");
+    let q = one_dead_shard(&scan).await;
+    let mut con = direct_connection().await;
+    let meta = q.keys().meta();
+    let set = |field: &'static str, value: &'static str| {
+        redis::cmd("HSET").arg(&meta).arg(field).arg(value).clone()
+    };
+
+    // Redis at round 2; a stale merge's manifest of round 1.
+    let _: () = set("retries", "2").query_async(&mut con).await.unwrap();
+    let _: () = set("manifest", r#"{"shards_dead":1,"partial":true,"retries":1}"#)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(q.retry(3).await.unwrap(), Retried::NotMerged);
+    assert_eq!(q.manifest_and_round().await.unwrap().1, 2);
+    // Round 2's manifest, complete: the dead shard record is an earlier
+    // round's, and nothing is retried.
+    let _: () = set(
+        "manifest",
+        r#"{"shards_dead":0,"counts":{"objects":5},"retries":2}"#,
+    )
+    .query_async(&mut con)
+    .await
+    .unwrap();
+    assert_eq!(q.retry(3).await.unwrap(), Retried::NothingToRetry);
+    assert_eq!(q.counts().await.unwrap().dead, 1, "nothing changed");
+    // Adopting: up, never down.
+    assert_eq!(q.adopt_round(1).await.unwrap(), 2);
+    assert_eq!(q.adopt_round(4).await.unwrap(), 4);
+    assert_eq!(q.manifest_and_round().await.unwrap().1, 4);
+    // Round 4's manifest with errors: retried.
+    let _: () = set(
+        "manifest",
+        r#"{"shards_dead":0,"counts":{"errors":1},"retries":4}"#,
+    )
+    .query_async(&mut con)
+    .await
+    .unwrap();
+    assert_eq!(q.retry(5).await.unwrap(), Retried::Requeued { shards: 1 });
+    assert_eq!(q.manifest_and_round().await.unwrap(), (None, 5));
 }

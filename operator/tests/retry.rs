@@ -13,6 +13,8 @@ mod common;
 #[path = "../../worker/tests/common/fault_proxy.rs"]
 mod fault_proxy;
 mod kubelet;
+#[path = "../../core/tests/support/snapshot.rs"]
+mod snapshot;
 
 use bucketscan_operator::crd::{BucketScan, BucketScanStatus, Phase};
 use cluster::*;
@@ -30,8 +32,8 @@ use std::time::Duration;
 
 const NS: &str = "retry-flow";
 
-fn start_operator() -> Operator {
-    Operator::watching(NS)
+fn start_operator(ns: &str) -> Operator {
+    Operator::watching(ns)
         .redis_scan_users()
         .lease_secs(5)
         .debug_log()
@@ -41,19 +43,19 @@ fn start_operator() -> Operator {
 /// Run the scan's workers (one pod's worth) and then its merge Job, as the
 /// kubelet would; `merge_uid_not`: the uid of an earlier merge Job, which a
 /// retry replaces.
-async fn run_workers_then_merge(client: &Client, merge_uid_not: Option<&str>) -> String {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+async fn run_workers_then_merge(client: &Client, ns: &str, merge_uid_not: Option<&str>) -> String {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let deployment = eventually("the workers", 60, async || {
         deployments.get_opt("partly-workers").await.ok()?
     })
     .await;
     let container = deployment.spec.unwrap().template.spec.unwrap().containers[0].clone();
-    let mut worker = run_like_pod(client, NS, &container, "partly-workers-a", &[]).await;
+    let mut worker = run_like_pod(client, ns, &container, "partly-workers-a", &[]).await;
     assert!(
         wait_exit(&mut worker, Duration::from_secs(120)).success(),
         "worker failed"
     );
-    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     let job = eventually("the merge Job", 60, async || {
         let job = jobs.get_opt("partly-merge").await.ok()??;
         (job.uid().as_deref() != merge_uid_not && job.metadata.deletion_timestamp.is_none()).then_some(job)
@@ -62,7 +64,7 @@ async fn run_workers_then_merge(client: &Client, merge_uid_not: Option<&str>) ->
     let container = job.spec.clone().unwrap().template.spec.unwrap().containers[0].clone();
     // Exit 1 with dead shards (the merge's default says so); the operator
     // reads the manifest in Redis, not the exit code.
-    let mut merge = run_like_pod(client, NS, &container, "partly-merge-x", &[]).await;
+    let mut merge = run_like_pod(client, ns, &container, "partly-merge-x", &[]).await;
     wait_exit(&mut merge, Duration::from_secs(60));
     job.uid().unwrap()
 }
@@ -79,6 +81,37 @@ async fn ended(
     .await
 }
 
+/// The first round: planned, then scanned while the LIST starting `b/` is
+/// refused, and merged: Complete (Partial). The merge Job's uid and the status.
+async fn partial_first_round(
+    client: &Client,
+    ns: &str,
+    scans: &Api<BucketScan>,
+    refusing: &AtomicBool,
+) -> (String, BucketScanStatus) {
+    eventually("planned", 60, async || {
+        let st = scans.get("partly").await.ok()?.status?;
+        st.shards.filter(|s| s.total == 3)
+    })
+    .await;
+    refusing.store(true, Ordering::Relaxed);
+    let first_merge = run_workers_then_merge(client, ns, None).await;
+    let partial = ended(scans, "Complete (Partial)", |st| st.phase == Phase::Complete).await;
+    (first_merge, partial)
+}
+
+/// Retry round `round`, as `kubectl bucketscan retry partly` asks for it.
+async fn ask_retry(scans: &Api<BucketScan>, round: u32) {
+    scans
+        .patch(
+            "partly",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"retry": round}})),
+        )
+        .await
+        .unwrap();
+}
+
 fn reason(st: &BucketScanStatus, type_: &str) -> String {
     st.conditions
         .iter()
@@ -87,14 +120,26 @@ fn reason(st: &BucketScanStatus, type_: &str) -> String {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes_it() {
+/// A scan "partly" in namespace `ns` of `a/`, `b/` and `c/` (1,100 objects
+/// each, three shards, `onDeadShards: Partial`) through a proxy that refuses
+/// the LIST starting `b/` while `refusing` is set.
+struct Partly {
+    client: Client,
+    s3: Server,
+    out: String,
+    seeded: BTreeMap<String, Seeded>,
+    refusing: Arc<AtomicBool>,
+    scans: Api<BucketScan>,
+    _proxy: fault_proxy::FaultProxy,
+}
+
+async fn partly(ns: &str) -> Partly {
     let client = client().await;
     install_crd(&client).await;
-    namespace(&client, NS).await;
+    namespace(&client, ns).await;
     let s3 = versitygw();
-    let bucket = s3.bucket("partly").await;
-    let out = s3.bucket("partly-out").await;
+    let bucket = s3.bucket(&format!("{ns}-partly")).await;
+    let out = s3.bucket(&format!("{ns}-partly-out")).await;
     let seeded: BTreeMap<String, Seeded> = ["a", "b", "c"]
         .iter()
         .flat_map(|dir| (0..1100).map(move |i| format!("{dir}/{i:04}")))
@@ -115,8 +160,8 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
         |_, _| {},
     )
     .await;
-    create_s3_secret(&client, NS, "s3", &s3.access_key, &s3.secret_key).await;
-    let scans: Api<BucketScan> = Api::namespaced(client.clone(), NS);
+    create_s3_secret(&client, ns, "s3", &s3.access_key, &s3.secret_key).await;
+    let scans: Api<BucketScan> = Api::namespaced(client.clone(), ns);
     let scan: BucketScan = serde_json::from_value(serde_json::json!({
         "apiVersion": "bucketscan.dev/v1alpha1", "kind": "BucketScan",
         "metadata": {"name": "partly"},
@@ -131,16 +176,31 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
     }))
     .unwrap();
     scans.create(&PostParams::default(), &scan).await.unwrap();
-    let mut operator = start_operator();
+    Partly {
+        client,
+        s3,
+        out,
+        seeded,
+        refusing,
+        scans,
+        _proxy: proxy,
+    }
+}
 
-    eventually("planned", 60, async || {
-        let st = scans.get("partly").await.ok()?.status?;
-        st.shards.filter(|s| s.total == 3)
-    })
-    .await;
-    refusing.store(true, Ordering::Relaxed);
-    let first_merge = run_workers_then_merge(&client, None).await;
-    let partial = ended(&scans, "Complete (Partial)", |st| st.phase == Phase::Complete).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes_it() {
+    let Partly {
+        client,
+        s3,
+        out,
+        seeded,
+        refusing,
+        scans,
+        _proxy,
+    } = partly(NS).await;
+    let mut operator = start_operator(NS);
+
+    let (first_merge, partial) = partial_first_round(&client, NS, &scans, &refusing).await;
     assert_eq!(reason(&partial, "Complete"), "Partial", "{partial:?}");
     assert_eq!(partial.missing_ranges, Some(1), "{partial:?}");
     assert!(
@@ -157,19 +217,12 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
 
     // Retry, as `kubectl bucketscan retry partly` asks for it.
     refusing.store(false, Ordering::Relaxed);
-    scans
-        .patch(
-            "partly",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"retry": 1}})),
-        )
-        .await
-        .unwrap();
+    ask_retry(&scans, 1).await;
     ended(&scans, "Scanning again", |st| {
         st.phase == Phase::Scanning && st.retries == Some(1)
     })
     .await;
-    run_workers_then_merge(&client, Some(&first_merge)).await;
+    run_workers_then_merge(&client, NS, Some(&first_merge)).await;
     let done = ended(&scans, "Complete after the retry", |st| {
         st.phase == Phase::Complete && reason(st, "Complete") == "Merged"
     })
@@ -186,14 +239,7 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
     );
 
     // Nothing left to retry: refused, said in an event, the scan stays.
-    scans
-        .patch(
-            "partly",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"retry": 2}})),
-        )
-        .await
-        .unwrap();
+    ask_retry(&scans, 2).await;
     ended(&scans, "retry 2 acted on", |st| st.retries == Some(2)).await;
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
     let refused = eventually("a RetryRefused event", 30, async || {
@@ -214,6 +260,81 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
         scans.get("partly").await.unwrap().status.unwrap().phase,
         Phase::Complete
     );
+    operator.stop();
+}
+
+/// Redis loses a retry's step after the status recorded it (rolled back to
+/// a snapshot of the merged, partial round 0, as a failover to a replica
+/// that lagged the retry would): every shard looks finished and the
+/// manifest is round 0's. The operator does not end the scan on it (its
+/// status says round 1): it takes the step again, the shard is scanned
+/// again, and the scan ends with the whole bucket, of round 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_step_redis_lost_is_taken_again_not_ended_as_the_earlier_round() {
+    const LOST: &str = "retry-lost";
+    let Partly {
+        client,
+        s3,
+        out,
+        seeded,
+        refusing,
+        scans,
+        _proxy,
+    } = partly(LOST).await;
+    let mut operator = start_operator(LOST);
+    let (first_merge, partial) = partial_first_round(&client, LOST, &scans, &refusing).await;
+    assert_eq!(partial.missing_ranges, Some(1), "{partial:?}");
+    let scan = scans.get("partly").await.unwrap();
+    let id = bucketscan_operator::desired::scan_id(&scan);
+    let mut con = redis::Client::open(std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let round_0 = snapshot::Snapshot::take(&mut con, &id).await;
+
+    refusing.store(false, Ordering::Relaxed);
+    ask_retry(&scans, 1).await;
+    ended(&scans, "Scanning again", |st| {
+        st.phase == Phase::Scanning && st.retries == Some(1)
+    })
+    .await;
+    // Redis back at round 0, merged and partial, before any worker ran.
+    round_0.restore(&mut con).await;
+    let events: Api<Event> = Api::namespaced(client.clone(), LOST);
+    let restored = eventually("a RetryRestored event", 60, async || {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("RetryRestored"))
+    })
+    .await;
+    assert!(
+        restored
+            .message
+            .unwrap_or_default()
+            .contains("Redis lost retry 1"),
+        "the event says why"
+    );
+    let st = scans.get("partly").await.unwrap().status.unwrap();
+    assert_ne!(
+        (st.phase, reason(&st, "Complete")),
+        (Phase::Complete, "Partial".to_string()),
+        "ended on round 0: {st:?}"
+    );
+    run_workers_then_merge(&client, LOST, Some(&first_merge)).await;
+    let done = ended(&scans, "Complete after the retry", |st| {
+        st.phase == Phase::Complete && reason(st, "Complete") == "Merged"
+    })
+    .await;
+    assert_eq!((done.missing_ranges, done.retries), (None, Some(1)), "{done:?}");
+    assert_matches_seed(&parse_records(&s3.read(&out, "p/result.jsonl").await), &seeded);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "p/manifest.json").await).unwrap();
+    assert_eq!(manifest["retries"], 1, "{manifest}");
     operator.stop();
 }
 

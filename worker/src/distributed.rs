@@ -214,13 +214,7 @@ pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
         );
     }
     if manifest.shards_dead > 0 {
-        let first = &manifest.dead[0];
-        let missing = format!(
-            "{} shard(s) failed for good and their ranges are missing from the result (manifest.json \"dead\" names each); first: {} ({})",
-            manifest.shards_dead,
-            first.range,
-            first.last_error.as_deref().unwrap_or("no error recorded")
-        );
+        let missing = manifest.missing_message();
         match args.on_dead_shards {
             OnDeadShards::Fail => bail!("{missing}; `bucketscan-worker retry` scans them again"),
             OnDeadShards::Partial => eprintln!("warning: partial result: {missing}"),

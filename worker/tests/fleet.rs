@@ -1380,47 +1380,19 @@ fn refuses_b_and_one_object(
 /// with the whole bucket, exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_shard_leaves_a_partial_result_and_a_retry_completes_it_exactly() {
-    let s3 = versitygw();
-    let bucket = s3.bucket("retry").await;
-    let out = s3.bucket("retry-out").await;
-    let seeded = three_directories();
-    s3.seed(&bucket, &seeded).await;
-    let proxy = fault_proxy::start(s3.endpoint.clone(), refuses_b_and_one_object, |_, _| {}).await;
-    let scan = format!("retry-{}", std::process::id());
-    let healthy = Fleet::new(s3.clone(), redis_url(), scan.clone());
-    let faulty = Fleet::new(
-        Server {
-            endpoint: proxy.url.clone(),
-            ..s3.clone()
-        },
-        redis_url(),
-        scan.clone(),
-    );
-    assert_success(
-        &healthy
-            .command(&[
-                "plan",
-                "--bucket",
-                &bucket,
-                "--output",
-                &format!("s3://{out}/s/"),
-                "--max-failures",
-                "2",
-                "--target-shards",
-                "3",
-                "--min-shard-objects",
-                "1000",
-            ])
-            .output()
-            .unwrap(),
-    );
+    let FirstRound {
+        s3,
+        out,
+        seeded,
+        scan,
+        healthy,
+        _proxy,
+        ..
+    } = first_round("retry", refuses_b_and_one_object).await;
     // Not merged yet: nothing to retry.
     let early = healthy.queue_command(&["retry"]);
     assert!(!early.status.success());
     assert!(stderr(&early).contains("is not merged"), "{}", stderr(&early));
-
-    let mut worker = faulty.spawn_worker("w", &[]);
-    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
 
     // The default: the merge fails, naming the range, yet writes the result.
     let merged = healthy.command(&["merge"]).output().unwrap();
@@ -1524,4 +1496,234 @@ async fn a_dead_shard_leaves_a_partial_result_and_a_retry_completes_it_exactly()
         "{}",
         stderr(&nothing)
     );
+}
+
+/// The scan's `meta` field `field`, read as the admin.
+async fn meta_field(scan: &str, field: &str) -> Option<String> {
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("HGET")
+        .arg(format!("bs:{{{scan}}}:meta"))
+        .arg(field)
+        .query_async(&mut con)
+        .await
+        .unwrap()
+}
+
+/// A scan of `a/`, `b/` and `c/` (three shards, two failures to die, output
+/// under `s3://OUT/s/`) whose first round ran: one worker through a fault
+/// proxy that answers as `answer` says.
+struct FirstRound {
+    s3: Server,
+    out: String,
+    seeded: BTreeMap<String, Seeded>,
+    scan: String,
+    /// Straight to the store, and through the proxy.
+    healthy: Fleet,
+    faulty: Fleet,
+    _proxy: fault_proxy::FaultProxy,
+}
+
+async fn first_round(
+    name: &str,
+    answer: impl Fn(&http::request::Parts) -> Option<http::Response<http_body_util::Full<bytes::Bytes>>>
+        + Send
+        + Sync
+        + 'static,
+) -> FirstRound {
+    let s3 = versitygw();
+    let bucket = s3.bucket(name).await;
+    let out = s3.bucket(&format!("{name}-out")).await;
+    let seeded = three_directories();
+    s3.seed(&bucket, &seeded).await;
+    let proxy = fault_proxy::start(s3.endpoint.clone(), answer, |_, _| {}).await;
+    let scan = format!("{name}-{}", std::process::id());
+    let healthy = Fleet::new(s3.clone(), redis_url(), scan.clone());
+    let faulty = Fleet::new(
+        Server {
+            endpoint: proxy.url.clone(),
+            ..s3.clone()
+        },
+        redis_url(),
+        scan.clone(),
+    );
+    healthy.plan(
+        &bucket,
+        &format!("s3://{out}/s/"),
+        &[
+            "--max-failures",
+            "2",
+            "--target-shards",
+            "3",
+            "--min-shard-objects",
+            "1000",
+        ],
+    );
+    let mut worker = faulty.spawn_worker("w", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    FirstRound {
+        s3,
+        out,
+        seeded,
+        scan,
+        healthy,
+        faulty,
+        _proxy: proxy,
+    }
+}
+
+/// Redis rolled back past a retry round after that round's merge (a
+/// failover to a replica that lagged the retry): it holds the earlier
+/// round's partial manifest and shard records again, while manifest.json in
+/// S3 is the later, complete round's and that merge deleted the parts. The
+/// next merge adopts the later round (rounds only grow), so nothing ends on
+/// the earlier result, and a retry of the earlier round's dead shard (which
+/// would need the deleted parts) is not taken: nothing is left to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_rolled_back_past_a_merged_retry_round_adopts_that_round() {
+    let FirstRound {
+        s3,
+        out,
+        seeded,
+        scan,
+        healthy,
+        _proxy,
+        ..
+    } = first_round("rolled-round", |req| {
+        fault_proxy::lists_after(req, "b.")
+            .then(|| fault_proxy::error_document(403, "AccessDenied", "Access Denied", &[]))
+    })
+    .await;
+    healthy.run_ok(&["merge", "--on-dead-shards", "partial"]);
+    let mut con = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let round_0 = snapshot::Snapshot::take(&mut con, &scan).await;
+
+    // Round 1 scans b/ again and merges the whole bucket; its parts go.
+    assert_success(&healthy.queue_command(&["retry"]));
+    let mut worker = healthy.spawn_worker("r", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    healthy.run_ok(&["merge"]);
+    assert_eq!(s3.key_count(&out, &format!("s/parts/{scan}/")).await, 0);
+
+    // Redis back at round 0, merged and partial.
+    round_0.restore(&mut con).await;
+    assert_eq!(meta_field(&scan, "retries").await, None);
+    let merged = healthy.run_ok(&["merge"]);
+    assert!(
+        !stderr(&merged).contains("partial result"),
+        "ended on the earlier round: {}",
+        stderr(&merged)
+    );
+    assert_eq!(meta_field(&scan, "retries").await.as_deref(), Some("1"));
+    let recorded: serde_json::Value =
+        serde_json::from_str(&meta_field(&scan, "manifest").await.unwrap()).unwrap();
+    assert_eq!(
+        (recorded["retries"].clone(), recorded["partial"].clone()),
+        (1.into(), false.into())
+    );
+    let nothing = healthy.queue_command(&["retry"]);
+    assert!(
+        !nothing.status.success() && stderr(&nothing).contains("nothing to retry"),
+        "{}",
+        stderr(&nothing)
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "s/manifest.json").await).unwrap();
+    assert_eq!(manifest["retries"], 1, "{manifest}");
+    assert_matches_seed(&parse_records(&s3.read(&out, "s/result.jsonl").await), &seeded);
+}
+
+/// A merge of round 0 cut off midway (its pod on a partitioned node:
+/// stopped here) while another merge of round 0 ends the scan, a retry
+/// scans again and round 1 merges (keeping its parts: one object is still
+/// refused). Let go, the round-0 merge writes nothing: round 1's result,
+/// manifest.json and manifest in Redis stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_that_outlives_a_retry_writes_nothing_over_the_later_round() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let refusing_b = Arc::new(AtomicBool::new(true));
+    let hold_listing = Arc::new(AtomicBool::new(false));
+    let holding = Arc::new(AtomicBool::new(false));
+    let FirstRound {
+        s3,
+        out,
+        scan,
+        healthy,
+        faulty,
+        _proxy,
+        ..
+    } = first_round("stale-merge", {
+        let (refusing_b, hold_listing, holding) = (refusing_b.clone(), hold_listing.clone(), holding.clone());
+        move |req| {
+            let lists_parts = req.method == "GET" && req.uri.query().unwrap_or_default().contains("parts");
+            if lists_parts && hold_listing.swap(false, Ordering::SeqCst) {
+                // Time for the test to stop the merge that asked.
+                holding.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(2));
+                return None;
+            }
+            let refused_b = refusing_b.load(Ordering::SeqCst) && fault_proxy::lists_after(req, "b.");
+            let refused_head =
+                req.method == "HEAD" && fault_proxy::object_key(req).as_deref() == Some(REFUSED_OBJECT);
+            (refused_b || refused_head)
+                .then(|| fault_proxy::error_document(403, "AccessDenied", "Access Denied", &[]))
+        }
+    })
+    .await;
+
+    // The round-0 merge that will be cut off, stopped while it lists the parts.
+    hold_listing.store(true, Ordering::SeqCst);
+    let mut stale = faulty
+        .command(&["merge", "--on-dead-shards", "partial"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !holding.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the merge never listed the parts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    unsafe { libc_kill(stale.id() as i32, 19) }; // SIGSTOP
+
+    // Another merge of round 0 ends it; retry 1 scans b/ and c/ again
+    // (c/0007 still refused) and merges, keeping its parts.
+    healthy.run_ok(&["merge", "--on-dead-shards", "partial"]);
+    refusing_b.store(false, Ordering::SeqCst);
+    assert_success(&healthy.queue_command(&["retry"]));
+    let mut worker = faulty.spawn_worker("r", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+    faulty.run_ok(&["merge"]);
+    let round_1 = s3.read(&out, "s/result.jsonl").await;
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "s/manifest.json").await).unwrap();
+    assert_eq!(
+        (manifest["retries"].clone(), manifest["partial"].clone()),
+        (1.into(), false.into())
+    );
+
+    unsafe { libc_kill(stale.id() as i32, 18) }; // SIGCONT
+    let status = wait_exit(&mut stale, Duration::from_secs(60));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut stale.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "the stale merge succeeded: {err}");
+    assert!(err.contains("retried since (round 1)"), "{err}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.read(&out, "s/manifest.json").await).unwrap();
+    assert_eq!(manifest["retries"], 1, "{manifest}");
+    assert_eq!(
+        s3.read(&out, "s/result.jsonl").await,
+        round_1,
+        "the result was overwritten"
+    );
+    let records = parse_records(&round_1);
+    assert!(records.keys().any(|k| k.starts_with("b/")), "round 1 holds b/");
+    let recorded: serde_json::Value =
+        serde_json::from_str(&meta_field(&scan, "manifest").await.unwrap()).unwrap();
+    assert_eq!(recorded["retries"], 1, "{recorded}");
 }

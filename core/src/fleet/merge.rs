@@ -24,7 +24,7 @@ use crate::fleet::merge_plan::{
 use crate::fleet::queue::durable::Durability;
 use crate::fleet::queue::view::MergeView;
 use crate::fleet::queue::PartStats;
-use crate::fleet::queue::{Queue, QueueError, ShardRecord};
+use crate::fleet::queue::{cut, Queue, QueueError, ShardRecord};
 use crate::fleet::rewrite::rewrite_parquet;
 use crate::fleet::spec::ScanSpec;
 use crate::keyspace::coverage::{overlapping, uncovered};
@@ -101,6 +101,10 @@ pub enum MergeError {
     TooBigForSingle { files: usize, file_size: u64 },
     #[error("the result would be {bytes} bytes, more than S3's largest object (5 TiB): scan with layout dataset (nothing was written; the parts are kept)")]
     OverMaxObject { bytes: u64 },
+    /// A merge that outlived a retry (its pod cut off while the scan was
+    /// retried and merged again): what it would write is an earlier round's.
+    #[error("this merge is of retry round {round}, and the scan was retried since (round {later}): it stopped without writing more (the later round's merge writes the result)")]
+    Superseded { round: u64, later: u64 },
 }
 
 impl From<DataFilesError> for MergeError {
@@ -192,6 +196,24 @@ impl Manifest {
     pub fn keeps_parts(&self) -> bool {
         self.shards_dead > 0 || self.errors() > 0
     }
+
+    /// The missing ranges in words: how many, and the first with its error.
+    /// Bounded: the range and the error come from the manifest in Redis,
+    /// which the scan's own user may write, and an unbounded message would
+    /// make a status too large to write (the scan stuck Merging).
+    pub fn missing_message(&self) -> String {
+        let first = self.dead.first();
+        let range = first.map(|d| d.range.to_string()).unwrap_or_default();
+        let error = first
+            .and_then(|d| d.last_error.as_deref())
+            .unwrap_or("no error recorded");
+        format!(
+            "{} shard(s) failed for good and their key ranges are missing from the result (the manifest's \"dead\" lists each); first: {} ({})",
+            self.shards_dead,
+            cut(&range, 1024),
+            cut(error, 1024)
+        )
+    }
 }
 
 pub use crate::scan::dataset::{ChangeCounts, IncrementalSummary};
@@ -210,19 +232,36 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         .spec()
         .await?
         .ok_or_else(|| MergeError::NotPlanned(scan.to_string()))?;
-    if let Some(manifest) = queue.meta_field("manifest").await? {
+    let written = written_manifest(scan, queue, s3, &spec).await?;
+    let (recorded, held) = queue.manifest_and_round().await?;
+    if let Some(later) = written.as_ref().filter(|m| m.retries > held) {
+        // A merge of a later round wrote manifest.json, and Redis was
+        // rolled back past that round since (a failover to a replica that
+        // lagged, an older snapshot): its result stands, and the parts its
+        // merge deleted are gone, so merging from the earlier round's
+        // records would miss them. Rounds only grow: adopt it, round and all.
+        tracing::warn!(
+            round = later.retries,
+            held,
+            "Redis was rolled back past a retry round; adopting that round's manifest.json from S3"
+        );
+        queue.set_meta_field("manifest", &redis_copy(later)).await?;
+        queue.adopt_round(later.retries).await?;
+        delete_parts_unless_kept(s3, &spec, later).await?;
+        return Ok(later.clone());
+    }
+    if let Some(manifest) = recorded.and_then(|json| of_round(&json, held)) {
         // Already merged: the recorded manifest stands. Deleting the parts
         // again finishes a merge that died while deleting them.
         tracing::info!("scan already merged");
-        let manifest: Manifest =
-            serde_json::from_str(&manifest).map_err(|e| S3Error::Other(format!("stored manifest: {e}")))?;
         delete_parts_unless_kept(s3, &spec, &manifest).await?;
         return Ok(manifest);
     }
-    if let Some(manifest) = written_manifest(scan, queue, s3, &spec).await? {
+    if let Some(manifest) = written.filter(|m| m.retries == held) {
         // Merged before, and Redis lost the manifest since (a restart, a
         // rollback): the parts may be gone, but the result and its
-        // manifest are whole. Adopt them.
+        // manifest are whole. Adopt them. (A manifest of an earlier round
+        // is the result a retry replaces.)
         tracing::warn!("Redis lost this scan's manifest; adopting manifest.json from S3");
         queue.set_meta_field("manifest", &redis_copy(&manifest)).await?;
         delete_parts_unless_kept(s3, &spec, &manifest).await?;
@@ -235,10 +274,12 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
             leased: counts.leased,
         });
     }
-    // The mark, the shards and their parts as Redis held them at one
-    // instant: a rollback between reads cannot pair a "done" with fewer parts.
+    // The mark, the round, the shards and their parts as Redis held them at
+    // one instant: a rollback between reads cannot pair a "done" with fewer
+    // parts, nor one round's shards with another round.
     let MergeView {
         plan_complete,
+        round: retries,
         shards,
         mut parts,
     } = queue.merge_view().await?;
@@ -247,7 +288,6 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     }
     check_finished(&shards)?;
     check_tiling(&spec.prefix, &shards)?;
-    let retries = queue.retry_round().await?;
     // A dead shard's parts stay out: its range is missing as a whole (a
     // listing that went backwards may have skipped keys before its
     // checkpoint), and a retry scans it again from its start.
@@ -260,6 +300,9 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     let (change_keys, keys): (Vec<String>, Vec<String>) =
         keys.into_iter().partition(|k| spec.is_change_part(k));
     let parts = describe_parts(s3, queue, &spec, keys).await?;
+    // A merge that outlived a retry (its pod on a partitioned node) writes
+    // nothing over the later round's result.
+    still_latest(scan, queue, s3, &spec, retries).await?;
     let files = write_result(s3, &spec, &parts).await?;
     let checked = crate::fleet::incremental::read_store_check(s3, &spec).await?;
     let counts = sum_counts(&shards);
@@ -335,9 +378,14 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     let bucket = spec.output_bucket.as_str();
+    still_latest(scan, queue, s3, &spec, retries).await?;
     s3.put(bucket, &spec.manifest_key(), "application/json", json.into())
         .await?;
+    // Recorded in Redis even if a retry came since: readers take a manifest
+    // only of the round Redis records (`of_round`), so a stale one is never
+    // read as merged, and this merge fails saying why.
     queue.set_meta_field("manifest", &redis_copy(&manifest)).await?;
+    still_latest(scan, queue, s3, &spec, retries).await?;
     // The parts go only once Redis keeps the manifest (its AOF, its
     // replicas) as far as it can say; were it lost anyway, manifest.json is
     // adopted from S3 (`written_manifest`).
@@ -376,11 +424,11 @@ async fn delete_parts_unless_kept(s3: &S3, spec: &ScanSpec, manifest: &Manifest)
         .map(drop)
 }
 
-/// The `manifest.json` a merge of this very scan wrote, if there is one:
-/// same scan, same spec, and made from the plan Redis still holds (its
-/// `created` time), so a result of an earlier scan of the same name and
-/// output is never taken for this one's. A manifest is written only once
-/// every shard finished, so one found is whole.
+/// The `manifest.json` a merge of this very scan wrote, if there is one, of
+/// any retry round: same scan, same spec, and made from the plan Redis
+/// still holds (its `created` time), so a result of an earlier scan of the
+/// same name and output is never taken for this one's. A manifest is
+/// written only once every shard finished, so one found is whole.
 async fn written_manifest(
     scan: &str,
     queue: &Queue,
@@ -396,14 +444,40 @@ async fn written_manifest(
         return Ok(None);
     };
     let created = queue.meta_field("created").await?;
-    // A manifest of an earlier round is the result a retry replaces.
-    let round = queue.retry_round().await?;
-    let ours = manifest.scan == scan
-        && manifest.spec == *spec
-        && created.is_some()
-        && manifest.created == created
-        && manifest.retries == round;
+    let ours =
+        manifest.scan == scan && manifest.spec == *spec && created.is_some() && manifest.created == created;
     Ok(ours.then_some(manifest))
+}
+
+/// The manifest Redis holds, when it is of the round Redis records: a merge
+/// of an earlier round that outlived a retry may store its manifest after
+/// the retry took it out, and that one says nothing of this round.
+pub fn of_round(json: &str, round: u64) -> Option<Manifest> {
+    serde_json::from_str::<Manifest>(json)
+        .ok()
+        .filter(|m| m.retries == round)
+}
+
+/// The merge of round `round` is still the latest: Redis records no later
+/// round, and manifest.json in S3 is not of a later round of this scan.
+/// Checked before each write that a later round's merge would have made
+/// (the result, manifest.json, the manifest in Redis).
+async fn still_latest(
+    scan: &str,
+    queue: &Queue,
+    s3: &S3,
+    spec: &ScanSpec,
+    round: u64,
+) -> Result<(), MergeError> {
+    let held = queue.retry_round().await?;
+    let written = written_manifest(scan, queue, s3, spec)
+        .await?
+        .map_or(0, |m| m.retries);
+    let later = held.max(written);
+    if later > round {
+        return Err(MergeError::Superseded { round, later });
+    }
+    Ok(())
 }
 
 /// Every shard done or dead (the counts above come from other keys than
@@ -748,7 +822,22 @@ mod tests {
     }
 
     #[test]
-    fn redis_keeps_a_manifest_of_bounded_size() {
+    fn the_missing_ranges_message_is_bounded() {
+        let mut m = manifest_of(3);
+        m.dead[0].range = crate::keyspace::shard::Shard::prefix("k".repeat(1 << 20));
+        m.dead[0].last_error = Some("e".repeat(2 << 20));
+        let message = m.missing_message();
+        assert!(message.len() < 2_600, "{} bytes", message.len());
+        assert!(message.starts_with("3 shard(s) failed for good"), "{message}");
+        let short = manifest_of(1).missing_message();
+        assert!(
+            short.ends_with(r#"first: "p/" (AccessDenied: Access Denied (HTTP 403))"#),
+            "{short}"
+        );
+    }
+
+    /// A manifest of `n` shards, all dead.
+    fn manifest_of(n: usize) -> Manifest {
         let dead = DeadShard {
             range: crate::keyspace::shard::Shard::prefix("p/"),
             failures: 5,
@@ -759,7 +848,7 @@ mod tests {
             "gzip": false, "only_with_metadata": false, "max_failures": 5, "scan_id": "s"
         }))
         .unwrap();
-        let manifest = |n: usize| Manifest {
+        Manifest {
             scan: "s".into(),
             result: "s3://o/r/result.jsonl".into(),
             result_bytes: 0,
@@ -771,17 +860,29 @@ mod tests {
             splits: 0,
             counts: BTreeMap::new(),
             progress: BTreeMap::new(),
-            dead: vec![dead.clone(); n],
+            dead: vec![dead; n],
             created: None,
             merged: String::new(),
-            spec: spec.clone(),
+            spec,
             files: vec![],
             records: 0,
             store_check: None,
             incremental: None,
             partial: true,
             retries: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn a_manifest_of_another_round_is_not_this_rounds() {
+        let json = serde_json::to_string(&manifest_of(1)).unwrap();
+        assert!(of_round(&json, 0).is_some());
+        assert!(of_round(&json, 1).is_none(), "a stale merge's manifest");
+    }
+
+    #[test]
+    fn redis_keeps_a_manifest_of_bounded_size() {
+        let manifest = manifest_of;
         // A few dead shards: whole.
         let small = manifest(10);
         assert_eq!(redis_copy(&small), serde_json::to_string_pretty(&small).unwrap());

@@ -2,6 +2,7 @@
 //! `bucketscan-worker merge` joins the parts; its manifest in Redis ends the
 //! scan as Complete, or, with dead shards, as Failed (ShardsFailed) or
 //! Complete (Partial) as spec.onDeadShards says, naming the missing ranges.
+//! Only a manifest of the round the status says (`status.retries`) ends it.
 
 use super::children::ensure_redis_secret;
 use super::context::{key_of, Context, Error, ACTIVE_REQUEUE};
@@ -77,10 +78,16 @@ pub(super) async fn merging(
             write_status(ctx, scan, before, &st).await?;
             Ok(Action::requeue(ACTIVE_REQUEUE))
         }
+        // Redis holds the manifest of an earlier round than the status's:
+        // it lost the retry's step (rolled back past it). The scan is not
+        // ended on an earlier round's result: the step runs again.
+        Some(m) if m.retries < u64::from(st.retries.unwrap_or(0)) => {
+            super::retry::retry_lost(scan, ctx, st, before, &m, now).await
+        }
         Some(m) if m.shards_dead > 0 && scan.spec.on_dead_shards == OnDeadShards::Fail => {
             let msg = format!(
                 "{}; kubectl bucketscan retry {} scans them again",
-                missing_message(&m),
+                m.missing_message(),
                 scan.name_any()
             );
             st.output = Some(m.result.clone());
@@ -102,7 +109,7 @@ pub(super) async fn merging(
                 done.reason = PARTIAL;
                 done.message = format!(
                     "partial result: {}; {}; kubectl bucketscan retry {} scans them again",
-                    missing_message(&m),
+                    m.missing_message(),
                     done.message,
                     scan.name_any()
                 );
@@ -207,29 +214,6 @@ async fn merge_again(scan: &BucketScan, ctx: &Context, job: Option<&Job>) -> Res
     Ok(Some(message))
 }
 
-/// The missing ranges in words: how many, and the first with its error.
-fn missing_message(m: &Manifest) -> String {
-    let first = m.dead.first();
-    missing_words(
-        m.shards_dead,
-        &first.map(|d| d.range.to_string()).unwrap_or_default(),
-        first
-            .and_then(|d| d.last_error.as_deref())
-            .unwrap_or("no error recorded"),
-    )
-}
-
-/// The condition's message, bounded: the range and the error come from the
-/// manifest in Redis, which the scan's own user may write, and an unbounded
-/// one would make the status too large to write (the scan stuck Merging).
-fn missing_words(dead: u64, range: &str, error: &str) -> String {
-    format!(
-        "{dead} shard(s) failed for good and their key ranges are missing from the result (listed in status.missing and the manifest's dead); first: {} ({})",
-        cut(range, 1024),
-        cut(error, 1024)
-    )
-}
-
 /// The missing ranges into the status: their count, and the first few.
 fn note_missing(st: &mut BucketScanStatus, m: &Manifest) {
     st.missing_ranges = (m.shards_dead > 0).then_some(m.shards_dead);
@@ -247,19 +231,4 @@ fn note_missing(st: &mut BucketScanStatus, m: &Manifest) {
 /// Where the merge wrote the manifest (beside the result).
 fn manifest_location(m: &Manifest) -> String {
     format!("s3://{}/{}", m.spec.output_bucket, m.spec.manifest_key())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::missing_words;
-
-    #[test]
-    fn the_missing_ranges_message_is_bounded() {
-        let huge = "e".repeat(2 << 20);
-        let message = missing_words(3, &"k".repeat(1 << 20), &huge);
-        assert!(message.len() < 2_600, "{} bytes", message.len());
-        assert!(message.starts_with("3 shard(s) failed for good"), "{message}");
-        let short = missing_words(1, "[a, b)", "403 AccessDenied");
-        assert!(short.ends_with("first: [a, b) (403 AccessDenied)"), "{short}");
-    }
 }

@@ -4,7 +4,7 @@
 
 use super::context::Error;
 use crate::crd::ShardCounts;
-use bucketscan_core::fleet::merge::Manifest;
+use bucketscan_core::fleet::merge::{of_round, Manifest};
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::fleet::spec::ScanSpec;
 
@@ -29,10 +29,10 @@ pub(super) async fn observe(queue: &Queue) -> Result<Observed, Error> {
     let rate = queue
         .live_rate(time::OffsetDateTime::now_utc().unix_timestamp())
         .await?;
-    let manifest = queue
-        .meta_field("manifest")
-        .await?
-        .and_then(|m| serde_json::from_str(&m).ok());
+    // Only a manifest of the round Redis records: a merge of an earlier
+    // round that outlived a retry may have stored its own since.
+    let (manifest, round) = queue.manifest_and_round().await?;
+    let manifest = manifest.and_then(|json| of_round(&json, round));
     Ok(Observed {
         planned,
         shards: ShardCounts {

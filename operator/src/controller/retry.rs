@@ -7,6 +7,11 @@
 //! run. A retry with nothing to scan again, or of a scan that failed for
 //! another cause, is refused with an event and recorded as acted on.
 //!
+//! Redis may lose a retry's step after the status recorded it (rolled back
+//! past it: a failover to a replica that lagged, an older snapshot): the
+//! scan then shows an earlier round's manifest, which never ends it
+//! ([`retry_lost`]: the step runs again).
+//!
 //! May import: `context`, `report`, `redis_user`, `children`, `admission`,
 //! `turns`.
 
@@ -20,6 +25,7 @@ use crate::crd::{BucketScan, BucketScanStatus, Phase};
 use crate::desired;
 use crate::status::{self, COMPLETE, FAILED};
 use bucketscan_api::retriable::retriable;
+use bucketscan_core::fleet::merge::Manifest;
 use bucketscan_core::fleet::queue::{Queue, Retried};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
@@ -80,35 +86,65 @@ pub(super) async fn retry_requested(
     let msg = format!(
         "retry {asked}: {shards} with dead ranges or error records are scanned again, then merged again"
     );
-    st.phase = Phase::Scanning;
     st.retries = Some(asked);
     // A retry's deadline (activeDeadlineSeconds) counts from the retry.
     st.start_time = Some(now.clone());
     st.completion_time = None;
     st.missing_ranges = None;
     st.missing.clear();
-    let generation = scan.metadata.generation;
-    status::set_condition(
-        &mut st.conditions,
-        FAILED,
-        false,
-        "Retrying",
-        &msg,
-        generation,
-        now,
-    );
-    status::set_condition(
-        &mut st.conditions,
-        COMPLETE,
-        false,
-        "Retrying",
-        &msg,
-        generation,
-        now,
-    );
+    scanning_again(scan, st, &msg, now);
     write_status(ctx, scan, &before, st).await?;
     publish(ctx, scan, EventType::Normal, "Retrying", &msg).await;
     Ok(Some(Action::requeue(Duration::from_secs(1))))
+}
+
+/// Redis holds a manifest of an earlier round than `status.retries`: it was
+/// rolled back past the retry's step (and maybe past that round's merge,
+/// whose manifest.json the next merge then adopts). The step runs again, so
+/// the scan ends on a result of the round its status says; if Redis cannot
+/// take it again, the scan fails saying why.
+pub(super) async fn retry_lost(
+    scan: &BucketScan,
+    ctx: &Context,
+    mut st: BucketScanStatus,
+    before: &BucketScanStatus,
+    seen: &Manifest,
+    now: &Time,
+) -> Result<Action, Error> {
+    let round = st.retries.unwrap_or(0);
+    let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
+    let lost = format!(
+        "Redis lost retry {round} (it holds the merged result of round {}: rolled back past the retry?)",
+        seen.retries
+    );
+    let why = match queue.retry(u64::from(round)).await? {
+        Retried::Requeued { .. } | Retried::Applied { .. } => None,
+        Retried::NotMerged => Some("Redis holds no merged state of this round"),
+        Retried::NothingToRetry => Some("Redis shows nothing to retry"),
+        Retried::PartsGone => Some("the scan's parts are gone"),
+        Retried::TooLarge => Some("the scan's state in Redis is larger than one retry step walks"),
+    };
+    if let Some(why) = why {
+        let msg =
+            format!("{lost}, and cannot take it again ({why}): create a new scan (kubectl bucketscan rerun)");
+        return super::finish::fail(scan, ctx, st, "RetryLost", &msg, now).await;
+    }
+    // The merge Job of the lost round would say the merge is done.
+    stop_jobs(scan, ctx, Stop::All).await?;
+    let msg = format!("{lost}; its shards are scanned again, then merged again");
+    scanning_again(scan, &mut st, &msg, now);
+    write_status(ctx, scan, before, &st).await?;
+    publish(ctx, scan, EventType::Warning, "RetryRestored", &msg).await;
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// The scan Scanning again for a retry: neither Failed nor Complete.
+fn scanning_again(scan: &BucketScan, st: &mut BucketScanStatus, msg: &str, now: &Time) {
+    st.phase = Phase::Scanning;
+    let generation = scan.metadata.generation;
+    for kind in [FAILED, COMPLETE] {
+        status::set_condition(&mut st.conditions, kind, false, "Retrying", msg, generation, now);
+    }
 }
 
 /// A retry starts the scan again, so it passes what a start passes, judged

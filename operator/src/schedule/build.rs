@@ -89,9 +89,18 @@ impl Run {
         !matches!(self.phase, Phase::Complete | Phase::Failed)
     }
 
-    /// When it ended, else when it was made: the order of history.
+    /// When it ended, else when it was made (shown as the last success's
+    /// time).
     pub fn time(&self) -> Option<Timestamp> {
         self.finished.or(self.created)
+    }
+
+    /// The order of history: when it was made, not when it ended. A run
+    /// retried in place ends again later, yet holds the store as its first
+    /// round listed it (its later rounds only fill in missing ranges), so a
+    /// run made after it is the newer one.
+    pub fn age(&self) -> (Option<Timestamp>, &str) {
+        (self.created, &self.name)
     }
 }
 
@@ -121,7 +130,7 @@ pub fn runs(schedule: &BucketScanSchedule, scans: &[BucketScan]) -> Vec<Run> {
                 .is_some_and(|st| st.missing_ranges.unwrap_or(0) > 0),
         })
         .collect();
-    runs.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    runs.sort_by(|a, b| a.age().cmp(&b.age()));
     runs
 }
 
@@ -130,7 +139,7 @@ pub fn runs(schedule: &BucketScanSchedule, scans: &[BucketScan]) -> Vec<Run> {
 pub fn last_successful(runs: &[Run]) -> Option<&Run> {
     runs.iter()
         .filter(|r| r.phase == Phase::Complete && !r.partial)
-        .max_by(|a, b| (a.time(), &a.name).cmp(&(b.time(), &b.name)))
+        .max_by(|a, b| a.age().cmp(&b.age()))
 }
 
 /// The next run's baseline: the newest Complete run of the same store,

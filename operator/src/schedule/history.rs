@@ -22,8 +22,8 @@ pub fn to_prune(runs: &[Run], successful: i32, failed: i32, incremental: bool) -
     let mut out: Vec<&Run> = Vec::new();
     for (phase, limit) in [(Phase::Complete, successful), (Phase::Failed, failed)] {
         let mut ended: Vec<&Run> = runs.iter().filter(|r| r.phase == phase).collect();
-        // Newest first.
-        ended.sort_by(|a, b| (b.time(), &b.name).cmp(&(a.time(), &a.name)));
+        // Newest first (by when made: see `Run::age`).
+        ended.sort_by(|a, b| b.age().cmp(&a.age()));
         out.extend(
             ended
                 .into_iter()
@@ -31,7 +31,7 @@ pub fn to_prune(runs: &[Run], successful: i32, failed: i32, incremental: bool) -
                 .filter(|r| !keep.contains(&r.name.as_str())),
         );
     }
-    out.sort_by(|a, b| (a.time(), &a.name).cmp(&(b.time(), &b.name)));
+    out.sort_by(|a, b| a.age().cmp(&b.age()));
     out.into_iter().map(|r| r.name.clone()).collect()
 }
 
@@ -50,6 +50,16 @@ mod tests {
             shape: String::new(),
             partial: false,
         }
+    }
+
+    #[test]
+    fn a_run_retried_after_a_newer_one_ended_is_not_the_newest() {
+        // s-1 made first, retried in place, ended after s-2.
+        let mut retried = run("s-1", Phase::Complete, 1, None);
+        retried.finished = jiff::Timestamp::from_second(10 * 60).ok();
+        let runs = vec![retried, run("s-2", Phase::Complete, 2, Some("s-1"))];
+        assert_eq!(last_successful(&runs).map(|r| r.name.as_str()), Some("s-2"));
+        assert_eq!(to_prune(&runs, 1, 1, false), vec!["s-1"]);
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub enum Step {
     Restore,
     /// Dead shards and shards with error records back to pending (`retry.lua`).
     Retry,
+    /// Raise the recorded retry round to a later one, never lower it
+    /// (`round.lua`).
+    AdoptRound,
     /// Read-only (`no-writes`): a hash read with bounds (see `read_hash.lua`).
     ReadHash,
     /// Read-only (`no-writes`): several keys at one instant (`read_keys.lua`).
@@ -52,7 +55,7 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 13] = [
+    const ALL: [Step; 14] = [
         Step::Enqueue,
         Step::Take,
         Step::Renew,
@@ -64,6 +67,7 @@ impl Step {
         Step::Reap,
         Step::Restore,
         Step::Retry,
+        Step::AdoptRound,
         Step::ReadHash,
         Step::ReadKeys,
     ];
@@ -81,6 +85,7 @@ impl Step {
             Step::Reap => "reap",
             Step::Restore => "restore",
             Step::Retry => "retry",
+            Step::AdoptRound => "adopt_round",
             Step::ReadHash => "read_hash",
             Step::ReadKeys => "read_keys",
         }
@@ -99,6 +104,7 @@ impl Step {
             Step::Reap => include_str!("reap.lua"),
             Step::Restore => include_str!("restore.lua"),
             Step::Retry => include_str!("retry.lua"),
+            Step::AdoptRound => include_str!("round.lua"),
             Step::ReadHash => include_str!("read_hash.lua"),
             Step::ReadKeys => include_str!("read_keys.lua"),
         }

@@ -590,7 +590,7 @@ pub fn progress_of_counts(counts: &std::collections::BTreeMap<String, u64>) -> [
 }
 
 /// `text` cut to at most `most` bytes, at a character's boundary.
-fn cut(text: &str, most: usize) -> &str {
+pub(crate) fn cut(text: &str, most: usize) -> &str {
     let mut end = text.len().min(most);
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -1037,6 +1037,34 @@ impl Queue {
                 shards: n.max(0) as u64,
             },
         })
+    }
+
+    /// Raise the retry round Redis records to `round` (a later round's
+    /// manifest adopted from S3 after a rollback; `round.lua`): never
+    /// lowers it. Returns the round Redis records now.
+    pub async fn adopt_round(&self, round: u64) -> Result<u64, QueueError> {
+        let mut con = self.con.clone();
+        let mut call = LIBRARY.call(Step::AdoptRound, &[self.keys.meta()]);
+        call.arg(round);
+        self.invoke(&mut con, &call).await
+    }
+
+    /// The manifest Redis holds (`meta` field `manifest`) and the retry
+    /// round it records, read at one instant (a rollback between two reads
+    /// could pair a round with another round's manifest).
+    pub async fn manifest_and_round(&self) -> Result<(Option<String>, u64), QueueError> {
+        let read = self
+            .read_hash(&self.keys.meta(), 2, MAX_META_BYTES, &["manifest", "retries"])
+            .await?;
+        if read.skipped > 0 {
+            return Err(QueueError::Oversized {
+                key: self.keys.meta(),
+                what: format!("field \"manifest\" or \"retries\" is over {MAX_META_BYTES} bytes"),
+            });
+        }
+        let mut entries = read.entries;
+        let round = entries.get("retries").and_then(|r| r.parse().ok()).unwrap_or(0);
+        Ok((entries.remove("manifest"), round))
     }
 
     /// The retry round Redis holds (0: never retried).

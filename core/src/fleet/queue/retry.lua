@@ -11,7 +11,11 @@
 -- ARGV[1]: the round (1 for the first retry, then 2, ...)
 -- Returns {requeued, round}: requeued -1 when Redis holds this round or a
 -- later one already (round: the one it holds), -2 when the scan is not
--- merged (no manifest), 0 when nothing needs scanning again (nothing changed),
+-- merged in the round Redis holds (no manifest, or one a merge of an
+-- earlier round wrote after a retry: not this round's), 0 when nothing
+-- needs scanning again (nothing changed; judged by the manifest too: a
+-- manifest of a later round adopted from S3 after a rollback says so while
+-- the shards' records are the earlier round's),
 -- -3 when the scan's state is beyond what one step may walk, -4 when its
 -- manifest is of a release before retries (whose merge deleted every part,
 -- so the other shards' parts a new merge reads are gone): nothing changed.
@@ -22,12 +26,24 @@
 -- the first write.
 local MAX_SHARDS = 200000
 local MAX_FIELDS = 256
+-- The manifest is decoded (cjson): at most what the merge stores (8 MiB,
+-- MAX_META_BYTES), though the scan's user could store a larger one.
+local MAX_MANIFEST_BYTES = 8388608
 local round = tonumber(ARGV[1])
 local held = tonumber(redis.call('HGET', KEYS[1], 'retries') or '0')
 if held >= round then return {-1, held} end
+local size = redis.call('HSTRLEN', KEYS[1], 'manifest')
+if size == 0 then return {-2, held} end
+if size > MAX_MANIFEST_BYTES then return {-3, held} end
 local manifest = redis.call('HGET', KEYS[1], 'manifest')
-if not manifest then return {-2, held} end
 if not string.find(manifest, '"retries":', 1, true) then return {-4, held} end
+local decoded, merged = pcall(cjson.decode, manifest)
+if not decoded or type(merged) ~= 'table' then return {-2, held} end
+if (tonumber(merged['retries']) or 0) ~= held then return {-2, held} end
+local counted = merged['counts']
+local errors = 0
+if type(counted) == 'table' then errors = tonumber(counted['errors']) or 0 end
+if (tonumber(merged['shards_dead']) or 0) == 0 and errors == 0 then return {0, held} end
 if redis.call('SCARD', KEYS[3]) > MAX_SHARDS then return {-3, held} end
 local again = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do

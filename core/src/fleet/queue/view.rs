@@ -17,6 +17,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub struct MergeView {
     /// The plan's completion mark (`None`: the plan is not complete).
     pub plan_complete: Option<String>,
+    /// The retry round these shards are of (`meta` field `retries`; 0:
+    /// never retried): read with them, as a retry changes both at once.
+    pub round: u64,
     /// Every shard, in key order.
     pub shards: Vec<ShardRecord>,
     /// Each shard's recorded parts, in key order.
@@ -29,6 +32,7 @@ const ATTEMPTS: u32 = 10;
 
 type Read = (
     Option<String>,
+    u64,
     BTreeSet<String>,
     Vec<HashMap<String, String>>,
     Vec<Vec<String>>,
@@ -44,8 +48,12 @@ impl Queue {
         let mut con = self.con.clone();
         let mut ids: BTreeSet<String> = con.smembers(self.keys.shards()).await?;
         for _ in 0..ATTEMPTS {
-            let mut keys = vec![self.keys.meta(), self.keys.shards()];
-            let mut hows = vec![format!("field:{PLAN_COMPLETE}"), "set".to_string()];
+            let mut keys = vec![self.keys.meta(), self.keys.meta(), self.keys.shards()];
+            let mut hows = vec![
+                format!("field:{PLAN_COMPLETE}"),
+                "field:retries".to_string(),
+                "set".to_string(),
+            ];
             // Hashes, then parts lists: two groups, read back as two arrays.
             for id in &ids {
                 keys.push(self.keys.shard(id));
@@ -56,7 +64,7 @@ impl Queue {
                 hows.push("list".into());
             }
             let values: Vec<redis::Value> = self.read_keys(&keys, &hows).await?;
-            let (plan_complete, now, hashes, parts) = split(values, ids.len())?;
+            let (plan_complete, round, now, hashes, parts) = split(values, ids.len())?;
             if now != ids {
                 ids = now;
                 continue;
@@ -70,6 +78,7 @@ impl Queue {
             shards.sort_by(|a, b| a.shard.cmp_in_key_order(&b.shard));
             return Ok(MergeView {
                 plan_complete,
+                round,
                 shards,
                 parts: ids.into_iter().zip(parts).collect(),
             });
@@ -92,11 +101,13 @@ impl Queue {
     }
 }
 
-/// The function's answers: the mark, the id set, `n` hashes, `n` lists.
+/// The function's answers: the mark, the round, the id set, `n` hashes, `n` lists.
 fn split(values: Vec<redis::Value>, n: usize) -> Result<Read, QueueError> {
     let mut values = values.into_iter();
     let mut next = || values.next().unwrap_or(redis::Value::Nil);
     let plan_complete: Option<String> = parse(next())?;
+    let round: Option<String> = parse(next())?;
+    let round = round.and_then(|r| r.parse().ok()).unwrap_or(0);
     let ids: BTreeSet<String> = parse(next())?;
     let hashes = (0..n)
         .map(|_| parse(next()))
@@ -104,7 +115,7 @@ fn split(values: Vec<redis::Value>, n: usize) -> Result<Read, QueueError> {
     let parts = (0..n)
         .map(|_| parse(next()))
         .collect::<Result<Vec<Vec<String>>, _>>()?;
-    Ok((plan_complete, ids, hashes, parts))
+    Ok((plan_complete, round, ids, hashes, parts))
 }
 
 fn parse<T: redis::FromRedisValue>(value: redis::Value) -> Result<T, QueueError> {
