@@ -161,7 +161,7 @@ def measure_one(bench, args, n, minio_url, s3):
     def scan(ep, prefix, *extra):
         argv = [worker, "scan", "--endpoint", ep.url, "--path-style", "--bucket", "synthetic",
                 "--layout", "dataset", "-o", f"s3://{BUCKET}/{n}/{prefix}", "--concurrency", str(CONCURRENCY),
-                *extra]
+                "--metadata-source", "head", *extra]
         before = ep.stats()["heads"]
         wall, cpu, rss, _, stderr = run_client(argv, env=bench.env, timeout=7200)
         said = [line for line in stderr.strip().splitlines() if line.strip()]

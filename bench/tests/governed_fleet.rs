@@ -75,7 +75,7 @@ async fn engine(url: &str) -> Arc<Engine> {
             only_with_metadata: false,
             page_size: 1000,
             max_rate: None,
-            metadata_source: Default::default(),
+            metadata_source: bucketscan_core::scan::listed::MetadataSource::Head,
             filter: Default::default(),
             columns: Default::default(),
         },

@@ -32,6 +32,9 @@ async fn endpoint_with(
     spawn_local(config).await
 }
 
+/// `scan` with the CLI's default metadata source (auto): synthetic-s3 lists
+/// no metadata, so every object is still HEADed (the harness's figures
+/// rely on that; `the_worker_reads_every_generated_object` counts).
 fn scan(url: &str) -> BTreeMap<String, serde_json::Value> {
     let out = std::process::Command::new(worker_bin())
         .args([

@@ -134,8 +134,10 @@ struct ScanArgs {
     /// Where metadata comes from: head (a HEAD per object), list (the
     /// listing's, where the store lists it: MinIO; HEAD for entries without)
     /// or auto (the listing's, checked against HEADs of a sample of every
-    /// page; any disagreement and the shard is HEADed). docs/metadata-source.md.
-    #[arg(long, default_value = "head")]
+    /// page; any disagreement and the shard is HEADed). The default, as the
+    /// CRD's: on a store that lists no metadata it costs what head costs.
+    /// docs/metadata-source.md.
+    #[arg(long, default_value = "auto")]
     metadata_source: MetadataSource,
     /// Shards to plan (more shards, more LIST streams in parallel).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -288,8 +290,10 @@ struct RunArgs {
     /// Where metadata comes from: head (a HEAD per object), list (the
     /// listing's, where the store lists it: MinIO; HEAD for entries without)
     /// or auto (the listing's, checked against HEADs of a sample of every
-    /// page; any disagreement and the shard is HEADed). docs/metadata-source.md.
-    #[arg(long, default_value = "head")]
+    /// page; any disagreement and the shard is HEADed). The default, as the
+    /// CRD's: on a store that lists no metadata it costs what head costs.
+    /// docs/metadata-source.md.
+    #[arg(long, default_value = "auto")]
     metadata_source: MetadataSource,
     /// Ceiling on HEAD requests per second from this worker.
     #[arg(long)]

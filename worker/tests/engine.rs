@@ -31,7 +31,7 @@ fn engine(s3: &Arc<S3>, bucket: &str, kind: HeadClientKind) -> Arc<Engine> {
             only_with_metadata: false,
             page_size: 1000,
             max_rate: None,
-            metadata_source: Default::default(),
+            metadata_source: bucketscan_core::scan::listed::MetadataSource::Head,
             filter: Default::default(),
             columns: Default::default(),
         },
@@ -348,7 +348,7 @@ async fn empty_truncated_pages_do_not_end_a_listing() {
             only_with_metadata: false,
             page_size: 25,
             max_rate: None,
-            metadata_source: Default::default(),
+            metadata_source: bucketscan_core::scan::listed::MetadataSource::Head,
             filter: Default::default(),
             columns: Default::default(),
         },
@@ -570,8 +570,14 @@ async fn filtered_objects_get_no_head_and_no_record() {
         storage_classes: vec!["standard".into()],
     })
     .unwrap();
-    let (records, counters) =
-        scan_filtered(&server, &bucket, filter, Default::default(), "filters.jsonl").await;
+    let (records, counters) = scan_filtered(
+        &server,
+        &bucket,
+        filter,
+        bucketscan_core::scan::listed::MetadataSource::Head,
+        "filters.jsonl",
+    )
+    .await;
     let mut want: Vec<String> = (1..=20).map(|i| format!("f/new/a-{i:02}.csv")).collect();
     want.push("f/new/marker.csv".into());
     want.sort();

@@ -151,8 +151,10 @@ async fn fleet_survives_chaos_on(s3: Server) {
         &["--target-shards", "12", "--min-shard-objects", "500"],
     );
 
-    // Paced so the chaos lands mid-scan: 3 x 400 HEAD/s.
-    let pace = ["--max-rate", "400"];
+    // Paced so the chaos lands mid-scan: 3 x 400 HEAD/s, a HEAD per object
+    // (the default, auto, takes MinIO's records from the listing, unpaced
+    // and uncounted by `wait_for_heads`).
+    let pace = ["--max-rate", "400", "--metadata-source", "head"];
     let mut killed = fleet.spawn_worker("a", &pace);
     let mut stopped = fleet.spawn_worker("b", &pace);
     let mut steady = fleet.spawn_worker("c", &pace);
@@ -596,7 +598,7 @@ async fn a_part_upload_that_fails_for_good_fails_its_shard_not_the_worker() {
             only_with_metadata: false,
             page_size: 1000,
             max_rate: None,
-            metadata_source: Default::default(),
+            metadata_source: bucketscan_core::scan::listed::MetadataSource::Head,
             filter: Default::default(),
             columns: Default::default(),
         },

@@ -169,6 +169,9 @@ async fn incremental_equals_full(s3: &Server, format: &str, gzip: bool) {
         .iter()
         .map(|s| s.to_string())
         .chain(["--target-shards".into(), "5".into(), "-o".into(), output])
+        // A HEAD per object scanned: the HEAD count below is the changes
+        // (the default, auto, takes records from MinIO's listing).
+        .chain(["--metadata-source".into(), "head".into()])
         .collect();
         if gzip {
             args.push("--gzip".into());
@@ -388,7 +391,18 @@ fn fleet_scan(s3: &Server, scan: &str, plan: &[&str]) -> String {
     let mut workers: Vec<_> = ["w1", "w2"]
         .iter()
         .map(|name| {
-            fleet_command(s3, scan, &["run", "--name", name, "--part-objects", "20"])
+            // `head`: the HEAD count checked is the changes (the default,
+            // auto, takes records from MinIO's listing).
+            let args = [
+                "run",
+                "--name",
+                name,
+                "--part-objects",
+                "20",
+                "--metadata-source",
+                "head",
+            ];
+            fleet_command(s3, scan, &args)
                 .stderr(std::process::Stdio::null())
                 .spawn()
                 .unwrap()

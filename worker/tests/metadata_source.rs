@@ -3,7 +3,8 @@
 //! are HEADed as before; credentials that may list but not read part of the
 //! bucket (MinIO then leaves that metadata out silently) get the same error
 //! records as with HEAD; a listing that disagrees with HEAD is caught by
-//! `auto`'s sample; the fleet (`plan`/`run`/`merge`) honours the flag.
+//! `auto`'s sample; the fleet (`plan`/`run`/`merge`) honours the flag;
+//! without the flag `scan` and `run` are `auto`, as the CRD.
 
 mod common;
 #[path = "common/fault_proxy.rs"]
@@ -166,6 +167,36 @@ async fn listed_metadata_gives_the_records_head_gives_on_minio() {
     assert!(
         heads > 0 && heads <= n / 20,
         "auto HEADs only a sample: {heads} of {n}"
+    );
+}
+
+/// `scan` without `--metadata-source` is `auto`, as the CRD's default: on
+/// MinIO the records come from the listing (all but a sample), and the
+/// output is `head`'s byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_without_the_flag_takes_records_from_minios_listing() {
+    let s3 = minio();
+    let bucket = s3.bucket("defaultmeta").await;
+    let seeded: BTreeMap<String, Seeded> = odd_bucket()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("odd/") || k.starts_with("bulk/0/") || k.starts_with("bulk/1/"))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let head = s3.worker(&scan_args(&bucket, "head"));
+    assert_success(&head);
+    let mut args = scan_args(&bucket, "head");
+    let flag = args.iter().position(|a| *a == "--metadata-source").unwrap();
+    args.drain(flag..flag + 2);
+    let default = s3.worker(&args);
+    assert_success(&default);
+    assert_same_output("the default", &default, &head);
+    let n = seeded.len() as u64;
+    assert_eq!(requests(&head), (n, 0), "head");
+    let (heads, listed) = requests(&default);
+    assert_eq!(heads + listed, n, "the default");
+    assert!(
+        listed >= n * 9 / 10,
+        "the default (auto) takes records from MinIO's listing: {heads} HEADs, {listed} listed of {n}"
     );
 }
 
@@ -419,8 +450,9 @@ async fn auto_heads_a_shard_whose_listing_disagrees_with_head() {
     );
 }
 
-/// `plan`/`run`/`merge` on MinIO with `run --metadata-source auto`: the
-/// result is exact and the workers took records from the listing.
+/// `plan`/`run`/`merge` on MinIO with `run`'s default metadata source
+/// (`auto`, as the CRD's): the result is exact and the workers took records
+/// from the listing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_taking_metadata_from_the_listing_ends_exact() {
     let s3 = minio();
@@ -456,15 +488,7 @@ async fn a_fleet_taking_metadata_from_the_listing_ends_exact() {
     let workers: Vec<Output> = (0..2)
         .map(|i| {
             let name = format!("w{i}");
-            with_queue(&[
-                "run",
-                "--name",
-                &name,
-                "--concurrency",
-                "16",
-                "--metadata-source",
-                "auto",
-            ])
+            with_queue(&["run", "--name", &name, "--concurrency", "16"])
         })
         .collect();
     let listed: u64 = workers

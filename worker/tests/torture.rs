@@ -1252,7 +1252,7 @@ impl Fleet {
                     only_with_metadata: false,
                     page_size: page,
                     max_rate: None,
-                    metadata_source: Default::default(),
+                    metadata_source: bucketscan_core::scan::listed::MetadataSource::Head,
                     filter: Default::default(),
                     columns: Default::default(),
                 },

@@ -12,15 +12,16 @@ use crate::scan::record::{Record, Status};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-/// `--metadata-source`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// `--metadata-source`. No `Default`: the CLI and the CRD both default to
+/// `Auto` (their own declarations say so); code that builds an engine by
+/// hand says which source it wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MetadataSource {
     /// Ask for metadata in the listing; use it for a shard only while HEADs
     /// of a sample of each page agree with it.
     Auto,
     /// A HEAD per object, whatever the store offers.
-    #[default]
     Head,
     /// Trust the listing's metadata wherever an entry carries it; HEAD only
     /// the entries that carry none.
