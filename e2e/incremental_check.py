@@ -19,17 +19,13 @@ cluster's row is judged as the single-process rows are.
 import json
 import os
 import sys
-from datetime import datetime
 
 import boto3
 from botocore.config import Config
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
-from harness import incremental  # noqa: E402  (bench/harness/incremental.py: its claims and comparisons)
-
-
-def when(stamp):
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+from harness import incremental  # noqa: E402  (bench/harness/incremental.py: its claims, comparisons and reader)
+from timeline import when  # noqa: E402  (beside this file)
 
 
 def wall(scan):
@@ -45,20 +41,6 @@ def split(location):
 def read_json(s3, location):
     bucket, key = split(location)
     return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-
-
-def records(s3, files):
-    """Records of result files (JSON Lines, gzip or not, key order), one file
-    in memory at a time."""
-    import gzip
-    for f in files:
-        bucket, key = split(f["location"])
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        if key.endswith(".gz"):
-            body = gzip.decompress(body)
-        for line in body.splitlines():
-            if line:
-                yield json.loads(line)
 
 
 def result_files(s3, scan):
@@ -82,9 +64,10 @@ def main():
     heads = json.loads(after)["heads"] - json.loads(before)["heads"]
     inc_manifest, inc_files = result_files(s3, inc)
     full2 = read_json(s3, full2_manifest)
-    records_diff = incremental.first_difference(records(s3, inc_files), records(s3, full2["files"]))
+    records_diff = incremental.first_difference(incremental.jsonl_records(s3, inc_files),
+                                                incremental.jsonl_records(s3, full2["files"]))
     summary = inc_manifest.get("incremental") or {}
-    found = [(r["key"], r["change"]) for r in records(s3, summary.get("change_files", []))]
+    found = [(r["key"], r["change"]) for r in incremental.jsonl_records(s3, summary.get("change_files", []))]
     changes_diff = incremental.change_set_difference(found, made)
     objects = full2["counts"]["objects"]
     row = {

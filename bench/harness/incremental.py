@@ -19,6 +19,7 @@ Run only this section:
 
 May import: common, processes, bench.
 """
+import gzip
 import json
 import os
 import subprocess
@@ -89,11 +90,13 @@ def change_set_difference(found, made):
 
 
 def jsonl_records(s3, files):
-    """The records of dataset `files` (JSON Lines, listed in key order), one
-    file in memory at a time."""
+    """The records of dataset `files` (JSON Lines, gzip or not, listed in key
+    order), one file in memory at a time."""
     for f in files:
         bucket, key = f["location"][len("s3://"):].split("/", 1)
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        if key.endswith(".gz"):
+            body = gzip.decompress(body)
         for line in body.splitlines():
             if line:
                 yield json.loads(line)
