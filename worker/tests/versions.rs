@@ -18,6 +18,7 @@ use bucketscan_core::keyspace::shard::Shard;
 use bucketscan_core::s3::{HeadClient, HeadClientKind};
 use bucketscan_core::scan::column_options::ColumnOptions;
 use bucketscan_core::scan::engine::{Engine, EngineOptions, Frontier};
+use bucketscan_core::scan::listed::MetadataSource;
 use bucketscan_core::scan::record::{Record, Status};
 use common::*;
 use std::collections::BTreeMap;
@@ -274,7 +275,7 @@ fn engine(s3: &Arc<bucketscan_core::s3::S3>, bucket: &str, page_size: i32) -> Ar
             only_with_metadata: false,
             page_size,
             max_rate: None,
-            metadata_source: Default::default(),
+            metadata_source: MetadataSource::Head,
             filter: Default::default(),
             columns: ColumnOptions {
                 versions: true,
