@@ -49,7 +49,8 @@ pub struct Settings {
     /// `validate::worker_image`; `*`: any). Default: the repository of the
     /// default image.
     pub allowed_images: Vec<String>,
-    /// Worker and merge container resources when the scan sets none.
+    /// Container resources of a scan's pods (workers, plan, merge,
+    /// delete-parts) when the scan sets none.
     pub worker_resources: ResourceRequirements,
     /// A scan without progress this long shows Progressing=False.
     pub stall_after: std::time::Duration,

@@ -53,8 +53,8 @@ struct Args {
     /// PEM file of the CA that signed Redis's TLS certificate.
     #[arg(long, env = "BUCKETSCAN_REDIS_CA_FILE")]
     redis_ca_file: Option<std::path::PathBuf>,
-    /// Worker image for scans that do not name one (default: the
-    /// operator's own image name, bucketscan:VERSION).
+    /// Image of a scan's pods (workers, plan, merge, delete-parts) when the
+    /// scan names none.
     #[arg(long, env = "BUCKETSCAN_WORKER_IMAGE", default_value = desired::DEFAULT_IMAGE)]
     worker_image: String,
     /// Images a BucketScan may name in workers.image, comma-separated: a
@@ -113,8 +113,8 @@ struct Args {
     #[arg(long, env = "BUCKETSCAN_KUBE_API_BURST", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(1..))]
     kube_api_burst: u32,
-    /// Worker and merge container resources (JSON ResourceRequirements) for
-    /// scans that set none. Unset: requests cpu 250m, memory 128Mi; limit
+    /// Container resources of a scan's pods (workers, plan, merge,
+    /// delete-parts; JSON ResourceRequirements) for scans that set none. Unset: requests cpu 250m, memory 128Mi; limit
     /// memory 512Mi.
     #[arg(long, env = "BUCKETSCAN_WORKER_RESOURCES")]
     worker_resources: Option<String>,

@@ -1239,3 +1239,97 @@ fn every_chart_value_has_a_description() {
         "values without a description in values.yaml: {bare:?}"
     );
 }
+
+/// Every option of the operator can be set through the chart: each long flag
+/// of `bucketscan-operator --help` is among the operator container's args or
+/// its env var among the container's env, in the default rendering or in one
+/// that turns the optional ones on (own namespace, endpoints, an external
+/// Redis with a CA; a namespace selector). A flag added without a chart value fails here; those
+/// the chart sets for itself are listed with the reason.
+#[test]
+fn every_operator_flag_is_set_through_the_chart() {
+    let help = Command::new(env!("CARGO_BIN_EXE_bucketscan-operator"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    // `      --flag <VALUE>` lines, each followed by its text and `[env: NAME=]`.
+    let mut flags: Vec<(String, Option<String>)> = Vec::new();
+    for line in help.lines() {
+        if let Some(rest) = line.trim_start().strip_prefix("--") {
+            let name = rest.split([' ', '=']).next().unwrap().to_string();
+            flags.push((name, None));
+        } else if let (Some(at), Some(last)) = (line.find("[env: "), flags.last_mut()) {
+            let env = line[at + 6..].split(['=', ']']).next().unwrap().to_string();
+            last.1 = Some(env);
+        }
+    }
+    assert!(flags.len() > 20, "the help lists the flags: {help}");
+    let mut args = std::collections::BTreeSet::new();
+    let mut envs = std::collections::BTreeSet::new();
+    for values in [
+        &[][..],
+        &[
+            "--set=operator.watchOwnNamespace=true",
+            "--set=operator.allowedEndpoints={minio.example}",
+            "--set=redis.bundled=false",
+            "--set=redis.external.url=redis://redis.example:6379",
+            "--set=redis.external.caSecret=redis-ca",
+        ][..],
+        &["--set-string=operator.scanNamespaceSelector.matchLabels.bucketscan\\.dev/scans=true"][..],
+    ] {
+        let objects = render(values);
+        let operator = &pod_spec(&objects, "Deployment", "operator")["containers"][0];
+        for arg in operator["args"].as_array().unwrap() {
+            let arg = arg.as_str().unwrap();
+            args.insert(
+                arg.trim_start_matches("--")
+                    .split('=')
+                    .next()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        for env in operator["env"].as_array().unwrap() {
+            envs.insert(env["name"].as_str().unwrap().to_string());
+        }
+    }
+    // Set by the chart for itself, not a value: what the process needs, not
+    // a choice.
+    let own = [("help", "not an option"), ("version", "not an option")];
+    let missing: Vec<&String> = flags
+        .iter()
+        .filter(|(name, env)| {
+            !args.contains(name)
+                && !env.as_ref().is_some_and(|e| envs.contains(e))
+                && !own.iter().any(|(o, _)| o == name)
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "operator flags no chart value sets: {missing:?} (args {args:?}, env {envs:?})"
+    );
+    // The new values reach the flags.
+    let objects = render(&[
+        "--set=operator.redisPatienceSeconds=45",
+        "--set=operator.planning.listBudget=20000",
+        "--set=operator.planning.deadlineSeconds=600",
+    ]);
+    let operator = &pod_spec(&objects, "Deployment", "operator")["containers"][0];
+    let rendered: Vec<&str> = operator["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for want in [
+        "--redis-patience-secs=45",
+        "--plan-list-budget=20000",
+        "--planning-deadline-seconds=600",
+    ] {
+        assert!(rendered.contains(&want), "{want} in {rendered:?}");
+    }
+    assert!(refused(&["--set=operator.planning.listBudget=0"]).contains("listBudget"));
+}

@@ -43,7 +43,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Scan a bucket in this one process (no Redis, no Kubernetes) and write
-    /// one JSON Lines record per object.
+    /// one record per object (JSON Lines, CSV or Parquet; one file or a
+    /// dataset).
     Scan(ScanArgs),
     /// Plan a distributed scan into Redis: shards, and the scan's spec.
     Plan(PlanArgs),

@@ -274,7 +274,7 @@ async fn over_10000_parts_merge_into_a_csv_dataset_that_duckdb_reads_exactly() {
     assert!(manifest.files.len() >= 2, "{}", stderr(&merged));
     assert_eq!(manifest.result, format!("s3://{out}/r/data/"));
     for (n, file) in manifest.files.iter().enumerate() {
-        assert_eq!(file.location, format!("s3://{out}/r/data/{n:06}.csv"));
+        assert_eq!(file.location, format!("s3://{out}/r/data/part-00000-{n:04}.csv"));
         assert!(file.bytes <= 5 << 20, "file {n} is {} bytes", file.bytes);
     }
     let (read, paths) = read_with_duckdb(&s3, &out, &manifest, "csv").await;
@@ -333,8 +333,8 @@ async fn a_merge_rerun_after_dying_midway_and_losing_part_stats_is_exact() {
     let intent = format!("parts/{}/merge.json", scan.scan);
     for (key, body) in [
         (intent.as_str(), &b"{\"data_files\":8}"[..]),
-        ("data/000000.jsonl.gz", b"partial"),
-        ("data/000007.jsonl.gz", b"partial"),
+        ("data/part-00000-0000.jsonl.gz", b"partial"),
+        ("data/part-00000-0007.jsonl.gz", b"partial"),
     ] {
         client
             .put_object()
@@ -511,7 +511,10 @@ async fn a_parquet_dataset_of_copied_and_joined_parts_reads_exactly_in_duckdb() 
         manifest.files
     );
     for (n, file) in manifest.files.iter().enumerate() {
-        assert_eq!(file.location, format!("s3://{out}/r/data/{n:06}.parquet"));
+        assert_eq!(
+            file.location,
+            format!("s3://{out}/r/data/part-00000-{n:04}.parquet")
+        );
         assert!(file.bytes <= 5 << 20, "file {n} is {} bytes", file.bytes);
     }
     let (read, paths) = read_with_duckdb(&s3, &out, &manifest, "parquet").await;
@@ -866,4 +869,152 @@ async fn assert_minio_refuses_small_parts(s3: &Server, bucket: &str) {
         .expect_err("a 1 MiB first part must be refused");
     let text = format!("{refused:?}");
     assert!(text.contains("EntityTooSmall"), "{text}");
+}
+
+/// `scan --layout dataset` and a fleet (plan, two workers in small parts,
+/// merge) over the same bucket write the same dataset: the same file names,
+/// byte for byte the same files, and manifests that agree on every field
+/// they share (`docs/results.md`, "One dataset shape"). Both name each
+/// file's ETag as the store answers a HEAD; `scan`, which saw every byte,
+/// adds its SHA-256. Some objects have metadata and some not, with
+/// `--only-with-metadata`, so `objects` and `written` differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_and_a_fleet_write_the_same_dataset() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("shape").await;
+    let out = s3.bucket("shape-out").await;
+    let mut seeded: BTreeMap<String, Seeded> = (0..400)
+        .map(|i| {
+            let metadata = match i % 3 {
+                0 => BTreeMap::new(),
+                _ => BTreeMap::from([("team".to_string(), format!("t{}", i % 5))]),
+            };
+            (
+                format!("p{}/{i:04}", i % 4),
+                Seeded {
+                    size: i % 13,
+                    metadata,
+                },
+            )
+        })
+        .collect();
+    for key in odd_keys() {
+        seeded.insert(key, Seeded::default());
+    }
+    s3.seed(&bucket, &seeded).await;
+    let with_metadata = seeded.values().filter(|s| !s.metadata.is_empty()).count() as u64;
+    for format in ["jsonl", "csv"] {
+        let common = ["--format", format, "--layout", "dataset", "--only-with-metadata"];
+        let cli_prefix = format!("cli-{format}/");
+        assert_success(
+            &s3.worker(
+                &[
+                    &["scan", "--bucket", &bucket, "--quiet", "--target-shards", "1"][..],
+                    &common,
+                    &["-o", &format!("s3://{out}/{cli_prefix}")],
+                ]
+                .concat(),
+            ),
+        );
+        let fleet_prefix = format!("fleet-{format}/");
+        let scan = Scan {
+            s3: s3.clone(),
+            redis: redis_url(),
+            scan: format!("shape-{format}-{bucket}"),
+        };
+        scan.run_ok(
+            &[
+                &["plan", "--bucket", &bucket, "--target-shards", "4"][..],
+                &[
+                    "--min-shard-objects",
+                    "1",
+                    "--output",
+                    &format!("s3://{out}/{fleet_prefix}"),
+                ],
+                &common,
+            ]
+            .concat(),
+        );
+        scan.run_workers(2, "30");
+        scan.run_ok(&["merge"]);
+
+        let names = |prefix: String| {
+            let s3 = s3.clone();
+            let out = out.clone();
+            async move {
+                let mut keys = s3.keys(&out, &format!("{prefix}data/")).await;
+                keys.sort();
+                keys.iter()
+                    .map(|k| k.strip_prefix(&prefix).unwrap().to_string())
+                    .collect::<Vec<_>>()
+            }
+        };
+        let (cli_files, fleet_files) = (names(cli_prefix.clone()).await, names(fleet_prefix.clone()).await);
+        assert_eq!(cli_files, [format!("data/part-00000-0000.{format}")], "{format}");
+        assert_eq!(fleet_files, cli_files, "{format}: the same names");
+        let (cli_body, fleet_body) = (
+            s3.read(&out, &format!("{cli_prefix}{}", cli_files[0])).await,
+            s3.read(&out, &format!("{fleet_prefix}{}", fleet_files[0])).await,
+        );
+        assert!(cli_body == fleet_body, "{format}: the same bytes");
+
+        let manifest = |prefix: String| {
+            let s3 = s3.clone();
+            let out = out.clone();
+            async move {
+                serde_json::from_slice::<serde_json::Value>(
+                    &s3.read(&out, &format!("{prefix}manifest.json")).await,
+                )
+                .unwrap()
+            }
+        };
+        let (cli, fleet) = (
+            manifest(cli_prefix.clone()).await,
+            manifest(fleet_prefix.clone()).await,
+        );
+        for field in [
+            "layout",
+            "format",
+            "gzip",
+            "bucket",
+            "prefix",
+            "records",
+            "result_bytes",
+        ] {
+            assert!(!cli[field].is_null(), "{format}: {field} in {cli}");
+            assert_eq!(cli[field], fleet[field], "{format}: {field}");
+        }
+        for count in bucketscan_core::fleet::merge::RESULT_COUNTS {
+            assert_eq!(
+                cli["counts"][count], fleet["counts"][count],
+                "{format}: counts.{count}"
+            );
+        }
+        assert_eq!(
+            (
+                cli["counts"]["objects"].as_u64(),
+                cli["counts"]["written"].as_u64()
+            ),
+            (Some(seeded.len() as u64), Some(with_metadata)),
+            "{format}: {cli}"
+        );
+        let (cli_file, fleet_file) = (&cli["files"][0], &fleet["files"][0]);
+        for field in ["first_key", "last_key", "records", "bytes"] {
+            assert_eq!(cli_file[field], fleet_file[field], "{format}: files[0].{field}");
+        }
+        for (file, prefix) in [(cli_file, &cli_prefix), (fleet_file, &fleet_prefix)] {
+            let head = s3
+                .client()
+                .head_object()
+                .bucket(&out)
+                .key(format!("{prefix}{}", cli_files[0]))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(file["etag"].as_str(), head.e_tag(), "{format} {prefix}: ETag");
+        }
+        let local = temp_path(&format!("shape-{format}-{bucket}"));
+        std::fs::write(&local, &cli_body).unwrap();
+        assert_eq!(cli_file["sha256"].as_str(), Some(sha256_of(&local).as_str()));
+    }
 }

@@ -1030,7 +1030,7 @@ async fn a_dataset_replaces_an_earlier_result_and_nothing_else() {
         "the earlier result's other files are gone"
     );
     assert_matches_seed(
-        &parse_records(&s3.read(&out, "ds/data/000000.jsonl").await),
+        &parse_records(&s3.read(&out, "ds/data/part-00000-0000.jsonl").await),
         &seeded,
     );
 }

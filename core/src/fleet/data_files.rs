@@ -140,11 +140,10 @@ async fn ours_only(
 
 /// The number `n` of a key named as data file `n` (`spec.data_key(n)`).
 fn data_index(spec: &ScanSpec, key: &str) -> Option<usize> {
-    let name = key.strip_prefix(&spec.data_prefix())?.split('.').next()?;
-    let digits = name
-        .strip_prefix('~')
-        .map_or(name, |long| long.get(2..).unwrap_or_default());
-    let n: usize = digits.parse().ok()?;
+    let stem = key.strip_prefix(&spec.data_prefix())?.split('.').next()?;
+    let (0, n) = crate::scan::dataset::parse_part_name(stem)? else {
+        return None;
+    };
     (spec.data_key(n) == key).then_some(n)
 }
 
@@ -213,6 +212,10 @@ mod tests {
         }
         for other in [
             "r/data/7.jsonl.gz",
+            "r/data/000007.jsonl.gz",
+            "r/data/part-00001-0007.jsonl.gz",
+            "r/data/part-00000-007.jsonl.gz",
+            "r/data/part-00000-0007.csv",
             "r/data/000007.csv",
             "r/data/x",
             "r/other/000001.jsonl.gz",

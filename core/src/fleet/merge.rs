@@ -138,6 +138,20 @@ impl MergeError {
 pub struct Manifest {
     pub scan: String,
     pub result: String,
+    /// The spec's layout, format, gzip and scanned bucket and prefix, also
+    /// at the top level, where `scan`'s dataset manifest has them: a reader
+    /// of either kind finds them in the same place. `None` in manifests of
+    /// earlier releases (`spec` has them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Layout>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gzip: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
     pub result_bytes: u64,
     pub shards: u64,
     pub shards_done: u64,
@@ -350,6 +364,11 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
             Layout::Single => format!("s3://{}/{}", spec.output_bucket, spec.result_key()),
             Layout::Dataset => format!("s3://{}/{}", spec.output_bucket, spec.data_prefix()),
         },
+        layout: Some(spec.layout),
+        format: Some(spec.format),
+        gzip: Some(spec.gzip),
+        bucket: Some(spec.bucket.clone()),
+        prefix: Some(spec.prefix.clone()),
         result_bytes: files.iter().map(|f| f.bytes).sum(),
         records: files.iter().map(|f| f.records).sum(),
         files,
@@ -788,8 +807,19 @@ fn blocks_of(spec: &ScanSpec, parts: &[Described], file_bytes: u64) -> Vec<Block
     blocks
 }
 
+/// The counts every dataset manifest has (`scan`'s `DatasetCounts`), present
+/// even when 0: Redis keeps only the counts a part added to.
+pub const RESULT_COUNTS: [&str; 6] = [
+    "objects",
+    "written",
+    "with_metadata",
+    "vanished",
+    "errors",
+    "bytes",
+];
+
 fn sum_counts(shards: &[ShardRecord]) -> BTreeMap<String, u64> {
-    let mut total = BTreeMap::new();
+    let mut total: BTreeMap<String, u64> = RESULT_COUNTS.iter().map(|k| (k.to_string(), 0)).collect();
     for (field, n) in shards.iter().flat_map(|s| &s.counts) {
         *total.entry(field.clone()).or_default() += n;
     }
@@ -851,6 +881,11 @@ mod tests {
         Manifest {
             scan: "s".into(),
             result: "s3://o/r/result.jsonl".into(),
+            layout: None,
+            format: None,
+            gzip: None,
+            bucket: None,
+            prefix: None,
             result_bytes: 0,
             shards: n as u64,
             shards_done: 0,

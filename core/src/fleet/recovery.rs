@@ -55,6 +55,7 @@ pub async fn write_done(s3: &S3, spec: &ScanSpec, record: &DoneRecord, token: u6
     let key = spec.done_key(&record.id, token);
     s3.put(&spec.output_bucket, &key, "application/json", body.into())
         .await
+        .map(drop)
 }
 
 /// The shard whose done record `key` is: `PARTS/ID/done.json` (releases

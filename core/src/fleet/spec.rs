@@ -180,10 +180,12 @@ impl ScanSpec {
         format!("{}store-check.json", self.parts_prefix())
     }
 
-    /// Data file number `n` (from 0): named so that names sort in key order
-    /// (`000000`, ..., `999999`, then `~071000000`, ...).
+    /// Data file number `n` (from 0), named as `scan`'s dataset names its
+    /// files, the merge being its one writer: `part-00000-0000`, ...,
+    /// `part-00000-9999`, then `part-00000-~0510000`, ... (name order is key
+    /// order).
     pub fn data_key(&self, n: usize) -> String {
-        let name = crate::scan::dataset::sortable(n, 6);
+        let name = crate::scan::dataset::part_name(0, n);
         format!("{}{name}.{}", self.data_prefix(), self.extension())
     }
 
@@ -325,7 +327,7 @@ mod tests {
             "scans/1/parts/ns.s.1234/abc/2.1-start.jsonl.gz"
         );
         assert_eq!(spec.result_key(), "scans/1/result.jsonl.gz");
-        assert_eq!(spec.data_key(3), "scans/1/data/000003.jsonl.gz");
+        assert_eq!(spec.data_key(3), "scans/1/data/part-00000-0003.jsonl.gz");
         // What the scan writes besides its result is under its own prefix.
         for own in [
             spec.done_key("abc", 7),

@@ -198,24 +198,26 @@ impl S3 {
         })
     }
 
-    /// Write `body` as object `key`, in one retried PutObject.
+    /// Write `body` as object `key`, in one retried PutObject; its ETag as
+    /// the store answered it (quoted).
     pub async fn put(
         &self,
         bucket: &str,
         key: &str,
         content_type: &str,
         body: bytes::Bytes,
-    ) -> Result<(), S3Error> {
-        self.send_retried(bucket, |sdk| {
-            sdk.put_object()
-                .bucket(bucket)
-                .key(key)
-                .content_type(content_type)
-                .body(aws_sdk_s3::primitives::ByteStream::from(body.clone()))
-                .send()
-        })
-        .await?;
-        Ok(())
+    ) -> Result<Option<String>, S3Error> {
+        let out = self
+            .send_retried(bucket, |sdk| {
+                sdk.put_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .content_type(content_type)
+                    .body(aws_sdk_s3::primitives::ByteStream::from(body.clone()))
+                    .send()
+            })
+            .await?;
+        Ok(out.e_tag)
     }
 
     /// The body of object `key`, or the bytes `range` of it (`bytes=A-B`).

@@ -104,8 +104,9 @@ impl Upload {
 
     /// Finish the object. `rest` is its last bytes: the whole body when no
     /// part was sent (one PutObject), else the last part (skipped if empty).
-    /// On failure the upload is aborted.
-    pub async fn complete(&mut self, rest: Vec<u8>) -> Result<(), S3Error> {
+    /// On failure the upload is aborted. The object's ETag, as the store
+    /// answered it.
+    pub async fn complete(&mut self, rest: Vec<u8>) -> Result<Option<String>, S3Error> {
         let result = self.complete_inner(rest).await;
         if result.is_err() {
             self.abort().await;
@@ -113,7 +114,7 @@ impl Upload {
         result
     }
 
-    async fn complete_inner(&mut self, rest: Vec<u8>) -> Result<(), S3Error> {
+    async fn complete_inner(&mut self, rest: Vec<u8>) -> Result<Option<String>, S3Error> {
         let (s3, bucket, key) = (self.s3.clone(), self.bucket.clone(), self.key.clone());
         if !self.is_multipart() {
             return s3.put(&bucket, &key, self.content_type, rest.into()).await;
@@ -125,17 +126,18 @@ impl Upload {
         let parts = CompletedMultipartUpload::builder()
             .set_parts(Some(self.parts.clone()))
             .build();
-        s3.send_retried(&bucket, |sdk| {
-            sdk.complete_multipart_upload()
-                .bucket(&bucket)
-                .key(&key)
-                .upload_id(&id)
-                .multipart_upload(parts.clone())
-                .send()
-        })
-        .await?;
+        let out = s3
+            .send_retried(&bucket, |sdk| {
+                sdk.complete_multipart_upload()
+                    .bucket(&bucket)
+                    .key(&key)
+                    .upload_id(&id)
+                    .multipart_upload(parts.clone())
+                    .send()
+            })
+            .await?;
         self.upload_id = None;
-        Ok(())
+        Ok(out.e_tag)
     }
 
     /// Best effort: an unfinished upload only costs storage until a lifecycle

@@ -133,11 +133,36 @@ pub fn file_name(shard: usize, file: usize, extension: &str) -> String {
 
 /// [`file_name`] in `folder` (`data` or `changes`).
 pub fn file_name_in(folder: &str, shard: usize, file: usize, extension: &str) -> String {
-    format!(
-        "{folder}/part-{}-{}.{extension}",
-        sortable(shard, 5),
-        sortable(file, 4)
-    )
+    format!("{folder}/{}.{extension}", part_name(shard, file))
+}
+
+/// The stem of a data file's name, the same for every writer of a dataset:
+/// `part-GGGGG-FFFF`, file `file` of writer `group`, where a writer writes
+/// its files in key order and writers hold disjoint key ranges in the
+/// order of their numbers. `scan` has a writer per planned shard; a fleet
+/// scan's merge is one writer (group 0). Name order is key order.
+pub fn part_name(group: usize, file: usize) -> String {
+    format!("part-{}-{}", sortable(group, 5), sortable(file, 4))
+}
+
+/// The `(group, file)` a stem names, when it is exactly [`part_name`]'s.
+pub fn parse_part_name(stem: &str) -> Option<(usize, usize)> {
+    let (group, file) = stem.strip_prefix("part-")?.split_once('-')?;
+    let (group, file) = (unsortable(group)?, unsortable(file)?);
+    (part_name(group, file) == stem).then_some((group, file))
+}
+
+/// The number a [`sortable`] name stands for (not checked for its width:
+/// callers compare the name made again).
+fn unsortable(name: &str) -> Option<usize> {
+    let digits = match name.strip_prefix('~') {
+        Some(long) => long.get(2..)?,
+        None => name,
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// `n` as a name that sorts in numeric order: zero-padded to `width`
@@ -240,7 +265,7 @@ impl ShardFiles {
             last_key: open.last_key,
             records: summary.records,
             bytes: summary.bytes,
-            etag: None,
+            etag: summary.etag,
             sha256: Some(hex::encode(summary.sha256)),
             blocks: Vec::new(),
         });
@@ -262,13 +287,22 @@ impl ShardFiles {
     }
 }
 
-/// Counts of the records of a dataset, by status.
+/// Counts of a dataset's objects, by status: the same fields, with the
+/// same meaning, as a fleet manifest's `counts`. `objects` are the listed
+/// objects the filter let through, `written` those in the result (fewer
+/// with `only_with_metadata`), `bytes` the Ok objects' sizes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatasetCounts {
     pub objects: u64,
+    /// Manifests from before `written` read as 0.
+    #[serde(default)]
+    pub written: u64,
     pub with_metadata: u64,
     pub vanished: u64,
     pub errors: u64,
+    /// Manifests from before `bytes` read as 0.
+    #[serde(default)]
+    pub bytes: u64,
     /// Listed objects the filter left out, not among `objects` (a shard
     /// resumed after a transient failure counts those it lists again
     /// twice). Manifests from before filters read as 0.
@@ -277,11 +311,15 @@ pub struct DatasetCounts {
 }
 
 impl DatasetCounts {
-    pub fn add(&mut self, record: &Record) {
+    /// Count one object's record; `kept`: it is written to the result.
+    pub fn add(&mut self, record: &Record, kept: bool) {
         self.objects += 1;
+        self.written += kept as u64;
         match record.status {
-            Status::Ok if !record.metadata.is_empty() => self.with_metadata += 1,
-            Status::Ok => {}
+            Status::Ok => {
+                self.with_metadata += !record.metadata.is_empty() as u64;
+                self.bytes += record.size;
+            }
             Status::Vanished => self.vanished += 1,
             Status::Error => self.errors += 1,
         }
@@ -290,9 +328,11 @@ impl DatasetCounts {
     /// Add another shard's counts.
     pub fn absorb(&mut self, other: &DatasetCounts) {
         self.objects += other.objects;
+        self.written += other.written;
         self.with_metadata += other.with_metadata;
         self.vanished += other.vanished;
         self.errors += other.errors;
+        self.bytes += other.bytes;
     }
 }
 
@@ -454,6 +494,26 @@ mod tests {
         .map(|(s, f)| file_name(*s, *f, "jsonl"))
         .collect();
         assert!(files.windows(2).all(|w| w[0] < w[1]), "{files:?}");
+    }
+
+    #[test]
+    fn a_part_name_reads_back_as_its_numbers_and_nothing_else_does() {
+        for (g, f) in [(0, 0), (0, 9_999), (0, 10_000), (3, 12), (100_000, 123_456_789)] {
+            assert_eq!(parse_part_name(&part_name(g, f)), Some((g, f)), "{g} {f}");
+        }
+        for other in [
+            "part-0-0",
+            "part-00000-000",
+            "part-00000-00001",
+            "part-00000-~041000",
+            "part-00000-~05x0000",
+            "part-00000",
+            "part-00000-0000-0000",
+            "000000",
+            "part-+0000-0000",
+        ] {
+            assert_eq!(parse_part_name(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -112,7 +112,7 @@ impl Default for OutputOptions {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutputSummary {
     pub records: u64,
     /// Bytes written after compression.
@@ -121,6 +121,8 @@ pub struct OutputSummary {
     pub parts: u32,
     /// SHA-256 of the bytes written.
     pub sha256: [u8; 32],
+    /// The S3 object's ETag (S3 outputs).
+    pub etag: Option<String>,
 }
 
 enum Encoder {
@@ -301,7 +303,7 @@ impl RecordWriter {
                     tokio::fs::rename(&tmp, &path).await.map_err(io_err)?;
                 }
             }
-            Sink::S3(upload) => self.summary.parts = upload.complete().await?,
+            Sink::S3(upload) => (self.summary.parts, self.summary.etag) = upload.complete().await?,
         }
         Ok(self.summary)
     }
@@ -368,9 +370,10 @@ impl MultipartUpload {
     }
 
     /// Returns the number of parts (0 for a single PUT).
-    async fn complete(mut self) -> Result<u32, S3Error> {
-        self.upload.complete(std::mem::take(&mut self.small)).await?;
-        Ok(self.upload.parts() as u32)
+    /// Parts uploaded and the object's ETag.
+    async fn complete(mut self) -> Result<(u32, Option<String>), S3Error> {
+        let etag = self.upload.complete(std::mem::take(&mut self.small)).await?;
+        Ok((self.upload.parts() as u32, etag))
     }
 
     async fn abort(&mut self) {

@@ -72,8 +72,8 @@ pub async fn scan_shards(
     let mut received = Received { engine, rx, scanning };
     let written = async {
         // A single output has no change set (`--baseline` needs a dataset).
-        while let Some((record, _change)) = received.next().await {
-            if let Some(record) = record {
+        while let Some((record, kept, _change)) = received.next().await {
+            if let (Some(record), true) = (record, kept) {
                 writer.write(&record).await?;
             }
         }
@@ -243,14 +243,16 @@ async fn shard_to_files(
         scanning,
     };
     let written = async {
-        while let Some((record, change)) = received.next().await {
+        while let Some((record, kept, change)) = received.next().await {
             if let (Some(change), Some(changes)) = (change, changes.as_mut()) {
                 changed.add(change.change);
                 changes.write(&change).await?;
             }
             if let Some(record) = record {
-                counts.add(&record);
-                files.write(&record).await?;
+                counts.add(&record, kept);
+                if kept {
+                    files.write(&record).await?;
+                }
             }
         }
         Ok(())
@@ -288,11 +290,12 @@ struct Received<'a, T> {
 }
 
 impl<T> Received<'_, T> {
-    /// The next record's kept result and its change; `None` once the scan
-    /// sent everything.
-    async fn next(&mut self) -> Option<(Option<Record>, Option<Record>)> {
+    /// The next record's result, whether the output keeps it, and its
+    /// change; `None` once the scan sent everything.
+    async fn next(&mut self) -> Option<(Option<Record>, bool, Option<Record>)> {
         let (result, change) = self.rx.recv().await?.split_change();
-        Some((result.filter(|r| self.engine.keep(r)), change))
+        let kept = result.as_ref().is_some_and(|r| self.engine.keep(r));
+        Some((result, kept, change))
     }
 
     /// The scan's outcome once the caller stopped receiving: a failed write

@@ -86,6 +86,12 @@ impl Server {
 
     /// How many objects the bucket holds under `prefix` (up to 1,000).
     pub async fn key_count(&self, bucket: &str, prefix: &str) -> i32 {
+        self.keys(bucket, prefix).await.len() as i32
+    }
+
+    /// The keys the bucket holds under `prefix` (up to 1,000), in the
+    /// listing's order.
+    pub async fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
         let page = self
             .client()
             .list_objects_v2()
@@ -94,7 +100,10 @@ impl Server {
             .send()
             .await
             .unwrap();
-        page.key_count().unwrap_or(0)
+        page.contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_string))
+            .collect()
     }
 
     pub async fn delete(&self, bucket: &str, key: &str) {
