@@ -10,8 +10,7 @@ use bucketscan_operator::desired::{MANAGED_BY, OPERATOR};
 use cluster::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::time::Duration;
 
 const NS: &str = "leader";
@@ -110,16 +109,8 @@ async fn one_replica_leads_the_other_takes_over_and_bad_input_fails_clearly() {
         "{}",
         blocked.message
     );
-    let events: Api<Event> = Api::namespaced(client.clone(), NS);
-    let notes: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("SecretNotFound"))
-        .filter_map(|e| e.message)
-        .collect();
+    // The event follows the status write.
+    let notes = event_messages(&client, NS, "SecretNotFound").await;
     assert!(notes.iter().any(|n| n.contains("missing-creds")), "{notes:?}");
     let mut bad: BucketScan = scan.clone();
     bad.metadata.name = Some("bad-spec".into());

@@ -15,8 +15,7 @@ use cluster::*;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kubelet::{complete, ended_pod, fail, run_like_pod};
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -272,20 +271,9 @@ async fn a_scan_runs_from_apply_to_complete_and_delete() {
     })
     .await;
 
-    let events: Api<Event> = Api::namespaced(client.clone(), NS);
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
+    // Each event follows a status write (the last just seen).
     for reason in ["Planned", "Merging", "MergeRetrying", "Complete"] {
-        assert!(
-            reasons.iter().any(|r| r == reason),
-            "no {reason} event in {reasons:?}"
-        );
+        wait_event(&client, NS, reason).await;
     }
 
     // Delete: the finalizer removes the Redis keys and the parts; the result stays.

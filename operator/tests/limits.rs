@@ -93,7 +93,7 @@ async fn a_namespace_runs_its_cap_of_scans_and_the_next_waits_its_turn() {
         "{message}"
     );
     assert_eq!(phase(&scans, "third").await, Some(Phase::Pending));
-    assert!(event_reasons(&client, NS).await.iter().any(|r| r == "Queued"));
+    wait_event(&client, NS, "Queued").await;
     // Queued, not failed, and nothing started: no start time, no workers.
     let third = scans.get("third").await.unwrap().status.unwrap();
     assert!(third.start_time.is_none(), "{third:?}");

@@ -105,19 +105,6 @@ fn operator_as_chart(ns: &str, kubeconfig: &Path) -> Operator {
         .start()
 }
 
-/// Waits for an event with `reason` in `ns` (the operator publishes it
-/// after the status write).
-async fn wait_event(client: &Client, ns: &str, reason: &str) {
-    eventually(&format!("a {reason} event in {ns}"), 30, async || {
-        event_reasons(client, ns)
-            .await
-            .iter()
-            .any(|r| r == reason)
-            .then_some(())
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_works_with_the_chart_s_rbac_and_is_refused_the_rest() {
     let client = client().await;

@@ -505,10 +505,7 @@ async fn a_scan_past_its_deadline_fails_and_loses_its_workers() {
             .then_some(())
     })
     .await;
-    assert!(event_reasons(&client, NS)
-        .await
-        .iter()
-        .any(|r| r == "DeadlineExceeded"));
+    wait_event(&client, NS, "DeadlineExceeded").await;
     // A scan still planning (on its pods' identity, by a Job that never
     // ends here) past its deadline: its plan Job is stopped too.
     let mut planning = scan_body(

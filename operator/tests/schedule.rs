@@ -140,7 +140,7 @@ async fn every_minute_makes_a_scan_forbid_holds_the_next_and_suspend_stops_it() 
         1,
         "no second scan while the first runs"
     );
-    assert!(event_reasons(&client, NS).await.contains(&"RunHeld".to_string()));
+    wait_event(&client, NS, "RunHeld").await;
 
     // Suspended, the held run does not start even once the first is gone.
     set_suspend(&schedules, "nightly", true).await;
@@ -222,9 +222,7 @@ async fn replace_deletes_the_active_scan_for_the_next_run() {
     })
     .await;
     assert_eq!(st.active_count, 1);
-    assert!(event_reasons(&client, NS)
-        .await
-        .contains(&"RunReplaced".to_string()));
+    wait_event(&client, NS, "RunReplaced").await;
     drop(operator);
 }
 
@@ -284,9 +282,7 @@ async fn the_failed_history_limit_holds_and_bad_schedules_say_why() {
         (names == ["stranger", "yearly-3"]).then_some(())
     })
     .await;
-    assert!(event_reasons(&client, NS)
-        .await
-        .contains(&"HistoryPruned".to_string()));
+    wait_event(&client, NS, "HistoryPruned").await;
 
     // A bad cron expression and a bad time zone: Ready=False, Stalled, the
     // reason and what to fix.
@@ -387,9 +383,7 @@ async fn a_run_whose_name_another_scan_holds_is_skipped_and_the_scan_left_alone(
         "the foreign scan was not taken over"
     );
     assert_eq!(left.spec.output.prefix.as_deref(), Some("mine/"));
-    assert!(event_reasons(&client, NS)
-        .await
-        .contains(&"RunNameTaken".to_string()));
+    wait_event(&client, NS, "RunNameTaken").await;
     drop(operator);
 }
 

@@ -141,20 +141,9 @@ async fn pods_that_cannot_start_and_a_stalled_scan_say_why() {
     );
     let (_, ready_reason, _) = condition(&scans, "Ready").await.unwrap();
     assert_eq!(ready_reason, "NoProgress");
-    let events: Api<Event> = Api::namespaced(client.clone(), NS);
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
+    // The events follow the status write just seen.
     for reason in ["ImagePullBackOff", "NoProgress"] {
-        assert!(
-            reasons.iter().any(|r| r == reason),
-            "no {reason} event in {reasons:?}"
-        );
+        wait_event(&client, NS, reason).await;
     }
 
     // The pod then crash-loops, then cannot be placed: each says why.

@@ -59,6 +59,29 @@ pub async fn event_reasons(client: &Client, ns: &str) -> Vec<String> {
     list.into_iter().filter_map(|e| e.reason).collect()
 }
 
+/// Waits (30 s at most) for an event with `reason` in `ns`: the operator
+/// publishes an event after the status write a test has just seen, so a
+/// list made at once may not hold it yet.
+pub async fn wait_event(client: &Client, ns: &str, reason: &str) {
+    event_messages(client, ns, reason).await;
+}
+
+/// The messages of the events with `reason` in `ns`, once there is one
+/// (30 s at most, as [`wait_event`]).
+pub async fn event_messages(client: &Client, ns: &str, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    eventually(&format!("a {reason} event in {ns}"), 30, async || {
+        let list = events.list(&Default::default()).await.ok()?.items;
+        let messages: Vec<String> = list
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.message.unwrap_or_default())
+            .collect();
+        (!messages.is_empty()).then_some(messages)
+    })
+    .await
+}
+
 /// Deletes the scans `names` and waits until no scan is left in the
 /// namespace (the operator's finalizer has cleaned up after each).
 pub async fn delete_scans(scans: &Api<BucketScan>, names: &[&str]) {
