@@ -291,10 +291,12 @@ impl Runner {
             let Some(pause) = pause else {
                 tracing::warn!(shard = %lease.shard, error = %e, "shard failed");
                 // A listing out of order may have skipped keys before the
-                // checkpoint: no later attempt can find them, so the shard
-                // is dead at once and the scan cannot say Complete.
+                // checkpoint, and a checkpoint whose version was deleted
+                // cannot be placed again: no later attempt (they all resume
+                // there) can do better, so the shard is dead at once and the
+                // scan cannot say Complete.
                 let max_failures = match e {
-                    S3Error::ListingOutOfOrder(_) => 1,
+                    S3Error::ListingOutOfOrder(_) | S3Error::ResumeVersionGone { .. } => 1,
                     _ => self.spec.max_failures,
                 };
                 let fail = Finish::Fail {

@@ -86,18 +86,32 @@ pub fn parse_versions(xml: &str) -> Result<VersionPage, S3Error> {
         entries.push(version_entry(block, is_delete_marker, &decode)?);
     }
     let truncated = element(xml, "IsTruncated").is_some_and(|t| t.trim() == "true");
+    let versions = store_order(entries);
     let next = match truncated {
         false => None,
         true => {
             let key = element(xml, "NextKeyMarker").map(&decode).transpose()?;
-            let version = element(xml, "NextVersionIdMarker").map(unescape);
-            Some((key.unwrap_or_default(), version.filter(|v| !v.is_empty())))
+            let version = element(xml, "NextVersionIdMarker")
+                .map(unescape)
+                .filter(|v| !v.is_empty());
+            let key = key.unwrap_or_default();
+            let version = version.or_else(|| version_marker_of_last(&versions, &key));
+            Some((key, version))
         }
     };
-    Ok(VersionPage {
-        versions: store_order(entries),
-        next,
-    })
+    Ok(VersionPage { versions, next })
+}
+
+/// The version marker of a truncated page that sent none (or an empty
+/// one) while its key marker names the key of its last entry: the page
+/// ended inside that key, and a key marker alone would go on after the
+/// whole key, skipping its versions not yet listed. The last entry is
+/// where it ended: the marker the store should have sent.
+fn version_marker_of_last(versions: &[ListedVersion], key_marker: &str) -> Option<String> {
+    versions
+        .last()
+        .filter(|last| last.object.key == key_marker)
+        .map(|last| last.version_id.clone())
 }
 
 /// One `<Version>` or `<DeleteMarker>`, with its time for [`store_order`].
@@ -163,15 +177,33 @@ fn store_order(entries: Vec<(ListedVersion, Option<aws_smithy_types::DateTime>)>
     entries.into_iter().map(|(v, _)| v).collect()
 }
 
+/// Who chose a request's markers, which decides how they are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerFrom {
+    /// The caller's start (a shard's bound, a checkpoint): cut for the wire
+    /// ([`wire_markers`]), the entries before it dropped by the caller.
+    Caller,
+    /// The store's own `NextKeyMarker` and `NextVersionIdMarker`, sent back
+    /// as given: cut, they would start the next page before entries already
+    /// listed, and a page that ends inside a run of such keys longer than a
+    /// page would be asked again for ever (the store echoes them URL-encoded,
+    /// `encoding-type=url`, so their characters travel).
+    Store,
+}
+
 impl S3 {
     /// One ListObjectVersions page, retried on transient errors, from the
-    /// request's markers as they go on the wire ([`wire_markers`]).
+    /// request's markers as they go on the wire (see [`MarkerFrom`]).
     pub async fn list_versions_page(
         &self,
         bucket: &str,
         req: &ListVersionsRequest,
+        from: MarkerFrom,
     ) -> Result<VersionPage, S3Error> {
-        let (key, version) = wire_markers(req);
+        let (key, version) = match from {
+            MarkerFrom::Caller => wire_markers(req),
+            MarkerFrom::Store => (req.key_marker.clone(), req.version_id_marker.as_deref()),
+        };
         let query = versions_query(req, key.as_deref(), version);
         self.retry
             .run(&self.retries, || self.fast.list_versions(bucket, &query))
@@ -212,6 +244,8 @@ pub struct VersionPages<'a> {
     last_key: Option<String>,
     versions_of_last: HashSet<String>,
     same_marker: u32,
+    /// Who chose `req`'s markers: the caller until the first page is read.
+    marker_from: MarkerFrom,
     /// The caller's start key, until an entry after it comes: entries of it
     /// and before it are dropped (a server may start early: a marker cut
     /// for the wire, moto's answer to a `key-marker` alone). Only this key
@@ -237,6 +271,7 @@ impl<'a> VersionPages<'a> {
             last_key: key.clone(),
             versions_of_last: HashSet::new(),
             same_marker: 0,
+            marker_from: MarkerFrom::Caller,
             skip_through: key,
         }
     }
@@ -283,16 +318,28 @@ impl<'a> VersionPages<'a> {
         if let Some((key, version_id)) = self.after_version.take() {
             let all = versions_of_key(self.s3, self.bucket, &key).await?;
             self.versions_of_last = all.iter().map(|v| v.version_id.clone()).collect();
-            let after = all.iter().position(|v| v.version_id == version_id);
-            // A version gone since (deleted for good): where it stood is
-            // unknown, so none of the key's versions is listed again.
-            let rest = after.map_or_else(Vec::new, |at| all[at + 1..].to_vec());
-            return Ok(Some(rest));
+            // A version gone since (deleted for good) cannot be placed among
+            // the others again: a version id says nothing of order, and a
+            // time would not do either (AWS dates a multipart version at its
+            // upload's start; two versions may share a time). Resuming
+            // after the whole key would lose its older versions, resuming at
+            // its start would repeat the newer ones already written: both
+            // would still end Complete. The listing fails instead, final for
+            // the shard (`fleet::run`), so the scan says what it could not
+            // do.
+            let Some(at) = all.iter().position(|v| v.version_id == version_id) else {
+                return Err(S3Error::ResumeVersionGone { key, version_id });
+            };
+            return Ok(Some(all[at + 1..].to_vec()));
         }
         if self.ended {
             return Ok(None);
         }
-        let page = self.s3.list_versions_page(self.bucket, &self.req).await?;
+        let page = self
+            .s3
+            .list_versions_page(self.bucket, &self.req, self.marker_from)
+            .await?;
+        self.marker_from = MarkerFrom::Store;
         let versions = self.in_order(page.versions)?;
         let Some((next_key, next_version)) = page.next else {
             self.ended = true;
@@ -333,8 +380,9 @@ pub async fn versions_of_key(s3: &S3, bucket: &str, key: &str) -> Result<Vec<Lis
         ..ListVersionsRequest::default()
     };
     let mut all: Vec<ListedVersion> = Vec::new();
+    let mut same_marker = 0;
     loop {
-        let page = s3.list_versions_page(bucket, &req).await?;
+        let page = s3.list_versions_page(bucket, &req, MarkerFrom::Store).await?;
         let past = page.versions.iter().any(|v| v.object.key.as_str() > key);
         for v in page.versions {
             if v.object.key == key && !all.iter().any(|seen| seen.version_id == v.version_id) {
@@ -343,8 +391,21 @@ pub async fn versions_of_key(s3: &S3, bucket: &str, key: &str) -> Result<Vec<Lis
         }
         match page.next {
             Some((next_key, next_version)) if !past && !next_key.is_empty() => {
-                req.key_marker = Some(next_key);
-                req.version_id_marker = next_version;
+                // A store that sends the same markers again would be asked
+                // for ever (and a worker's lease renewed for ever): as
+                // `VersionPages` does, give up after so many.
+                let marker = (Some(next_key), next_version);
+                if (&marker.0, &marker.1) == (&req.key_marker, &req.version_id_marker) {
+                    same_marker += 1;
+                    if same_marker >= MAX_SAME_TOKEN {
+                        return Err(S3Error::BadListing(format!(
+                            "the versions of {key:?} were listed after the same marker {MAX_SAME_TOKEN} times in a row: the listing would never end"
+                        )));
+                    }
+                } else {
+                    same_marker = 0;
+                }
+                (req.key_marker, req.version_id_marker) = marker;
             }
             _ => return Ok(all),
         }
