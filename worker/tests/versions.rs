@@ -819,6 +819,132 @@ async fn a_key_whose_version_listing_never_ends_fails_the_pass() {
     );
 }
 
+/// A pass whose listing is the one taken before `change` (a fault proxy
+/// serves that page again), the HEADs and checks after it: a version
+/// deleted during the scan, as the engine meets it.
+async fn pass_with_a_stale_listing(
+    s3: &Server,
+    bucket: &str,
+    change: impl std::future::Future<Output = ()>,
+) -> Vec<Record> {
+    let stale: Arc<std::sync::Mutex<Option<bytes::Bytes>>> = Arc::default();
+    let whole_listing = |req: &http::request::Parts| {
+        let query = req.uri.query().unwrap_or_default();
+        query.contains("versions") && !query.contains("prefix=K")
+    };
+    let proxy = {
+        let (kept, served) = (stale.clone(), stale.clone());
+        fault_proxy::start_rewriting(
+            s3.endpoint.clone(),
+            move |req| {
+                let body = served.lock().unwrap().clone()?;
+                whole_listing(req).then(|| {
+                    fault_proxy::answer(
+                        200,
+                        &[("content-type", "application/xml")],
+                        &String::from_utf8_lossy(&body),
+                    )
+                })
+            },
+            move |req, _, body| {
+                if whole_listing(req) {
+                    kept.lock().unwrap().get_or_insert_with(|| body.clone());
+                }
+            },
+        )
+        .await
+    };
+    let through = Server {
+        endpoint: proxy.url.clone(),
+        ..s3.clone()
+    };
+    let client = through.s3().await;
+    let engine = engine(&client, bucket, 1000);
+    pass(&engine, &Shard::default(), None).await;
+    assert!(stale.lock().unwrap().is_some());
+    change.await;
+    pass(&engine, &Shard::default(), None).await
+}
+
+async fn set_versioning(s3: &Server, bucket: &str, status: BucketVersioningStatus) {
+    s3.client()
+        .put_bucket_versioning()
+        .bucket(bucket)
+        .versioning_configuration(VersioningConfiguration::builder().status(status).build())
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Under suspended versioning a DELETE replaces the `null` version with a
+/// `null` delete marker: the version listed before is gone (`vanished`),
+/// not an error because a marker of the same id is listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_version_replaced_by_a_null_delete_marker_vanished() {
+    let s3 = minio();
+    let bucket = s3.bucket("ver-susp").await;
+    s3.seed(&bucket, &BTreeMap::from([("K".to_string(), Seeded::default())]))
+        .await;
+    set_versioning(&s3, &bucket, BucketVersioningStatus::Suspended).await;
+    let delete = async {
+        s3.client()
+            .delete_object()
+            .bucket(&bucket)
+            .key("K")
+            .send()
+            .await
+            .unwrap();
+    };
+    let records = pass_with_a_stale_listing(&s3, &bucket, delete).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].key.as_str(), &records[0].status),
+        ("K", &Status::Vanished),
+        "{records:?}"
+    );
+}
+
+/// The current `null` version listed, then the key deleted (a delete
+/// marker on top): the version is still there, by id, and is read so,
+/// not called an error because the HEAD of the current one found nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_version_no_longer_current_is_read_by_id() {
+    let s3 = minio();
+    let bucket = s3.bucket("ver-nulldel").await;
+    let metadata = BTreeMap::from([("n".to_string(), "1".to_string())]);
+    s3.seed(
+        &bucket,
+        &BTreeMap::from([(
+            "K".to_string(),
+            Seeded {
+                size: 3,
+                metadata: metadata.clone(),
+            },
+        )]),
+    )
+    .await;
+    set_versioning(&s3, &bucket, BucketVersioningStatus::Enabled).await;
+    let delete = async {
+        s3.client()
+            .delete_object()
+            .bucket(&bucket)
+            .key("K")
+            .send()
+            .await
+            .unwrap();
+    };
+    let records = pass_with_a_stale_listing(&s3, &bucket, delete).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let r = &records[0];
+    assert_eq!(
+        (r.key.as_str(), &r.status, r.size),
+        ("K", &Status::Ok, 3),
+        "{r:?}"
+    );
+    assert_eq!(r.columns.version_id.as_deref(), Some("null"), "{r:?}");
+    assert_eq!(r.metadata, metadata, "{r:?}");
+}
+
 const SIGSTOP: i32 = 19;
 const SIGCONT: i32 = 18;
 

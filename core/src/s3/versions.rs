@@ -86,7 +86,7 @@ pub fn parse_versions(xml: &str) -> Result<VersionPage, S3Error> {
         entries.push(version_entry(block, is_delete_marker, &decode)?);
     }
     let truncated = element(xml, "IsTruncated").is_some_and(|t| t.trim() == "true");
-    let versions = store_order(entries);
+    let versions = store_order(entries, lists_entries_before_name(xml));
     let next = match truncated {
         false => None,
         true => {
@@ -153,28 +153,62 @@ fn version_entry(
     Ok((version, time))
 }
 
-/// The entries in the store's order. A page that lists a version after a
-/// delete marker interleaves them (AWS, MinIO): its order is the store's.
-/// One with every delete marker after every version (moto, or a page that
-/// happens so) is merged by key and, within a key, newest first; entries of
-/// the same time keep their place.
-fn store_order(entries: Vec<(ListedVersion, Option<aws_smithy_types::DateTime>)>) -> Vec<ListedVersion> {
-    let interleaved = entries
-        .windows(2)
-        .any(|w| w[0].0.is_delete_marker && !w[1].0.is_delete_marker);
-    let mut entries = entries;
-    if !interleaved {
-        let time = |t: &Option<aws_smithy_types::DateTime>| {
-            t.map_or((i64::MIN, 0), |t| (t.secs(), t.subsec_nanos()))
-        };
-        entries.sort_by(|a, b| {
-            a.0.object
-                .key
-                .cmp(&b.0.object.key)
-                .then_with(|| time(&b.1).cmp(&time(&a.1)))
-        });
+/// moto's layout of a ListVersionsResult: its entries come before
+/// `<Name>` (AWS, MinIO and the S3 schema put `<Name>` first). A property of
+/// the store, not of one page, so every page of a listing (and every
+/// listing of one key) is put in order the same way.
+fn lists_entries_before_name(xml: &str) -> bool {
+    let first = [find_tag(xml, "<Version>"), find_tag(xml, "<DeleteMarker>")]
+        .into_iter()
+        .flatten()
+        .min();
+    match (first, find_tag(xml, "<Name>")) {
+        (Some(entry), Some(name)) => entry < name,
+        _ => false,
     }
-    entries.into_iter().map(|(v, _)| v).collect()
+}
+
+/// The entries in the store's order: as sent, which is the order the
+/// store's own markers (`NextKeyMarker`, `NextVersionIdMarker`) and a resume
+/// point count in. Times cannot decide it: AWS dates a multipart version at
+/// its upload's start, so a newer version may carry an older time.
+///
+/// Only moto's layout (`moto`) is put back together: it sends every version,
+/// then every delete marker, each list in its store's order, which sorts by
+/// key and time. The two lists are merged by key and, within a key, newest
+/// first; versions keep their order among themselves, delete markers too,
+/// and at the same time a version comes first. Decided by the layout, not by
+/// what one page holds, so a key's versions are in one order on every page.
+fn store_order(
+    entries: Vec<(ListedVersion, Option<aws_smithy_types::DateTime>)>,
+    moto_layout: bool,
+) -> Vec<ListedVersion> {
+    if !moto_layout {
+        return entries.into_iter().map(|(v, _)| v).collect();
+    }
+    let time =
+        |t: &Option<aws_smithy_types::DateTime>| t.map_or((i64::MIN, 0), |t| (t.secs(), t.subsec_nanos()));
+    let (markers, versions): (Vec<_>, Vec<_>) = entries.into_iter().partition(|(v, _)| v.is_delete_marker);
+    let mut markers = markers.into_iter().peekable();
+    let mut versions = versions.into_iter().peekable();
+    let mut merged = Vec::with_capacity(markers.len() + versions.len());
+    loop {
+        let marker_first = match (markers.peek(), versions.peek()) {
+            (Some(m), Some(v)) => {
+                (m.0.object.key.as_str(), std::cmp::Reverse(time(&m.1)))
+                    < (v.0.object.key.as_str(), std::cmp::Reverse(time(&v.1)))
+            }
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let next = match marker_first {
+            true => markers.next(),
+            false => versions.next(),
+        };
+        merged.extend(next.map(|(v, _)| v));
+    }
+    merged
 }
 
 /// Who chose a request's markers, which decides how they are sent.
@@ -456,17 +490,83 @@ mod tests {
     /// moto's answer: all versions, then all delete markers.
     #[test]
     fn a_page_of_versions_then_delete_markers_is_merged_by_key_and_time() {
-        let xml = r#"<ListVersionsResult><IsTruncated>false</IsTruncated>
+        let xml = r#"<ListVersionsResult><IsTruncated>false</IsTruncated><KeyMarker/>
 <Version><Key>a</Key><VersionId>v2</VersionId><IsLatest>false</IsLatest><LastModified>2026-01-01T00:00:02.500Z</LastModified><Size>2</Size></Version>
 <Version><Key>a</Key><VersionId>v1</VersionId><IsLatest>false</IsLatest><LastModified>2026-01-01T00:00:01.000Z</LastModified><Size>1</Size></Version>
 <Version><Key>c</Key><VersionId>null</VersionId><IsLatest>true</IsLatest><LastModified>2026-01-01T00:00:01.000Z</LastModified><Size>1</Size></Version>
 <DeleteMarker><Key>a</Key><VersionId>d3</VersionId><IsLatest>true</IsLatest><LastModified>2026-01-01T00:00:03.000Z</LastModified></DeleteMarker>
 <DeleteMarker><Key>b</Key><VersionId>d1</VersionId><IsLatest>true</IsLatest><LastModified>2026-01-01T00:00:09.000Z</LastModified></DeleteMarker>
-</ListVersionsResult>"#;
+<Name>b</Name><Prefix/><MaxKeys>1000</MaxKeys></ListVersionsResult>"#;
         let page = parse_versions(xml).unwrap();
         let ids: Vec<&str> = page.versions.iter().map(|v| v.version_id.as_str()).collect();
         assert_eq!(ids, ["d3", "v2", "v1", "d1", "null"]);
         assert_eq!(page.next, None);
+    }
+
+    /// The store's order is kept whatever the times say (a multipart
+    /// version dated at its upload's start, older than the version before
+    /// it and than a delete marker after it), and whatever else the page
+    /// holds: the versions of `a` are in one order alone on a page, with a
+    /// delete marker before a version of another key, or split over pages.
+    #[test]
+    fn a_page_in_the_stores_layout_keeps_its_order_whatever_the_times() {
+        let entry = |kind: &str, key: &str, id: &str, secs: u32| {
+            let size = if kind == "Version" { "<Size>1</Size>" } else { "" };
+            format!("<{kind}><Key>{key}</Key><VersionId>{id}</VersionId><LastModified>2026-01-01T00:00:{secs:02}.000Z</LastModified>{size}</{kind}>")
+        };
+        let page = |entries: &[String], next: Option<(&str, &str)>| {
+            let (truncated, markers) = match next {
+                Some((k, v)) => (
+                    "true",
+                    format!(
+                        "<NextKeyMarker>{k}</NextKeyMarker><NextVersionIdMarker>{v}</NextVersionIdMarker>"
+                    ),
+                ),
+                None => ("false", String::new()),
+            };
+            let xml = format!(
+                "<ListVersionsResult><Name>b</Name><Prefix/>{markers}<IsTruncated>{truncated}</IsTruncated>{}</ListVersionsResult>",
+                entries.concat()
+            );
+            let ids = parse_versions(&xml)
+                .unwrap()
+                .versions
+                .into_iter()
+                .map(|v| v.version_id)
+                .collect::<Vec<_>>();
+            ids
+        };
+        let a = [
+            entry("Version", "a", "v3", 1),
+            entry("Version", "a", "v2", 2),
+            entry("DeleteMarker", "a", "d1", 3),
+        ];
+        assert_eq!(page(&a, None), ["v3", "v2", "d1"]);
+        let with_other = [
+            entry("DeleteMarker", "0", "d0", 9),
+            a[0].clone(),
+            a[1].clone(),
+            a[2].clone(),
+        ];
+        assert_eq!(page(&with_other, None), ["d0", "v3", "v2", "d1"]);
+        let mut split = page(&a[..2], Some(("a", "v2")));
+        split.extend(page(&a[2..], None));
+        assert_eq!(split, ["v3", "v2", "d1"]);
+    }
+
+    /// A truncated page without a version marker (or with an empty one)
+    /// whose key marker is its last entry's key goes on from that entry.
+    #[test]
+    fn a_missing_version_marker_is_the_last_entry_of_its_key() {
+        let xml = |marker: &str| {
+            format!("<ListVersionsResult><Name>b</Name><NextKeyMarker>a</NextKeyMarker>{marker}<IsTruncated>true</IsTruncated><Version><Key>a</Key><VersionId>v2</VersionId><Size>1</Size></Version></ListVersionsResult>")
+        };
+        for marker in ["", "<NextVersionIdMarker></NextVersionIdMarker>"] {
+            let page = parse_versions(&xml(marker)).unwrap();
+            assert_eq!(page.next, Some(("a".into(), Some("v2".into()))), "{marker:?}");
+        }
+        let other_key = xml("").replace("<NextKeyMarker>a<", "<NextKeyMarker>b<");
+        assert_eq!(parse_versions(&other_key).unwrap().next, Some(("b".into(), None)));
     }
 
     fn listed(key: &str, id: &str) -> ListedVersion {
