@@ -285,6 +285,20 @@ fn engine(s3: &Arc<bucketscan_core::s3::S3>, bucket: &str, page_size: i32) -> Ar
     )
 }
 
+/// The engine talking to `s3` through `proxy`.
+async fn engine_through(
+    s3: &Server,
+    proxy: &fault_proxy::FaultProxy,
+    bucket: &str,
+    page_size: i32,
+) -> Arc<Engine> {
+    let through = Server {
+        endpoint: proxy.url.clone(),
+        ..s3.clone()
+    };
+    engine(&through.s3().await, bucket, page_size)
+}
+
 /// One pass of `shard`, from after `after_version` of its start key.
 async fn pass(engine: &Arc<Engine>, shard: &Shard, after_version: Option<String>) -> Vec<Record> {
     let (records, ended) = try_pass(engine, shard, after_version).await;
@@ -732,12 +746,7 @@ async fn pages_without_a_version_marker_resume_inside_the_key() {
         },
     )
     .await;
-    let through = Server {
-        endpoint: proxy.url.clone(),
-        ..s3.clone()
-    };
-    let client = through.s3().await;
-    let engine = engine(&client, &bucket, 2);
+    let engine = engine_through(&s3, &proxy, &bucket, 2).await;
     assert_versions(
         &pass(&engine, &Shard::default(), None).await,
         &want,
@@ -799,12 +808,7 @@ async fn a_key_whose_version_listing_never_ends_fails_the_pass() {
         |_, _| {},
     )
     .await;
-    let through = Server {
-        endpoint: proxy.url.clone(),
-        ..s3.clone()
-    };
-    let client = through.s3().await;
-    let engine = engine(&client, &bucket, 2);
+    let engine = engine_through(&s3, &proxy, &bucket, 2).await;
     let resumed = Shard::default().resumed_after("K");
     let ended = tokio::time::timeout(
         Duration::from_secs(60),
@@ -819,14 +823,10 @@ async fn a_key_whose_version_listing_never_ends_fails_the_pass() {
     );
 }
 
-/// A pass whose listing is the one taken before `change` (a fault proxy
-/// serves that page again), the HEADs and checks after it: a version
-/// deleted during the scan, as the engine meets it.
-async fn pass_with_a_stale_listing(
-    s3: &Server,
-    bucket: &str,
-    change: impl std::future::Future<Output = ()>,
-) -> Vec<Record> {
+/// A pass whose listing is the one taken before the key `K` is deleted (a
+/// fault proxy serves that page again), the HEADs and checks after it: a
+/// version deleted during the scan, as the engine meets it.
+async fn pass_with_k_deleted_after_its_listing(s3: &Server, bucket: &str) -> Vec<Record> {
     let stale: Arc<std::sync::Mutex<Option<bytes::Bytes>>> = Arc::default();
     let whole_listing = |req: &http::request::Parts| {
         let query = req.uri.query().unwrap_or_default();
@@ -854,15 +854,16 @@ async fn pass_with_a_stale_listing(
         )
         .await
     };
-    let through = Server {
-        endpoint: proxy.url.clone(),
-        ..s3.clone()
-    };
-    let client = through.s3().await;
-    let engine = engine(&client, bucket, 1000);
+    let engine = engine_through(s3, &proxy, bucket, 1000).await;
     pass(&engine, &Shard::default(), None).await;
     assert!(stale.lock().unwrap().is_some());
-    change.await;
+    s3.client()
+        .delete_object()
+        .bucket(bucket)
+        .key("K")
+        .send()
+        .await
+        .unwrap();
     pass(&engine, &Shard::default(), None).await
 }
 
@@ -886,16 +887,7 @@ async fn a_null_version_replaced_by_a_null_delete_marker_vanished() {
     s3.seed(&bucket, &BTreeMap::from([("K".to_string(), Seeded::default())]))
         .await;
     set_versioning(&s3, &bucket, BucketVersioningStatus::Suspended).await;
-    let delete = async {
-        s3.client()
-            .delete_object()
-            .bucket(&bucket)
-            .key("K")
-            .send()
-            .await
-            .unwrap();
-    };
-    let records = pass_with_a_stale_listing(&s3, &bucket, delete).await;
+    let records = pass_with_k_deleted_after_its_listing(&s3, &bucket).await;
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(
         (records[0].key.as_str(), &records[0].status),
@@ -924,16 +916,7 @@ async fn a_null_version_no_longer_current_is_read_by_id() {
     )
     .await;
     set_versioning(&s3, &bucket, BucketVersioningStatus::Enabled).await;
-    let delete = async {
-        s3.client()
-            .delete_object()
-            .bucket(&bucket)
-            .key("K")
-            .send()
-            .await
-            .unwrap();
-    };
-    let records = pass_with_a_stale_listing(&s3, &bucket, delete).await;
+    let records = pass_with_k_deleted_after_its_listing(&s3, &bucket).await;
     assert_eq!(records.len(), 1, "{records:?}");
     let r = &records[0];
     assert_eq!(

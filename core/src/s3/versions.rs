@@ -6,16 +6,20 @@
 //! A page is read in the store's order: keys ascending, the versions of a
 //! key newest first, delete markers among them. That order is what a resume
 //! point `(key, version id)` means, so it is held to: AWS and MinIO send
-//! `<Version>` and `<DeleteMarker>` interleaved in it; moto sends all
-//! versions first, then all delete markers, each list in its order, and
-//! the two are merged back by key and time ([`store_order`]). A key that
-//! goes backwards is [`S3Error::ListingOutOfOrder`], a version listed again
-//! is dropped, as [`super::pages`] does for keys.
+//! `<Version>` and `<DeleteMarker>` interleaved in it, kept as sent; moto
+//! (told by its layout) sends all versions first, then all delete markers,
+//! each list in its order, and the two are merged back by key and time
+//! ([`store_order`]). A key that goes backwards is
+//! [`S3Error::ListingOutOfOrder`], a version listed again is dropped, as
+//! [`super::pages`] does for keys.
 //!
-//! Pages follow the store's `NextKeyMarker` and `NextVersionIdMarker`. A
+//! Pages follow the store's `NextKeyMarker` and `NextVersionIdMarker`, sent
+//! back as given ([`MarkerFrom`]); a truncated page without a version marker
+//! goes on after its last entry when that is the key marker's key. A
 //! listing that starts after one version of a key first lists that key
 //! whole and takes the versions after it ([`versions_of_key`]), so a
-//! resume point means one place whatever order a page was put back in.
+//! resume point means one place whatever order a page was put back in; a
+//! version deleted since is [`S3Error::ResumeVersionGone`].
 //! Entries at or before the start are dropped: moto's answer to a
 //! `key-marker` alone also lists older versions of that key, and moto
 //! 5.2.1 leaves out the first entry after a `key-marker` that names no key
@@ -528,13 +532,12 @@ mod tests {
                 "<ListVersionsResult><Name>b</Name><Prefix/>{markers}<IsTruncated>{truncated}</IsTruncated>{}</ListVersionsResult>",
                 entries.concat()
             );
-            let ids = parse_versions(&xml)
+            parse_versions(&xml)
                 .unwrap()
                 .versions
                 .into_iter()
                 .map(|v| v.version_id)
-                .collect::<Vec<_>>();
-            ids
+                .collect::<Vec<_>>()
         };
         let a = [
             entry("Version", "a", "v3", 1),
