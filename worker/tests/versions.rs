@@ -716,13 +716,11 @@ async fn a_pass_resumed_after_a_version_deleted_since_fails_instead_of_skipping_
     );
 }
 
-/// moto's pages with their `NextVersionIdMarker` left out (as a store may
+/// Pages with their `NextVersionIdMarker` left out (as a store may
 /// on a page that ends inside a key): pages of 2 end between versions of
 /// one key, and every version is still listed once (the page's last entry
 /// is where the next page starts).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pages_without_a_version_marker_resume_inside_the_key() {
-    let s3 = moto();
+async fn pages_without_a_version_marker_resume_inside_the_key(s3: Server) {
     let bucket = versioned_bucket(&s3, "ver-novidm").await;
     let want = seed_versions(&s3, &bucket, 6).await;
     let proxy = fault_proxy::start_rewriting(
@@ -758,6 +756,17 @@ async fn pages_without_a_version_marker_resume_inside_the_key() {
         .filter(|r| r.target.contains("version-id-marker="))
         .count();
     assert!(blanked >= 3, "pages went on from a version: {blanked}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_without_a_version_marker_resume_inside_the_key_on_moto() {
+    pages_without_a_version_marker_resume_inside_the_key(moto()).await;
+}
+
+/// MinIO's `NextKeyMarker` is the key with its listing cache's id after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_without_a_version_marker_resume_inside_the_key_on_minio() {
+    pages_without_a_version_marker_resume_inside_the_key(minio()).await;
 }
 
 /// Keys with a control character (`p\x01…`, held by moto) over many pages

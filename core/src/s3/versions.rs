@@ -99,7 +99,10 @@ pub fn parse_versions(xml: &str) -> Result<VersionPage, S3Error> {
                 .map(unescape)
                 .filter(|v| !v.is_empty());
             let key = key.unwrap_or_default();
-            let version = version.or_else(|| version_marker_of_last(&versions, &key));
+            let version = match version {
+                Some(v) => Some(v),
+                None => version_marker_of_last(&versions, &key)?,
+            };
             Some((key, version))
         }
     };
@@ -107,15 +110,27 @@ pub fn parse_versions(xml: &str) -> Result<VersionPage, S3Error> {
 }
 
 /// The version marker of a truncated page that sent none (or an empty
-/// one) while its key marker names the key of its last entry: the page
-/// ended inside that key, and a key marker alone would go on after the
-/// whole key, skipping its versions not yet listed. The last entry is
-/// where it ended: the marker the store should have sent.
-fn version_marker_of_last(versions: &[ListedVersion], key_marker: &str) -> Option<String> {
-    versions
-        .last()
-        .filter(|last| last.object.key == key_marker)
-        .map(|last| last.version_id.clone())
+/// one). A key marker alone goes on after the whole key it names, so one
+/// that names the key of the page's last entry (as it is, or with MinIO's
+/// `[minio_cache:…]` after it) would skip that key's versions not yet
+/// listed: the last entry is where the page ended, the marker the store
+/// should have sent. A key marker that names another key cannot be placed
+/// against the entries listed (it could skip a key never seen): an error
+/// rather than a guess. A page without entries goes on as the store says.
+fn version_marker_of_last(versions: &[ListedVersion], key_marker: &str) -> Result<Option<String>, S3Error> {
+    let Some(last) = versions.last() else {
+        return Ok(None);
+    };
+    let names_last = key_marker
+        .strip_prefix(last.object.key.as_str())
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with("[minio_cache:"));
+    match names_last {
+        true => Ok(Some(last.version_id.clone())),
+        false => Err(S3Error::BadAnswer(format!(
+            "a truncated version listing sent no NextVersionIdMarker and a NextKeyMarker {key_marker:?} that is not its last entry's key {:?}: where the next page starts cannot be told",
+            last.object.key
+        ))),
+    }
 }
 
 /// One `<Version>` or `<DeleteMarker>`, with its time for [`store_order`].
@@ -568,8 +583,13 @@ mod tests {
             let page = parse_versions(&xml(marker)).unwrap();
             assert_eq!(page.next, Some(("a".into(), Some("v2".into()))), "{marker:?}");
         }
+        let minio = xml("").replace("<NextKeyMarker>a<", "<NextKeyMarker>a[minio_cache:v2,p:0]<");
+        assert_eq!(
+            parse_versions(&minio).unwrap().next,
+            Some(("a[minio_cache:v2,p:0]".into(), Some("v2".into())))
+        );
         let other_key = xml("").replace("<NextKeyMarker>a<", "<NextKeyMarker>b<");
-        assert_eq!(parse_versions(&other_key).unwrap().next, Some(("b".into(), None)));
+        assert!(matches!(parse_versions(&other_key), Err(S3Error::BadAnswer(_))));
     }
 
     fn listed(key: &str, id: &str) -> ListedVersion {
