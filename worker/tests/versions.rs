@@ -789,6 +789,14 @@ async fn versions_of_keys_with_control_characters_page_on() {
         &want,
         "control characters",
     );
+    // Resumed after any one of them: that key listed whole (its name as
+    // the prefix), the rest after it.
+    let whole = pass(&engine, &Shard::default(), None).await;
+    for (at, record) in whole.iter().enumerate() {
+        let resumed = Shard::default().resumed_after(&record.key);
+        let rest = pass(&engine, &resumed, record.columns.version_id.clone()).await;
+        assert_versions(&rest, &want[at + 1..], &format!("resumed after record {at}"));
+    }
     let out = s3.worker(&["scan", "--bucket", &bucket, "--versions", "--quiet"]);
     assert_success(&out);
     assert_versions(&parse_lines(&out.stdout), &want, "scan --versions");
