@@ -38,6 +38,10 @@ pub const SCHEDULE_LABEL: &str = "bucketscan.dev/schedule";
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#
 )]
 #[serde(rename_all = "camelCase")]
+// A scan of versions takes no baseline (docs/bad-input.md, row 183), so an
+// incremental schedule of one would have every run after the first refused
+// (PlanRefused): refused when written instead.
+#[x_kube(validation = Rule::new("!(self.incremental && has(self.scanTemplate.columns) && has(self.scanTemplate.columns.versions) && self.scanTemplate.columns.versions)").message("an incremental schedule cannot scan versions (scanTemplate.columns.versions): incremental runs compare one record per key with the last run; set incremental: false to scan every version on each run"))]
 pub struct BucketScanScheduleSpec {
     /// When to run, in cron's five fields (minute hour day-of-month month
     /// day-of-week, names such as `mon` and `jan` allowed), or `@hourly`,

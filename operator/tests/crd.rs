@@ -288,6 +288,54 @@ fn the_schema_documents_bounds_and_defaults_every_field() {
     assert!(message.json_path.contains("Ready"), "{}", message.json_path);
 }
 
+/// An incremental schedule (the default) of a scan of versions is refused
+/// when written: each run after the first would be refused its baseline.
+/// Not incremental, it is stored.
+#[tokio::test]
+async fn an_incremental_schedule_of_versions_is_refused() {
+    use bucketscan_api::schedule::BucketScanSchedule;
+    let client = client().await;
+    install_crd(&client).await;
+    namespace(&client, "crd-sched-ver").await;
+    let raw: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "crd-sched-ver",
+        &ApiResource::erase::<BucketScanSchedule>(&()),
+    );
+    let schedule = |name: &str, incremental: Option<bool>| {
+        let mut template = valid(name)["spec"].clone();
+        template["columns"] = serde_json::json!({"versions": true});
+        let mut spec = serde_json::json!({"schedule": "@daily", "scanTemplate": template});
+        if let Some(incremental) = incremental {
+            spec["incremental"] = incremental.into();
+        }
+        serde_json::from_value::<DynamicObject>(serde_json::json!({
+            "apiVersion": "bucketscan.dev/v1alpha1",
+            "kind": "BucketScanSchedule",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .unwrap()
+    };
+    for (name, incremental) in [("by-default", None), ("said", Some(true))] {
+        match raw
+            .create(&PostParams::default(), &schedule(name, incremental))
+            .await
+        {
+            Err(kube::Error::Api(e)) => assert!(
+                e.message.contains("an incremental schedule cannot scan versions")
+                    && e.message.contains("set incremental: false"),
+                "{name}: {}",
+                e.message
+            ),
+            other => panic!("{name}: stored: {other:?}"),
+        }
+    }
+    raw.create(&PostParams::default(), &schedule("full", Some(false)))
+        .await
+        .expect("a schedule of full scans of versions is stored");
+}
+
 /// The BucketScanSchedule's schema as the BucketScan's: every field
 /// described, every string of our own bounded, its defaults, and its scan
 /// template without the BucketScan's rule that source and output never

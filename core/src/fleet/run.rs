@@ -290,13 +290,7 @@ impl Runner {
                 .flatten();
             let Some(pause) = pause else {
                 tracing::warn!(shard = %lease.shard, error = %e, "shard failed");
-                // A listing out of order may have skipped keys before the
-                // checkpoint: no later attempt can find them, so the shard
-                // is dead at once and the scan cannot say Complete.
-                let max_failures = match e {
-                    S3Error::ListingOutOfOrder(_) => 1,
-                    _ => self.spec.max_failures,
-                };
+                let max_failures = failures_allowed(&e, self.spec.max_failures);
                 let fail = Finish::Fail {
                     error: e.to_string(),
                     max_failures,
@@ -934,6 +928,18 @@ fn part_options(spec: &ScanSpec) -> OutputOptions {
     }
 }
 
+/// How many failures the shard may have after this one. A listing out of
+/// order may have skipped keys before the checkpoint, and a checkpoint whose
+/// version was deleted cannot be placed again: no later attempt (they all
+/// resume there) can do better, so the shard is dead at once and the scan
+/// cannot say Complete.
+fn failures_allowed(e: &S3Error, max_failures: u32) -> u32 {
+    match e {
+        S3Error::ListingOutOfOrder(_) | S3Error::ResumeVersionGone { .. } => 1,
+        _ => max_failures,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -960,6 +966,23 @@ mod tests {
         assert_eq!(rate, 300.0);
         assert_eq!(deltas[1], ("heads", 3_000));
         assert_eq!(deltas[0], ("listed", 3_500));
+    }
+
+    /// A resume point that cannot be trusted or placed (a version deleted
+    /// since) fails the shard for good, whatever `maxFailures` says.
+    #[test]
+    fn a_checkpoint_that_cannot_be_resumed_kills_the_shard_at_once() {
+        let gone = S3Error::ResumeVersionGone {
+            key: "K".into(),
+            version_id: "dm3".into(),
+        };
+        assert!(!gone.is_retryable());
+        assert_eq!(failures_allowed(&gone, 3), 1);
+        assert_eq!(
+            failures_allowed(&S3Error::ListingOutOfOrder("b after c".into()), 3),
+            1
+        );
+        assert_eq!(failures_allowed(&S3Error::BadAnswer("x".into()), 3), 3);
     }
 
     /// `--versions`: a checkpoint between two versions of one key resumes

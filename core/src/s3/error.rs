@@ -60,6 +60,12 @@ pub enum S3Error {
     /// so no resume can be trusted. Final for the shard (see `fleet::run`).
     #[error("the listing is out of order: {0}")]
     ListingOutOfOrder(String),
+    /// A version listing resumed after one version of a key (a `--versions`
+    /// checkpoint), and that version was deleted for good since: which of
+    /// the key's other versions stood after it cannot be told (see
+    /// `s3::versions`). Final for the shard, like an order it cannot trust.
+    #[error("the version {version_id:?} of {key:?} this listing resumes after was deleted since it was listed; which of that key's other versions came after it cannot be told, so the range cannot be finished exactly: scan it again from its start")]
+    ResumeVersionGone { key: String, version_id: String },
     /// The endpoint's allowlist (the operator's `--allowed-endpoints`)
     /// refused every address its host resolves to: no connection was
     /// opened, no request sent. Final: the same host is refused again.

@@ -6,16 +6,20 @@
 //! A page is read in the store's order: keys ascending, the versions of a
 //! key newest first, delete markers among them. That order is what a resume
 //! point `(key, version id)` means, so it is held to: AWS and MinIO send
-//! `<Version>` and `<DeleteMarker>` interleaved in it; moto sends all
-//! versions first, then all delete markers, each list in its order, and
-//! the two are merged back by key and time ([`store_order`]). A key that
-//! goes backwards is [`S3Error::ListingOutOfOrder`], a version listed again
-//! is dropped, as [`super::pages`] does for keys.
+//! `<Version>` and `<DeleteMarker>` interleaved in it, kept as sent; moto
+//! (told by its layout) sends all versions first, then all delete markers,
+//! each list in its order, and the two are merged back by key and time
+//! ([`store_order`]). A key that goes backwards is
+//! [`S3Error::ListingOutOfOrder`], a version listed again is dropped, as
+//! [`super::pages`] does for keys.
 //!
-//! Pages follow the store's `NextKeyMarker` and `NextVersionIdMarker`. A
+//! Pages follow the store's `NextKeyMarker` and `NextVersionIdMarker`, sent
+//! back as given ([`MarkerFrom`]); a truncated page without a version marker
+//! goes on after its last entry when that is the key marker's key. A
 //! listing that starts after one version of a key first lists that key
 //! whole and takes the versions after it ([`versions_of_key`]), so a
-//! resume point means one place whatever order a page was put back in.
+//! resume point means one place whatever order a page was put back in; a
+//! version deleted since is [`S3Error::ResumeVersionGone`].
 //! Entries at or before the start are dropped: moto's answer to a
 //! `key-marker` alone also lists older versions of that key, and moto
 //! 5.2.1 leaves out the first entry after a `key-marker` that names no key
@@ -86,18 +90,47 @@ pub fn parse_versions(xml: &str) -> Result<VersionPage, S3Error> {
         entries.push(version_entry(block, is_delete_marker, &decode)?);
     }
     let truncated = element(xml, "IsTruncated").is_some_and(|t| t.trim() == "true");
+    let versions = store_order(entries, lists_entries_before_name(xml));
     let next = match truncated {
         false => None,
         true => {
             let key = element(xml, "NextKeyMarker").map(&decode).transpose()?;
-            let version = element(xml, "NextVersionIdMarker").map(unescape);
-            Some((key.unwrap_or_default(), version.filter(|v| !v.is_empty())))
+            let version = element(xml, "NextVersionIdMarker")
+                .map(unescape)
+                .filter(|v| !v.is_empty());
+            let key = key.unwrap_or_default();
+            let version = match version {
+                Some(v) => Some(v),
+                None => version_marker_of_last(&versions, &key)?,
+            };
+            Some((key, version))
         }
     };
-    Ok(VersionPage {
-        versions: store_order(entries),
-        next,
-    })
+    Ok(VersionPage { versions, next })
+}
+
+/// The version marker of a truncated page that sent none (or an empty
+/// one). A key marker alone goes on after the whole key it names, so one
+/// that names the key of the page's last entry (as it is, or with MinIO's
+/// `[minio_cache:…]` after it) would skip that key's versions not yet
+/// listed: the last entry is where the page ended, the marker the store
+/// should have sent. A key marker that names another key cannot be placed
+/// against the entries listed (it could skip a key never seen): an error
+/// rather than a guess. A page without entries goes on as the store says.
+fn version_marker_of_last(versions: &[ListedVersion], key_marker: &str) -> Result<Option<String>, S3Error> {
+    let Some(last) = versions.last() else {
+        return Ok(None);
+    };
+    let names_last = key_marker
+        .strip_prefix(last.object.key.as_str())
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with("[minio_cache:"));
+    match names_last {
+        true => Ok(Some(last.version_id.clone())),
+        false => Err(S3Error::BadAnswer(format!(
+            "a truncated version listing sent no NextVersionIdMarker and a NextKeyMarker {key_marker:?} that is not its last entry's key {:?}: where the next page starts cannot be told",
+            last.object.key
+        ))),
+    }
 }
 
 /// One `<Version>` or `<DeleteMarker>`, with its time for [`store_order`].
@@ -139,39 +172,91 @@ fn version_entry(
     Ok((version, time))
 }
 
-/// The entries in the store's order. A page that lists a version after a
-/// delete marker interleaves them (AWS, MinIO): its order is the store's.
-/// One with every delete marker after every version (moto, or a page that
-/// happens so) is merged by key and, within a key, newest first; entries of
-/// the same time keep their place.
-fn store_order(entries: Vec<(ListedVersion, Option<aws_smithy_types::DateTime>)>) -> Vec<ListedVersion> {
-    let interleaved = entries
-        .windows(2)
-        .any(|w| w[0].0.is_delete_marker && !w[1].0.is_delete_marker);
-    let mut entries = entries;
-    if !interleaved {
-        let time = |t: &Option<aws_smithy_types::DateTime>| {
-            t.map_or((i64::MIN, 0), |t| (t.secs(), t.subsec_nanos()))
-        };
-        entries.sort_by(|a, b| {
-            a.0.object
-                .key
-                .cmp(&b.0.object.key)
-                .then_with(|| time(&b.1).cmp(&time(&a.1)))
-        });
+/// moto's layout of a ListVersionsResult: its entries come before
+/// `<Name>` (AWS, MinIO and the S3 schema put `<Name>` first). A property of
+/// the store, not of one page, so every page of a listing (and every
+/// listing of one key) is put in order the same way.
+fn lists_entries_before_name(xml: &str) -> bool {
+    let first = [find_tag(xml, "<Version>"), find_tag(xml, "<DeleteMarker>")]
+        .into_iter()
+        .flatten()
+        .min();
+    match (first, find_tag(xml, "<Name>")) {
+        (Some(entry), Some(name)) => entry < name,
+        _ => false,
     }
-    entries.into_iter().map(|(v, _)| v).collect()
+}
+
+/// The entries in the store's order: as sent, which is the order the
+/// store's own markers (`NextKeyMarker`, `NextVersionIdMarker`) and a resume
+/// point count in. Times cannot decide it: AWS dates a multipart version at
+/// its upload's start, so a newer version may carry an older time.
+///
+/// Only moto's layout (`moto`) is put back together: it sends every version,
+/// then every delete marker, each list in its store's order, which sorts by
+/// key and time. The two lists are merged by key and, within a key, newest
+/// first; versions keep their order among themselves, delete markers too,
+/// and at the same time a version comes first. Decided by the layout, not by
+/// what one page holds, so a key's versions are in one order on every page.
+fn store_order(
+    entries: Vec<(ListedVersion, Option<aws_smithy_types::DateTime>)>,
+    moto_layout: bool,
+) -> Vec<ListedVersion> {
+    if !moto_layout {
+        return entries.into_iter().map(|(v, _)| v).collect();
+    }
+    let time =
+        |t: &Option<aws_smithy_types::DateTime>| t.map_or((i64::MIN, 0), |t| (t.secs(), t.subsec_nanos()));
+    let (markers, versions): (Vec<_>, Vec<_>) = entries.into_iter().partition(|(v, _)| v.is_delete_marker);
+    let mut markers = markers.into_iter().peekable();
+    let mut versions = versions.into_iter().peekable();
+    let mut merged = Vec::with_capacity(markers.len() + versions.len());
+    loop {
+        let marker_first = match (markers.peek(), versions.peek()) {
+            (Some(m), Some(v)) => {
+                (m.0.object.key.as_str(), std::cmp::Reverse(time(&m.1)))
+                    < (v.0.object.key.as_str(), std::cmp::Reverse(time(&v.1)))
+            }
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let next = match marker_first {
+            true => markers.next(),
+            false => versions.next(),
+        };
+        merged.extend(next.map(|(v, _)| v));
+    }
+    merged
+}
+
+/// Who chose a request's markers, which decides how they are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerFrom {
+    /// The caller's start (a shard's bound, a checkpoint): cut for the wire
+    /// ([`wire_markers`]), the entries before it dropped by the caller.
+    Caller,
+    /// The store's own `NextKeyMarker` and `NextVersionIdMarker`, sent back
+    /// as given: cut, they would start the next page before entries already
+    /// listed, and a page that ends inside a run of such keys longer than a
+    /// page would be asked again for ever (the store echoes them URL-encoded,
+    /// `encoding-type=url`, so their characters travel).
+    Store,
 }
 
 impl S3 {
     /// One ListObjectVersions page, retried on transient errors, from the
-    /// request's markers as they go on the wire ([`wire_markers`]).
+    /// request's markers as they go on the wire (see [`MarkerFrom`]).
     pub async fn list_versions_page(
         &self,
         bucket: &str,
         req: &ListVersionsRequest,
+        from: MarkerFrom,
     ) -> Result<VersionPage, S3Error> {
-        let (key, version) = wire_markers(req);
+        let (key, version) = match from {
+            MarkerFrom::Caller => wire_markers(req),
+            MarkerFrom::Store => (req.key_marker.clone(), req.version_id_marker.as_deref()),
+        };
         let query = versions_query(req, key.as_deref(), version);
         self.retry
             .run(&self.retries, || self.fast.list_versions(bucket, &query))
@@ -212,6 +297,8 @@ pub struct VersionPages<'a> {
     last_key: Option<String>,
     versions_of_last: HashSet<String>,
     same_marker: u32,
+    /// Who chose `req`'s markers: the caller until the first page is read.
+    marker_from: MarkerFrom,
     /// The caller's start key, until an entry after it comes: entries of it
     /// and before it are dropped (a server may start early: a marker cut
     /// for the wire, moto's answer to a `key-marker` alone). Only this key
@@ -237,6 +324,7 @@ impl<'a> VersionPages<'a> {
             last_key: key.clone(),
             versions_of_last: HashSet::new(),
             same_marker: 0,
+            marker_from: MarkerFrom::Caller,
             skip_through: key,
         }
     }
@@ -283,16 +371,28 @@ impl<'a> VersionPages<'a> {
         if let Some((key, version_id)) = self.after_version.take() {
             let all = versions_of_key(self.s3, self.bucket, &key).await?;
             self.versions_of_last = all.iter().map(|v| v.version_id.clone()).collect();
-            let after = all.iter().position(|v| v.version_id == version_id);
-            // A version gone since (deleted for good): where it stood is
-            // unknown, so none of the key's versions is listed again.
-            let rest = after.map_or_else(Vec::new, |at| all[at + 1..].to_vec());
-            return Ok(Some(rest));
+            // A version gone since (deleted for good) cannot be placed among
+            // the others again: a version id says nothing of order, and a
+            // time would not do either (AWS dates a multipart version at its
+            // upload's start; two versions may share a time). Resuming
+            // after the whole key would lose its older versions, resuming at
+            // its start would repeat the newer ones already written: both
+            // would still end Complete. The listing fails instead, final for
+            // the shard (`fleet::run`), so the scan says what it could not
+            // do.
+            let Some(at) = all.iter().position(|v| v.version_id == version_id) else {
+                return Err(S3Error::ResumeVersionGone { key, version_id });
+            };
+            return Ok(Some(all[at + 1..].to_vec()));
         }
         if self.ended {
             return Ok(None);
         }
-        let page = self.s3.list_versions_page(self.bucket, &self.req).await?;
+        let page = self
+            .s3
+            .list_versions_page(self.bucket, &self.req, self.marker_from)
+            .await?;
+        self.marker_from = MarkerFrom::Store;
         let versions = self.in_order(page.versions)?;
         let Some((next_key, next_version)) = page.next else {
             self.ended = true;
@@ -333,8 +433,9 @@ pub async fn versions_of_key(s3: &S3, bucket: &str, key: &str) -> Result<Vec<Lis
         ..ListVersionsRequest::default()
     };
     let mut all: Vec<ListedVersion> = Vec::new();
+    let mut same_marker = 0;
     loop {
-        let page = s3.list_versions_page(bucket, &req).await?;
+        let page = s3.list_versions_page(bucket, &req, MarkerFrom::Store).await?;
         let past = page.versions.iter().any(|v| v.object.key.as_str() > key);
         for v in page.versions {
             if v.object.key == key && !all.iter().any(|seen| seen.version_id == v.version_id) {
@@ -343,8 +444,21 @@ pub async fn versions_of_key(s3: &S3, bucket: &str, key: &str) -> Result<Vec<Lis
         }
         match page.next {
             Some((next_key, next_version)) if !past && !next_key.is_empty() => {
-                req.key_marker = Some(next_key);
-                req.version_id_marker = next_version;
+                // A store that sends the same markers again would be asked
+                // for ever (and a worker's lease renewed for ever): as
+                // `VersionPages` does, give up after so many.
+                let marker = (Some(next_key), next_version);
+                if (&marker.0, &marker.1) == (&req.key_marker, &req.version_id_marker) {
+                    same_marker += 1;
+                    if same_marker >= MAX_SAME_TOKEN {
+                        return Err(S3Error::BadListing(format!(
+                            "the versions of {key:?} were listed after the same marker {MAX_SAME_TOKEN} times in a row: the listing would never end"
+                        )));
+                    }
+                } else {
+                    same_marker = 0;
+                }
+                (req.key_marker, req.version_id_marker) = marker;
             }
             _ => return Ok(all),
         }
@@ -395,17 +509,87 @@ mod tests {
     /// moto's answer: all versions, then all delete markers.
     #[test]
     fn a_page_of_versions_then_delete_markers_is_merged_by_key_and_time() {
-        let xml = r#"<ListVersionsResult><IsTruncated>false</IsTruncated>
+        let xml = r#"<ListVersionsResult><IsTruncated>false</IsTruncated><KeyMarker/>
 <Version><Key>a</Key><VersionId>v2</VersionId><IsLatest>false</IsLatest><LastModified>2026-01-01T00:00:02.500Z</LastModified><Size>2</Size></Version>
 <Version><Key>a</Key><VersionId>v1</VersionId><IsLatest>false</IsLatest><LastModified>2026-01-01T00:00:01.000Z</LastModified><Size>1</Size></Version>
 <Version><Key>c</Key><VersionId>null</VersionId><IsLatest>true</IsLatest><LastModified>2026-01-01T00:00:01.000Z</LastModified><Size>1</Size></Version>
 <DeleteMarker><Key>a</Key><VersionId>d3</VersionId><IsLatest>true</IsLatest><LastModified>2026-01-01T00:00:03.000Z</LastModified></DeleteMarker>
 <DeleteMarker><Key>b</Key><VersionId>d1</VersionId><IsLatest>true</IsLatest><LastModified>2026-01-01T00:00:09.000Z</LastModified></DeleteMarker>
-</ListVersionsResult>"#;
+<Name>b</Name><Prefix/><MaxKeys>1000</MaxKeys></ListVersionsResult>"#;
         let page = parse_versions(xml).unwrap();
         let ids: Vec<&str> = page.versions.iter().map(|v| v.version_id.as_str()).collect();
         assert_eq!(ids, ["d3", "v2", "v1", "d1", "null"]);
         assert_eq!(page.next, None);
+    }
+
+    /// The store's order is kept whatever the times say (a multipart
+    /// version dated at its upload's start, older than the version before
+    /// it and than a delete marker after it), and whatever else the page
+    /// holds: the versions of `a` are in one order alone on a page, with a
+    /// delete marker before a version of another key, or split over pages.
+    #[test]
+    fn a_page_in_the_stores_layout_keeps_its_order_whatever_the_times() {
+        let entry = |kind: &str, key: &str, id: &str, secs: u32| {
+            let size = if kind == "Version" { "<Size>1</Size>" } else { "" };
+            format!("<{kind}><Key>{key}</Key><VersionId>{id}</VersionId><LastModified>2026-01-01T00:00:{secs:02}.000Z</LastModified>{size}</{kind}>")
+        };
+        let page = |entries: &[String], next: Option<(&str, &str)>| {
+            let (truncated, markers) = match next {
+                Some((k, v)) => (
+                    "true",
+                    format!(
+                        "<NextKeyMarker>{k}</NextKeyMarker><NextVersionIdMarker>{v}</NextVersionIdMarker>"
+                    ),
+                ),
+                None => ("false", String::new()),
+            };
+            let xml = format!(
+                "<ListVersionsResult><Name>b</Name><Prefix/>{markers}<IsTruncated>{truncated}</IsTruncated>{}</ListVersionsResult>",
+                entries.concat()
+            );
+            parse_versions(&xml)
+                .unwrap()
+                .versions
+                .into_iter()
+                .map(|v| v.version_id)
+                .collect::<Vec<_>>()
+        };
+        let a = [
+            entry("Version", "a", "v3", 1),
+            entry("Version", "a", "v2", 2),
+            entry("DeleteMarker", "a", "d1", 3),
+        ];
+        assert_eq!(page(&a, None), ["v3", "v2", "d1"]);
+        let with_other = [
+            entry("DeleteMarker", "0", "d0", 9),
+            a[0].clone(),
+            a[1].clone(),
+            a[2].clone(),
+        ];
+        assert_eq!(page(&with_other, None), ["d0", "v3", "v2", "d1"]);
+        let mut split = page(&a[..2], Some(("a", "v2")));
+        split.extend(page(&a[2..], None));
+        assert_eq!(split, ["v3", "v2", "d1"]);
+    }
+
+    /// A truncated page without a version marker (or with an empty one)
+    /// whose key marker is its last entry's key goes on from that entry.
+    #[test]
+    fn a_missing_version_marker_is_the_last_entry_of_its_key() {
+        let xml = |marker: &str| {
+            format!("<ListVersionsResult><Name>b</Name><NextKeyMarker>a</NextKeyMarker>{marker}<IsTruncated>true</IsTruncated><Version><Key>a</Key><VersionId>v2</VersionId><Size>1</Size></Version></ListVersionsResult>")
+        };
+        for marker in ["", "<NextVersionIdMarker></NextVersionIdMarker>"] {
+            let page = parse_versions(&xml(marker)).unwrap();
+            assert_eq!(page.next, Some(("a".into(), Some("v2".into()))), "{marker:?}");
+        }
+        let minio = xml("").replace("<NextKeyMarker>a<", "<NextKeyMarker>a[minio_cache:v2,p:0]<");
+        assert_eq!(
+            parse_versions(&minio).unwrap().next,
+            Some(("a[minio_cache:v2,p:0]".into(), Some("v2".into())))
+        );
+        let other_key = xml("").replace("<NextKeyMarker>a<", "<NextKeyMarker>b<");
+        assert!(matches!(parse_versions(&other_key), Err(S3Error::BadAnswer(_))));
     }
 
     fn listed(key: &str, id: &str) -> ListedVersion {

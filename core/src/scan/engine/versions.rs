@@ -118,7 +118,10 @@ impl Engine {
     /// bucket that never had versioning, or an object written before) is
     /// HEADed without `versionId`, which moto refuses for it (400); an
     /// answer that names another version (the key written since) is asked
-    /// again by id.
+    /// again by id. Not found there (a delete marker made since), the
+    /// version may still be there, no longer current: asked by id too,
+    /// unless the store refuses that (400, moto without versioning), when
+    /// the not-found stands (and the listing decides, `version_still_listed`).
     pub(super) async fn head_of_version(&self, key: &str, version: &VersionOf) -> HeadResult {
         let bucket = &self.opts.bucket;
         if version.version_id == NULL_VERSION && version.is_latest {
@@ -129,18 +132,39 @@ impl Engine {
                     .as_deref()
                     .is_none_or(|v| v == NULL_VERSION)
             };
-            if !matches!(&current, Ok(Some(info)) if !same(info)) {
-                return current;
+            match &current {
+                Ok(Some(info)) if !same(info) => {} // written since: by id
+                Ok(None) => {
+                    return match self.head_by_id(key, NULL_VERSION).await {
+                        Err(e) if e.http_status() == Some(400) => current,
+                        by_id => by_id,
+                    };
+                }
+                _ => return current,
             }
         }
-        self.head.head_version(bucket, key, &version.version_id).await
+        self.head_by_id(key, &version.version_id).await
+    }
+
+    /// A HEAD of one version by its id. 405 says the id names a delete
+    /// marker now: under suspended versioning a DELETE replaces the `null`
+    /// version with a `null` marker. The version listed is not found, and
+    /// the listing decides whether it was deleted (`version_still_listed`).
+    async fn head_by_id(&self, key: &str, version_id: &str) -> HeadResult {
+        match self.head.head_version(&self.opts.bucket, key, version_id).await {
+            Err(e) if e.http_status() == Some(405) => Ok(None),
+            by_id => by_id,
+        }
     }
 
     /// Does the store still list this version of `key`? (A HEAD of it
     /// answered 404: gone from the listing too, it was deleted during the
-    /// scan.)
+    /// scan.) A delete marker of the same id is not it: under suspended
+    /// versioning a DELETE replaces the `null` version with a `null` marker.
     pub(super) async fn version_still_listed(&self, key: &str, version_id: &str) -> Result<bool, S3Error> {
         let versions = versions_of_key(&self.s3, &self.opts.bucket, key).await?;
-        Ok(versions.iter().any(|v| v.version_id == version_id))
+        Ok(versions
+            .iter()
+            .any(|v| v.version_id == version_id && !v.is_delete_marker))
     }
 }
