@@ -590,6 +590,12 @@ pub struct BucketScanStatus {
     /// The last spec.retry the operator acted on (retried or refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
+    /// The retry round whose step the operator took again after Redis lost
+    /// it (`RetryRestored`): once per round, since the scan's own Redis
+    /// user can write what makes it look lost; a second loss of the same
+    /// round fails the scan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_restored: Option<u32>,
 }
 
 /// What the throughput-seeking autoscaler keeps from its last step.

@@ -6,7 +6,7 @@
 
 use bucketscan_core::fleet::queue::library::LIBRARY;
 use bucketscan_core::fleet::queue::{
-    scan_user, url_with_user, Commit, Finish, Queue, QueueError, RedisConfig,
+    scan_user, url_with_user, Commit, Finish, Queue, QueueError, RedisConfig, Retried,
 };
 use bucketscan_core::keyspace::shard::Shard;
 use std::time::Duration;
@@ -488,5 +488,150 @@ async fn a_scans_redis_usage_is_counted_and_its_user_switched_off() {
     let e = config.connect().await.err().expect("a switched-off user");
     assert!(matches!(e, QueueError::UserUnknown(_)), "{e}");
     operator.delete_scan().await.unwrap();
+    admin.delete_scan_user(&scan).await.unwrap();
+}
+
+/// A connection that waits for slow answers (the test times them itself).
+async fn patient(client: &redis::Client) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
+/// Redis's memory as far as a hostile function call could grow it: the
+/// functions' Lua heap (`used_memory_vm_functions`, outside maxmemory) and
+/// the server's resident set (the same machine runs it).
+async fn redis_memory(admin: &mut redis::aio::MultiplexedConnection, pid: u32) -> (u64, u64) {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(admin).await.unwrap();
+    let lua = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory_vm_functions:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO memory has used_memory_vm_functions (Redis 7)");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    (lua, rss_kib << 10)
+}
+
+/// A scan's user can write its manifest in `meta` and call the retry
+/// step's function with any arguments. A manifest of megabytes of nested
+/// padding (cheap to send, costly to decode) must cost Redis no more than
+/// a copy of it: the step decodes no JSON, so neither Redis's memory (its
+/// Lua heap is outside maxmemory) nor its answers to every other tenant
+/// suffer, however often the scan's user calls it (docs/threat-model.md
+/// T16).
+#[tokio::test]
+async fn a_scans_padded_manifest_neither_grows_redis_nor_holds_it() {
+    use sha1::{Digest, Sha1};
+    // A server of its own: its resident set is then this test's alone.
+    let own_redis = OwnRedis::start().await;
+    let redis_url = || own_redis.url.clone();
+    let scan = scan_id("padded");
+    let admin = RedisConfig::new(redis_url()).connect().await.unwrap();
+    admin.load_functions().await.unwrap();
+    let password = hex::encode(rand::random::<[u8; 16]>());
+    admin.set_scan_user(&scan, &password).await.unwrap();
+    let url = url_with_user(&redis_url(), &scan_user(&scan), &password).unwrap();
+    let q = queue_at(&url, &scan).await;
+    q.enqueue(&[Shard::prefix("a/")]).await.unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut tenant = patient(&client).await;
+    let admin_client = redis::Client::open(redis_url()).unwrap();
+    let mut watcher = patient(&admin_client).await;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut watcher)
+        .await
+        .unwrap();
+    let pid: u32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+
+    // Under the 8 MiB a manifest may have: millions of empty arrays.
+    let pad = "[],".repeat((8 << 20) / 3 - 64);
+    let manifest = format!(r#"{{"retries":0,"pad":[{pad}[]]}}"#);
+    assert!(manifest.len() <= 8 << 20);
+    let meta = q.keys().meta();
+    redis::cmd("HSET")
+        .arg(&meta)
+        .arg("manifest")
+        .arg(&manifest)
+        .query_async::<()>(&mut tenant)
+        .await
+        .unwrap();
+    let sha = hex::encode(Sha1::digest(manifest.as_bytes()));
+    let function = format!("bs_{}_retry", LIBRARY.name.trim_start_matches("bucketscan_"));
+    let keys: Vec<String> = ["pending", "shards", "done", "dead", "shard:", "parts:"]
+        .iter()
+        .map(|k| meta.replace(":meta", &format!(":{k}")))
+        .collect();
+
+    let (lua_before, rss_before) = redis_memory(&mut watcher, pid).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let mut pinger = patient(&redis::Client::open(redis_url()).unwrap()).await;
+    // An admin's PINGs meanwhile, and Redis's memory at each.
+    let watching = tokio::spawn(async move {
+        let (mut lua_most, mut rss_most, mut slowest) = (0u64, 0u64, Duration::ZERO);
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            let sent = std::time::Instant::now();
+            let pong: String = redis::cmd("PING")
+                .query_async(&mut pinger)
+                .await
+                .expect("Redis answers a PING while a scan's user sends the retry step");
+            assert_eq!(pong, "PONG");
+            slowest = slowest.max(sent.elapsed());
+            let (lua, rss) = redis_memory(&mut watcher, pid).await;
+            lua_most = lua_most.max(lua);
+            rss_most = rss_most.max(rss);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (lua_most, rss_most, slowest)
+    });
+    // The retry step, as the scan's user may send it: round 1 over a
+    // manifest of round 0 (the round Redis holds), which writes nothing,
+    // so it can be sent again and again.
+    for _ in 0..20 {
+        let answer: Vec<i64> = redis::cmd("FCALL")
+            .arg(&function)
+            .arg(1 + keys.len())
+            .arg(&meta)
+            .arg(&keys)
+            .arg(1)
+            .arg(0)
+            .arg(&sha)
+            .query_async(&mut tenant)
+            .await
+            .unwrap();
+        assert_eq!(answer, [0, 0], "nothing to scan again, nothing written");
+    }
+    // And as the operator and `bucketscan-worker retry` send it.
+    assert_eq!(q.retry(1).await.unwrap(), Retried::NothingToRetry);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (lua_most, rss_most, slowest) = watching.await.unwrap();
+    let grown = |most: u64, before: u64| most.saturating_sub(before) >> 20;
+    assert!(
+        grown(lua_most, lua_before) < 32 && grown(rss_most, rss_before) < 32,
+        "Redis grew by {} MiB of Lua heap and {} MiB resident",
+        grown(lua_most, lua_before),
+        grown(rss_most, rss_before)
+    );
+    eprintln!(
+        "grew by {} MiB of Lua heap, {} MiB resident; slowest PING {slowest:?}",
+        grown(lua_most, lua_before),
+        grown(rss_most, rss_before)
+    );
+    // Generous: the step copies the manifest once and hashes it (tens of
+    // ms, more on a loaded machine); decoding it took a second and more.
+    assert!(slowest < Duration::from_millis(800), "a PING waited {slowest:?}");
+    queue_at(&redis_url(), &scan).await.delete_scan().await.unwrap();
     admin.delete_scan_user(&scan).await.unwrap();
 }

@@ -263,26 +263,30 @@ async fn a_partial_scan_is_complete_with_its_missing_range_and_a_retry_completes
     operator.stop();
 }
 
-/// Redis loses a retry's step after the status recorded it (rolled back to
-/// a snapshot of the merged, partial round 0, as a failover to a replica
-/// that lagged the retry would): every shard looks finished and the
-/// manifest is round 0's. The operator does not end the scan on it (its
-/// status says round 1): it takes the step again, the shard is scanned
-/// again, and the scan ends with the whole bucket, of round 1.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_step_redis_lost_is_taken_again_not_ended_as_the_earlier_round() {
-    const LOST: &str = "retry-lost";
+/// A scan merged partial in round 0, retried (round 1), and Redis then
+/// rolled back to its round-0 state (as a failover to a replica that lagged
+/// the retry would): the operator has taken the retry's step again, its
+/// `RetryRestored` event is there.
+struct LostOnce {
+    partly: Partly,
+    operator: Operator,
+    first_merge: String,
+    /// Redis as it was at the end of round 0, and a connection to restore it.
+    round_0: snapshot::Snapshot,
+    con: redis::aio::MultiplexedConnection,
+    events: Api<Event>,
+}
+
+async fn lost_once(ns: &str) -> LostOnce {
+    let partly = partly(ns).await;
+    let operator = start_operator(ns);
     let Partly {
         client,
-        s3,
-        out,
-        seeded,
-        refusing,
         scans,
-        _proxy,
-    } = partly(LOST).await;
-    let mut operator = start_operator(LOST);
-    let (first_merge, partial) = partial_first_round(&client, LOST, &scans, &refusing).await;
+        refusing,
+        ..
+    } = &partly;
+    let (first_merge, partial) = partial_first_round(client, ns, scans, refusing).await;
     assert_eq!(partial.missing_ranges, Some(1), "{partial:?}");
     let scan = scans.get("partly").await.unwrap();
     let id = bucketscan_operator::desired::scan_id(&scan);
@@ -294,22 +298,16 @@ async fn a_retry_step_redis_lost_is_taken_again_not_ended_as_the_earlier_round()
     let round_0 = snapshot::Snapshot::take(&mut con, &id).await;
 
     refusing.store(false, Ordering::Relaxed);
-    ask_retry(&scans, 1).await;
-    ended(&scans, "Scanning again", |st| {
+    ask_retry(scans, 1).await;
+    ended(scans, "Scanning again", |st| {
         st.phase == Phase::Scanning && st.retries == Some(1)
     })
     .await;
     // Redis back at round 0, merged and partial, before any worker ran.
     round_0.restore(&mut con).await;
-    let events: Api<Event> = Api::namespaced(client.clone(), LOST);
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
     let restored = eventually("a RetryRestored event", 60, async || {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("RetryRestored"))
+        restorations(&events).await.ok()?.into_iter().next()
     })
     .await;
     assert!(
@@ -319,22 +317,105 @@ async fn a_retry_step_redis_lost_is_taken_again_not_ended_as_the_earlier_round()
             .contains("Redis lost retry 1"),
         "the event says why"
     );
+    LostOnce {
+        partly,
+        operator,
+        first_merge,
+        round_0,
+        con,
+        events,
+    }
+}
+
+async fn restorations(events: &Api<Event>) -> Result<Vec<Event>, kube::Error> {
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("RetryRestored"))
+        .collect())
+}
+
+/// Redis loses a retry's step after the status recorded it: every shard
+/// looks finished and the manifest is round 0's. The operator does not end
+/// the scan on it (its status says round 1): it takes the step again, the
+/// shard is scanned again, and the scan ends with the whole bucket, of
+/// round 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_step_redis_lost_is_taken_again_not_ended_as_the_earlier_round() {
+    const LOST: &str = "retry-lost";
+    let LostOnce {
+        partly,
+        mut operator,
+        first_merge,
+        ..
+    } = lost_once(LOST).await;
+    let Partly {
+        client,
+        s3,
+        out,
+        seeded,
+        scans,
+        ..
+    } = &partly;
     let st = scans.get("partly").await.unwrap().status.unwrap();
     assert_ne!(
         (st.phase, reason(&st, "Complete")),
         (Phase::Complete, "Partial".to_string()),
         "ended on round 0: {st:?}"
     );
-    run_workers_then_merge(&client, LOST, Some(&first_merge)).await;
-    let done = ended(&scans, "Complete after the retry", |st| {
+    assert_eq!(st.retry_restored, Some(1), "{st:?}");
+    run_workers_then_merge(client, LOST, Some(&first_merge)).await;
+    let done = ended(scans, "Complete after the retry", |st| {
         st.phase == Phase::Complete && reason(st, "Complete") == "Merged"
     })
     .await;
     assert_eq!((done.missing_ranges, done.retries), (None, Some(1)), "{done:?}");
-    assert_matches_seed(&parse_records(&s3.read(&out, "p/result.jsonl").await), &seeded);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&s3.read(&out, "p/manifest.json").await).unwrap();
+    assert_matches_seed(&parse_records(&s3.read(out, "p/result.jsonl").await), seeded);
+    let manifest: serde_json::Value = serde_json::from_slice(&s3.read(out, "p/manifest.json").await).unwrap();
     assert_eq!(manifest["retries"], 1, "{manifest}");
+    operator.stop();
+}
+
+/// The scan's own Redis user can write what makes a round look lost (its
+/// `meta.retries` and manifest), again and again: the operator takes a
+/// round's step again once, and on a second loss of the same round fails
+/// the scan saying why, instead of re-running the step, stopping the Jobs
+/// and warning on every reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_lost_again_is_restored_once_then_fails_the_scan() {
+    const AGAIN: &str = "retry-lost-again";
+    let LostOnce {
+        partly,
+        mut operator,
+        round_0,
+        mut con,
+        events,
+        ..
+    } = lost_once(AGAIN).await;
+    for _ in 0..3 {
+        round_0.restore(&mut con).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let failed = ended(&partly.scans, "Failed (RetryLost)", |st| {
+        st.phase == Phase::Failed
+    })
+    .await;
+    assert_eq!(reason(&failed, "Failed"), "RetryLost", "{failed:?}");
+    let message = failed
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Failed")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("Redis lost retry 1") && message.contains("a second time"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let restored = restorations(&events).await.unwrap();
+    assert_eq!(restored.len(), 1, "one RetryRestored a round: {restored:?}");
     operator.stop();
 }
 

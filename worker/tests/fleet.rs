@@ -1639,31 +1639,35 @@ async fn a_redis_rolled_back_past_a_merged_retry_round_adopts_that_round() {
     assert_matches_seed(&parse_records(&s3.read(&out, "s/result.jsonl").await), &seeded);
 }
 
-/// A merge of round 0 cut off midway (its pod on a partitioned node:
-/// stopped here) while another merge of round 0 ends the scan, a retry
-/// scans again and round 1 merges (keeping its parts: one object is still
-/// refused). Let go, the round-0 merge writes nothing: round 1's result,
-/// manifest.json and manifest in Redis stay.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_merge_that_outlives_a_retry_writes_nothing_over_the_later_round() {
+/// What a merge of round 0 stopped midway did once let go, after another
+/// merge of round 0 ended the scan, a retry scanned again and round 1
+/// merged (see [`outlived_merge`]).
+struct Outlived {
+    first: FirstRound,
+    /// Round 1's result, before the stale merge went on.
+    round_1: Vec<u8>,
+    /// The stale merge's exit and stderr.
+    succeeded: bool,
+    err: String,
+}
+
+/// A merge of round 0 stopped (its pod on a partitioned node) at the first
+/// request `hold` picks, while another merge of round 0 ends the scan, a
+/// retry scans again and round 1 merges (keeping its parts: one object is
+/// still refused); then let go.
+async fn outlived_merge(
+    name: &str,
+    hold: impl Fn(&http::request::Parts) -> bool + Send + Sync + 'static,
+) -> Outlived {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let refusing_b = Arc::new(AtomicBool::new(true));
-    let hold_listing = Arc::new(AtomicBool::new(false));
+    let holding_next = Arc::new(AtomicBool::new(false));
     let holding = Arc::new(AtomicBool::new(false));
-    let FirstRound {
-        s3,
-        out,
-        scan,
-        healthy,
-        faulty,
-        _proxy,
-        ..
-    } = first_round("stale-merge", {
-        let (refusing_b, hold_listing, holding) = (refusing_b.clone(), hold_listing.clone(), holding.clone());
+    let first = first_round(name, {
+        let (refusing_b, holding_next, holding) = (refusing_b.clone(), holding_next.clone(), holding.clone());
         move |req| {
-            let lists_parts = req.method == "GET" && req.uri.query().unwrap_or_default().contains("parts");
-            if lists_parts && hold_listing.swap(false, Ordering::SeqCst) {
+            if hold(req) && holding_next.swap(false, Ordering::SeqCst) {
                 // Time for the test to stop the merge that asked.
                 holding.store(true, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_secs(2));
@@ -1678,32 +1682,32 @@ async fn a_merge_that_outlives_a_retry_writes_nothing_over_the_later_round() {
     })
     .await;
 
-    // The round-0 merge that will be cut off, stopped while it lists the parts.
-    hold_listing.store(true, Ordering::SeqCst);
-    let mut stale = faulty
+    holding_next.store(true, Ordering::SeqCst);
+    let mut stale = first
+        .faulty
         .command(&["merge", "--on-dead-shards", "partial"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !holding.load(Ordering::SeqCst) {
-        assert!(Instant::now() < deadline, "the merge never listed the parts");
+        assert!(Instant::now() < deadline, "the merge never sent the request held");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     unsafe { libc_kill(stale.id() as i32, 19) }; // SIGSTOP
+                                                 // Past the proxy's hold: the request held is through.
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
-    // Another merge of round 0 ends it; retry 1 scans b/ and c/ again
-    // (c/0007 still refused) and merges, keeping its parts.
-    healthy.run_ok(&["merge", "--on-dead-shards", "partial"]);
+    first.healthy.run_ok(&["merge", "--on-dead-shards", "partial"]);
     refusing_b.store(false, Ordering::SeqCst);
-    assert_success(&healthy.queue_command(&["retry"]));
-    let mut worker = faulty.spawn_worker("r", &[]);
+    assert_success(&first.healthy.queue_command(&["retry"]));
+    let mut worker = first.faulty.spawn_worker("r", &[]);
     assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
-    faulty.run_ok(&["merge"]);
-    let round_1 = s3.read(&out, "s/result.jsonl").await;
+    first.faulty.run_ok(&["merge"]);
+    let round_1 = first.s3.read(&first.out, "s/result.jsonl").await;
     let manifest: serde_json::Value =
-        serde_json::from_slice(&s3.read(&out, "s/manifest.json").await).unwrap();
+        serde_json::from_slice(&first.s3.read(&first.out, "s/manifest.json").await).unwrap();
     assert_eq!(
         (manifest["retries"].clone(), manifest["partial"].clone()),
         (1.into(), false.into())
@@ -1713,19 +1717,71 @@ async fn a_merge_that_outlives_a_retry_writes_nothing_over_the_later_round() {
     let status = wait_exit(&mut stale, Duration::from_secs(60));
     let mut err = String::new();
     std::io::Read::read_to_string(&mut stale.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(!status.success(), "the stale merge succeeded: {err}");
+    Outlived {
+        first,
+        round_1,
+        succeeded: status.success(),
+        err,
+    }
+}
+
+/// Stopped while it lists the parts, the round-0 merge writes nothing once
+/// let go: round 1's result, manifest.json and manifest in Redis stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_that_outlives_a_retry_writes_nothing_over_the_later_round() {
+    let Outlived {
+        first,
+        round_1,
+        succeeded,
+        err,
+    } = outlived_merge("stale-merge", |req| {
+        req.method == "GET" && req.uri.query().unwrap_or_default().contains("parts")
+    })
+    .await;
+    let FirstRound { s3, out, scan, .. } = &first;
+    assert!(!succeeded, "the stale merge succeeded: {err}");
     assert!(err.contains("retried since (round 1)"), "{err}");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&s3.read(&out, "s/manifest.json").await).unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(&s3.read(out, "s/manifest.json").await).unwrap();
     assert_eq!(manifest["retries"], 1, "{manifest}");
     assert_eq!(
-        s3.read(&out, "s/result.jsonl").await,
+        s3.read(out, "s/result.jsonl").await,
         round_1,
         "the result was overwritten"
     );
     let records = parse_records(&round_1);
     assert!(records.keys().any(|k| k.starts_with("b/")), "round 1 holds b/");
     let recorded: serde_json::Value =
-        serde_json::from_str(&meta_field(&scan, "manifest").await.unwrap()).unwrap();
+        serde_json::from_str(&meta_field(scan, "manifest").await.unwrap()).unwrap();
     assert_eq!(recorded["retries"], 1, "{recorded}");
+}
+
+/// Stopped past its last check, while its manifest.json is written, the
+/// round-0 merge stores nothing in Redis once let go: the step that stores
+/// the manifest there refuses a round Redis no longer records, so the
+/// manifest Redis holds stays round 1's. (manifest.json itself is a check,
+/// then a write: docs/operations.md says what is left there.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_stopped_past_its_check_stores_no_manifest_over_the_later_round() {
+    let Outlived {
+        first,
+        succeeded,
+        err,
+        ..
+    } = outlived_merge("stale-store", |req| {
+        req.method == "PUT" && req.uri.path().ends_with("manifest.json")
+    })
+    .await;
+    assert!(!succeeded, "the stale merge succeeded: {err}");
+    assert!(err.contains("retried since (round 1)"), "{err}");
+    let recorded: serde_json::Value =
+        serde_json::from_str(&meta_field(&first.scan, "manifest").await.unwrap()).unwrap();
+    assert_eq!(
+        recorded["retries"], 1,
+        "the stale merge stored its manifest: {recorded}"
+    );
+    assert_eq!(
+        meta_field(&first.scan, "manifest@0").await,
+        None,
+        "the stale merge's staged copy is gone"
+    );
 }

@@ -24,7 +24,7 @@ use crate::fleet::merge_plan::{
 use crate::fleet::queue::durable::Durability;
 use crate::fleet::queue::view::MergeView;
 use crate::fleet::queue::PartStats;
-use crate::fleet::queue::{cut, Queue, QueueError, ShardRecord};
+use crate::fleet::queue::{cut, Queue, QueueError, ShardRecord, StoredManifest};
 use crate::fleet::rewrite::rewrite_parquet;
 use crate::fleet::spec::ScanSpec;
 use crate::keyspace::coverage::{overlapping, uncovered};
@@ -105,6 +105,10 @@ pub enum MergeError {
     /// retried and merged again): what it would write is an earlier round's.
     #[error("this merge is of retry round {round}, and the scan was retried since (round {later}): it stopped without writing more (the later round's merge writes the result)")]
     Superseded { round: u64, later: u64 },
+    /// Redis records an earlier retry round than the one this merge
+    /// merged (rolled back past the retry while the merge ran).
+    #[error("this merge is of retry round {round}, and Redis now records round {held} (rolled back past the retry?): it stored no manifest in Redis (a merge run again adopts the manifest.json of round {round})")]
+    RoundLost { round: u64, held: u64 },
 }
 
 impl From<DataFilesError> for MergeError {
@@ -277,7 +281,7 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         // manifest are whole. Adopt them. (A manifest of an earlier round
         // is the result a retry replaces.)
         tracing::warn!("Redis lost this scan's manifest; adopting manifest.json from S3");
-        queue.set_meta_field("manifest", &redis_copy(&manifest)).await?;
+        store_of_round(queue, held, &manifest).await?;
         delete_parts_unless_kept(s3, &spec, &manifest).await?;
         return Ok(manifest);
     }
@@ -400,10 +404,12 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     still_latest(scan, queue, s3, &spec, retries).await?;
     s3.put(bucket, &spec.manifest_key(), "application/json", json.into())
         .await?;
-    // Recorded in Redis even if a retry came since: readers take a manifest
-    // only of the round Redis records (`of_round`), so a stale one is never
-    // read as merged, and this merge fails saying why.
-    queue.set_meta_field("manifest", &redis_copy(&manifest)).await?;
+    // Stored in Redis only if Redis still records this merge's round (one
+    // step): a merge that outlived a retry writes nothing there, and fails
+    // saying why. (manifest.json above is a check, then a write: see
+    // docs/operations.md, "A merge of an earlier round that outlives a
+    // whole retry".)
+    store_of_round(queue, retries, &manifest).await?;
     still_latest(scan, queue, s3, &spec, retries).await?;
     // The parts go only once Redis keeps the manifest (its AOF, its
     // replicas) as far as it can say; were it lost anyway, manifest.json is
@@ -481,6 +487,19 @@ pub fn of_round(json: &str, round: u64) -> Option<Manifest> {
 /// round, and manifest.json in S3 is not of a later round of this scan.
 /// Checked before each write that a later round's merge would have made
 /// (the result, manifest.json, the manifest in Redis).
+/// The manifest into Redis's `meta`, only if Redis still records `round`
+/// ([`Queue::store_manifest`]); otherwise the merge stops saying which
+/// round Redis records.
+async fn store_of_round(queue: &Queue, round: u64, manifest: &Manifest) -> Result<(), MergeError> {
+    match queue.store_manifest(round, &redis_copy(manifest)).await? {
+        StoredManifest::Stored => Ok(()),
+        StoredManifest::OtherRound { held } if held > round => {
+            Err(MergeError::Superseded { round, later: held })
+        }
+        StoredManifest::OtherRound { held } => Err(MergeError::RoundLost { round, held }),
+    }
+}
+
 async fn still_latest(
     scan: &str,
     queue: &Queue,

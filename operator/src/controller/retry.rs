@@ -102,7 +102,8 @@ pub(super) async fn retry_requested(
 /// rolled back past the retry's step (and maybe past that round's merge,
 /// whose manifest.json the next merge then adopts). The step runs again, so
 /// the scan ends on a result of the round its status says; if Redis cannot
-/// take it again, the scan fails saying why.
+/// take it again, or lost the same round before (`status.retryRestored`),
+/// the scan fails saying why.
 pub(super) async fn retry_lost(
     scan: &BucketScan,
     ctx: &Context,
@@ -117,6 +118,16 @@ pub(super) async fn retry_lost(
         "Redis lost retry {round} (it holds the merged result of round {}: rolled back past the retry?)",
         seen.retries
     );
+    // Once per round: the scan's own Redis user can write `meta.retries`
+    // and the manifest, and so make every reconcile look like a loss.
+    if st.retry_restored == Some(round) {
+        let msg = format!(
+            "{lost}, a second time: the operator took that round's step again once already, and \
+             does not again (the scan's own Redis user can write what makes a round look lost); \
+             create a new scan (kubectl bucketscan rerun)"
+        );
+        return super::finish::fail(scan, ctx, st, "RetryLost", &msg, now).await;
+    }
     let why = match queue.retry(u64::from(round)).await? {
         Retried::Requeued { .. } | Retried::Applied { .. } => None,
         Retried::NotMerged => Some("Redis holds no merged state of this round"),
@@ -133,7 +144,10 @@ pub(super) async fn retry_lost(
     stop_jobs(scan, ctx, Stop::All).await?;
     let msg = format!("{lost}; its shards are scanned again, then merged again");
     scanning_again(scan, &mut st, &msg, now);
-    write_status(ctx, scan, before, &st).await?;
+    st.retry_restored = Some(round);
+    // Now, not paced: the record that this round was restored must be
+    // there before the next reconcile looks.
+    write_status_now(ctx, scan, before, &st).await?;
     publish(ctx, scan, EventType::Warning, "RetryRestored", &msg).await;
     Ok(Action::requeue(Duration::from_secs(1)))
 }

@@ -253,6 +253,7 @@ mod tests {
             include_str!("restore.lua"),
             include_str!("retry.lua"),
             include_str!("round.lua"),
+            include_str!("manifest.lua"),
             include_str!("read_hash.lua"),
             include_str!("read_keys.lua"),
             include_str!("fenced.lua"),

@@ -48,6 +48,9 @@ pub enum Step {
     /// Raise the recorded retry round to a later one, never lower it
     /// (`round.lua`).
     AdoptRound,
+    /// Move a merge's staged manifest into `meta` if Redis still records
+    /// the merge's round (`manifest.lua`).
+    StoreManifest,
     /// Read-only (`no-writes`): a hash read with bounds (see `read_hash.lua`).
     ReadHash,
     /// Read-only (`no-writes`): several keys at one instant (`read_keys.lua`).
@@ -55,7 +58,7 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 14] = [
+    const ALL: [Step; 15] = [
         Step::Enqueue,
         Step::Take,
         Step::Renew,
@@ -68,6 +71,7 @@ impl Step {
         Step::Restore,
         Step::Retry,
         Step::AdoptRound,
+        Step::StoreManifest,
         Step::ReadHash,
         Step::ReadKeys,
     ];
@@ -86,6 +90,7 @@ impl Step {
             Step::Restore => "restore",
             Step::Retry => "retry",
             Step::AdoptRound => "adopt_round",
+            Step::StoreManifest => "store_manifest",
             Step::ReadHash => "read_hash",
             Step::ReadKeys => "read_keys",
         }
@@ -105,6 +110,7 @@ impl Step {
             Step::Restore => include_str!("restore.lua"),
             Step::Retry => include_str!("retry.lua"),
             Step::AdoptRound => include_str!("round.lua"),
+            Step::StoreManifest => include_str!("manifest.lua"),
             Step::ReadHash => include_str!("read_hash.lua"),
             Step::ReadKeys => include_str!("read_keys.lua"),
         }

@@ -30,6 +30,7 @@ pub mod durable;
 pub mod library;
 mod locator;
 mod patient;
+mod retry_judge;
 pub mod sentinel;
 pub mod view;
 
@@ -79,8 +80,8 @@ pub enum QueueError {
     SentinelAuth(redis::RedisError),
     /// The scan's shard set changed under every one of a few reads of it
     /// (splits still going on): worth reading again later.
-    #[error("the scan's shards kept changing while they were read")]
-    KeptChanging,
+    #[error("{what} kept changing while they were read")]
+    KeptChanging { what: &'static str },
     /// Redis does not have this program's queue functions and this user
     /// may not load them, for longer than the operator takes to load its
     /// own (at start and on every reconcile, a few seconds apart): this
@@ -115,7 +116,7 @@ impl QueueError {
                 // Full now, not for good: a scan that finishes frees its
                 // keys, so other tenants' scans wait rather than fail.
                 | QueueError::OutOfMemory(_)
-                | QueueError::KeptChanging
+                | QueueError::KeptChanging { .. }
                 | QueueError::UserUnknown(_)
         )
     }
@@ -617,6 +618,16 @@ pub struct ShardRecord {
     pub counts: std::collections::BTreeMap<String, u64>,
 }
 
+/// What storing a merge's manifest did (see [`Queue::store_manifest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredManifest {
+    Stored,
+    /// Redis records another retry round than the merge's: nothing stored.
+    OtherRound {
+        held: u64,
+    },
+}
+
 /// What a retry did (see [`Queue::retry`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Retried {
@@ -1012,30 +1023,56 @@ impl Queue {
     /// Retry a merged scan in place, as round `round` (1, 2, ...): every
     /// dead shard and every done shard with `error` records back to pending,
     /// from scratch, and the manifest out of `meta` (`retry.lua`). Safe to
-    /// send twice: a round Redis holds already changes nothing.
+    /// send twice: a round Redis holds already changes nothing. The manifest
+    /// is judged here (`retry_judge`: Redis decodes no JSON the scan's user
+    /// can write); the step writes only if the round and the manifest are
+    /// still those judged, else they are read again.
     pub async fn retry(&self, round: u64) -> Result<Retried, QueueError> {
         let mut con = self.con.clone();
-        let keys = [
-            self.keys.meta(),
-            self.keys.pending(),
-            self.keys.shards(),
-            self.keys.done(),
-            self.keys.dead(),
-            self.keys.shard_prefix(),
-            self.keys.key("parts:"),
-        ];
-        let mut call = LIBRARY.call(Step::Retry, &keys);
-        call.arg(round);
-        let (requeued, held): (i64, u64) = self.invoke(&mut con, &call).await?;
-        Ok(match requeued {
-            -1 => Retried::Applied { round: held },
-            -2 => Retried::NotMerged,
-            0 => Retried::NothingToRetry,
-            -3 => Retried::TooLarge,
-            -4 => Retried::PartsGone,
-            n => Retried::Requeued {
-                shards: n.max(0) as u64,
-            },
+        for _ in 0..RETRY_READS {
+            let read = self
+                .read_hash(&self.keys.meta(), 2, MAX_META_BYTES, &["manifest", "retries"])
+                .await?;
+            if read.skipped > 0 {
+                return Ok(Retried::TooLarge);
+            }
+            let held = match read.entries.get("retries") {
+                Some(r) => match r.parse() {
+                    Ok(held) => held,
+                    Err(_) => return Ok(Retried::TooLarge),
+                },
+                None => 0,
+            };
+            let manifest = read.entries.get("manifest").map(String::as_str);
+            let (held, manifest_sha1) = match retry_judge::judge(round, held, manifest) {
+                retry_judge::Judged::Answer(answer) => return Ok(answer),
+                retry_judge::Judged::Walk { held, manifest_sha1 } => (held, manifest_sha1),
+            };
+            let keys = [
+                self.keys.meta(),
+                self.keys.pending(),
+                self.keys.shards(),
+                self.keys.done(),
+                self.keys.dead(),
+                self.keys.shard_prefix(),
+                self.keys.key("parts:"),
+            ];
+            let mut call = LIBRARY.call(Step::Retry, &keys);
+            call.arg(round).arg(held).arg(manifest_sha1);
+            let (requeued, held): (i64, u64) = self.invoke(&mut con, &call).await?;
+            return Ok(match requeued {
+                -5 => continue,
+                -1 => Retried::Applied { round: held },
+                -2 => Retried::NotMerged,
+                0 => Retried::NothingToRetry,
+                -3 => Retried::TooLarge,
+                n => Retried::Requeued {
+                    shards: n.max(0) as u64,
+                },
+            });
+        }
+        Err(QueueError::KeptChanging {
+            what: "the scan's merged manifest and retry round",
         })
     }
 
@@ -1047,6 +1084,31 @@ impl Queue {
         let mut call = LIBRARY.call(Step::AdoptRound, &[self.keys.meta()]);
         call.arg(round);
         self.invoke(&mut con, &call).await
+    }
+
+    /// Store a merge's manifest in `meta` only if Redis still records the
+    /// merge's retry round `round` (`manifest.lua`): staged in the field
+    /// `manifest@ROUND`, then moved in one step, so a merge that outlived a
+    /// retry writes nothing over the later round. The manifest is larger
+    /// than a step's argument may be, hence the staging.
+    pub async fn store_manifest(&self, round: u64, manifest: &str) -> Result<StoredManifest, QueueError> {
+        let mut con = self.con.clone();
+        let meta = self.keys.meta();
+        con.hset::<_, _, _, ()>(&meta, format!("manifest@{round}"), manifest)
+            .await?;
+        let mut call = LIBRARY.call(Step::StoreManifest, std::slice::from_ref(&meta));
+        call.arg(round);
+        let (stored, held): (i64, u64) = self.invoke(&mut con, &call).await?;
+        match stored {
+            // -1, nothing staged: another merge of the same round staged
+            // its copy over this one and moved it first.
+            1 | -1 => Ok(StoredManifest::Stored),
+            0 => Ok(StoredManifest::OtherRound { held }),
+            _ => Err(QueueError::Oversized {
+                key: meta,
+                what: format!("field \"manifest@{round}\" or \"retries\" is over what a merge writes"),
+            }),
+        }
     }
 
     /// The manifest Redis holds (`meta` field `manifest`) and the retry
@@ -1520,6 +1582,11 @@ pub const MAX_STATUS_BYTES: usize = 4_096;
 /// The most bytes of a meta field read (the spec is under 64 KiB; the
 /// merge manifest lists dead shards with their errors cut at 4 KiB).
 pub const MAX_META_BYTES: usize = 8 << 20;
+
+/// Reads of the manifest and round a retry judges before it gives up
+/// (each read after the step found them changed: a merge or another retry
+/// wrote between).
+const RETRY_READS: usize = 5;
 
 /// What [`Queue::read_hash`] read.
 #[derive(Debug, Default)]

@@ -9,16 +9,25 @@
 -- KEYS: meta, pending, shards set, done set, dead set, shard-hash prefix,
 -- parts-list prefix
 -- ARGV[1]: the round (1 for the first retry, then 2, ...)
+-- ARGV[2]: the round Redis held when the caller read the manifest
+-- ARGV[3]: redis.sha1hex of the manifest the caller read
+-- The caller (`Queue::retry`) reads the manifest and the round at one
+-- instant and judges the manifest in Rust, bounded: whether it is of the
+-- round Redis holds, of a release with retries, and has dead shards or
+-- error records. It calls this step only when there is something to scan
+-- again. No JSON is decoded here: the scan's own user can write the
+-- manifest and call this function, and decoding a crafted document of
+-- megabytes would hold Redis, and its memory outside maxmemory, for every
+-- tenant (docs/threat-model.md, T16). The step only checks that what the
+-- caller judged is still what Redis holds: the round and the manifest's
+-- hash (one copy of the manifest, no parse tree).
 -- Returns {requeued, round}: requeued -1 when Redis holds this round or a
--- later one already (round: the one it holds), -2 when the scan is not
--- merged in the round Redis holds (no manifest, or one a merge of an
--- earlier round wrote after a retry: not this round's), 0 when nothing
--- needs scanning again (nothing changed; judged by the manifest too: a
--- manifest of a later round adopted from S3 after a rollback says so while
--- the shards' records are the earlier round's),
--- -3 when the scan's state is beyond what one step may walk, -4 when its
--- manifest is of a release before retries (whose merge deleted every part,
--- so the other shards' parts a new merge reads are gone): nothing changed.
+-- later one already (round: the one it holds), -2 when the scan has no
+-- manifest (not merged, or Redis lost it), -5 when the round or the
+-- manifest changed since the caller read them (it reads them again),
+-- 0 when no shard needs scanning again (nothing changed),
+-- -3 when the scan's state is beyond what one step may walk: nothing
+-- changed.
 -- Bounded: Redis cannot stop a function once it wrote, and the scan's own
 -- user can add shard ids and hash fields, so the step reads at most
 -- MAX_SHARDS shards (a 10^9-object plan has about 10,000; live splits add
@@ -26,24 +35,19 @@
 -- the first write.
 local MAX_SHARDS = 200000
 local MAX_FIELDS = 256
--- The manifest is decoded (cjson): at most what the merge stores (8 MiB,
--- MAX_META_BYTES), though the scan's user could store a larger one.
+-- What the merge stores at most (MAX_META_BYTES), though the scan's user
+-- could store a larger one; a round is a short number.
 local MAX_MANIFEST_BYTES = 8388608
+local MAX_ROUND_BYTES = 20
 local round = tonumber(ARGV[1])
-local held = tonumber(redis.call('HGET', KEYS[1], 'retries') or '0')
+if redis.call('HSTRLEN', KEYS[1], 'retries') > MAX_ROUND_BYTES then return {-3, 0} end
+local held = tonumber(redis.call('HGET', KEYS[1], 'retries') or '0') or 0
 if held >= round then return {-1, held} end
+if held ~= tonumber(ARGV[2]) then return {-5, held} end
 local size = redis.call('HSTRLEN', KEYS[1], 'manifest')
 if size == 0 then return {-2, held} end
 if size > MAX_MANIFEST_BYTES then return {-3, held} end
-local manifest = redis.call('HGET', KEYS[1], 'manifest')
-if not string.find(manifest, '"retries":', 1, true) then return {-4, held} end
-local decoded, merged = pcall(cjson.decode, manifest)
-if not decoded or type(merged) ~= 'table' then return {-2, held} end
-if (tonumber(merged['retries']) or 0) ~= held then return {-2, held} end
-local counted = merged['counts']
-local errors = 0
-if type(counted) == 'table' then errors = tonumber(counted['errors']) or 0 end
-if (tonumber(merged['shards_dead']) or 0) == 0 and errors == 0 then return {0, held} end
+if redis.sha1hex(redis.call('HGET', KEYS[1], 'manifest')) ~= ARGV[3] then return {-5, held} end
 if redis.call('SCARD', KEYS[3]) > MAX_SHARDS then return {-3, held} end
 local again = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do

@@ -83,7 +83,9 @@ impl Queue {
                 parts: ids.into_iter().zip(parts).collect(),
             });
         }
-        Err(QueueError::KeptChanging)
+        Err(QueueError::KeptChanging {
+            what: "the scan's shards",
+        })
     }
 }
 
