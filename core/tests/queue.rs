@@ -996,3 +996,57 @@ async fn a_retry_judges_the_manifest_of_the_round_redis_records() {
     assert_eq!(q.retry(5).await.unwrap(), Retried::Requeued { shards: 1 });
     assert_eq!(q.manifest_and_round().await.unwrap(), (None, 5));
 }
+
+/// A merge stores its manifest only for the round Redis records, and takes
+/// with it the copies that merges of other rounds staged and never moved (a
+/// merge killed between its staging HSET and the step): none of those
+/// rounds merges again, so nothing else would ever delete them.
+#[tokio::test]
+async fn storing_a_manifest_sweeps_copies_staged_by_other_rounds() {
+    use bucketscan_core::fleet::queue::StoredManifest;
+    let scan = scan_id("store-manifest");
+    let q = one_dead_shard(&scan).await;
+    let mut con = direct_connection().await;
+    let meta = q.keys().meta();
+    let _: () = redis::cmd("HSET")
+        .arg(&meta)
+        .arg("retries")
+        .arg("2")
+        .arg("manifest@0")
+        .arg("{\"stale\":0}")
+        .arg("manifest@1")
+        .arg("{\"stale\":1}")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    // Round 1's merge, late: nothing stored, its own copy gone.
+    assert_eq!(
+        q.store_manifest(1, "{\"retries\":1}").await.unwrap(),
+        StoredManifest::OtherRound { held: 2 }
+    );
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(&meta)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(fields.contains(&"manifest@0".to_string()), "{fields:?}");
+    assert!(!fields.contains(&"manifest@1".to_string()), "{fields:?}");
+    // Round 2's merge: stored, and round 0's leftover swept.
+    assert_eq!(
+        q.store_manifest(2, "{\"retries\":2}").await.unwrap(),
+        StoredManifest::Stored
+    );
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(&meta)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(!fields.iter().any(|f| f.starts_with("manifest@")), "{fields:?}");
+    let stored: String = redis::cmd("HGET")
+        .arg(&meta)
+        .arg("manifest")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(stored, "{\"retries\":2}");
+}

@@ -138,13 +138,22 @@ async fn ours_only(
     Ok(present)
 }
 
-/// The number `n` of a key named as data file `n` (`spec.data_key(n)`).
+/// The number `n` of a key named as data file `n`: `spec.data_key(n)`, or
+/// the name releases before one dataset shape gave it (`000000.EXT`, ...),
+/// so that a merge that died under such a release and runs again under this
+/// one takes its files as its own (and deletes them) rather than refusing
+/// the scan's own output.
 fn data_index(spec: &ScanSpec, key: &str) -> Option<usize> {
-    let stem = key.strip_prefix(&spec.data_prefix())?.split('.').next()?;
-    let (0, n) = crate::scan::dataset::parse_part_name(stem)? else {
-        return None;
-    };
-    (spec.data_key(n) == key).then_some(n)
+    use crate::scan::dataset::{parse_part_name, parse_sortable};
+    let stem = key
+        .strip_prefix(&spec.data_prefix())?
+        .strip_suffix(spec.extension())?
+        .strip_suffix('.')?;
+    match parse_part_name(stem) {
+        Some((0, n)) => Some(n),
+        Some(_) => None,
+        None => parse_sortable(stem, 6),
+    }
 }
 
 /// The data files the result at this output prefix lists, when there is
@@ -210,9 +219,19 @@ mod tests {
         for n in [0, 7, 999_999, 1_000_000, 123_456_789] {
             assert_eq!(data_index(&spec, &spec.data_key(n)), Some(n));
         }
+        for n in [0, 7, 999_999, 1_000_000] {
+            let legacy = format!("r/data/{}.jsonl.gz", crate::scan::dataset::sortable(n, 6));
+            assert_eq!(
+                data_index(&spec, &legacy),
+                Some(n),
+                "{legacy}: a name of earlier releases"
+            );
+        }
         for other in [
             "r/data/7.jsonl.gz",
-            "r/data/000007.jsonl.gz",
+            "r/data/0000007.jsonl.gz",
+            "r/data/000007.jsonl",
+            "r/data/x/000007.jsonl.gz",
             "r/data/part-00001-0007.jsonl.gz",
             "r/data/part-00000-007.jsonl.gz",
             "r/data/part-00000-0007.csv",

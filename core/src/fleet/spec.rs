@@ -140,7 +140,8 @@ pub fn prefixes_overlap(a: &str, b: &str) -> bool {
 }
 
 impl ScanSpec {
-    fn extension(&self) -> &'static str {
+    /// The data files' extension (`jsonl.gz`, `parquet`, ...).
+    pub fn extension(&self) -> &'static str {
         self.format.extension(self.gzip)
     }
 

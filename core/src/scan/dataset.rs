@@ -148,13 +148,12 @@ pub fn part_name(group: usize, file: usize) -> String {
 /// The `(group, file)` a stem names, when it is exactly [`part_name`]'s.
 pub fn parse_part_name(stem: &str) -> Option<(usize, usize)> {
     let (group, file) = stem.strip_prefix("part-")?.split_once('-')?;
-    let (group, file) = (unsortable(group)?, unsortable(file)?);
+    let (group, file) = (parse_sortable(group, 5)?, parse_sortable(file, 4)?);
     (part_name(group, file) == stem).then_some((group, file))
 }
 
-/// The number a [`sortable`] name stands for (not checked for its width:
-/// callers compare the name made again).
-fn unsortable(name: &str) -> Option<usize> {
+/// The number `name` stands for, when it is exactly [`sortable`]`(n, width)`.
+pub fn parse_sortable(name: &str, width: usize) -> Option<usize> {
     let digits = match name.strip_prefix('~') {
         Some(long) => long.get(2..)?,
         None => name,
@@ -162,7 +161,8 @@ fn unsortable(name: &str) -> Option<usize> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    let n = digits.parse().ok()?;
+    (sortable(n, width) == name).then_some(n)
 }
 
 /// `n` as a name that sorts in numeric order: zero-padded to `width`

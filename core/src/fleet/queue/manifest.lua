@@ -12,6 +12,7 @@
 -- what was staged, or the round, is larger than a merge writes.
 local MAX_MANIFEST_BYTES = 8388608
 local MAX_ROUND_BYTES = 20
+local MAX_SWEPT_FIELDS = 64
 local staged = 'manifest@' .. ARGV[1]
 if redis.call('HSTRLEN', KEYS[1], 'retries') > MAX_ROUND_BYTES then
   redis.call('HDEL', KEYS[1], staged)
@@ -30,4 +31,15 @@ if size > MAX_MANIFEST_BYTES then
 end
 redis.call('HSET', KEYS[1], 'manifest', redis.call('HGET', KEYS[1], staged))
 redis.call('HDEL', KEYS[1], staged)
+-- Copies other merges staged and never moved (a merge of an earlier round
+-- killed between its HSET and this step) go too: no merge of their round
+-- will run again. A merge's meta has a few tens of fields; one a scan's
+-- own user filled beyond that is left as it is rather than walked.
+if redis.call('HLEN', KEYS[1]) <= MAX_SWEPT_FIELDS then
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(field, 1, 9) == 'manifest@' then
+      redis.call('HDEL', KEYS[1], field)
+    end
+  end
+end
 return {1, held}
