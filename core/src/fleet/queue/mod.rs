@@ -31,6 +31,7 @@ pub mod library;
 mod locator;
 mod patient;
 mod retry_judge;
+pub use retry_judge::Retried;
 pub mod sentinel;
 pub mod view;
 
@@ -626,27 +627,6 @@ pub enum StoredManifest {
     OtherRound {
         held: u64,
     },
-}
-
-/// What a retry did (see [`Queue::retry`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Retried {
-    /// These shards are pending again; the scan is not merged any more.
-    Requeued { shards: u64 },
-    /// Redis holds this round (or a later one) already: nothing changed.
-    Applied { round: u64 },
-    /// The scan has no manifest in Redis: it is not merged (still running,
-    /// or Redis lost it).
-    NotMerged,
-    /// No shard is dead or holds error records: nothing to scan again.
-    NothingToRetry,
-    /// The scan's state in Redis is beyond what one retry step walks (more
-    /// shards, or shard records with more fields, than any plan makes):
-    /// nothing changed.
-    TooLarge,
-    /// Merged by a release before retries, whose merge deleted every part:
-    /// a new merge could not read the other shards' records.
-    PartsGone,
 }
 
 /// A shard's record from its hash.

@@ -9,11 +9,33 @@
 //! the step only compares the round and the manifest's SHA-1 with what was
 //! judged.
 //!
-//! May import: `queue` (its `Retried`) only.
+//! Owns [`Retried`], what a retry did (re-exported by `queue`).
+//!
+//! May import: nothing of `queue` (it imports this).
 
-use super::Retried;
 use serde::Deserialize;
 use sha1::{Digest, Sha1};
+
+/// What a retry did (see `Queue::retry`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Retried {
+    /// These shards are pending again; the scan is not merged any more.
+    Requeued { shards: u64 },
+    /// Redis holds this round (or a later one) already: nothing changed.
+    Applied { round: u64 },
+    /// The scan has no manifest in Redis: it is not merged (still running,
+    /// or Redis lost it).
+    NotMerged,
+    /// No shard is dead or holds error records: nothing to scan again.
+    NothingToRetry,
+    /// The scan's state in Redis is beyond what one retry step walks (more
+    /// shards, or shard records with more fields, than any plan makes):
+    /// nothing changed.
+    TooLarge,
+    /// Merged by a release before retries, whose merge deleted every part:
+    /// a new merge could not read the other shards' records.
+    PartsGone,
+}
 
 /// The fields of a merge's manifest a retry looks at; the others are
 /// skipped unread by the parser (no tree of them is built).
