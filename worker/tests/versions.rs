@@ -6,7 +6,8 @@
 //! store's order (keys ascending, a key's versions newest first): from
 //! `scan`, from the engine resumed between two versions of one key, and from
 //! a fleet whose worker is killed while checkpoints fall between versions of
-//! one key (JSONL and Parquet).
+//! one key (JSONL and Parquet); a pass resumed after a `null` version that
+//! was replaced since (its id reused) fails rather than repeat a version.
 
 mod common;
 #[path = "common/fault_proxy.rs"]
@@ -693,19 +694,7 @@ async fn a_pass_resumed_after_a_version_deleted_since_fails_instead_of_skipping_
         .unwrap();
     let client = s3.s3().await;
     let engine = engine(&client, &bucket, 2);
-    let (records, ended) = try_pass(
-        &engine,
-        &Shard::default().resumed_after("K"),
-        Some(marker.clone()),
-    )
-    .await;
-    assert!(records.is_empty(), "{records:?}");
-    match ended {
-        Err(bucketscan_core::s3::S3Error::ResumeVersionGone { key, version_id }) => {
-            assert_eq!((key.as_str(), version_id.as_str()), ("K", marker.as_str()));
-        }
-        other => panic!("the pass should fail with the version gone: {other:?}"),
-    }
+    assert_resume_gone(&engine, marker.clone(), &marker).await;
     // The versions left are all listed from the shard's start.
     let mut left = written[1..].to_vec();
     left[0].is_latest = true;
@@ -951,4 +940,126 @@ const SIGCONT: i32 = 18;
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// A `null` version's id is reused: under suspended versioning a PUT or a
+/// DELETE of the key replaces its `null` version with a new current `null`
+/// entry on top. K lists [v3, null]; a pass resumed after that `null` (v3
+/// written before it) must not find the new `null` on top and list v3
+/// again: the entry it resumes after is gone, and the pass says so.
+async fn a_pass_resumed_after_a_null_version_replaced_since_fails(replace: Op) {
+    let s3 = minio();
+    let bucket = s3.bucket("ver-nullre").await;
+    put(&s3, &bucket, "K", b"first").await;
+    set_versioning(&s3, &bucket, BucketVersioningStatus::Enabled).await;
+    let v3 = put(&s3, &bucket, "K", b"v3").await.expect("a version id");
+    set_versioning(&s3, &bucket, BucketVersioningStatus::Suspended).await;
+    let client = s3.s3().await;
+    let engine = engine(&client, &bucket, 2);
+    let whole = pass(&engine, &Shard::default(), None).await;
+    let ids: Vec<_> = whole
+        .iter()
+        .map(|r| r.columns.version_id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, [v3.as_str(), "null"], "{whole:?}");
+    let resume_at = null_resume_point(&whole[1]);
+    // Unchanged, the point is found: nothing after it.
+    let (records, ended) = try_pass(
+        &engine,
+        &Shard::default().resumed_after("K"),
+        Some(resume_at.clone()),
+    )
+    .await;
+    assert!(records.is_empty() && ended.is_ok(), "{records:?} {ended:?}");
+    // LastModified tells the new `null` from the old one (same body: same ETag).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    match replace {
+        Op::Put(_) => {
+            put(&s3, &bucket, "K", b"first").await;
+        }
+        _ => {
+            s3.client()
+                .delete_object()
+                .bucket(&bucket)
+                .key("K")
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    assert_resume_gone(&engine, resume_at, "null").await;
+}
+
+/// A pass resumed after `point` of `K` lists nothing (no version again)
+/// and fails with that version gone.
+async fn assert_resume_gone(engine: &Arc<Engine>, point: String, version: &str) {
+    let (records, ended) = try_pass(engine, &Shard::default().resumed_after("K"), Some(point)).await;
+    assert!(records.is_empty(), "listed again: {records:?}");
+    match ended {
+        Err(bucketscan_core::s3::S3Error::ResumeVersionGone { key, version_id }) => {
+            assert_eq!((key.as_str(), version_id.as_str()), ("K", version));
+        }
+        other => panic!("the pass should fail with the version gone: {other:?}"),
+    }
+}
+
+/// PUT `body` at `key`: the version id the store gave it, if any.
+async fn put(s3: &Server, bucket: &str, key: &str, body: &'static [u8]) -> Option<String> {
+    let put = s3
+        .client()
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from_static(body))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("put {key}: {e:?}"));
+    put.version_id().map(str::to_string)
+}
+
+/// Where a pass resumes after `record`, as the engine and a fleet's
+/// checkpoint name it.
+fn null_resume_point(record: &Record) -> String {
+    bucketscan_core::scan::engine::resume_version(record).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_resumed_after_a_null_version_overwritten_since_fails() {
+    a_pass_resumed_after_a_null_version_replaced_since_fails(Op::Put(0)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_resumed_after_a_null_version_deleted_since_fails() {
+    a_pass_resumed_after_a_null_version_replaced_since_fails(Op::Delete).await;
+}
+
+/// A pass resumed after the current `null` version (versioning suspended
+/// over an older version) lists exactly the versions below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_resumed_after_a_current_null_version_gives_the_older_ones() {
+    let s3 = minio();
+    let bucket = versioned_bucket(&s3, "ver-nulltop").await;
+    let v1 = put(&s3, &bucket, "K", b"v1").await.expect("a version id");
+    set_versioning(&s3, &bucket, BucketVersioningStatus::Suspended).await;
+    put(&s3, &bucket, "K", b"null").await;
+    put(&s3, &bucket, "L", b"other").await;
+    let client = s3.s3().await;
+    let engine = engine(&client, &bucket, 2);
+    let whole = pass(&engine, &Shard::default(), None).await;
+    let ids: Vec<_> = whole
+        .iter()
+        .map(|r| (r.key.as_str(), r.columns.version_id.as_deref().unwrap()))
+        .collect();
+    assert_eq!(
+        ids,
+        [("K", "null"), ("K", v1.as_str()), ("L", "null")],
+        "{whole:?}"
+    );
+    let rest = pass(
+        &engine,
+        &Shard::default().resumed_after("K"),
+        Some(null_resume_point(&whole[0])),
+    )
+    .await;
+    assert_eq!(rest, whole[1..], "resumed after K's null");
 }

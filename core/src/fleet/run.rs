@@ -17,7 +17,7 @@ use crate::fleet::recovery::{write_done, DoneRecord};
 use crate::fleet::spec::ScanSpec;
 use crate::keyspace::planner::{split_point, BucketLister};
 use crate::s3::error::S3Error;
-use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
+use crate::scan::engine::{resume_version, CountersSnapshot, Engine, Frontier};
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
 use crate::scan::record::{Record, Status};
 use crate::scan::resume::Resumption;
@@ -720,17 +720,20 @@ impl PartCounts {
 }
 
 /// `--versions`: the checkpoint after one version of `key` is the key and
-/// the version id joined by a NUL, which no key holds (`Shard::split_after`
+/// the version joined by a NUL, which no key holds (`Shard::split_after`
 /// relies on it too): it sorts after the key and before every key after it.
-fn versioned_checkpoint(key: &str, version_id: Option<&str>) -> String {
-    match version_id {
+/// The version is as [`resume_version`] encodes it: its id, or for `null`
+/// the id with what tells that entry from a later `null` (the one id a store
+/// gives again). No version holds a NUL, so the last one ends the key.
+fn versioned_checkpoint(key: &str, version: Option<&str>) -> String {
+    match version {
         Some(v) => format!("{key}\0{v}"),
         None => key.to_string(),
     }
 }
 
 /// Where a pass resumes: after this key, or (`--versions`) after this
-/// version of it.
+/// version of it (encoded, see [`versioned_checkpoint`]).
 fn resume_point(checkpoint: &str, versions: bool) -> (&str, Option<&str>) {
     match checkpoint.rsplit_once('\0') {
         Some((key, version)) if versions => (key, Some(version)),
@@ -799,7 +802,7 @@ impl Part {
     ) -> Result<(), S3Error> {
         let key = match spec.columns.versions {
             false => record.key.clone(),
-            true => versioned_checkpoint(&record.key, record.columns.version_id.as_deref()),
+            true => versioned_checkpoint(&record.key, resume_version(&record).as_deref()),
         };
         let (result, change) = record.split_change();
         if let Some(change) = change {
@@ -998,5 +1001,51 @@ mod tests {
         // After its key, before every key after it: a split point after the
         // key keeps the key's remaining versions in this shard.
         assert!(c.as_str() > "a/b" && c.as_str() < "a/b!" && c.as_str() < "a/c");
+    }
+
+    /// The checkpoint after a `null` entry names that entry (its id is
+    /// reused by a later PUT or DELETE under suspended versioning), reads
+    /// back whatever the key holds, and one written before (`KEY\0null`)
+    /// still reads as the `null` version.
+    #[test]
+    fn a_checkpoint_after_a_null_entry_round_trips_what_names_it() {
+        use crate::s3::VersionPoint;
+        for (key, marker, etag) in [("a/b", false, Some("\"e1\"")), ("odd\0key", true, None)] {
+            let record = Record {
+                key: key.into(),
+                status: Status::Ok,
+                size: 0,
+                etag: etag.map(str::to_string),
+                last_modified: Some("2026-11-27T14:26:53Z".into()),
+                storage_class: None,
+                content_type: None,
+                metadata: Default::default(),
+                binary_metadata: Vec::new(),
+                missing_metadata: None,
+                columns: crate::scan::record::ObjectColumns {
+                    version_id: Some("null".into()),
+                    is_delete_marker: Some(marker),
+                    ..Default::default()
+                },
+                error: None,
+                http_status: None,
+                change: None,
+                previous: None,
+            };
+            let c = versioned_checkpoint(key, resume_version(&record).as_deref());
+            let (at, version) = resume_point(&c, true);
+            assert_eq!(at, key, "{c:?}");
+            assert_eq!(
+                VersionPoint::parse(version.unwrap()),
+                VersionPoint::of("null", marker, Some("2026-11-27T14:26:53.000Z"), etag),
+                "{c:?}"
+            );
+            assert!(c.as_str() > key && c.as_str() < &format!("{key}!")[..]);
+        }
+        let (key, version) = resume_point("K\0null", true);
+        assert_eq!(
+            (key, VersionPoint::parse(version.unwrap()).null_entry),
+            ("K", None)
+        );
     }
 }

@@ -64,7 +64,7 @@ pub enum S3Error {
     /// checkpoint), and that version was deleted for good since: which of
     /// the key's other versions stood after it cannot be told (see
     /// `s3::versions`). Final for the shard, like an order it cannot trust.
-    #[error("the version {version_id:?} of {key:?} this listing resumes after was deleted since it was listed; which of that key's other versions came after it cannot be told, so the range cannot be finished exactly: scan it again from its start")]
+    #[error("the version {version_id:?} of {key:?} this listing resumes after was deleted since it was listed (a `null` one also when replaced by a new `null` entry: a PUT or DELETE under suspended versioning); which of that key's other versions came after it cannot be told, so the range cannot be finished exactly: scan it again from its start")]
     ResumeVersionGone { key: String, version_id: String },
     /// The endpoint's allowlist (the operator's `--allowed-endpoints`)
     /// refused every address its host resolves to: no connection was

@@ -31,6 +31,7 @@ pub mod tagging;
 pub mod transport;
 pub mod types;
 pub mod upload;
+pub mod version_point;
 pub mod versions;
 
 pub use allowlist::EndpointAllowlist;
@@ -43,4 +44,5 @@ pub use types::{
     Endpoint, HeadInfo, HeadResult, ListPage, ListRequest, ListVersionsRequest, ListedMetadata, ListedObject,
     ListedVersion, VersionPage,
 };
+pub use version_point::{VersionPoint, NULL_VERSION};
 pub use versions::{VersionMarker, VersionPages};

@@ -19,14 +19,17 @@
 //! listing that starts after one version of a key first lists that key
 //! whole and takes the versions after it ([`versions_of_key`]), so a
 //! resume point means one place whatever order a page was put back in; a
-//! version deleted since is [`S3Error::ResumeVersionGone`].
+//! version deleted since is [`S3Error::ResumeVersionGone`], and so is a
+//! `null` entry replaced since by a new `null` (its id is reused: the point
+//! names the entry, [`VersionPoint`]).
 //! Entries at or before the start are dropped: moto's answer to a
 //! `key-marker` alone also lists older versions of that key, and moto
 //! 5.2.1 leaves out the first entry after a `key-marker` that names no key
 //! (docs/testing.md).
 //!
 //! May import: `client`, `list` (its XML helpers), `signed`, `pages` (its
-//! limit on a stuck listing) and the bottom of `s3` (types, codec, error).
+//! limit on a stuck listing), `version_point` and the bottom of `s3` (types,
+//! codec, error).
 
 use super::client::S3;
 use super::codec::{format_time, strip_quotes, wire_start_after};
@@ -35,6 +38,7 @@ use super::list::{blocks, canonical_query, element, find_tag, key_decoder, liste
 use super::pages::MAX_SAME_TOKEN;
 use super::signed::SignedClient;
 use super::types::{ListVersionsRequest, ListedObject, ListedVersion, VersionPage};
+use super::version_point::VersionPoint;
 use std::collections::HashSet;
 
 /// The query of a ListObjectVersions request in canonical form (names
@@ -280,6 +284,8 @@ fn wire_markers(req: &ListVersionsRequest) -> (Option<String>, Option<&str>) {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VersionMarker {
     pub key: Option<String>,
+    /// An encoded [`VersionPoint`]: the version id, or for `null` the id
+    /// with what names the entry.
     pub version_id: Option<String>,
 }
 
@@ -291,7 +297,7 @@ pub struct VersionPages<'a> {
     req: ListVersionsRequest,
     /// A start after a version of a key: that key's versions after it come
     /// first (read by [`versions_of_key`]).
-    after_version: Option<(String, String)>,
+    after_version: Option<(String, VersionPoint)>,
     ended: bool,
     /// The key of the last entry listed and its versions listed so far.
     last_key: Option<String>,
@@ -313,7 +319,9 @@ impl<'a> VersionPages<'a> {
         VersionPages {
             s3,
             bucket,
-            after_version: key.clone().zip(after.version_id),
+            after_version: key
+                .clone()
+                .zip(after.version_id.as_deref().map(VersionPoint::parse)),
             req: ListVersionsRequest {
                 prefix: prefix.to_string(),
                 key_marker: key.clone(),
@@ -368,7 +376,7 @@ impl<'a> VersionPages<'a> {
 
     /// The next page (possibly empty), or `None` after the last one.
     pub async fn next(&mut self) -> Result<Option<Vec<ListedVersion>>, S3Error> {
-        if let Some((key, version_id)) = self.after_version.take() {
+        if let Some((key, point)) = self.after_version.take() {
             let all = versions_of_key(self.s3, self.bucket, &key).await?;
             self.versions_of_last = all.iter().map(|v| v.version_id.clone()).collect();
             // A version gone since (deleted for good) cannot be placed among
@@ -379,9 +387,14 @@ impl<'a> VersionPages<'a> {
             // its start would repeat the newer ones already written: both
             // would still end Complete. The listing fails instead, final for
             // the shard (`fleet::run`), so the scan says what it could not
-            // do.
-            let Some(at) = all.iter().position(|v| v.version_id == version_id) else {
-                return Err(S3Error::ResumeVersionGone { key, version_id });
+            // do. A `null` entry replaced since (by a PUT or DELETE under
+            // suspended versioning) is gone too, though a `null` is listed:
+            // the new one is on top, above versions written already.
+            let Some(at) = all.iter().position(|v| point.names(v)) else {
+                return Err(S3Error::ResumeVersionGone {
+                    key,
+                    version_id: point.version_id,
+                });
             };
             return Ok(Some(all[at + 1..].to_vec()));
         }
