@@ -1020,7 +1020,7 @@ async fn put(s3: &Server, bucket: &str, key: &str, body: &'static [u8]) -> Optio
 /// Where a pass resumes after `record`, as the engine and a fleet's
 /// checkpoint name it.
 fn null_resume_point(record: &Record) -> String {
-    bucketscan_core::scan::engine::resume_version(record).unwrap()
+    record.resume_version().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,7 @@ use crate::fleet::recovery::{write_done, DoneRecord};
 use crate::fleet::spec::ScanSpec;
 use crate::keyspace::planner::{split_point, BucketLister};
 use crate::s3::error::S3Error;
-use crate::scan::engine::{resume_version, CountersSnapshot, Engine, Frontier};
+use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
 use crate::scan::record::{Record, Status};
 use crate::scan::resume::Resumption;
@@ -722,7 +722,7 @@ impl PartCounts {
 /// `--versions`: the checkpoint after one version of `key` is the key and
 /// the version joined by a NUL, which no key holds (`Shard::split_after`
 /// relies on it too): it sorts after the key and before every key after it.
-/// The version is as [`resume_version`] encodes it: its id, or for `null`
+/// The version is as `Record::resume_version` encodes it: its id, or for `null`
 /// the id with what tells that entry from a later `null` (the one id a store
 /// gives again). No version holds a NUL, so the last one ends the key.
 fn versioned_checkpoint(key: &str, version: Option<&str>) -> String {
@@ -802,7 +802,7 @@ impl Part {
     ) -> Result<(), S3Error> {
         let key = match spec.columns.versions {
             false => record.key.clone(),
-            true => versioned_checkpoint(&record.key, resume_version(&record).as_deref()),
+            true => versioned_checkpoint(&record.key, record.resume_version().as_deref()),
         };
         let (result, change) = record.split_change();
         if let Some(change) = change {
@@ -1032,7 +1032,7 @@ mod tests {
                 change: None,
                 previous: None,
             };
-            let c = versioned_checkpoint(key, resume_version(&record).as_deref());
+            let c = versioned_checkpoint(key, record.resume_version().as_deref());
             let (at, version) = resume_point(&c, true);
             assert_eq!(at, key, "{c:?}");
             assert_eq!(

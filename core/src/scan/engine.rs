@@ -31,7 +31,6 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
 
 mod versions;
-pub use versions::resume_version;
 
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -283,7 +282,7 @@ pub struct ShardOutcome {
     pub listed: u64,
     pub last_key: Option<String>,
     /// `--versions`: the version of `last_key` last sent (the resume point
-    /// is that version, not the whole key), as [`resume_version`] encodes it.
+    /// is that version, not the whole key), as `Record::resume_version` encodes it.
     pub last_version: Option<String>,
 }
 
@@ -439,7 +438,7 @@ impl Engine {
             }
             outcome.last_key = Some(record.key.clone());
             if versions {
-                outcome.last_version = resume_version(&record);
+                outcome.last_version = record.resume_version();
             }
             out.send(record)
                 .await

@@ -2,7 +2,8 @@
 //! escapes quotes, newlines and control characters, so any UTF-8 key and any
 //! metadata value round-trips.
 //!
-//! May import: `s3::columns` (the columns a HEAD answers), nothing else of
+//! May import: `s3::columns` (the columns a HEAD answers) and
+//! `s3::version_point` (where a pass resumes after a version), nothing else of
 //! the crate.
 
 pub use crate::s3::columns::ObjectColumns;
@@ -146,6 +147,23 @@ impl Record {
     pub fn write_line(&self, out: &mut Vec<u8>) {
         serde_json::to_writer(&mut *out, self).expect("a record always serializes");
         out.push(b'\n');
+    }
+}
+
+impl Record {
+    /// Where a pass resumes after this record (`--versions`): its version,
+    /// encoded as a `VersionPoint` (a `null` one with what tells that entry
+    /// from a later `null`, from the record's own fields). `None` for a
+    /// record without a version.
+    pub fn resume_version(&self) -> Option<String> {
+        let version_id = self.columns.version_id.as_deref()?;
+        let point = crate::s3::version_point::VersionPoint::of(
+            version_id,
+            self.columns.is_delete_marker.unwrap_or(false),
+            self.last_modified.as_deref(),
+            self.etag.as_deref(),
+        );
+        Some(point.encode())
     }
 }
 

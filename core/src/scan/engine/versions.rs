@@ -5,7 +5,7 @@
 //! (a HEAD of one answers 405). The filter judges each version on its own.
 //!
 //! A pass resumes after the last record sent: after that version of its key
-//! (`after_version`, [`resume_version`]: for a `null` version, that `null`
+//! (`after_version`, `Record::resume_version`: for a `null` version, that `null`
 //! entry and no later one), so a failure between two versions of one key
 //! neither loses nor repeats one.
 //!
@@ -15,28 +15,11 @@ use super::{Engine, Entry, Frontier, Task, VersionOf};
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::s3::versions::versions_of_key;
-use crate::s3::{
-    HeadInfo, HeadResult, ListedVersion, VersionMarker, VersionPages, VersionPoint, NULL_VERSION,
-};
+use crate::s3::{HeadInfo, HeadResult, ListedVersion, VersionMarker, VersionPages, NULL_VERSION};
 use crate::scan::record::{ObjectColumns, Record, Status};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::sync::mpsc;
-
-/// Where a pass resumes after `record` (`--versions`): its version, encoded
-/// as a [`VersionPoint`] (a `null` one with what tells that entry from a
-/// later `null`, from the record's own fields). `None` for a record
-/// without a version.
-pub fn resume_version(record: &Record) -> Option<String> {
-    let version_id = record.columns.version_id.as_deref()?;
-    let point = VersionPoint::of(
-        version_id,
-        record.columns.is_delete_marker.unwrap_or(false),
-        record.last_modified.as_deref(),
-        record.etag.as_deref(),
-    );
-    Some(point.encode())
-}
 
 impl Engine {
     /// LIST the shard's versions into `keys`, from after `after_version` of
