@@ -19,7 +19,7 @@ use crate::keyspace::planner::{split_point, BucketLister};
 use crate::s3::error::S3Error;
 use crate::scan::engine::{CountersSnapshot, Engine, Frontier};
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
-use crate::scan::record::{Record, Status};
+use crate::scan::record::Record;
 use crate::scan::resume::Resumption;
 use futures::FutureExt;
 use std::sync::Arc;
@@ -507,7 +507,7 @@ impl Runner {
         let (key, changes) = part.finish().await?;
         if let (Some(key), Some(first), Some(last)) = (&key, &part.first_written, &part.last_written) {
             let stats = PartStats {
-                records: part.counts.written,
+                records: part.counts.result.written,
                 first: first.clone(),
                 last: last.clone(),
             };
@@ -679,38 +679,22 @@ async fn report_progress(queue: &Queue, engine: &Engine, progress: &mut Progress
 /// some keys twice (the live progress counters count that rework).
 #[derive(Clone, Debug, Default)]
 struct PartCounts {
-    objects: u64,
-    written: u64,
-    with_metadata: u64,
-    vanished: u64,
-    errors: u64,
-    bytes: u64,
+    /// The result's counts, as `scan`'s dataset counts them (one meaning in
+    /// both manifests; `filtered` stays 0: a fleet counts it in progress).
+    result: crate::scan::dataset::DatasetCounts,
     /// Incremental scans: changes since the baseline, by kind.
     changes: crate::scan::dataset::ChangeCounts,
 }
 
 impl PartCounts {
-    fn add(&mut self, record: &Record, kept: bool) {
-        self.objects += 1;
-        self.written += kept as u64;
-        match record.status {
-            Status::Ok => {
-                self.with_metadata += !record.metadata.is_empty() as u64;
-                self.bytes += record.size;
-            }
-            Status::Vanished => self.vanished += 1,
-            Status::Error => self.errors += 1,
-        }
-    }
-
     fn pairs(&self) -> [(&'static str, u64); 10] {
         [
-            ("objects", self.objects),
-            ("written", self.written),
-            ("with_metadata", self.with_metadata),
-            ("vanished", self.vanished),
-            ("errors", self.errors),
-            ("bytes", self.bytes),
+            ("objects", self.result.objects),
+            ("written", self.result.written),
+            ("with_metadata", self.result.with_metadata),
+            ("vanished", self.result.vanished),
+            ("errors", self.result.errors),
+            ("bytes", self.result.bytes),
             ("added", self.changes.added),
             ("removed", self.changes.removed),
             ("content_changed", self.changes.content_changed),
@@ -878,12 +862,12 @@ impl Part {
             }
             self.last_written = Some(record.key.clone());
         }
-        self.counts.add(&record, keep);
+        self.counts.result.add(&record, keep);
         Ok(())
     }
 
     fn is_full(&self, opts: &RunOptions) -> bool {
-        let records = self.counts.objects + self.changes.as_ref().map_or(0, |c| c.records);
+        let records = self.counts.result.objects + self.changes.as_ref().map_or(0, |c| c.records);
         records >= opts.part_records || (records > 0 && self.opened.elapsed() >= opts.part_age)
     }
 
@@ -946,6 +930,7 @@ fn failures_allowed(e: &S3Error, max_failures: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scan::record::Status;
 
     #[test]
     fn the_rate_covers_the_interval_between_snapshots() {
