@@ -169,6 +169,8 @@ def main(argv=None):
                    help="the saturation section's family of store models to run: all, quick (three rows), none, "
                         "or names separated by commas (bench/harness/store_family.py)")
     p.add_argument("--family-objects", type=int, help="objects per family row (default: the saturation size)")
+    p.add_argument("--family-ticks", help="keep each family row's fleet ticks (autoscaled-fleet's JSON) in this "
+                                          "directory as rowN.json")
     p.add_argument("--family-driven-max", type=int,
                    help=f"drive every family row at most this fast (default {store_family.DRIVEN_MAX:,}/s; lower "
                         "for a quick run on debug builds)")

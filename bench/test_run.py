@@ -491,8 +491,11 @@ class StoreFamily(unittest.TestCase):
         # The queue holds as many requests at both scales: 0.5 ms x 100k = 10 ms x 5k.
         self.assertEqual(flags["queue_limit_ms"], 10.0)
         self.assertEqual(flags["throttle_share"], 0.01)
-        # Each worker brings C' / 8: 2 in flight of 3.2 ms each.
-        self.assertAlmostEqual(concurrency / (flags["head_median_ms"] / 1000), driven / fam.WORKERS_AT_C)
+        # Each worker brings C' / 8: 2 in flight of 3.2 ms each, the model's
+        # mean (log-normal: above its median) and the client's own time.
+        mean_ms = flags["head_median_ms"] * fam.MEAN_OVER_MEDIAN + fam.CLIENT_MS
+        self.assertAlmostEqual(concurrency / (mean_ms / 1000), driven / fam.WORKERS_AT_C, delta=1.0)
+        self.assertAlmostEqual(flags["head_p99_ms"] / flags["head_median_ms"], fam.P99_OVER_MEDIAN, delta=0.01)
         self.assertIn("--throttle-share", fam.model_flags(flags))
         small = fam.scaled(("1k", 1_000, 5.0, 0.0, None, None, "flat"))
         self.assertEqual((small[0], small[3], small[1]["queue_limit_ms"]), (1_000, 1.0, 5.0))
@@ -517,10 +520,45 @@ class StoreFamily(unittest.TestCase):
         self.assertEqual([m for _, m in claims], [False, True, True, True, False])
         self.assertIn("held by RateFlat: the rate stopped growing", why)
         self.assertIn("StoreSaturated (RateFlat) at 2,000/s, below the knee", why)
+        # Where the store's queue refuses random arrivals below C, its knee
+        # is there: StoreSaturated at 0.7 C is not early at 0.71 reachable.
+        claims, _ = fam.judge(self.row(reachable=0.71, saturated_at=[("Throttling", 3_500.0)]), 5_000)
+        self.assertTrue(claims[-1][1], claims)
+        claims, _ = fam.judge(self.row(reachable=0.71, saturated_at=[("Throttling", 2_500.0)]), 5_000)
+        self.assertFalse(claims[-1][1], claims)
+        # The early one is named, not the first said.
+        _, why = fam.judge(self.row(saturated_at=[("Governed", 4_800.0), ("RateFlat", 2_000.0)]), 5_000)
+        self.assertIn("StoreSaturated (RateFlat) at 2,000/s, below the knee", why)
         _, why = fam.judge(self.row(share_of_capacity=0.6, final_workers=16, saturated=None), 5_000)
         self.assertIn("all 16 workers ran", why)
+        # A queue too short for any client to meet both claims says so.
+        _, why = fam.judge(self.row(share_of_capacity=0.36, reachable=0.45, queue_ms=0.5, scale=1.0,
+                                    saturated=None), 5_000)
+        self.assertIn("the store's queue (2.5 requests) refuses over 1 % of random arrivals above 0.45 C: no "
+                      "client meets both claims; the fleet reached 0.80 of that", why)
         _, why = fam.judge(self.row(slowdown_share=0.03, sporadic_share=0.01), 5_000)
         self.assertIn("503s 3.00 % (1.00 % sporadic, 2.00 % from the store's queue)", why)
+
+    def test_busy_ends_when_the_queue_first_runs_short(self):
+        t = lambda secs, workers, pending: {"secs": secs, "workers": workers, "pending": pending}
+        ticks = [t(0, 1, 250), t(1, 9, 100), t(2, 16, 20), t(3, 16, 10), t(4, 1, 1)]
+        self.assertEqual(fam.busy_ticks(ticks), ticks[:3], "a shard handed back at the end is not busy")
+
+    def test_rows_are_named_even_when_a_name_holds_a_comma(self):
+        self.assertEqual(fam.row_names("base,100k store, sporadic 1 %,small store"),
+                         ["base", "100k store, sporadic 1 %", "small store"])
+        self.assertEqual(fam.row_names("short queue, sporadic 0.1 %"), ["short queue, sporadic 0.1 %"])
+        with self.assertRaises(SystemExit):
+            fam.row_names("base,no such store")
+
+    def test_what_a_queue_lets_random_arrivals_reach(self):
+        # 25 requests of room (5 ms at 5,000/s): 0.9 C is refused well under
+        # 1 %; 2.5 requests (0.5 ms): 1 % is refused from about 0.45 C.
+        self.assertLess(fam.refused_share(0.9, 25), 0.01)
+        self.assertGreater(fam.refused_share(0.9, 2.5), 0.05)
+        self.assertEqual(fam.reachable(50.0, 5_000), 1.0)
+        self.assertTrue(0.40 <= fam.reachable(0.5, 5_000) <= 0.50)
+        self.assertLess(fam.refused_share(0.3, 2.5), fam.refused_share(0.6, 2.5), "refusals grow with the load")
 
     def test_the_family_is_one_table(self):
         r = self.row(nominal=100_000, driven=5_000, queue_ms=0.5, sporadic=0.01, profile=None, prefix_share=None)
@@ -528,7 +566,9 @@ class StoreFamily(unittest.TestCase):
         lines = fam.render({"objects": 20_000, "rows": [r, dict(r, label="y")], "driven_max": 5_000})
         table = [l for l in lines if l.startswith("| x") or l.startswith("| y")]
         self.assertEqual(len(table), 2)
-        self.assertIn("| 100,000 (5,000) | 0.5 ms | 1 % | 0.95 | 9 |", table[0])
+        self.assertIn("| 100,000 (5,000) | 0.5 ms | 1 % | – | 0.95 | 9 |", table[0])
+        lines = fam.render({"objects": 20_000, "rows": [dict(r, reachable=0.45)], "driven_max": 5_000})
+        self.assertIn("| 1 % | 0.45 C | 0.95 |", lines[-1])
         self.assertIn("| 5/5 | – |", table[0])
         self.assertEqual(fam.render(None), [])
         names = [row[0] for row in fam.FAMILY]

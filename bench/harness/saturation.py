@@ -82,9 +82,7 @@ def saturation_row(label, fixed, f, capacity):
     still pending, so every worker had work), 503s and retries from the
     endpoint's counts."""
     ticks = (f.get("fleet") or {}).get("ticks", [])
-    # Busy: shards enough pending for every worker (near the end the work
-    # left, not the autoscaler, sizes the fleet: that is no adjustment).
-    busy = [t for t in ticks if t["pending"] >= max(1, t["workers"])]
+    busy = store_family.busy_ticks(ticks)
     last_change, changes = 0.0, 0
     for a, b in zip(busy, busy[1:]):
         if b["workers"] != a["workers"]:
@@ -180,7 +178,7 @@ def render(sat, chart=None):
         "does) and the scan-wide governor on (`--govern-ms 1000`). The autoscaled fleet is sized by the "
         "operator's own autoscaler (`autoscale::decide`, unchanged) driven by `autoscaled-fleet` "
         "(bench/src/bin/autoscaled-fleet.rs) from the scan's live rate and throttles in Redis, as the operator "
-        "reads them, with its dwell and settle times shortened to 6 s and 4 s (the operator's: 60 s and 20 s) "
+        "reads them, with its dwell, settle and re-probe times shortened to 6 s, 4 s and 60 s (the operator's: 60 s, 20 s and 600 s) "
         "and a process standing in for a pod. Steady rate: the mean of the workers' reported rates from "
         f"{STEADY_AFTER_S} s after the fleet's last change while shards were still pending. 503s and retries "
         "from the endpoint's counts (retries: failed answers, each sent again, per answered request); queued: "

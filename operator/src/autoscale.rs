@@ -55,6 +55,10 @@ pub struct AutoscaleConfig {
     pub governed_share: f64,
     /// Latency above this many times the baseline is the store queueing.
     pub latency_rise: f64,
+    /// A throttled share above this is no store's noise (the governor's
+    /// `max_noise`: BBRv2's loss threshold): throttling, whether or not the
+    /// governor holds the fleet yet.
+    pub noise_ceiling: f64,
 }
 
 impl Default for AutoscaleConfig {
@@ -70,6 +74,7 @@ impl Default for AutoscaleConfig {
             ceiling_share: 0.9,
             governed_share: 0.5,
             latency_rise: 1.5,
+            noise_ceiling: 0.02,
         }
     }
 }
@@ -192,7 +197,8 @@ pub fn decide(
     if elapsed < cfg.dwell_secs {
         return hold(st, current, obs);
     }
-    let throttles_per_sec = obs.throttles.saturating_sub(st.throttles_at_step) as f64 / elapsed.max(1) as f64;
+    let throttled = obs.throttles.saturating_sub(st.throttles_at_step) as f64;
+    let throttles_per_sec = throttled / elapsed.max(1) as f64;
     // The share the store answers 503 whatever the load is no capacity
     // signal: only throttling beyond it is, and only while the governor
     // (which tells one from the other window by window) holds the fleet. At
@@ -200,9 +206,14 @@ pub fn decide(
     // window says nothing): without the governor's hold, 1 % is not a
     // reason to shrink. Workers that report no latency (older ones) give no
     // governor figures: the share alone, as before.
-    let allowed = (cfg.throttle_share + obs.throttle_noise) * obs.rate;
-    let governor_agrees = obs.governed >= cfg.governed_share || obs.latency_ms.is_none();
-    if throttles_per_sec > allowed.max(cfg.min_throttles_per_sec) && governor_agrees {
+    // Nor is it needed past what any noise can be (`noise_ceiling`): the
+    // governor may be checking a cut then, which holds nothing yet (the
+    // family's small store refused 6 % of 800 requests/s at 9 workers while
+    // the fleet grew on to 16).
+    let share_since = throttled / (obs.rate * elapsed.max(1) as f64).max(1.0);
+    let governor_agrees =
+        obs.governed >= cfg.governed_share || obs.latency_ms.is_none() || share_since > cfg.noise_ceiling;
+    if persistent_throttling(throttled, elapsed, obs, cfg) && governor_agrees {
         let message = format!(
             "the store throttles {:.0}/s ({:.1} % of {:.0} requests/s; {:.1} % answered whatever the load) with {current} workers",
             throttles_per_sec,
@@ -275,6 +286,20 @@ pub fn decide(
         return step_to(more, Some(current), obs, None);
     }
     hold(st, current, obs)
+}
+
+/// Whether `throttled` throttles over the `elapsed` seconds since the step
+/// are throttling beyond what the store answers whatever the load: above
+/// `throttle_share` plus the noise of the requests sent, by more than chance
+/// (3 sigmas of that count), and at least `min_throttles_per_sec`. Without
+/// the chance, a store whose noise the governor has not learnt (too few
+/// requests a window to tell it) and that answers 1.06 % of 280 requests a
+/// second 503 whatever the load was above 1 % half the time: the family's
+/// sporadic row shrank to one worker and sat there.
+fn persistent_throttling(throttled: f64, elapsed: i64, obs: &Observation, cfg: &AutoscaleConfig) -> bool {
+    let secs = elapsed.max(1) as f64;
+    let expected = (cfg.throttle_share + obs.throttle_noise) * obs.rate * secs;
+    throttled > expected + 3.0 * expected.sqrt() && throttled > cfg.min_throttles_per_sec * secs
 }
 
 /// The fewest workers between `before` and `current` that serve `rate` at
@@ -824,6 +849,38 @@ mod tests {
         });
         assert_eq!(*seen.last().unwrap(), 8, "{seen:?}");
         assert_eq!(d, None);
+        // Nor 1.06 % of 280 requests/s when the governor holds the fleet
+        // (its cut for a window of 7 503s) and has learnt no noise: within
+        // chance of 1 % over the step (the family's sporadic row, one
+        // worker, shrank to the minimum and held there). 3 % is throttling.
+        let st = AutoscaleState {
+            step_time: 0,
+            workers: 2,
+            ready_time: Some(0),
+            ..AutoscaleState::default()
+        };
+        for (share, shrinks) in [(0.0106, false), (0.03, true)] {
+            let o = Observation {
+                governed: 1.0,
+                latency_ms: Some(5.0),
+                baseline_ms: Some(5.0),
+                ..Observation::of(60, 280.0, (280.0 * 60.0 * share) as u64, 2)
+            };
+            let d = decide(Some(&st), &o, 1, 8, &AutoscaleConfig::default());
+            let reason = d.saturated.as_ref().map(|s| s.reason);
+            assert_eq!(reason == Some("Throttling"), shrinks, "{share}: {d:?}");
+        }
+        // 6 % while the governor checks its cut (it holds nothing yet) is
+        // throttling all the same: past any store's noise.
+        let o = Observation {
+            governed: 0.0,
+            latency_ms: Some(17.0),
+            baseline_ms: Some(15.5),
+            ..Observation::of(60, 800.0, (800.0 * 60.0 * 0.06) as u64, 2)
+        };
+        let d = decide(Some(&st), &o, 1, 8, &AutoscaleConfig::default());
+        assert_eq!(d.saturated.map(|s| s.reason), Some("Throttling"), "{:?}", d.state);
+        assert_eq!(d.workers, 1);
         // 3 % with the governor holding the fleet is persistent throttling,
         // and says how much.
         let (seen, d, _) = simulate(1, 8, 120, None, |_, workers, _| Seen {

@@ -8,7 +8,7 @@
 //!
 //! Kubernetes is not here: a process stands in for a pod (started at once,
 //! ready when started), and the autoscaler's times are shortened (`--dwell-secs`,
-//! `--settle-secs`) so that a run takes a minute or two instead of an hour.
+//! `--settle-secs`, `--reprobe-secs`) so that a run takes a minute or two instead of an hour.
 //! The decisions are the operator's code, unchanged.
 //!
 //! Prints one JSON object: the time series (workers, rate, throttles) and
@@ -43,6 +43,10 @@ struct Args {
     /// How long a step's workers run before its rate is judged (operator: 20 s).
     #[arg(long, default_value_t = 4)]
     settle_secs: i64,
+    /// How long a knee is held before one more worker is tried (operator:
+    /// 600 s, ten dwells; here ten of these dwells as well).
+    #[arg(long, default_value_t = 60)]
+    reprobe_secs: i64,
     #[arg(long, default_value_t = 500)]
     tick_ms: u64,
     /// The worker command (`bucketscan-worker run ...`); each process gets
@@ -78,6 +82,7 @@ async fn main() -> anyhow::Result<()> {
     let cfg = AutoscaleConfig {
         dwell_secs: args.dwell_secs,
         settle_secs: args.settle_secs,
+        reprobe_secs: args.reprobe_secs,
         ..AutoscaleConfig::default()
     };
     let bounds = Workers {
