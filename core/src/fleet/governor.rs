@@ -435,9 +435,10 @@ impl Governor {
     /// by more than chance, as many as the cut window's share explains at
     /// its lowest (3 sigmas below it), and at most `max_noise` (a store
     /// refusing more at any rate is overloaded, whoever by); it is
-    /// confirmed once they are clearly fewer than that lowest share. Not against the cut window's share itself: a cut
-    /// comes when a window's share is high by chance, so the next windows'
-    /// are lower whatever the cause (with 300 requests a window under 1 %
+    /// confirmed once they are clearly fewer than that lowest share. Not
+    /// against the cut window's share itself: a cut comes when a window's
+    /// share is high by chance, so the next windows' are lower whatever the
+    /// cause (with 300 requests a window under 1 %
     /// noise, a window of 7 throttles cuts and the next holds 3; compared
     /// with the cut's 2.3 %, the noise was taken for capacity).
     fn check(&self, cut: &Cut, cfg: &GovernorConfig) -> Checked {
