@@ -107,6 +107,10 @@ chart-docs-check:
 # why, no wildcard requirement, crates.io only (docs/testing.md, "Dependencies").
 deny:
     command -v cargo-deny >/dev/null || { echo "cargo-deny is missing: run scripts/install-cargo-deny.sh" >&2; exit 1; }
+    # `cargo metadata` (which cargo-deny reads) needs every platform's crates in
+    # the lockfile; a build downloads only this host's, so a fresh machine had
+    # no windows-sys or android_system_properties and the offline check failed.
+    cargo fetch --locked --quiet
     cargo deny --offline check licenses bans sources
 
 # Write crds/ (and the chart's copy, which templates/crds.yaml reads) from the Rust types.
