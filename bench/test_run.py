@@ -500,8 +500,17 @@ class StoreFamily(unittest.TestCase):
         small = fam.scaled(("1k", 1_000, 5.0, 0.0, None, None, "flat"))
         self.assertEqual((small[0], small[3], small[1]["queue_limit_ms"]), (1_000, 1.0, 5.0))
         self.assertNotIn("throttle_share", small[1])
-        prefix = fam.scaled(("p", 5_000, 5.0, 0.0, 0.5, None, "nested"))[1]
-        self.assertEqual(prefix["prefix_limit"], 2_500)
+        prefix = fam.scaled(("p", 5_000, 5.0, 0.0, 0.5, None, "prefixes"))[1]
+        self.assertEqual((prefix["prefix_limit"], prefix["partition_chars"]), (2_500, 2))
+
+    def test_a_per_prefix_row_s_bucket_has_room_for_c_across_its_prefixes(self):
+        # A per-prefix limit below C on a bucket of one prefix caps the
+        # store itself below C: the row could never meet 0.9 C (it was so:
+        # "nested" keys at 450,000 objects all fall under 0000/).
+        for row in fam.FAMILY:
+            if row[4]:
+                self.assertEqual(row[6], "prefixes", row[0])
+                self.assertGreaterEqual(16 * row[4], 1.0, row[0])
 
     def row(self, **kw):
         r = {"label": "x", "share_of_capacity": 0.95, "slowdown_share": 0.004, "retry_share": 0.005,

@@ -261,12 +261,26 @@ workspace_bin() {
 # passes the results bucket on to versitygw, so the scan can be large.
 bench_in_cluster() {
   local objects=${E2E_BENCH_OBJECTS:-1000000}
-  local synthetic raw_rate full_heads_before full_heads
+  # The fleet's shape (E2E_BENCH_WORKERS x E2E_BENCH_CONCURRENCY HEADs in
+  # flight; the raw rate is measured with as many in one process).
+  # Each worker's CPU limit (E2E_BENCH_CPU_LIMIT, default 1; empty: none):
+  # a worker runs a runtime thread per core it may use, and without a limit
+  # three workers ran six threads on this machine's two cores, beside the
+  # store, and spent 28 % more CPU per HEAD (docs/capacity.md).
+  BENCH_WORKERS=${E2E_BENCH_WORKERS:-3} BENCH_CONCURRENCY=${E2E_BENCH_CONCURRENCY:-64}
+  local cpu_limit=${E2E_BENCH_CPU_LIMIT-1}
+  BENCH_CPU_LIMIT=${cpu_limit:+cpu: \"$cpu_limit\",}
+  local synthetic raw_before raw_rate full_heads_before full_heads
   synthetic=$(workspace_bin synthetic-s3)
   step "synthetic-s3 with $objects objects, 1 ms per request"
   restart_server synthetic-s3 9100 _stats "$synthetic" --listen "$LISTEN_HOST:9100" \
     --objects "$objects" --layout nested --latency-us 1000 --threads 2 --forward "$S3_HOST_ENDPOINT"
   kt -n "$SCAN_NS" delete bucketscan e2e-bench --ignore-not-found --timeout=120s >/dev/null
+  # The raw rate before the scan and after it (the machine's speed drifts
+  # between runs: their mean is the figure's).
+  step "raw HEAD rate, before the scan: one bucketscan-worker scan of the same endpoint"
+  raw_before=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
+    BUCKET=synthetic OBJECTS=$objects S3_HOST_ENDPOINT=http://$HOST_SIDE_HOST:9100 raw_scan_rate $((BENCH_WORKERS * BENCH_CONCURRENCY)))
   # The timeline (issue 29, item 6): the store's counters and every
   # process's CPU, twice a second, while the scan runs.
   rm -f "$STATE/samples.stop"
@@ -281,7 +295,7 @@ metadata: {name: e2e-bench}
 spec:
   source: {endpoint: "http://$POD_SIDE_HOST:9100", bucket: synthetic, pathStyle: true, credentialsSecret: {name: s3-credentials}}
   output: {bucket: $RESULTS}
-  workers: {replicas: 3, concurrency: 64, resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {memory: 1Gi}}}
+  workers: {replicas: $BENCH_WORKERS, concurrency: $BENCH_CONCURRENCY, resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {$BENCH_CPU_LIMIT memory: 1Gi}}}
   sharding: {targetShards: 64}
 YAML
   wait_complete e2e-bench 1800 watch
@@ -291,9 +305,9 @@ print(json.load(sys.stdin)["heads"] - json.loads(sys.argv[1])["heads"])' "$full_
   wait "$sampler" || die "the timeline sampler failed"
   [ "$(manifest_fields e2e-bench counts.objects)" = "$objects" ] ||
     die "the bench scan's manifest does not count $objects objects"
-  step "raw HEAD rate: one bucketscan-worker scan of the same endpoint"
-  raw_rate=$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
-    BUCKET=synthetic OBJECTS=$objects S3_HOST_ENDPOINT=http://$HOST_SIDE_HOST:9100 raw_scan_rate 192)
+  step "raw HEAD rate, after the scan: one bucketscan-worker scan of the same endpoint"
+  raw_rate=$raw_before,$(AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET \
+    BUCKET=synthetic OBJECTS=$objects S3_HOST_ENDPOINT=http://$HOST_SIDE_HOST:9100 raw_scan_rate $((BENCH_WORKERS * BENCH_CONCURRENCY)))
   # BENCHMARKS.md's end-to-end row (bench/run.py reads it).
   mkdir -p "$E2E_CACHE/bench"
   figure e2e-bench "$objects" "$raw_rate" "synthetic-s3, 1 ms" "$STATE/samples.jsonl" |

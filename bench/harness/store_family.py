@@ -62,7 +62,7 @@ FAMILY = [
     ("small store, sporadic 1 %", 1_000, 5.0, 0.01, None, None, "flat"),
     ("20k store, short queue", 20_000, 0.5, 0.001, None, None, "flat"),
     ("100k store, sporadic 1 %", 100_000, 5.0, 0.01, None, None, "flat"),
-    ("per-prefix limit", 5_000, 5.0, 0.0, 0.5, None, "nested"),
+    ("per-prefix limit", 5_000, 5.0, 0.0, 0.5, None, "prefixes"),
     ("profile aws", 5_500, 5.0, 0.0, None, "aws", "nested"),
     ("profile flashblade", 15_000, 5.0, 0.0, None, "flashblade", "flat"),
     ("profile minio", 8_000, 5.0, 0.0, None, "minio", "flat"),
@@ -90,7 +90,7 @@ def scaled(row, concurrency=2, driven_max=DRIVEN_MAX):
                   "list_median_ms": 5.0, "list_p99_ms": 20.0, "queue_limit_ms": round(queue_ms * f, 3)})
     if prefix_share:
         flags["prefix_limit"] = driven * prefix_share
-        flags["partition_chars"] = 4  # nested keys: "0000/": every prefix its own partition
+        flags["partition_chars"] = 2  # "prefixes" keys: "07/": each of the 16 its own partition
         flags["capacity"] = driven
     elif profile == "aws":
         # S3 scales out: the limit is per prefix; the rows' keys share few.

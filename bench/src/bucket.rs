@@ -428,7 +428,7 @@ mod tests {
 
     #[test]
     fn keys_stay_in_order_and_the_bucket_is_what_changed() {
-        for layout in [Layout::Flat, Layout::Nested, Layout::Skewed] {
+        for layout in [Layout::Flat, Layout::Nested, Layout::Skewed, Layout::Prefixes] {
             let ks = keyspace(20_000, layout);
             let before = all(&Bucket::unchanged(ks));
             let b = Bucket::changed(ks, Changes { share: 0.02, seed: 9 }, AT);

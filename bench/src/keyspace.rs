@@ -18,6 +18,9 @@ pub enum Layout {
     Nested,
     /// 80 % under `hot/`, the rest over 100 `cold-NN/` prefixes.
     Skewed,
+    /// 16 first-level prefixes of equal size: `PP/DDDDDDDDD/NNNNNNNNNNNN` (a store
+    /// that limits each prefix, with room for the fleet in all of them).
+    Prefixes,
 }
 
 impl std::str::FromStr for Layout {
@@ -27,7 +30,8 @@ impl std::str::FromStr for Layout {
             "flat" => Ok(Layout::Flat),
             "nested" => Ok(Layout::Nested),
             "skewed" => Ok(Layout::Skewed),
-            _ => Err(format!("unknown layout {s:?}: flat, nested or skewed")),
+            "prefixes" => Ok(Layout::Prefixes),
+            _ => Err(format!("unknown layout {s:?}: flat, nested, skewed or prefixes")),
         }
     }
 }
@@ -39,7 +43,7 @@ pub struct BucketArgs {
     pub bucket: String,
     #[arg(long, default_value_t = 100_000)]
     pub objects: u64,
-    /// flat, nested or skewed
+    /// flat, nested, skewed or prefixes
     #[arg(long, default_value = "flat")]
     pub layout: Layout,
 }
@@ -68,6 +72,9 @@ pub struct Object {
     pub metadata: Vec<(&'static str, String)>,
 }
 
+/// First-level prefixes of [`Layout::Prefixes`].
+pub const PREFIXES: u64 = 16;
+
 impl Keyspace {
     /// The key of object `i` (`i < objects`); strictly increasing in `i`.
     pub fn key(&self, i: u64) -> String {
@@ -89,6 +96,11 @@ impl Keyspace {
                     let per = (self.objects - hot).div_ceil(100).max(1);
                     let _ = write!(k, "z-cold-{:02}/{i:012}", j / per);
                 }
+            }
+            Layout::Prefixes => {
+                let prefix = u128::from(i) * PREFIXES as u128 / u128::from(self.objects.max(1));
+                // The middle level never wraps, so keys grow with `i` at any N.
+                let _ = write!(k, "{prefix:02}/{:09}/{i:012}", i / 1_000);
             }
         }
         k
@@ -181,7 +193,7 @@ mod tests {
 
     #[test]
     fn keys_grow_with_the_index_in_every_layout() {
-        for layout in [Layout::Flat, Layout::Nested, Layout::Skewed] {
+        for layout in [Layout::Flat, Layout::Nested, Layout::Skewed, Layout::Prefixes] {
             let ks = Keyspace {
                 objects: 25_000,
                 layout,
@@ -199,11 +211,20 @@ mod tests {
             all(&skewed).iter().filter(|k| k.starts_with("hot/")).count(),
             8_000
         );
+        let prefixes = Keyspace {
+            objects: 16_000,
+            layout: Layout::Prefixes,
+        };
+        let keys = all(&prefixes);
+        for p in 0..PREFIXES {
+            let under = keys.iter().filter(|k| k.starts_with(&format!("{p:02}/"))).count();
+            assert_eq!(under, 1_000, "prefix {p:02}/");
+        }
     }
 
     #[test]
     fn between_counts_the_keys_of_exclusive_bounds() {
-        for layout in [Layout::Flat, Layout::Nested, Layout::Skewed] {
+        for layout in [Layout::Flat, Layout::Nested, Layout::Skewed, Layout::Prefixes] {
             let ks = Keyspace {
                 objects: 5_000,
                 layout,

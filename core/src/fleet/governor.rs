@@ -64,6 +64,13 @@ pub struct GovernorConfig {
     pub latency_rise: f64,
     /// Windows with fewer requests say nothing about latency.
     pub min_requests: u64,
+    /// A latency cut whose next window's latency is still above this share
+    /// of the latency first cut for did not make the store answer faster.
+    pub latency_followed: f64,
+    /// Latency cuts in a row that did not make the store answer faster
+    /// (0.9^3: 0.73 of the rate) tell a store slower at every load: they
+    /// are undone and its latency becomes the baseline.
+    pub latency_cuts_to_undo: u64,
     /// Throttling in the first this many windows does not cut: every
     /// worker's first requests arrive at once, the store's queue turns the
     /// burst away, and the backoff that follows makes the rate measured in
@@ -99,6 +106,8 @@ impl Default for GovernorConfig {
             recovery_windows: 2,
             latency_rise: 2.0,
             min_requests: 20,
+            latency_followed: 0.9,
+            latency_cuts_to_undo: 3,
             grace_windows: 2,
             share_margin: 0.005,
             noise_decay: 0.1,
@@ -171,6 +180,26 @@ pub struct Cut {
     pub at_capacity: f64,
     /// Windows left to check it in.
     pub windows_left: u64,
+}
+
+/// Latency cuts being checked: the state before the first, and the latency
+/// that made it. A store that queues answers faster once the rate is below
+/// its capacity (one cut may not get there: a fleet far past it); one that
+/// got slower for every load (a node lost, a disk rebuilding, other
+/// tenants) does not, and a cut for it would be followed by another each
+/// time the latency is read, down to the floor.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LatencyCut {
+    pub rate: Option<f64>,
+    pub peak: Option<f64>,
+    pub step: f64,
+    /// The rate the store served when it was cut for.
+    pub served: f64,
+    /// The mean latency of the window first cut for (µs).
+    pub latency_us: f64,
+    /// Cuts in a row that have not lowered it.
+    #[serde(default)]
+    pub cuts: u64,
 }
 
 /// What made the governor cut last (the autoscaler and status say it).
@@ -260,6 +289,9 @@ pub struct Governor {
     pub quiet_attempts: f64,
     #[serde(default)]
     pub quiet_throttles: f64,
+    /// The last latency cut, until the first window read after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_cut: Option<LatencyCut>,
 }
 
 impl Governor {
@@ -311,6 +343,22 @@ impl Governor {
                 }
             }
         }
+        // A latency cut is judged by the first window read once the fleet
+        // runs at the lower rate (down at least half-way to it): latency
+        // fallen (or no longer risen), it stands; not fallen after a few
+        // cuts in a row, they are undone; else the next cut deepens it.
+        if let (Some(cut), Some(m), false) = (&self.latency_cut, mean, recovering) {
+            let lowered = self.rate.unwrap_or(cut.served);
+            if measured <= (cut.served + lowered) / 2.0 * 1.001 {
+                if m < cut.latency_us * cfg.latency_followed || !risen {
+                    next.latency_cut = None;
+                } else if cut.cuts >= cfg.latency_cuts_to_undo {
+                    next.latency_cut = None;
+                    next.undo_latency_cut(cut, m);
+                    return next;
+                }
+            }
+        }
         let pushback = self.is_pushback(w, cfg);
         if pushback && self.windows < cfg.grace_windows {
             // A startup burst: counted, not cut for.
@@ -334,8 +382,25 @@ impl Governor {
             });
             next.cut(served, beta, cfg);
             next.signal = Signal::Throttling;
+            next.latency_cut = None;
         } else if risen && next.risen_windows >= cfg.latency_windows && self.rate.is_some() {
-            next.cut(measured.min(allowed.unwrap_or(measured)), cfg.latency_beta, cfg);
+            let served = measured.min(allowed.unwrap_or(measured));
+            next.latency_cut = Some(match &next.latency_cut {
+                Some(run) => LatencyCut {
+                    served,
+                    cuts: run.cuts + 1,
+                    ..run.clone()
+                },
+                None => LatencyCut {
+                    rate: self.rate,
+                    peak: self.peak,
+                    step: self.step,
+                    served,
+                    latency_us: mean.unwrap_or_default(),
+                    cuts: 1,
+                },
+            });
+            next.cut(served, cfg.latency_beta, cfg);
             next.signal = Signal::LatencyRise;
         } else if risen {
             // One risen window is noise (a client's own pause): hold.
@@ -475,6 +540,20 @@ impl Governor {
         let since = cut.throttles as f64 / cut.attempts.max(1) as f64;
         self.noise = self.noise.max(since.min(cut.share));
         self.checking = None;
+        self.undone += 1;
+        self.signal = Signal::None;
+    }
+
+    /// Back to the state before latency cuts that did not lower the
+    /// latency: the store answers in `latency_us` at this load and below,
+    /// its new baseline (the lowest seen had only ever gone down).
+    fn undo_latency_cut(&mut self, cut: &LatencyCut, latency_us: f64) {
+        self.rate = cut.rate;
+        self.peak = cut.peak;
+        self.step = cut.step;
+        self.baseline_us = Some(latency_us);
+        self.risen_windows = 0;
+        self.recovering = 0;
         self.undone += 1;
         self.signal = Signal::None;
     }
@@ -1083,6 +1162,54 @@ mod tests {
             senders: 0,
         };
         assert!(g.step(&few, &cfg).rate.unwrap() >= g.rate.unwrap().min(10.0));
+    }
+
+    /// A fleet that could send `demand` a window, governed, against a store
+    /// whose mean latency in window `i` at rate `sent` is `latency(i, sent)`
+    /// (µs), after one throttling cut (so the rate is governed): the mean
+    /// rate sent over the last 20 of `windows`, and the governor.
+    fn against_latency(demand: f64, windows: usize, latency: impl Fn(usize, f64) -> u64) -> (f64, Governor) {
+        let cfg = no_grace();
+        let mut g = Governor::default().step(&calm(demand, 1_000), &cfg);
+        g = g.step(&throttled(demand, 100), &cfg);
+        let mut late = 0.0;
+        for i in 0..windows {
+            let sent = g.limit(&cfg).map_or(demand, |l| l.min(demand));
+            g = g.step(&calm(sent, latency(i, sent)), &cfg);
+            if i + 20 >= windows {
+                late += sent;
+            }
+        }
+        (late / 20.0, g)
+    }
+
+    #[test]
+    fn a_store_slower_at_every_load_is_a_new_baseline_not_a_knee() {
+        // From window 10 on, every answer takes 2.5 ms whatever the rate (a
+        // node lost, a disk rebuilding): the latency cut does not lower it,
+        // so it is undone and 2.5 ms is the store's latency now. (Before:
+        // a cut each time the latency was read, to some 20 requests/s.)
+        let (late, g) = against_latency(5_000.0, 100, |i, _| if i < 10 { 1_000 } else { 2_500 });
+        assert!(late >= 0.9 * 5_000.0, "held at {late:.0}/s: {g:?}");
+        assert_eq!(g.baseline_us, Some(2_500.0), "{g:?}");
+        assert_eq!(g.undone, 1, "{g:?}");
+        // Slower again later: the same, from the new baseline.
+        let (late, g) = against_latency(5_000.0, 150, |i, _| match i {
+            0..10 => 1_000,
+            10..60 => 2_500,
+            _ => 6_000,
+        });
+        assert!(late >= 0.9 * 5_000.0, "held at {late:.0}/s: {g:?}");
+        assert_eq!((g.baseline_us, g.undone), (Some(6_000.0), 2), "{g:?}");
+    }
+
+    #[test]
+    fn a_store_that_queues_past_its_capacity_keeps_its_latency_cuts() {
+        // Above 4,000/s the store queues (3 ms), below it answers in 1 ms:
+        // each latency cut lowers the latency, so it stands.
+        let (late, g) = against_latency(5_000.0, 200, |_, sent| if sent > 4_000.0 { 3_000 } else { 1_000 });
+        assert!((3_400.0..=4_300.0).contains(&late), "{late:.0}/s: {g:?}");
+        assert_eq!((g.baseline_us, g.undone), (Some(1_000.0), 0), "{g:?}");
     }
 
     #[test]

@@ -18,10 +18,13 @@ use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::{check_output, ScanSpec};
 use crate::keyspace::coverage::uncovered;
 use crate::keyspace::planner::{plan, BucketLister, PlanOptions};
+use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::s3::S3;
 use crate::scan::baseline::BaselineError;
 use crate::scan::format::Layout;
+use crate::scan::partition::partition_of;
+use std::collections::{HashMap, VecDeque};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -151,6 +154,7 @@ pub async fn plan_scan(
     };
     let ((), (shards, estimated_objects)) = tokio::try_join!(prepared, Box::pin(cut))?;
     queue.set_spec(spec).await?;
+    let shards = spread_across_partitions(shards);
     let mut added = queue.enqueue(&shards).await?;
     added += fill_gaps(spec, queue).await?;
     let planned = Planned {
@@ -160,6 +164,36 @@ pub async fn plan_scan(
     };
     mark_planned(queue, &planned).await?;
     Ok(planned)
+}
+
+/// The shards in the order they are queued (and so taken): one from each
+/// key partition in turn (the governor's partitions, first-level prefixes),
+/// each partition's in key order. Taken in key order, a fleet scans one or
+/// two prefixes at a time, and a store that limits each prefix (AWS: 5,500
+/// HEAD/s per partitioned prefix) caps the whole fleet at that limit: the
+/// family's per-prefix row reached 0.48 C (issue 29). The merge orders the
+/// parts by key, so the order of taking changes nothing in the result.
+pub fn spread_across_partitions(shards: Vec<Shard>) -> Vec<Shard> {
+    // Partitions in the order their first shard comes, by index.
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut partitions: Vec<VecDeque<Shard>> = Vec::new();
+    let total = shards.len();
+    for shard in shards {
+        let name = partition_of(shard.lower_bound()).to_owned();
+        let i = *index.entry(name).or_insert_with(|| {
+            partitions.push(VecDeque::new());
+            partitions.len() - 1
+        });
+        partitions[i].push_back(shard);
+    }
+    let mut spread = Vec::with_capacity(total);
+    while !partitions.is_empty() {
+        for queued in partitions.iter_mut() {
+            spread.extend(queued.pop_front());
+        }
+        partitions.retain(|queued| !queued.is_empty());
+    }
+    spread
 }
 
 /// Rounds of [`fill_gaps`] before the plan is marked anyway (the merge's
@@ -204,4 +238,55 @@ pub async fn plan_of(queue: &Queue) -> Result<Option<Planned>, QueueError> {
 pub async fn mark_planned(queue: &Queue, planned: &Planned) -> Result<(), QueueError> {
     let json = serde_json::to_string(planned).expect("serialisable");
     queue.mark_plan_complete(&json).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(start_after: Option<&str>, end: Option<&str>) -> Shard {
+        Shard {
+            prefix: String::new(),
+            start_after: start_after.map(str::to_owned),
+            end: end.map(str::to_owned),
+        }
+    }
+
+    fn starts(shards: &[Shard]) -> Vec<&str> {
+        shards.iter().map(|s| s.lower_bound()).collect()
+    }
+
+    #[test]
+    fn shards_are_queued_one_partition_at_a_time_in_turn() {
+        let shards = vec![
+            Shard::prefix("a/"),
+            range(Some("a/5"), Some("b/")),
+            range(Some("b/"), Some("b/5")),
+            range(Some("b/5"), Some("c/")),
+            range(Some("c/"), Some("c/1")),
+            range(Some("c/1"), Some("c/2")),
+            range(Some("c/2"), Some("d")),
+            range(Some("d"), None),
+        ];
+        let spread = spread_across_partitions(shards.clone());
+        assert_eq!(
+            starts(&spread),
+            ["a/", "b/", "c/", "d", "a/5", "b/5", "c/1", "c/2"]
+        );
+        // Each partition's shards still in key order, and every shard once.
+        let mut back = spread.clone();
+        back.sort_by(|a, b| a.cmp_in_key_order(b));
+        assert_eq!(back, shards);
+    }
+
+    #[test]
+    fn keys_without_a_first_level_prefix_share_one_partition() {
+        let shards = vec![
+            range(None, Some("k")),
+            range(Some("k"), Some("x/")),
+            range(Some("x/"), None),
+        ];
+        let spread = spread_across_partitions(shards);
+        assert_eq!(starts(&spread), ["", "x/", "k"]);
+    }
 }
