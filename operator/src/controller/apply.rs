@@ -5,7 +5,9 @@
 use super::admission::{check_output, start_checks, ENDPOINT_NOT_ALLOWED};
 use super::baseline::Resolved;
 use super::children::{ensure_workers, stop_jobs, Stop};
-use super::context::{key_of, lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER};
+use super::context::{
+    elapsed, key_of, lease, max_failures, scan_labels, Context, Error, ACTIVE_REQUEUE, MANAGER, QUICK_REQUEUE,
+};
 use super::finish::{fail, finished};
 use super::health::observe_workers;
 use super::merge::merging;
@@ -235,13 +237,11 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
 /// of such scans does not spend the operator's API budget.
 fn scanning_requeue(shards: &crate::crd::ShardCounts, time_left: Option<Duration>) -> Duration {
     match time_left {
-        Some(left) if shards.pending == 0 && left <= TAIL => TAIL_REQUEUE,
+        Some(left) if shards.pending == 0 && left <= TAIL => QUICK_REQUEUE,
         _ => ACTIVE_REQUEUE,
     }
 }
 
-/// [`scanning_requeue`] in a scan's tail.
-const TAIL_REQUEUE: Duration = Duration::from_secs(1);
 /// How long before its estimated end a scan is in its tail.
 const TAIL: Duration = Duration::from_secs(15);
 
@@ -402,7 +402,7 @@ fn report_progress(
     let elapsed = st
         .start_time
         .as_ref()
-        .map(|t| Duration::from_secs(now.0.as_second().saturating_sub(t.0.as_second()).max(0) as u64))
+        .map(|t| elapsed(now, t))
         .unwrap_or_default();
     st.eta = status::eta(elapsed, &seen.shards);
     st.numbers.objects_done = st.objects.as_ref().map(|o| o.scanned);
@@ -432,12 +432,12 @@ mod tests {
         let secs = |s| Some(Duration::from_secs(s));
         assert_eq!(scanning_requeue(&shards(20, 12), secs(3)), ACTIVE_REQUEUE);
         assert_eq!(scanning_requeue(&shards(1, 12), secs(3)), ACTIVE_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(0, 12), secs(7)), TAIL_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(0, 1), secs(15)), TAIL_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 12), secs(7)), QUICK_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 1), secs(15)), QUICK_REQUEUE);
         // Fewer shards than workers: nothing pending from the start, but
         // the end is far (or not known before a shard finishes).
         assert_eq!(scanning_requeue(&shards(0, 12), secs(16)), ACTIVE_REQUEUE);
         assert_eq!(scanning_requeue(&shards(0, 3), None), ACTIVE_REQUEUE);
-        assert!(TAIL_REQUEUE < ACTIVE_REQUEUE);
+        assert!(QUICK_REQUEUE < ACTIVE_REQUEUE);
     }
 }

@@ -30,6 +30,20 @@ pub(crate) fn apply_params() -> kube::api::PatchParams {
 /// state did not change costs three API requests (docs/operations.md).
 pub(crate) const ACTIVE_REQUEUE: Duration = Duration::from_secs(5);
 
+/// How often a scan about to change phase is looked at (the last seconds
+/// of its scanning, a young merge): nothing else wakes it when Redis says
+/// the change came.
+pub(crate) const QUICK_REQUEUE: Duration = Duration::from_secs(1);
+
+/// Time from `then` to `now`, whole seconds (zero when `then` is later: a
+/// clock that stepped back).
+pub(crate) fn elapsed(
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    then: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> Duration {
+    Duration::from_secs(now.0.as_second().saturating_sub(then.0.as_second()).max(0) as u64)
+}
+
 /// When a reconcile that failed (and is neither blocked nor in conflict)
 /// is tried again.
 pub(crate) const ERROR_REQUEUE: Duration = Duration::from_secs(10);

@@ -130,7 +130,7 @@ async fn stall(
     let since = st
         .last_progress_time
         .as_ref()
-        .map(|t| now.0.as_second().saturating_sub(t.0.as_second()).max(0) as u64)
+        .map(|t| super::context::elapsed(now, t).as_secs())
         .unwrap_or(0);
     let generation = scan.metadata.generation;
     let was_stalled = before

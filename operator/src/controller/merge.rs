@@ -5,7 +5,7 @@
 //! Only a manifest of the round the status says (`status.retries`) ends it.
 
 use super::children::ensure_redis_secret;
-use super::context::{key_of, Context, Error, ACTIVE_REQUEUE};
+use super::context::{elapsed, key_of, Context, Error, ACTIVE_REQUEUE, QUICK_REQUEUE};
 use super::finish::{fail, finished};
 use super::health::job_pod_problem;
 use super::owned;
@@ -34,7 +34,7 @@ use kube::ResourceExt;
 /// every [`ACTIVE_REQUEUE`] (a look costs three API requests).
 fn merging_requeue(job_age: Option<std::time::Duration>) -> std::time::Duration {
     match job_age {
-        Some(age) if age <= YOUNG_MERGE => std::time::Duration::from_secs(1),
+        Some(age) if age <= YOUNG_MERGE => QUICK_REQUEUE,
         _ => ACTIVE_REQUEUE,
     }
 }
@@ -94,10 +94,10 @@ pub(super) async fn merging(
                 now,
             );
             write_status(ctx, scan, before, &st).await?;
-            let age = job.as_ref().and_then(|j| j.creation_timestamp()).map(|t| {
-                let secs = now.0.as_second().saturating_sub(t.0.as_second()).max(0);
-                std::time::Duration::from_secs(secs as u64)
-            });
+            let age = job
+                .as_ref()
+                .and_then(|j| j.creation_timestamp())
+                .map(|t| elapsed(now, &t));
             Ok(Action::requeue(merging_requeue(age)))
         }
         // Redis holds the manifest of an earlier round than the status's:
