@@ -619,7 +619,7 @@ async fn read_stats(s3: &S3, spec: &ScanSpec, key: &str) -> Result<PartStats, Me
         flate2::read::MultiGzDecoder::new(&raw[..])
             .read_to_end(&mut out)
             .map_err(|e| bad(format!("gzip: {e}")))?;
-        out
+        bytes::Bytes::from(out)
     } else {
         raw
     };

@@ -17,7 +17,6 @@ use crate::s3::S3;
 use crate::scan::format::Format;
 use crate::scan::output::{Destination, OutputOptions, RecordWriter};
 use crate::scan::parquet::read_records;
-use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use std::sync::Arc;
 
@@ -73,7 +72,7 @@ async fn copy_records(
         .buffered(PREFETCH);
     while let Some((part, body)) = bodies.try_next().await? {
         let bad = |e: crate::scan::parquet::ParquetError| S3Error::Other(format!("part {part}: {e}"));
-        for batch in read_records(Bytes::from(body)).map_err(bad)? {
+        for batch in read_records(body).map_err(bad)? {
             for record in batch.map_err(bad)? {
                 writer.write(&record).await?;
             }

@@ -299,7 +299,7 @@ async fn read_segments(target: &Target<'_>, segments: &[Segment]) -> Result<Vec<
                 Segment::Range(s) => {
                     let range = format!("bytes={}-{}", s.start, s.end - 1);
                     let got = target.s3.get(target.bucket, &s.key, Some(&range)).await?;
-                    Ok::<_, S3Error>(Bytes::from(got))
+                    Ok::<_, S3Error>(got)
                 }
             }
         })

@@ -832,7 +832,7 @@ impl RemoteFile {
         let window = Window {
             len: self.len,
             offset: start,
-            bytes: Bytes::from(body),
+            bytes: body,
         };
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(window, self.metadata.clone())
             .with_row_groups(vec![group])
