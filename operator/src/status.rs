@@ -76,7 +76,9 @@ pub fn time_left(elapsed: Duration, shards: &ShardCounts) -> Option<Duration> {
     }
     let fraction = finished as f64 / shards.total as f64;
     let left = elapsed.as_secs_f64() * (1.0 - fraction) / fraction;
-    Some(Duration::from_secs_f64(left))
+    // Not from_secs_f64: the counts are read from the scan's Redis keys, and
+    // a time left past what a Duration holds must not panic the operator.
+    Duration::try_from_secs_f64(left).ok()
 }
 
 /// How a merged scan completed, for its Complete condition.

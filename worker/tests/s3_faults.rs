@@ -966,3 +966,52 @@ async fn a_temporary_redirect_is_followed() {
         "a LIST and a HEAD were redirected: {followed:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_ignores_range_still_gives_a_ranged_get_only_its_range() {
+    // Emulated: a store that answers a ranged GET with 200 and the whole
+    // object (no Content-Range), as stores without Range support do. A
+    // merge reading the tail of a part, or a baseline read from the middle
+    // of a file, took the whole object for the range asked.
+    let server = versitygw();
+    let bucket = server.bucket("norange").await;
+    let body: String = (0..1000).map(|i| format!("line {i:04}\n")).collect();
+    server
+        .client()
+        .put_object()
+        .bucket(&bucket)
+        .key("part")
+        .body(body.clone().into_bytes().into())
+        .send()
+        .await
+        .expect("put");
+    let whole = body.clone();
+    let proxy = fault_proxy::start(
+        server.endpoint.clone(),
+        move |req| {
+            (req.method == "GET" && req.headers.contains_key("range") && req.uri.path().ends_with("/part"))
+                .then(|| fault_proxy::answer(200, &[], &whole))
+        },
+        |_, _| {},
+    )
+    .await;
+    let through = Server {
+        endpoint: proxy.url.clone(),
+        ..versitygw()
+    };
+    let s3 = through.s3().await;
+    let got = s3
+        .get(&bucket, "part", Some("bytes=100-199"))
+        .await
+        .expect("ranged GET");
+    assert_eq!(&got[..], &body.as_bytes()[100..200]);
+    let tail = s3
+        .get(&bucket, "part", Some("bytes=9990-20000"))
+        .await
+        .expect("ranged GET");
+    assert_eq!(&tail[..], &body.as_bytes()[9990..]);
+    assert!(
+        proxy.requests().iter().any(|r| r.answered_by_rule),
+        "the proxy answered the ranged GETs with the whole object"
+    );
+}

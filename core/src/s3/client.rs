@@ -231,13 +231,18 @@ impl S3 {
                     .send()
             })
             .await?;
+        let answered_range = got.content_range.clone();
         let body = got
             .body
             .collect()
             .await
             .map_err(|e| S3Error::Connection(format!("reading {key}: {e}")))?;
         // Bytes, not a Vec: a baseline's 8 MiB chunks were copied once more here.
-        Ok(body.into_bytes())
+        let body = body.into_bytes();
+        match range {
+            Some(asked) => in_range(key, asked, answered_range.as_deref(), body),
+            None => Ok(body),
+        }
     }
 
     /// Send an SDK request under the shared retry policy, with its errors
@@ -418,4 +423,71 @@ fn no_credentials_message(chain_error: &str) -> String {
         "none found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, \
          or a web identity token{imds} ({first} ...)"
     )
+}
+
+/// The bytes `asked` (`bytes=A-B`) of `key` from a GET's answer. A store
+/// that ignores Range answers 200 with the whole object and no
+/// Content-Range: the range is cut from it here, or a merge that reads the
+/// tail of a part would write the whole part again (records twice). A
+/// Content-Range that starts elsewhere is refused.
+fn in_range(
+    key: &str,
+    asked: &str,
+    answered: Option<&str>,
+    body: bytes::Bytes,
+) -> Result<bytes::Bytes, S3Error> {
+    let Some((start, end)) = asked
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+    else {
+        return Ok(body);
+    };
+    match answered {
+        None => Ok(body.slice(start.min(body.len())..(end + 1).min(body.len()))),
+        Some(cr) => {
+            let from = cr
+                .trim()
+                .strip_prefix("bytes ")
+                .and_then(|r| r.split_once('-'))
+                .and_then(|(a, _)| a.parse::<usize>().ok());
+            if from == Some(start) {
+                Ok(body)
+            } else {
+                Err(S3Error::Other(format!(
+                    "GET {key} asked for {asked} and the store answered Content-Range {cr:?}"
+                )))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_range;
+    use bytes::Bytes;
+
+    #[test]
+    fn a_store_that_ignores_range_has_the_range_cut_from_the_whole_object() {
+        let whole = Bytes::from_static(b"0123456789");
+        assert_eq!(
+            &in_range("k", "bytes=3-5", None, whole.clone()).unwrap()[..],
+            b"345"
+        );
+        // Past the object's end: what there is, as a 206 would give.
+        assert_eq!(
+            &in_range("k", "bytes=8-20", None, whole.clone()).unwrap()[..],
+            b"89"
+        );
+        assert!(in_range("k", "bytes=12-20", None, whole).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_partial_answer_is_taken_as_it_is_and_one_from_elsewhere_refused() {
+        let part = Bytes::from_static(b"345");
+        let got = in_range("k", "bytes=3-5", Some("bytes 3-5/10"), part.clone()).unwrap();
+        assert_eq!(&got[..], b"345");
+        let err = in_range("k", "bytes=3-5", Some("bytes 0-2/10"), part).unwrap_err();
+        assert!(err.to_string().contains("Content-Range"), "{err}");
+    }
 }

@@ -532,7 +532,7 @@ impl Engine {
         let slot = {
             let mut next = self.next_slot.lock().expect("lock");
             let slot = (*next).max(tokio::time::Instant::now());
-            *next = slot + std::time::Duration::from_secs_f64(1.0 / rate);
+            *next = slot + crate::scan::partition::slot_interval(rate);
             slot
         };
         tokio::time::sleep_until(slot).await;

@@ -78,7 +78,7 @@ impl Partition {
         let slot = {
             let mut next = self.next_slot.lock().expect("lock");
             let slot = (*next).max(Instant::now());
-            *next = slot + std::time::Duration::from_secs_f64(1.0 / rate);
+            *next = slot + slot_interval(rate);
             slot
         };
         tokio::time::sleep_until(slot).await;
@@ -163,8 +163,32 @@ impl Partitions {
     }
 }
 
+/// The most time between two requests under a rate: the governor never goes
+/// below one a second, and a rate below one a minute is no rate anyone
+/// meant (a scan's own workers can write any number to its Redis keys).
+const MAX_SLOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The time between two requests at `rate` a second. `1 / rate` for a tiny
+/// rate, zero or not a number did not fit a Duration, and a worker panicked.
+pub fn slot_interval(rate: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(1.0 / rate)
+        .unwrap_or(MAX_SLOT_INTERVAL)
+        .min(MAX_SLOT_INTERVAL)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn any_rate_gives_a_slot_interval_and_none_panics() {
+        use super::slot_interval;
+        use std::time::Duration;
+        assert_eq!(slot_interval(4.0), Duration::from_millis(250));
+        for odd in [1e-30, 0.0, -1.0, f64::NAN, f64::INFINITY, f64::MIN_POSITIVE] {
+            assert!(slot_interval(odd) <= Duration::from_secs(60), "{odd}");
+        }
+        assert_eq!(slot_interval(f64::INFINITY), Duration::ZERO);
+    }
+
     use super::*;
 
     fn any_limited(parts: &Partitions) -> bool {
