@@ -400,7 +400,7 @@ impl Governor {
                 ..Cut::default()
             });
             next.cut(served, beta, cfg);
-            if self.took_lately(w, cfg) && self.climbed_back() {
+            if self.took_lately(w, cfg) {
                 // The store refused a rate it took calmly just before: a
                 // burst of 503s that came whatever the load (a node
                 // restarting, a partition moving), or a capacity that
@@ -408,18 +408,11 @@ impl Governor {
                 // this window's answered rate: bursts one window in eight
                 // ratcheted the rate down to a few percent of the demand,
                 // each making its answered rate the peak, the climb (half
-                // the way a window) short of it when the next came. Only
-                // once the climb after the last cut has ended: a capacity
-                // that dropped pushes back on the way up, and is cut for
-                // as any (sheltered there too, a drop to a tenth cost 20
-                // windows of 503s, a review found).
+                // the way a window) short of it when the next came. A
+                // dropped capacity pushes back on the way up, and each
+                // pushback lowers the calm rate.
                 next.peak = Some(self.calm_rate.max(served));
                 next.calm_cuts += 1;
-            } else if self.peak.is_some() && !self.climbed_back() {
-                // Pushed back on the way up to the peak: the store no
-                // longer takes the calm rate (its capacity dropped), so
-                // the next cut is not sheltered by it.
-                next.calm_rate = next.calm_rate.min(served);
             }
             next.signal = Signal::Throttling;
             next.latency_cut = None;
@@ -478,9 +471,9 @@ impl Governor {
         }
         let attempted = w.attempts() as f64 / w.secs.max(1e-3);
         if pushback {
-            next.calm_rate = next.calm_rate.min(self.calm_rate * (1.0 - cfg.calm_decay));
+            next.calm_rate = self.calm_rate * (1.0 - cfg.calm_decay);
         } else if !risen && w.attempts() >= cfg.min_requests {
-            next.calm_rate = self.calm_rate.max(attempted.min(self.calm_bound(allowed)));
+            next.calm_rate = self.calm_rate.max(attempted);
         }
         // The baseline learns only from calm windows: no rise, and no
         // throttling beyond the noise. (Not "no throttle at all": a store
@@ -507,31 +500,6 @@ impl Governor {
     fn took_lately(&self, w: &Window, cfg: &GovernorConfig) -> bool {
         let attempted = w.attempts() as f64 / w.secs.max(1e-3);
         self.calm_rate > 0.0 && attempted <= self.calm_rate * cfg.calm_tolerance
-    }
-
-    /// Whether the climb after the last cut has ended (the rate back at the
-    /// peak), or there was no cut.
-    fn climbed_back(&self) -> bool {
-        match (self.rate, self.peak) {
-            (Some(rate), Some(peak)) => rate >= 0.98 * peak,
-            _ => true,
-        }
-    }
-
-    /// The most a calm window may raise the calm rate to: a little above
-    /// the limit, and half again the last window's rate. A window's rate is
-    /// its requests over its length, and a window whose length came out
-    /// near zero (Redis's clock stepped back on a failover) read as a
-    /// thousand times the fleet's rate: kept as the calm rate, it sent the
-    /// fleet far past the store for hundreds of windows (review).
-    fn calm_bound(&self, allowed: Option<f64>) -> f64 {
-        let by_limit = allowed.map_or(f64::INFINITY, |a| a * 1.1);
-        let by_last = if self.measured > 0.0 {
-            self.measured * 1.5
-        } else {
-            f64::INFINITY
-        };
-        by_limit.min(by_last)
     }
 
     /// Whether `w`'s throttled share is above the noise by `margin` and by
@@ -1370,71 +1338,6 @@ mod tests {
             g.limit(&GovernorConfig::default()).is_some_and(|l| l < 4_500.0),
             "{g:?}"
         );
-    }
-
-    /// Windows `from..to` of a fleet against a store of capacity
-    /// `capacity(i)`, pacing itself at `demand`, with window `short` read as
-    /// 1 ms long: the windows more than 5 % throttled, and the share of
-    /// attempts throttled.
-    fn throttled_between(
-        demand: f64,
-        capacity: impl Fn(usize) -> f64,
-        short: Option<usize>,
-        (from, to): (usize, usize),
-    ) -> (usize, f64) {
-        let cfg = GovernorConfig::default();
-        let mut rng = Rng(11);
-        let mut g = Governor::default();
-        let (mut bad, mut throttled, mut attempts) = (0, 0.0, 0.0);
-        for i in 0..to {
-            let store = PureStore {
-                capacity: capacity(i),
-                queue_limit_ms: 5.0,
-                random: 0.0,
-            };
-            let sent = g.limit(&cfg).map_or(demand, |l| l.min(demand));
-            let mut w = store.answer(sent, &mut rng);
-            if i >= from {
-                bad += usize::from(w.throttled_share() > 0.05);
-                throttled += w.throttles as f64;
-                attempts += w.attempts() as f64;
-            }
-            if short == Some(i) {
-                w.secs = 0.001;
-            }
-            g = g.step(&w, &cfg);
-        }
-        (bad, throttled / attempts)
-    }
-
-    #[test]
-    fn a_capacity_drop_is_followed_within_a_few_windows() {
-        // A review of the calm rate: a cut at a rate the store took lately
-        // aimed the climb back at that rate even on the way down, and a
-        // drop to a tenth cost 21 windows of more than 5 % 503s (1 before
-        // the calm rate, 3 now). Demand 100,000/s, 10,000/s then 10,000/s / F.
-        // (The share of 503s is most of all the drop's own first windows,
-        // whatever the rule: not a measure of it.)
-        for drop in [2.5, 5.0, 10.0] {
-            let (bad, _) = throttled_between(
-                100_000.0,
-                |i| if i < 300 { 10_000.0 } else { 10_000.0 / drop },
-                None,
-                (300, 400),
-            );
-            assert!(bad <= 4, "a drop to 1/{drop}: {bad} windows over 5 % throttled");
-        }
-    }
-
-    #[test]
-    fn a_window_read_as_a_millisecond_long_does_not_become_the_calm_rate() {
-        // Redis's clock stepping back on a failover made one window 1 ms
-        // long: its rate read a thousand times the fleet's, and as the calm
-        // rate it sent the fleet past the store for hundreds of windows
-        // (62 windows over 5 % throttled, 4 % of all; none now).
-        let (bad, share) = throttled_between(20_000.0, |_| 2_000.0, Some(150), (151, 800));
-        assert!(bad <= 2, "{bad} windows over 5 % throttled");
-        assert!(share <= 0.01, "{share:.4} throttled");
     }
 
     #[test]
