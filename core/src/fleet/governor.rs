@@ -90,15 +90,6 @@ pub struct GovernorConfig {
     /// grows had the noise ratcheted up, cut after undone cut, to 5.3 %
     /// refused (`a_queue_too_short_for_0_9_c_is_served_at_what_its_refusals_allow`).
     pub max_noise: f64,
-    /// The calm rate (the highest rate attempted in a window without
-    /// pushback) loses this share in each pushback window: a capacity
-    /// that dropped wears it down in a few cuts, bursts between calm
-    /// windows do not (a decay in every window made the climb back, which
-    /// ends at the calm rate, fall a little short of it each time).
-    pub calm_decay: f64,
-    /// A window pushed back at no more than this many times the calm rate
-    /// refused a rate the store took lately.
-    pub calm_tolerance: f64,
 }
 
 impl Default for GovernorConfig {
@@ -122,8 +113,6 @@ impl Default for GovernorConfig {
             noise_decay: 0.1,
             undo_windows: 3,
             max_noise: 0.02,
-            calm_decay: 0.1,
-            calm_tolerance: 1.02,
         }
     }
 }
@@ -303,14 +292,6 @@ pub struct Governor {
     /// The last latency cut, until the first window read after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_cut: Option<LatencyCut>,
-    /// The highest rate attempted (answered and throttled, per second) in a
-    /// calm window, lowered by `calm_decay` in each pushback window: a rate
-    /// the store took lately.
-    #[serde(default)]
-    pub calm_rate: f64,
-    /// Throttling cuts at a rate the store took calmly of late.
-    #[serde(default)]
-    pub calm_cuts: u64,
 }
 
 impl Governor {
@@ -400,20 +381,6 @@ impl Governor {
                 ..Cut::default()
             });
             next.cut(served, beta, cfg);
-            if self.took_lately(w, cfg) {
-                // The store refused a rate it took calmly just before: a
-                // burst of 503s that came whatever the load (a node
-                // restarting, a partition moving), or a capacity that
-                // dropped. The climb back aims at the rate it took, not at
-                // this window's answered rate: bursts one window in eight
-                // ratcheted the rate down to a few percent of the demand,
-                // each making its answered rate the peak, the climb (half
-                // the way a window) short of it when the next came. A
-                // dropped capacity pushes back on the way up, and each
-                // pushback lowers the calm rate.
-                next.peak = Some(self.calm_rate.max(served));
-                next.calm_cuts += 1;
-            }
             next.signal = Signal::Throttling;
             next.latency_cut = None;
         } else if risen && next.risen_windows >= cfg.latency_windows && self.rate.is_some() {
@@ -469,12 +436,6 @@ impl Governor {
                 next.noise = self.noise + cfg.noise_decay * (quiet - self.noise);
             }
         }
-        let attempted = w.attempts() as f64 / w.secs.max(1e-3);
-        if pushback {
-            next.calm_rate = self.calm_rate * (1.0 - cfg.calm_decay);
-        } else if !risen && w.attempts() >= cfg.min_requests {
-            next.calm_rate = self.calm_rate.max(attempted);
-        }
         // The baseline learns only from calm windows: no rise, and no
         // throttling beyond the noise. (Not "no throttle at all": a store
         // that answers 1 % 503 whatever the load has a 503 in nearly every
@@ -493,13 +454,6 @@ impl Governor {
     /// and two throttles: one 503 in a quiet window says nothing).
     pub fn is_pushback(&self, w: &Window, cfg: &GovernorConfig) -> bool {
         self.throttled_above(w, cfg.share_margin)
-    }
-
-    /// Whether window `w` attempted no more than the rate the store took
-    /// calmly of late (within `calm_tolerance`).
-    fn took_lately(&self, w: &Window, cfg: &GovernorConfig) -> bool {
-        let attempted = w.attempts() as f64 / w.secs.max(1e-3);
-        self.calm_rate > 0.0 && attempted <= self.calm_rate * cfg.calm_tolerance
     }
 
     /// Whether `w`'s throttled share is above the noise by `margin` and by
@@ -1256,88 +1210,6 @@ mod tests {
         let (late, g) = against_latency(5_000.0, 200, |_, sent| if sent > 4_000.0 { 3_000 } else { 1_000 });
         assert!((3_400.0..=4_300.0).contains(&late), "{late:.0}/s: {g:?}");
         assert_eq!((g.baseline_us, g.undone), (Some(1_000.0), 0), "{g:?}");
-    }
-
-    /// A fleet whose pace is `demand` requests a second, governed for
-    /// `windows` windows against `capacity(i)` (the store of window i), with
-    /// `burst` of window i's answered requests turned into 503s whatever the
-    /// load: the share of the demand (or of the capacity, the lower)
-    /// served over the last quarter, and the share of attempts answered 503
-    /// then.
-    fn against_bursts(
-        demand: f64,
-        windows: usize,
-        capacity: impl Fn(usize) -> f64,
-        burst: impl Fn(usize) -> f64,
-    ) -> (f64, f64, Governor) {
-        let cfg = GovernorConfig::default();
-        let mut rng = Rng(11);
-        let mut g = Governor::default();
-        let (mut served, mut throttled, mut wanted) = (0.0, 0.0, 0.0);
-        for i in 0..windows {
-            let store = PureStore {
-                capacity: capacity(i),
-                queue_limit_ms: 5.0,
-                random: 0.0,
-            };
-            let sent = g.limit(&cfg).map_or(demand, |l| l.min(demand));
-            let mut w = store.answer(sent, &mut rng);
-            let refused = rng.binomial(w.requests as f64, burst(i)) as u64;
-            w.requests -= refused;
-            w.throttles += refused;
-            if i >= windows * 3 / 4 {
-                served += w.requests as f64;
-                throttled += w.throttles as f64;
-                wanted += demand.min(store.capacity);
-            }
-            g = g.step(&w, &cfg);
-        }
-        (served / wanted, throttled / (served + throttled), g)
-    }
-
-    #[test]
-    fn periodic_503_bursts_do_not_ratchet_the_rate_down() {
-        // A review of these rules (2026-11-27): 5 % of one window's
-        // requests in every eight answered 503 whatever the load ratcheted
-        // the rate to ~6 % of the demand: each cut made the burst window's
-        // answered rate the peak, the quiet windows after it confirmed the
-        // cut, and the climb back to the peak (half the way a window) had
-        // not reached it when the next burst came.
-        let demand = 5_000.0;
-        for (share, period) in [(0.05, 8), (0.05, 16), (0.03, 8)] {
-            let (served, throttled, g) = against_bursts(
-                demand,
-                1_600,
-                |_| 50_000.0,
-                |i| if i % period == period - 1 { share } else { 0.0 },
-            );
-            let what = format!("{share} of one window in {period}: {g:?}");
-            assert!(served >= 0.9, "{served:.3} of the demand served; {what}");
-            assert!(
-                throttled <= share / period as f64 * 1.5,
-                "{throttled:.4} throttled; {what}"
-            );
-            assert!(g.calm_cuts > 0, "{what}");
-        }
-    }
-
-    #[test]
-    fn a_store_whose_capacity_drops_is_followed_down_despite_the_calm_rate_it_took() {
-        // The calm rate shelters one pushback window, not a capacity drop:
-        // 10,000/s, then 4,000/s from window 300, a fleet that could send
-        // 15,000/s.
-        let (served, throttled, g) = against_bursts(
-            15_000.0,
-            600,
-            |i| if i < 300 { 10_000.0 } else { 4_000.0 },
-            |_| 0.0,
-        );
-        assert!(served >= 0.9, "{served:.3} of the capacity served; {g:?}");
-        assert!(throttled <= 0.01, "{throttled:.4} throttled; {g:?}");
-        assert!(
-            g.limit(&GovernorConfig::default()).is_some_and(|l| l < 4_500.0),
-            "{g:?}"
-        );
     }
 
     #[test]
