@@ -719,22 +719,21 @@ impl TextDecoder {
         self.records(true)
     }
 
-    /// The whole records in `pending` (all of it at the end of the file).
+    /// The whole records in `pending` (all of it at the end of the file;
+    /// JSON Lines only there).
     fn records(&mut self, end: bool) -> Result<Vec<Record>, String> {
         self.pending.drain(..self.start);
         self.start = 0;
         match self.format {
+            // Only at the end: before it, JSON Lines come out by `batch`.
             Format::Jsonl => {
-                let cut = match end {
-                    true => self.pending.len(),
-                    false => memchr::memrchr(b'\n', &self.pending).map_or(0, |i| i + 1),
-                };
-                let records = self.pending[..cut]
+                let records = self
+                    .pending
                     .split(|b| *b == b'\n')
                     .filter(|l| !l.is_empty())
                     .map(json_record)
                     .collect();
-                self.pending.drain(..cut);
+                self.pending.clear();
                 records
             }
             Format::Csv => {
