@@ -352,7 +352,15 @@ async fn a_run_whose_name_another_scan_holds_is_skipped_and_the_scan_left_alone(
     const NS: &str = "schedule-taken";
     let (client, schedules, scans) = ground(NS).await;
     let operator = start_operator(NS, &[]);
-    let body = schedule("taken", "* * * * *", serde_json::json!({}));
+    // Replace, not the default Forbid: a schedule created in the last
+    // seconds of a minute (or an operator slow to start) runs that minute
+    // before the test reads the next time, and Forbid would then hold the
+    // next run behind it rather than try the taken name (CI saw this).
+    let body = schedule(
+        "taken",
+        "* * * * *",
+        serde_json::json!({"concurrencyPolicy": "Replace"}),
+    );
     schedules.create(&PostParams::default(), &body).await.unwrap();
     let next = eventually("the next run's time", 30, async || {
         schedules.get("taken").await.ok()?.status?.next_schedule_time
