@@ -509,6 +509,8 @@ pub fn worker_deployment(
         settings.lease_secs.to_string(),
         // The operator runs the reaper.
         "--no-reap".into(),
+        // The Deployment is made while the operator plans.
+        "--wait-for-plan".into(),
         "--metadata-source".into(),
         core_metadata_source(scan.spec.metadata_source).as_str().into(),
     ]);

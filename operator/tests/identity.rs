@@ -18,6 +18,7 @@ mod kubelet;
 use bucketscan_operator::crd::{BucketScan, Phase};
 use cluster::*;
 use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
@@ -144,6 +145,21 @@ async fn a_scan_without_credentials_never_borrows_the_operator_s_identity() {
     assert!(
         waiting.contains("deputy-plan") && waiting.contains("scan-reader"),
         "{waiting}"
+    );
+    // The workers are made beside the plan Job, under the same identity,
+    // and wait for the plan.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let workers = eventually("workers beside the plan Job", 30, async || {
+        deployments.get_opt("deputy-workers").await.ok()?
+    })
+    .await;
+    let pod = workers.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("scan-reader"));
+    let args = pod.containers[0].args.clone().unwrap();
+    assert!(args.iter().any(|a| a == "--wait-for-plan"), "{args:?}");
+    assert_eq!(
+        scans.get("deputy").await.unwrap().status.unwrap().phase,
+        Phase::Planning
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(

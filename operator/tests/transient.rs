@@ -13,6 +13,7 @@ mod common;
 use bucketscan_operator::crd::{BucketScan, Phase};
 use cluster::*;
 use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
@@ -120,6 +121,10 @@ async fn transient_causes_block_a_scan_until_they_pass_and_never_fail_it() {
         ),
         "{message}"
     );
+    // The workers made beside the plan are gone while the scan is blocked:
+    // their pods could not even start without the Secret.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    assert!(deployments.get_opt("late-workers").await.unwrap().is_none());
     create_s3_secret(&client, NS, "late-creds", &s3.access_key, &s3.secret_key).await;
     wait_unblocked(&scans, "late").await;
 
@@ -138,6 +143,7 @@ async fn transient_causes_block_a_scan_until_they_pass_and_never_fail_it() {
     scans.create(&PostParams::default(), &down).await.unwrap();
     let message = wait_blocked(&scans, "down", "StoreUnavailable").await;
     assert!(message.contains("connection"), "{message}");
+    assert!(deployments.get_opt("down-workers").await.unwrap().is_none());
     let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     forward(listener, s3.endpoint.trim_start_matches("http://").to_string());
     wait_unblocked(&scans, "down").await;

@@ -40,6 +40,33 @@ async fn spec_of(queue: &Queue, scan: &str) -> anyhow::Result<ScanSpec> {
     })
 }
 
+/// The spec of a scan once its plan is complete, `None` when the worker is
+/// stopped first. The plan is awaited, not just the spec: a worker that
+/// found the queue empty before the last shard was stored would end
+/// (`Runner::slot`), and the spec is written only after planning anyway.
+async fn planned_spec(
+    queue: &Queue,
+    scan: &str,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<ScanSpec>> {
+    let mut said = false;
+    while queue.plan_complete().await?.is_none() {
+        if !said {
+            tracing::info!(scan, "waiting for the plan");
+            said = true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(PLAN_POLL) => {}
+            _ = stop.cancelled() => return Ok(None),
+        }
+    }
+    spec_of(queue, scan).await.map(Some)
+}
+
+/// How often a worker started before its scan's plan looks for it: a GET
+/// each, so a thousand waiting workers cost Redis 5,000 reads a second.
+const PLAN_POLL: Duration = Duration::from_millis(200);
+
 fn engine_for(
     s3: std::sync::Arc<bucketscan_core::s3::S3>,
     head: HeadClient,
@@ -126,7 +153,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .queue
         .connect(&owner, Duration::from_secs(args.lease_secs))
         .await?;
-    let spec = spec_of(&queue, &args.queue.scan).await?;
+    let stop = CancellationToken::new();
+    spawn_signal_handler(stop.clone());
+    let spec = if args.wait_for_plan {
+        let Some(spec) = planned_spec(&queue, &args.queue.scan, &stop).await? else {
+            eprintln!("worker {owner}: stopped while waiting for the plan");
+            return Ok(());
+        };
+        spec
+    } else {
+        spec_of(&queue, &args.queue.scan).await?
+    };
     let s3 = args.endpoint.connect(args.concurrency as usize).await?;
     let head = HeadClient::with_checksum_mode(args.head_client, &s3, spec.columns.checksums)?;
     let engine = engine_for(
@@ -137,8 +174,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.max_rate,
         args.metadata_source,
     );
-    let stop = CancellationToken::new();
-    spawn_signal_handler(stop.clone());
     let runner = Runner {
         queue,
         engine: engine.clone(),

@@ -330,6 +330,11 @@ struct RunArgs {
     /// grows back while the store keeps up; --max-rate stays the ceiling.
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     govern_ms: u64,
+    /// Wait for the scan's plan instead of refusing a scan that is not
+    /// planned yet: the operator starts its workers while it plans, so that
+    /// their pods are up when the first shard is queued.
+    #[arg(long)]
+    wait_for_plan: bool,
 }
 
 #[derive(Args)]

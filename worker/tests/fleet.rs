@@ -1791,3 +1791,70 @@ async fn a_merge_stopped_past_its_check_stores_no_manifest_over_the_later_round(
         "the stale merge's staged copy is gone"
     );
 }
+
+/// Workers started before their scan is planned (the operator makes them
+/// while it plans) wait for the plan and then scan it whole; without
+/// `--wait-for-plan` a worker refuses a scan that is not planned, and a
+/// waiting worker told to stop ends at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_started_before_the_plan_wait_for_it_and_scan_it_whole() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("early").await;
+    let out = s3.bucket("early-out").await;
+    let seeded: BTreeMap<String, Seeded> = (0..1500)
+        .map(|i| (format!("e/{:02}/{i:05}", i % 10), Seeded::default()))
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("early-{}", std::process::id()));
+
+    let refused = fleet.command(&["run", "--name", "eager"]).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("is not planned in this Redis"),
+        "{}",
+        stderr(&refused)
+    );
+
+    let mut stopped = fleet.spawn_worker("stopped", &["--wait-for-plan"]);
+    let mut early: Vec<Child> = ["early-a", "early-b"]
+        .iter()
+        .map(|name| fleet.spawn_worker(name, &["--wait-for-plan", "--progress-ms", "500"]))
+        .collect();
+    // Long enough for a worker that does not wait to have found an empty
+    // queue and ended.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for worker in early.iter_mut().chain([&mut stopped]) {
+        assert!(
+            worker.try_wait().unwrap().is_none(),
+            "a worker ended before the plan"
+        );
+    }
+    unsafe { libc_kill(stopped.id() as i32, 15) };
+    assert!(wait_exit(&mut stopped, Duration::from_secs(10)).success());
+    let log = std::fs::read_to_string(fleet.log_path("stopped")).unwrap();
+    assert!(log.contains("stopped while waiting for the plan"), "{log}");
+
+    let output = format!("s3://{out}/early/");
+    fleet.plan(
+        &bucket,
+        &output,
+        &["--target-shards", "6", "--min-shard-objects", "100"],
+    );
+    for worker in early.iter_mut() {
+        assert!(wait_exit(worker, Duration::from_secs(120)).success());
+    }
+    let logs: Vec<String> = ["early-a", "early-b"]
+        .iter()
+        .map(|name| std::fs::read_to_string(fleet.log_path(name)).unwrap())
+        .collect();
+    assert!(
+        logs.iter().all(|l| l.contains("waiting for the plan")),
+        "{logs:?}"
+    );
+    assert!(logs.iter().all(|l| l.contains("shards done")), "{logs:?}");
+    fleet.run_ok(&["merge"]);
+    assert_matches_seed(
+        &parse_records(&s3.read(&out, "early/result.jsonl").await),
+        &seeded,
+    );
+}
