@@ -769,6 +769,8 @@ fn one_pod_job(scan: &BucketScan, name: String, component: &str, mut pod: PodSpe
 pub fn merge_job(scan: &BucketScan, settings: &Settings, redis_ca: bool) -> Job {
     let mut args = common_args(scan, "merge");
     args.extend(["--on-dead-shards".into(), "partial".into()]);
+    // Started in the scan's last seconds (`controller::merge`).
+    args.push("--wait-for-shards".into());
     let pod = pod_spec(scan, settings, args, redis_ca);
     one_pod_job(scan, merge_job_name(scan), "merge", pod)
 }

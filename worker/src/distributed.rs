@@ -56,16 +56,44 @@ async fn planned_spec(
             said = true;
         }
         tokio::select! {
-            _ = tokio::time::sleep(PLAN_POLL) => {}
+            _ = tokio::time::sleep(WAIT_POLL) => {}
             _ = stop.cancelled() => return Ok(None),
         }
     }
     spec_of(queue, scan).await.map(Some)
 }
 
-/// How often a worker started before its scan's plan looks for it: a GET
+/// Wait until the scan is planned and no shard of it is pending or leased
+/// (the merge's own conditions, checked again by the merge); false when
+/// stopped first. A Redis that lost the scan meanwhile (restarted without
+/// persistence) counts no shards: the wait goes on until the operator has
+/// planned it again, rather than failing the merge for good.
+async fn shards_finished(queue: &Queue, stop: &CancellationToken) -> anyhow::Result<bool> {
+    let mut said = false;
+    loop {
+        let left = queue.counts().await?;
+        if left.pending == 0 && left.leased == 0 && queue.plan_complete().await?.is_some() {
+            return Ok(true);
+        }
+        if !said {
+            tracing::info!(
+                pending = left.pending,
+                leased = left.leased,
+                "waiting for the last shards"
+            );
+            said = true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(WAIT_POLL) => {}
+            _ = stop.cancelled() => return Ok(false),
+        }
+    }
+}
+
+/// How often a worker started before its scan's plan looks for it, and a
+/// merge started before the last shard ended looks at the shards: a read
 /// each, so a thousand waiting workers cost Redis 5,000 reads a second.
-const PLAN_POLL: Duration = Duration::from_millis(200);
+const WAIT_POLL: Duration = Duration::from_millis(200);
 
 fn engine_for(
     s3: std::sync::Arc<bucketscan_core::s3::S3>,
@@ -227,6 +255,13 @@ pub async fn delete_parts(args: DeletePartsArgs) -> anyhow::Result<()> {
 
 pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
     let queue = args.queue.connect("merger", Duration::from_secs(30)).await?;
+    if args.wait_for_shards {
+        let stop = CancellationToken::new();
+        spawn_signal_handler(stop.clone());
+        if !shards_finished(&queue, &stop).await? {
+            bail!("stopped before the scan's last shard finished: nothing merged");
+        }
+    }
     let spec = spec_of(&queue, &args.queue.scan).await?;
     let s3 = args.endpoint.connect(16).await?;
     let manifest = bucketscan_core::fleet::merge::merge(&args.queue.scan, &queue, &s3).await?;

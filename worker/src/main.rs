@@ -348,6 +348,12 @@ struct MergeArgs {
     /// is written and manifest.json names the missing ranges.
     #[arg(long, value_enum, default_value = "fail")]
     on_dead_shards: OnDeadShards,
+    /// Wait until no shard is pending or leased, then merge, instead of
+    /// refusing a scan that is not finished: the operator starts the merge
+    /// Job in a scan's last seconds, so its pod is up when the last shard
+    /// ends.
+    #[arg(long)]
+    wait_for_shards: bool,
 }
 
 /// What a merge that leaves ranges out says.

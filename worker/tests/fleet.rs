@@ -1793,11 +1793,12 @@ async fn a_merge_stopped_past_its_check_stores_no_manifest_over_the_later_round(
 }
 
 /// Workers started before their scan is planned (the operator makes them
-/// while it plans) wait for the plan and then scan it whole; without
+/// while it plans) wait for the plan and then scan it whole, and a merge
+/// started before the last shard ends waits for it; without
 /// `--wait-for-plan` a worker refuses a scan that is not planned, and a
 /// waiting worker told to stop ends at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_started_before_the_plan_wait_for_it_and_scan_it_whole() {
+async fn workers_and_a_merge_started_early_wait_for_the_plan_and_the_shards() {
     let s3 = versitygw();
     let bucket = s3.bucket("early").await;
     let out = s3.bucket("early-out").await;
@@ -1818,7 +1819,10 @@ async fn workers_started_before_the_plan_wait_for_it_and_scan_it_whole() {
     let mut stopped = fleet.spawn_worker("stopped", &["--wait-for-plan"]);
     let mut early: Vec<Child> = ["early-a", "early-b"]
         .iter()
-        .map(|name| fleet.spawn_worker(name, &["--wait-for-plan", "--progress-ms", "500"]))
+        .map(|name| {
+            let paced = ["--wait-for-plan", "--progress-ms", "500", "--max-rate", "400"];
+            fleet.spawn_worker(name, &paced)
+        })
         .collect();
     // Long enough for a worker that does not wait to have found an empty
     // queue and ended.
@@ -1840,9 +1844,23 @@ async fn workers_started_before_the_plan_wait_for_it_and_scan_it_whole() {
         &output,
         &["--target-shards", "6", "--min-shard-objects", "100"],
     );
+    // A merge that does not wait refuses the unfinished scan, for a while
+    // (75: try again later); one that waits merges once the shards end.
+    let refused = fleet.command(&["merge"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(75), "{}", stderr(&refused));
+    let merge_log = fleet.log_path("merge");
+    let mut merge = fleet
+        .command(&["merge", "--wait-for-shards"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&merge_log).unwrap())
+        .spawn()
+        .unwrap();
     for worker in early.iter_mut() {
         assert!(wait_exit(worker, Duration::from_secs(120)).success());
     }
+    assert!(wait_exit(&mut merge, Duration::from_secs(60)).success());
+    let log = std::fs::read_to_string(&merge_log).unwrap();
+    assert!(log.contains("waiting for the last shards"), "{log}");
     let logs: Vec<String> = ["early-a", "early-b"]
         .iter()
         .map(|name| std::fs::read_to_string(fleet.log_path(name)).unwrap())
@@ -1852,7 +1870,6 @@ async fn workers_started_before_the_plan_wait_for_it_and_scan_it_whole() {
         "{logs:?}"
     );
     assert!(logs.iter().all(|l| l.contains("shards done")), "{logs:?}");
-    fleet.run_ok(&["merge"]);
     assert_matches_seed(
         &parse_records(&s3.read(&out, "early/result.jsonl").await),
         &seeded,

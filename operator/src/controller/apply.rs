@@ -232,6 +232,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         );
         write_status(ctx, scan, &before, &st).await?;
         let left = st.numbers.eta_seconds.map(Duration::from_secs);
+        super::merge::merge_ahead(scan, ctx, &seen.shards, left).await?;
         return Ok(Action::requeue(scanning_requeue(&seen.shards, left)));
     }
 

@@ -3,6 +3,8 @@
 //! scan as Complete, or, with dead shards, as Failed (ShardsFailed) or
 //! Complete (Partial) as spec.onDeadShards says, naming the missing ranges.
 //! Only a manifest of the round the status says (`status.retries`) ends it.
+//! The Job may start a few seconds before the last shard ends
+//! ([`merge_ahead`]): its pod waits for the shards.
 
 use super::children::ensure_redis_secret;
 use super::context::{elapsed, key_of, Context, Error, ACTIVE_REQUEUE, QUICK_REQUEUE};
@@ -55,7 +57,7 @@ pub(super) async fn merging(
     match manifest {
         None => {
             st.phase = Phase::Merging;
-            let job = ensure_merge_job(scan, ctx).await?;
+            let job = ensure_merge_job(scan, ctx, "all shards finished; merge Job started").await?;
             if let Some(again) = merge_again(scan, ctx, job.as_ref()).await? {
                 status::set_condition(
                     &mut st.conditions,
@@ -164,9 +166,36 @@ pub(super) async fn merging(
     }
 }
 
+/// In a scan's last seconds, with no shard left to take: the merge Job is
+/// started before the last shard ends, so that its pod is up when it does
+/// (`merge --wait-for-shards` waits for it). Its pod took 1-2 s to start
+/// after the last shard in the e2e bench (issue 29).
+pub(super) async fn merge_ahead(
+    scan: &BucketScan,
+    ctx: &Context,
+    shards: &crate::crd::ShardCounts,
+    time_left: Option<std::time::Duration>,
+) -> Result<(), Error> {
+    if merges_soon(shards, time_left) {
+        let note = "the last shards are running; merge Job started, it merges once they end";
+        ensure_merge_job(scan, ctx, note).await?;
+    }
+    Ok(())
+}
+
+/// Nothing pending, something leased, and the estimated time left within
+/// [`MERGE_AHEAD`].
+fn merges_soon(shards: &crate::crd::ShardCounts, time_left: Option<std::time::Duration>) -> bool {
+    shards.pending == 0 && shards.leased > 0 && time_left.is_some_and(|left| left <= MERGE_AHEAD)
+}
+
+/// How long before a scan's estimated end its merge Job is started: the
+/// pod's start (1-2 s here) with room for an estimate that is short.
+const MERGE_AHEAD: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The merge Job, started if it is not there yet (`None` the moment it is
-/// started: the API server has not run it yet).
-async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<Option<Job>, Error> {
+/// started: the API server has not run it yet); `note` is the event's.
+async fn ensure_merge_job(scan: &BucketScan, ctx: &Context, note: &str) -> Result<Option<Job>, Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let name = desired::merge_job_name(scan);
     // The Job's pod reads Redis as the scan's user, which a restarted Redis
@@ -180,14 +209,7 @@ async fn ensure_merge_job(scan: &BucketScan, ctx: &Context) -> Result<Option<Job
     }
     let job = desired::merge_job(scan, &ctx.settings, with_ca);
     mine.apply(&jobs, &job).await?;
-    publish(
-        ctx,
-        scan,
-        EventType::Normal,
-        "Merging",
-        "all shards finished; merge Job started",
-    )
-    .await;
+    publish(ctx, scan, EventType::Normal, "Merging", note).await;
     Ok(None)
 }
 
@@ -259,6 +281,24 @@ fn manifest_location(m: &Manifest) -> String {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_merge_starts_ahead_only_when_nothing_is_left_to_take_and_the_end_is_near() {
+        let shards = |pending, leased| crate::crd::ShardCounts {
+            pending,
+            leased,
+            ..Default::default()
+        };
+        let secs = |s| Some(Duration::from_secs(s));
+        assert!(merges_soon(&shards(0, 2), secs(10)));
+        assert!(merges_soon(&shards(0, 1), secs(0)));
+        // Shards still to take, too far from the end, or no estimate.
+        assert!(!merges_soon(&shards(1, 2), secs(1)));
+        assert!(!merges_soon(&shards(0, 2), secs(11)));
+        assert!(!merges_soon(&shards(0, 2), None));
+        // Nothing leased either: the scan merges now, by `merging`.
+        assert!(!merges_soon(&shards(0, 0), secs(1)));
+    }
 
     #[test]
     fn a_young_merge_is_looked_at_every_second_an_old_one_every_five() {
