@@ -146,21 +146,10 @@ async fn a_scan_without_credentials_never_borrows_the_operator_s_identity() {
         waiting.contains("deputy-plan") && waiting.contains("scan-reader"),
         "{waiting}"
     );
-    // The workers are made beside the plan Job, under the same identity,
-    // and wait for the plan.
+    // No workers beside a plan Job (it may wait out a store that is down,
+    // or a pod that cannot start, for minutes): they come after the plan.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    let workers = eventually("workers beside the plan Job", 30, async || {
-        deployments.get_opt("deputy-workers").await.ok()?
-    })
-    .await;
-    let pod = workers.spec.unwrap().template.spec.unwrap();
-    assert_eq!(pod.service_account_name.as_deref(), Some("scan-reader"));
-    let args = pod.containers[0].args.clone().unwrap();
-    assert!(args.iter().any(|a| a == "--wait-for-plan"), "{args:?}");
-    assert_eq!(
-        scans.get("deputy").await.unwrap().status.unwrap().phase,
-        Phase::Planning
-    );
+    assert!(deployments.get_opt("deputy-workers").await.unwrap().is_none());
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         proxy.requests().is_empty(),

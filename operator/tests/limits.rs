@@ -195,25 +195,43 @@ async fn a_scan_over_its_redis_budget_is_switched_off_and_fails() {
     let mut operator = start_operator(NS, &["--max-redis-bytes-per-scan", "1048576"]);
     let scan = s3_scan("fat", &s3.endpoint, &bucket, &out, serde_json::json!({}));
     scans.create(&PostParams::default(), &scan).await.unwrap();
+    // And one that stays Blocked (its credentials Secret never comes): its
+    // user exists from the workers made beside its first plan attempt, and
+    // it is held to the budget as well.
+    let source = serde_json::json!({"source": {"endpoint": s3.endpoint, "bucket": bucket, "pathStyle": true,
+                                               "credentialsSecret": {"name": "never-made"}}});
+    let stuck = s3_scan("stuck", &s3.endpoint, &bucket, &out, source);
+    scans.create(&PostParams::default(), &stuck).await.unwrap();
     wait_phase(&scans, "fat", Phase::Scanning).await;
-    let id = bucketscan_operator::desired::scan_id(&scans.get("fat").await.unwrap());
+    eventually("stuck Blocked", 60, async || {
+        let (status, reason, _) = condition(&scans, "stuck", "Blocked").await?;
+        (status == "True" && reason == "SecretNotFound").then_some(())
+    })
+    .await;
     let redis = redis::Client::open(std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap()).unwrap();
     let mut root = redis.get_multiplexed_async_connection().await.unwrap();
-    redis::cmd("SET")
-        .arg(format!("bs:{{{id}}}:junk"))
-        .arg("x".repeat(2 << 20))
-        .query_async::<()>(&mut root)
-        .await
-        .unwrap();
-    let message = eventually("fat Failed OverLimit", 120, async || {
-        let status = scans.get("fat").await.ok()?.status?;
+    for name in ["fat", "stuck"] {
+        let id = bucketscan_operator::desired::scan_id(&scans.get(name).await.unwrap());
+        redis::cmd("SET")
+            .arg(format!("bs:{{{id}}}:junk"))
+            .arg("x".repeat(2 << 20))
+            .query_async::<()>(&mut root)
+            .await
+            .unwrap();
+    }
+    let over_limit = async |name: &str| {
+        let status = scans.get(name).await.ok()?.status?;
         let failed = status
             .conditions
             .iter()
             .find(|c| c.type_ == "Failed" && c.status == "True")?;
         (status.phase == Phase::Failed && failed.reason == "OverLimit").then(|| failed.message.clone())
-    })
-    .await;
+    };
+    let message = eventually("fat Failed OverLimit", 120, async || over_limit("fat").await).await;
+    // A blocked scan is looked at after 5 s, doubling: the count a minute
+    // after the first comes within about 80 s.
+    eventually("stuck Failed OverLimit", 150, async || over_limit("stuck").await).await;
+    let id = bucketscan_operator::desired::scan_id(&scans.get("fat").await.unwrap());
     assert!(
         message.contains("over the budget of 1048576 bytes") && message.contains("switched off"),
         "{message}"
@@ -229,6 +247,6 @@ async fn a_scan_over_its_redis_budget_is_switched_off_and_fails() {
         user == redis::Value::Nil || format!("{user:?}").contains("off"),
         "{user:?}"
     );
-    delete_scans(&scans, &["fat"]).await;
+    delete_scans(&scans, &["fat", "stuck"]).await;
     operator.stop();
 }

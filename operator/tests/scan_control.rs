@@ -345,6 +345,21 @@ async fn a_suspended_scan_keeps_its_work_starts_no_merge_and_resumes_exactly() {
     .await;
     assert!(planned.total >= 4 && planned.done < planned.total, "{planned:?}");
 
+    // A merge Job the operator started ahead of the last shard (it does in
+    // a scan's last seconds; made here, the scan's own, so that the test
+    // does not depend on the estimate): suspending the scan stops it too.
+    let uid = scans.get("pics").await.unwrap().metadata.uid.unwrap();
+    let ahead: Job = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pics-merge", "ownerReferences": [{"apiVersion": "bucketscan.dev/v1alpha1",
+            "kind": "BucketScan", "name": "pics", "uid": uid, "controller": true}]},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "merge", "image": "bucketscan", "args": ["merge", "--wait-for-shards"]}]}}}
+    }))
+    .unwrap();
+    if jobs.get_opt("pics-merge").await.unwrap().is_none() {
+        jobs.create(&PostParams::default(), &ahead).await.unwrap();
+    }
+
     // Suspended mid-scan: the Deployment goes (its pods get SIGTERM; `a`
     // does here and releases its shard); `b` stands for a pod slow to stop
     // and finishes every shard while suspended. No merge may start.

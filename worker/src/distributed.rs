@@ -63,6 +63,21 @@ async fn planned_spec(
     spec_of(queue, scan).await.map(Some)
 }
 
+/// A merge stopped (SIGTERM: its pod evicted, its node drained) while it
+/// waited for the last shards: nothing was merged, and a merge run again
+/// may succeed, so it exits as transient (75), and the operator merges
+/// again rather than failing the scan.
+#[derive(Debug)]
+pub struct StoppedWaiting;
+
+impl std::fmt::Display for StoppedWaiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped before the scan's last shard finished: nothing merged")
+    }
+}
+
+impl std::error::Error for StoppedWaiting {}
+
 /// Wait until the scan is planned and no shard of it is pending or leased
 /// (the merge's own conditions, checked again by the merge); false when
 /// stopped first. A Redis that lost the scan meanwhile (restarted without
@@ -259,7 +274,7 @@ pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
         let stop = CancellationToken::new();
         spawn_signal_handler(stop.clone());
         if !shards_finished(&queue, &stop).await? {
-            bail!("stopped before the scan's last shard finished: nothing merged");
+            return Err(StoppedWaiting.into());
         }
     }
     let spec = spec_of(&queue, &args.queue.scan).await?;

@@ -444,6 +444,7 @@ fn is_transient(e: &anyhow::Error) -> bool {
             || cause
                 .downcast_ref::<bucketscan_core::fleet::merge::MergeError>()
                 .is_some_and(bucketscan_core::fleet::merge::MergeError::is_transient)
+            || cause.is::<distributed::StoppedWaiting>()
     })
 }
 

@@ -1837,6 +1837,18 @@ async fn workers_and_a_merge_started_early_wait_for_the_plan_and_the_shards() {
     assert!(wait_exit(&mut stopped, Duration::from_secs(10)).success());
     let log = std::fs::read_to_string(fleet.log_path("stopped")).unwrap();
     assert!(log.contains("stopped while waiting for the plan"), "{log}");
+    // A waiting merge told to stop (its pod evicted) merged nothing and
+    // says so as transient (75): the operator merges again, the scan does
+    // not fail.
+    let mut evicted = fleet
+        .command(&["merge", "--wait-for-shards"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    unsafe { libc_kill(evicted.id() as i32, 15) };
+    assert_eq!(wait_exit(&mut evicted, Duration::from_secs(10)).code(), Some(75));
 
     let output = format!("s3://{out}/early/");
     fleet.plan(

@@ -79,6 +79,16 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         }
     }
 
+    // Before planning too: the scan's Redis user exists from its first
+    // workers on (made beside the plan), and a scan that stays Blocked, or
+    // waits for its plan Job, must not hold more of Redis than a running
+    // one may.
+    if let Some(message) =
+        super::budget::over_budget(ctx, &queue, &key_of(scan), &desired::scan_id(scan)).await?
+    {
+        stop_jobs(scan, ctx, Stop::All).await?;
+        return fail(scan, ctx, st, "OverLimit", &message, &now).await;
+    }
     if !seen.planned && !status::is_true(&st.conditions, PLANNED) {
         match Box::pin(super::baseline::resolve(scan, ctx, &mut st, &before)).await? {
             Resolved::Ready => {}
@@ -124,9 +134,6 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
                     &now,
                 );
                 write_status(ctx, scan, &before, &st).await?;
-                // After the start time is written (a scan that fails then
-                // removes them): the workers start beside the plan Job.
-                ensure_workers(scan, ctx, initial_workers(scan, ctx)).await?;
                 return Ok(Action::requeue(ACTIVE_REQUEUE));
             }
             Gate::Failed(msg) => return fail(scan, ctx, st, "PlanFailed", &msg, &now).await,
@@ -146,10 +153,15 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         before = st.clone();
         // The workers' pods start while the plan is made (they wait for
         // it); not again while the scan is blocked (a missing Secret, the
-        // store down): its pods would only wait, or not start at all.
-        let prestarted = !status::is_true(&st.conditions, BLOCKED);
+        // store down): its pods would only wait, or not start at all. Not
+        // for a replan: the Deployment is there, at the autoscaler's size.
+        // Not for a plan Job (`job_gate`): it waits out transient failures
+        // and pods that cannot start, minutes at a time.
+        let prestarted = !replanning && !status::is_true(&st.conditions, BLOCKED);
         if prestarted {
             ensure_workers(scan, ctx, initial_workers(scan, ctx)).await?;
+        } else if !replanning {
+            remove_blocked_workers(scan, ctx).await;
         }
         let planned = if replanning {
             replan(scan, ctx, &queue).await
@@ -176,7 +188,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
             // the scan waits, blocked (`blocked.rs`).
             Err(e) if e.blocked_reason().is_some() => {
                 if prestarted {
-                    ensure_workers(scan, ctx, 0).await?;
+                    remove_blocked_workers(scan, ctx).await;
                 }
                 return Err(e);
             }
@@ -197,12 +209,6 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         seen = observe(&queue).await?;
     }
 
-    if let Some(message) =
-        super::budget::over_budget(ctx, &queue, &key_of(scan), &desired::scan_id(scan)).await?
-    {
-        stop_jobs(scan, ctx, Stop::All).await?;
-        return fail(scan, ctx, st, "OverLimit", &message, &now).await;
-    }
     queue.reap(max_failures()).await?;
     let work_left = seen.shards.pending + seen.shards.leased;
     let replicas = crate::limits::capped_workers(
@@ -240,7 +246,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     merging(scan, ctx, st, &before, seen.manifest, &now).await
 }
 
-/// The workers a scan starts with, made while it is planned: as many as
+/// The workers a scan starts with, made while the operator plans it: as many as
 /// once planned, before its shards are counted (fixed replicas, or the
 /// autoscaler's minimum), within the operator's caps. Their pods take a
 /// second or more to start (e2e bench: the first HEAD came 1.4 s after the
@@ -250,6 +256,15 @@ fn initial_workers(scan: &BucketScan, ctx: &Context) -> i32 {
         desired::desired_replicas(&scan.spec.workers, None),
         &ctx.settings.limits,
     )
+}
+
+/// The workers made beside a plan that was blocked go: the blocked cause
+/// is what the scan shows, so a failed delete is only logged, and tried
+/// again at the next look.
+async fn remove_blocked_workers(scan: &BucketScan, ctx: &Context) {
+    if let Err(e) = ensure_workers(scan, ctx, 0).await {
+        tracing::warn!(error = %e, "cannot remove the workers of a blocked scan");
+    }
 }
 
 /// How soon a scanning scan is looked at again. While shards wait to be
@@ -286,6 +301,11 @@ async fn suspended(
 ) -> Result<Action, Error> {
     ensure_workers(scan, ctx, 0).await?;
     stop_jobs(scan, ctx, Stop::Planning).await?;
+    if st.phase == Phase::Scanning {
+        // A merge Job started ahead of the last shard: it would wait out
+        // the suspension, or merge while the scan is suspended.
+        stop_jobs(scan, ctx, Stop::Merge).await?;
+    }
     if seen.planned {
         report_progress(scan, ctx, &mut st, seen, 0, now);
     }

@@ -71,18 +71,24 @@ pub(super) enum Stop {
     /// Every Job (past the deadline: the scan ends). A Job of that name
     /// that is not the scan's stays, and is no concern of it now.
     All,
+    /// The merge Job only: one started ahead in a scan's last seconds
+    /// (`merge::merge_ahead`), when the scan leaves Scanning other than by
+    /// its merge (suspended, failed). A Job of that name that is not the
+    /// scan's stays.
+    Merge,
 }
 
 /// Stop the scan's plan and replan Jobs (only a scan planned by Job has
-/// them), and with [`Stop::All`] its merge Job: the Jobs and their pods go.
+/// them), and with [`Stop::All`] or [`Stop::Merge`] its merge Job: the Jobs
+/// and their pods go.
 pub(super) async fn stop_jobs(scan: &BucketScan, ctx: &Context, which: Stop) -> Result<(), Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
     let mut names = Vec::new();
-    if desired::uses_pod_identity(scan) {
+    if desired::uses_pod_identity(scan) && !matches!(which, Stop::Merge) {
         names.push(desired::plan_job_name(scan, false));
         names.push(desired::plan_job_name(scan, true));
     }
-    if matches!(which, Stop::All) {
+    if matches!(which, Stop::All | Stop::Merge) {
         names.push(desired::merge_job_name(scan));
     }
     let background = DeleteParams {
@@ -93,7 +99,7 @@ pub(super) async fn stop_jobs(scan: &BucketScan, ctx: &Context, which: Stop) -> 
         let stopped = owned::delete(&jobs, scan, &name, &background).await;
         match which {
             Stop::Planning => stopped?,
-            Stop::All => unless_foreign(scan, stopped)?,
+            Stop::All | Stop::Merge => unless_foreign(scan, stopped)?,
         };
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! The end of a scan: Failed with a reason, or finished (no workers left),
 //! and deleted once its `ttlSecondsAfterFinished` has passed.
 
-use super::children::remove_workers;
+use super::children::{remove_workers, stop_jobs, Stop};
 use super::context::{Context, Error};
 use super::redis_user::delete_scan_user;
 use super::report::{publish, write_status};
@@ -24,6 +24,11 @@ pub(super) async fn fail(
 ) -> Result<Action, Error> {
     let before = scan.status.clone().unwrap_or_default();
     let generation = scan.metadata.generation;
+    if st.phase == Phase::Scanning {
+        // A merge Job started ahead of the last shard would merge a failed
+        // scan's parts (and delete them) once that shard ends.
+        stop_jobs(scan, ctx, Stop::Merge).await?;
+    }
     st.phase = Phase::Failed;
     st.completion_time = Some(now.clone());
     st.eta = None;
