@@ -103,6 +103,12 @@ enum Entry {
     Listed(Task, Option<Box<Record>>),
     /// A baseline object no longer listed (incremental scans).
     Removed(Box<Record>),
+    /// An unchanged object's baseline record, taken as it is: no HEAD and
+    /// no change to look for (incremental scans). Moved, not cloned beside
+    /// the baseline record as a `Listed` would be: at 10^6 objects the
+    /// clones and their comparison were a tenth of an incremental scan's
+    /// CPU.
+    Reused(Record),
 }
 
 impl Entry {
@@ -110,6 +116,7 @@ impl Entry {
         match self {
             Entry::Listed(task, _) => task.key(),
             Entry::Removed(old) => &old.key,
+            Entry::Reused(record) => &record.key,
         }
     }
 }
@@ -436,7 +443,14 @@ impl Engine {
             if !record.is_removal() {
                 outcome.listed += 1;
             }
-            outcome.last_key = Some(record.key.clone());
+            // The last key's buffer is reused: one allocation less a record.
+            match &mut outcome.last_key {
+                Some(last) => {
+                    last.clear();
+                    last.push_str(&record.key);
+                }
+                None => outcome.last_key = Some(record.key.clone()),
+            }
             if versions {
                 outcome.last_version = record.resume_version();
             }
@@ -462,6 +476,7 @@ impl Engine {
                 self.counters.removed.fetch_add(1, Relaxed);
                 Either::Left(std::future::ready(Ok(Ok(removed(*old)))))
             }
+            Entry::Reused(record) => Either::Left(std::future::ready(Ok(Ok(record)))),
             Entry::Listed(task, old) => {
                 let record = self.clone().task_future(task).await;
                 let engine = self.clone();
@@ -663,17 +678,17 @@ impl Engine {
             }
         }
         let old = baseline.take(task.key()).await?;
-        let task = match (task, &old) {
-            (Task::Head(obj), Some(old)) if self.may_reuse(old, &obj) => {
+        let entry = match (task, old) {
+            (Task::Head(obj), Some(old)) if self.may_reuse(&old, &obj) => {
                 // Counted as reused, not as from the listing: summaries and
                 // progress say where each record came from.
                 self.counters.reused.fetch_add(1, Relaxed);
-                self.count_record(old);
-                Task::Made(reused(old, &obj))
+                self.count_record(&old);
+                Entry::Reused(reused(old, &obj))
             }
-            (task, _) => task,
+            (task, old) => Entry::Listed(task, old.map(Box::new)),
         };
-        Ok(keys.send(Entry::Listed(task, old.map(Box::new))).await.is_ok())
+        Ok(keys.send(entry).await.is_ok())
     }
 
     fn may_reuse(&self, old: &Record, obj: &ListedObject) -> bool {
@@ -1037,13 +1052,13 @@ fn removed(old: Record) -> Record {
 /// The baseline's record of an unchanged object, with what the listing
 /// says now of its storage class (a lifecycle transition moves neither its
 /// ETag nor its LastModified).
-fn reused(old: &Record, obj: &ListedObject) -> Record {
-    Record {
-        storage_class: obj.storage_class.clone().or_else(|| old.storage_class.clone()),
-        change: None,
-        previous: None,
-        ..old.clone()
+fn reused(mut old: Record, obj: &ListedObject) -> Record {
+    if obj.storage_class.is_some() && obj.storage_class != old.storage_class {
+        old.storage_class = obj.storage_class.clone();
     }
+    old.change = None;
+    old.previous = None;
+    old
 }
 
 /// A record from what the listing said, for objects the HEAD could not read.
