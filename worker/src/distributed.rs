@@ -49,18 +49,43 @@ async fn planned_spec(
     scan: &str,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<ScanSpec>> {
-    let mut said = false;
-    while queue.plan_complete().await?.is_none() {
-        if !said {
+    let planned = poll_until(stop, |first| async move {
+        let mark = queue.plan_complete().await?;
+        if mark.is_none() && first {
             tracing::info!(scan, "waiting for the plan");
-            said = true;
         }
+        Ok(mark)
+    })
+    .await?;
+    match planned {
+        Some(_) => spec_of(queue, scan).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// `probe` every [`WAIT_POLL`] until it gives a value; `None` when `stop`
+/// comes first. `probe` is told whether it is the first look (to say once
+/// what is awaited).
+// A closure returning a future, not an async closure: the latter's future
+// was not `Send` for every lifetime, and `run` is spawned.
+async fn poll_until<T, F>(
+    stop: &CancellationToken,
+    mut probe: impl FnMut(bool) -> F,
+) -> anyhow::Result<Option<T>>
+where
+    F: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let mut first = true;
+    loop {
+        if let Some(value) = probe(first).await? {
+            return Ok(Some(value));
+        }
+        first = false;
         tokio::select! {
             _ = tokio::time::sleep(WAIT_POLL) => {}
             _ = stop.cancelled() => return Ok(None),
         }
     }
-    spec_of(queue, scan).await.map(Some)
 }
 
 /// A merge stopped (SIGTERM: its pod evicted, its node drained) while it
@@ -84,25 +109,22 @@ impl std::error::Error for StoppedWaiting {}
 /// persistence) counts no shards: the wait goes on until the operator has
 /// planned it again, rather than failing the merge for good.
 async fn shards_finished(queue: &Queue, stop: &CancellationToken) -> anyhow::Result<bool> {
-    let mut said = false;
-    loop {
+    let finished = poll_until(stop, |first| async move {
         let left = queue.counts().await?;
         if left.pending == 0 && left.leased == 0 && queue.plan_complete().await?.is_some() {
-            return Ok(true);
+            return Ok(Some(()));
         }
-        if !said {
+        if first {
             tracing::info!(
                 pending = left.pending,
                 leased = left.leased,
                 "waiting for the last shards"
             );
-            said = true;
         }
-        tokio::select! {
-            _ = tokio::time::sleep(WAIT_POLL) => {}
-            _ = stop.cancelled() => return Ok(false),
-        }
-    }
+        Ok(None)
+    })
+    .await?;
+    Ok(finished.is_some())
 }
 
 /// How often a worker started before its scan's plan looks for it, and a

@@ -83,12 +83,17 @@ pub(super) enum Stop {
 /// and their pods go.
 pub(super) async fn stop_jobs(scan: &BucketScan, ctx: &Context, which: Stop) -> Result<(), Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &scan.namespace().unwrap_or_default());
+    let (plan, merge) = match which {
+        Stop::Planning => (true, false),
+        Stop::All => (true, true),
+        Stop::Merge => (false, true),
+    };
     let mut names = Vec::new();
-    if desired::uses_pod_identity(scan) && !matches!(which, Stop::Merge) {
+    if plan && desired::uses_pod_identity(scan) {
         names.push(desired::plan_job_name(scan, false));
         names.push(desired::plan_job_name(scan, true));
     }
-    if matches!(which, Stop::All | Stop::Merge) {
+    if merge {
         names.push(desired::merge_job_name(scan));
     }
     let background = DeleteParams {
