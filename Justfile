@@ -159,16 +159,11 @@ demo:
 fmt:
     cargo fmt --all
 
-# Benchmarks against the peers (full: >= 3 runs per figure; not timed as a whole, over two
-# hours of harness on 2 cores by docs/benchmarks.md's estimate): writes BENCHMARKS.md and
-# docs/benchmarks.png. See docs/benchmarks.md.
-bench: deps build
-    cargo build --release -p bucketscan-bench
-    # The harness's small benchmarks of its fleet sections (moved out of `just test`).
-    cargo nextest run -p bucketscan-bench --run-ignored only
-    E2E_DOWN=1 BUCKETSCAN_BUILD=release e2e/run.sh bench
-    just bench-operator
-    just _bench full BENCHMARKS.md docs/benchmarks.png
+# Benchmarks against the peers (full: >= 3 runs per figure), every phase timed
+# (scripts/bench-all.sh; a whole run, cold builds included, must fit a 3-hour
+# session: docs/benchmarks.md): writes BENCHMARKS.md and its charts.
+bench:
+    scripts/bench-all.sh
 
 # The operator's peak RSS while it plans and tracks a 10^9-key scan (issue 13,
 # item 7): needs a kube-apiserver, so it runs under with-test-servers.sh; the
@@ -181,6 +176,9 @@ bench-operator: deps
 # A smoke run of the benchmarks (1 run, small N; docs/benchmarks.md); writes under
 # $BUCKETSCAN_CACHE/bench/quick/, not the committed BENCHMARKS.md.
 bench-quick: (_bench "quick" (cache + "/bench/quick/BENCHMARKS.md") (cache + "/bench/quick/benchmarks.png"))
+    # The harness's small benchmarks of its fleet sections (out of `just test`,
+    # and out of the full run, which measures the same sections at full size).
+    cargo nextest run -p bucketscan-bench --run-ignored only
 
 _bench MODE MARKDOWN CHART:
     nice cargo build --release -p bucketscan-bench -p bucketscan-worker

@@ -38,6 +38,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 from harness import billion, clients, fleet, incremental, list_latency, list_streams, saturation, scale, \
     store_family
@@ -46,6 +47,19 @@ from harness.common import CACHE, RUNS, SIZES, log, machine, when
 from harness.operator_rss import OperatorRun, read_operator_figures
 from harness.report import read_e2e, read_notes, read_results, read_text, render_sections, write_reports
 from harness.splice import splice_sections
+
+
+def timed(res, name, measure, *a):
+    """Run one section's `measure`, keep how long it took in
+    res["section_seconds"] (a whole run must fit one session:
+    docs/benchmarks.md, "Running") and log it."""
+    began = time.monotonic()
+    try:
+        return measure(*a)
+    finally:
+        secs = time.monotonic() - began
+        res.setdefault("section_seconds", {})[name] = round(secs, 1)
+        log(f"section {name}: {secs / 60:.1f} min")
 
 
 def scale_section(bench, args):
@@ -118,15 +132,15 @@ def measure_sections(args, sections, p):
                 json.dump(figures, f, indent=1)
             log(figures["text"])
         if "scale" in sections:
-            res["scale"] = scale_section(bench, args)
+            res["scale"] = timed(res, "scale", scale_section, bench, args)
         if "billion" in sections:
-            res["billion"] = billion_section(bench, args, res.get("scale"))
+            res["billion"] = timed(res, "billion", billion_section, bench, args, res.get("scale"))
         if "saturation" in sections:
-            res["saturation"] = saturation_section(bench, args)
+            res["saturation"] = timed(res, "saturation", saturation_section, bench, args)
         if "list_latency" in sections:
-            res["list_latency"] = list_latency_section(bench, args)
+            res["list_latency"] = timed(res, "list_latency", list_latency_section, bench, args)
         if "incremental" in sections:
-            res["incremental"] = incremental_section(bench, args)
+            res["incremental"] = timed(res, "incremental", incremental_section, bench, args)
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     if args.json:
@@ -232,28 +246,28 @@ def main(argv=None):
     res = {"mode": args.mode, "runs": args.runs, "latency_us": args.latency_us, "machine": machine(),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     try:
-        res["clients"], res["all_runs"], res["skipped"] = clients.measure(bench)
+        res["clients"], res["all_runs"], res["skipped"] = timed(res, "clients", clients.measure, bench)
         if "rclone" in res["skipped"] and os.path.exists(args.rclone_error):
             res["skipped"]["rclone"] = "did not install: " + open(args.rclone_error).read().strip()[-300:]
         res["ratios"] = clients.ratios_to_ours(res["clients"])
         if not args.no_list:
-            res["list"] = list_streams.measure(bench)
+            res["list"] = timed(res, "list", list_streams.measure, bench)
             res["list"]["efficiency"] = list_streams.list_efficiency(res["list"]["rates"])
         redis_per_object = None
         if not args.no_fleet:
-            workers, n = fleet.measure(bench)
+            workers, n = timed(res, "fleet", fleet.measure, bench)
             res["fleet"] = {"objects": n, "workers": workers}
             redis_per_object = max(w["redis_per_object"] for w in workers.values())
         if not args.no_scale:
-            res["scale"] = scale_section(bench, args)
+            res["scale"] = timed(res, "scale", scale_section, bench, args)
         if not args.no_billion:
-            res["billion"] = billion_section(bench, args, res.get("scale"))
+            res["billion"] = timed(res, "billion", billion_section, bench, args, res.get("scale"))
         if not args.no_saturation:
-            res["saturation"] = saturation_section(bench, args)
+            res["saturation"] = timed(res, "saturation", saturation_section, bench, args)
         if not args.no_list_latency:
-            res["list_latency"] = list_latency_section(bench, args)
+            res["list_latency"] = timed(res, "list_latency", list_latency_section, bench, args)
         if not args.no_incremental:
-            res["incremental"] = incremental_section(bench, args)
+            res["incremental"] = timed(res, "incremental", incremental_section, bench, args)
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     read_e2e(res, args.e2e, redis_per_object)

@@ -278,6 +278,17 @@ def full_run(old, date="2026-12-01 00:00 UTC"):
 
 
 class Report(unittest.TestCase):
+    def test_the_run_says_how_long_each_section_measured(self):
+        # run.timed keeps a section's minutes even when it fails midway.
+        res = {}
+        self.assertEqual(run.timed(res, "clients", lambda x: x + 1, 1), 2)
+        with self.assertRaises(ZeroDivisionError):
+            run.timed(res, "scale", lambda: 1 / 0)
+        self.assertEqual(sorted(res["section_seconds"]), ["clients", "scale"])
+        line = report.section_times({"clients": 318.0, "scale": 1040.2})
+        self.assertEqual(line, ["- minutes of measuring by section: clients 5.3, scale 17.3; 22.6 in all"])
+        self.assertEqual(report.section_times(None), [])
+
     def test_a_section_the_run_does_not_produce_is_kept_where_it_was_and_marked(self):
         out = full_run(old_report())
         headings = re.findall(r"(?m)^## .*", out)
@@ -560,6 +571,23 @@ class StoreFamily(unittest.TestCase):
         with self.assertRaises(SystemExit):
             fam.row_names("base,no such store")
 
+    def test_a_slower_store_s_row_has_fewer_objects_for_the_same_run_time(self):
+        # 450,000 at the driven maximum; a fifth at 1,000/s; about half where
+        # the queue lets no client past 0.45 C; never none.
+        self.assertEqual(fam.row_objects(450_000, 5_000, 5_000, 1.0), 450_000)
+        self.assertEqual(fam.row_objects(450_000, 1_000, 5_000, 1.0), 90_000)
+        self.assertEqual(fam.row_objects(450_000, 5_000, 5_000, 0.45), 225_000)
+        self.assertEqual(fam.row_objects(450_000, 1_000, 5_000, 0.45), 45_000)
+        self.assertEqual(fam.row_objects(100, 1_000, 5_000, 0.1), 1_000)
+        # Each row's duration at what it can reach stays within a factor of
+        # two of the base row's, across the whole family.
+        base = 450_000 / 5_000
+        for row in fam.FAMILY:
+            driven, flags, _, _ = fam.scaled(row)
+            reach = fam.reachable(flags["queue_limit_ms"], driven)
+            secs = fam.row_objects(450_000, driven, fam.DRIVEN_MAX, reach) / (min(reach, 0.9) / 0.9 * driven)
+            self.assertTrue(0.5 * base <= secs <= 2 * base, (row[0], secs))
+
     def test_what_a_queue_lets_random_arrivals_reach(self):
         # 25 requests of room (5 ms at 5,000/s): 0.9 C is refused well under
         # 1 %; 2.5 requests (0.5 ms): 1 % is refused from about 0.45 C.
@@ -575,7 +603,7 @@ class StoreFamily(unittest.TestCase):
         lines = fam.render({"objects": 20_000, "rows": [r, dict(r, label="y")], "driven_max": 5_000})
         table = [l for l in lines if l.startswith("| x") or l.startswith("| y")]
         self.assertEqual(len(table), 2)
-        self.assertIn("| 100,000 (5,000) | 0.5 ms | 1 % | – | 0.95 | 9 |", table[0])
+        self.assertIn("| 100,000 (5,000) | 20,000 | 0.5 ms | 1 % | – | 0.95 | 9 |", table[0])
         lines = fam.render({"objects": 20_000, "rows": [dict(r, reachable=0.45)], "driven_max": 5_000})
         self.assertIn("| 1 % | 0.45 C | 0.95 |", lines[-1])
         self.assertIn("| 5/5 | – |", table[0])

@@ -115,6 +115,7 @@ def render_markdown(res):
         f"- {m['nproc']} cores: {m['cpu']}; kernel {m['kernel']}; Python {m['python']}",
         f"- load average before the run: {', '.join(f'{x:.2f}' for x in m['load_before'])}; after: "
         f"{', '.join(f'{x:.2f}' for x in m['load_after'])} (other work shared the machine)",
+    ] + section_times(res.get("section_seconds")) + [
         "",
         "## Re-run",
         "",
@@ -133,6 +134,15 @@ def render_markdown(res):
         "",
     ]
     return "\n".join(lines)
+
+
+def section_times(seconds):
+    """The harness's time by section, as one line (the builds, the e2e and
+    the operator's figure are phases of `just bench`'s own table)."""
+    if not seconds:
+        return []
+    parts = ", ".join(f"{name} {secs / 60:.1f}" for name, secs in seconds.items())
+    return [f"- minutes of measuring by section: {parts}; {sum(seconds.values()) / 60:.1f} in all"]
 
 
 def render_sections(res):

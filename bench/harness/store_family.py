@@ -136,6 +136,18 @@ def reachable(queue_ms, capacity, limit=FAMILY_LIMITS["slowdown_share"]):
     return low
 
 
+def row_objects(n, driven, driven_max, reach):
+    """Objects for one row: `n` for a store driven at `driven_max`, fewer
+    for a slower one and for one whose queue lets no client past `reach` x
+    C, so that every row runs about as long. The autoscaler's steps and the
+    governor's windows are times, not request counts: a row at 1,000/s
+    climbs and settles in the same seconds as one at 5,000/s, and 450,000
+    objects there took 11 minutes for what 90,000 show (a whole full run
+    must fit one 3-hour session; docs/benchmarks.md)."""
+    share = min(1.0, reach / FAMILY_LIMITS["share_of_capacity"])
+    return max(1_000, round(n * driven / driven_max * share))
+
+
 def model_flags(flags):
     return [x for k, v in flags.items() for x in ("--" + k.replace("_", "-"), str(v))]
 
@@ -249,7 +261,9 @@ def measure(bench, args, row_reader, plan_args, default_objects):
     try:
         for i, row in enumerate(r for r in FAMILY if r[0] in names):
             driven, flags, concurrency, f = scaled(row, driven_max=driven_max)
-            log(f"family: {row[0]} (C = {row[1]:,}/s, driven at {driven:,}/s), {n:,} objects")
+            reach = reachable(flags["queue_limit_ms"], driven)
+            objects = row_objects(n, driven, driven_max, reach)
+            log(f"family: {row[0]} (C = {row[1]:,}/s, driven at {driven:,}/s), {objects:,} objects")
 
             def run_fleet(command, redis_url, scan):
                 out = os.path.join(bench.tmp, "family.json")
@@ -266,7 +280,7 @@ def measure(bench, args, row_reader, plan_args, default_objects):
                     shutil.copy(out, os.path.join(args.family_ticks, f"row{i}.json"))
                 return cpu, rss, json.load(open(out))
 
-            measured = bench.fleet_once(n, 0, f"fam{i}", store_url, s3, model=model_flags(flags),
+            measured = bench.fleet_once(objects, 0, f"fam{i}", store_url, s3, model=model_flags(flags),
                                         run_fleet=run_fleet, plan_args=plan_args, layout=row[6])
             r = row_reader(row[0], None, measured, driven)
             # While every worker had work: as the queue drains the rate
@@ -277,7 +291,7 @@ def measure(bench, args, row_reader, plan_args, default_objects):
             r["sporadic_share"] = measured["endpoint"].get("sporadic", 0) / max(1, measured["endpoint"]["requests"])
             r.update(nominal=row[1], driven=driven, scale=f, queue_ms=row[2], sporadic=row[3],
                      prefix_share=row[4], profile=row[5], flags=flags, concurrency=concurrency,
-                     reachable=reachable(flags["queue_limit_ms"], driven))
+                     reachable=reach)
             r["claims"], r["why"] = judge(r, driven)
             r.pop("series", None)
             rows.append(r)
@@ -298,7 +312,9 @@ def render(family):
         "### The family of store models (issue 29)",
         "",
         f"One autoscaled fleet (1..{FAMILY_MAX_WORKERS} workers, the operator's `autoscale::decide`, the governor "
-        f"on) per store model, {family['objects']:,} objects each. A store of nominal capacity C is driven at "
+        f"on) per store model, {family['objects']:,} objects for a store driven at {family['driven_max']:,}/s and "
+        "proportionally fewer for a slower one or one whose queue lets no client near C (every row runs about as "
+        "long: the autoscaler's steps and the governor's windows are times, not counts). A store of nominal capacity C is driven at "
         f"C' = min(C, {family['driven_max']:,})/s with its times scaled by C / C' (HEAD latency and the queue "
         "limit: the queue holds as many requests at both scales) and each worker's HEADs in flight such that "
         f"it brings about C' / {WORKERS_AT_C}, so the store, not this 2-core machine, saturates first. The "
@@ -310,9 +326,9 @@ def render(family):
         "of them refused by the store's queue (simulated, `store_family.reachable`): below 0.9, no client meets "
         "both claims on that store.",
         "",
-        "| store model | C (driven) | queue | sporadic 503s | reachable | of C | workers | 503s | retries | adjustments "
+        "| store model | C (driven) | objects | queue | sporadic 503s | reachable | of C | workers | 503s | retries | adjustments "
         "| StoreSaturated | claims | where it falls short, and why |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |",
     ]
     for r in family["rows"]:
         met = sum(1 for _, m in r["claims"] if m)
@@ -320,7 +336,7 @@ def render(family):
         store = r["label"] + (f" (`--profile {r['profile']}`)" if r.get("profile") else "") + \
             (f", prefix limit {r['prefix_share']:.0%} of C" if r.get("prefix_share") else "")
         lines.append(
-            f"| {store} | {r['nominal']:,} ({r['driven']:,}) | {r['queue_ms']} ms | {r['sporadic'] * 100:g} % | "
+            f"| {store} | {r['nominal']:,} ({r['driven']:,}) | {r.get('objects', family['objects']):,} | {r['queue_ms']} ms | {r['sporadic'] * 100:g} % | "
             f"{reachable_text} | {r['share_of_capacity']:.2f} | {r['final_workers']} | {r['slowdown_share'] * 100:.2f} % | "
             f"{r['retry_share'] * 100:.2f} % | {r['steps']} | {r['saturated'] or '–'} | {met}/{len(r['claims'])} | "
             f"{r['why'] or '–'} |")
