@@ -49,17 +49,27 @@ from harness.report import read_e2e, read_notes, read_results, read_text, render
 from harness.splice import splice_sections
 
 
+# Where timed() writes the results after each section (--json), so that a
+# run stopped midway keeps what it measured.
+CHECKPOINT = None
+
+
 def timed(res, name, measure, *a):
     """Run one section's `measure`, keep how long it took in
     res["section_seconds"] (a whole run must fit one session:
-    docs/benchmarks.md, "Running") and log it."""
+    docs/benchmarks.md, "Running") and log it; then write the results so
+    far to CHECKPOINT (a partial results JSON, `.partial` beside --json)."""
     began = time.monotonic()
     try:
-        return measure(*a)
+        out = measure(*a)
     finally:
         secs = time.monotonic() - began
         res.setdefault("section_seconds", {})[name] = round(secs, 1)
         log(f"section {name}: {secs / 60:.1f} min")
+    if CHECKPOINT:
+        with open(CHECKPOINT, "w") as f:
+            json.dump(dict(res, **{name: out}), f, indent=1, default=str)
+    return out
 
 
 def scale_section(bench, args):
@@ -234,6 +244,8 @@ def main(argv=None):
         return 0
     if not args.bin_dir:
         p.error("--bin-dir is required (unless --render-from)")
+    global CHECKPOINT
+    CHECKPOINT = args.json + ".partial" if args.json else None
     if args.only:
         return measure_sections(args, [x.strip() for x in args.only.split(",") if x.strip()], p)
     args.runs = args.runs or RUNS[args.mode]
