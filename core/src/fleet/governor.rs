@@ -376,7 +376,17 @@ impl Governor {
         } else if (pushback || risen) && recovering {
             // Requests sent before the last cut, and their retries: hold.
         } else if pushback {
-            let served = measured.min(allowed.unwrap_or(f64::INFINITY));
+            // A window the store answered nothing in measured no capacity
+            // (every request refused, or all of them in their retries'
+            // backoff): the cut is from what was allowed, as TCP cuts its
+            // window on a loss, and the peak stays. Cut from its served
+            // rate, 0, the rate fell to the floor and the peak with it.
+            let answered_none = w.requests == 0;
+            let served = if answered_none {
+                allowed.unwrap_or(self.measured)
+            } else {
+                measured.min(allowed.unwrap_or(f64::INFINITY))
+            };
             let excess = (share - self.noise).max(0.0);
             let beta = (1.0 - cfg.share_weight * excess).clamp(cfg.throttle_beta, cfg.mild_beta);
             next.checking = Some(Cut {
@@ -391,7 +401,12 @@ impl Governor {
                 windows_left: cfg.undo_windows,
                 ..Cut::default()
             });
-            next.cut(served, beta, self.peak_kept(w, allowed, cfg), cfg);
+            let kept = if answered_none {
+                self.peak
+            } else {
+                self.peak_kept(w, allowed, cfg)
+            };
+            next.cut(served, beta, kept, cfg);
             next.signal = Signal::Throttling;
             next.latency_cut = None;
         } else if risen && next.risen_windows >= cfg.latency_windows && self.rate.is_some() {
@@ -584,8 +599,13 @@ impl Governor {
     /// demand sits just above a store's dropped capacity never fills it,
     /// and every cut kept the old store's peak: the fleet cycled into 503s
     /// for good (1.4 % refused at 1.02 C in a review's simulation). A fleet
-    /// that sends as much as before is not paused; a pause is kept for one
-    /// cut, since the window after it is the new "before".
+    /// that sends as much as before is not paused: the peak is kept only
+    /// while the fleet's attempts fall by over 40 % a window, and the first
+    /// cut after they stop falling sets it from what was served. What that
+    /// costs (a review's simulation): when the fleet's demand and the
+    /// store's capacity fall in the same window, the climb back towards the
+    /// kept peak overshoots for two windows (29-44 % refused) before the
+    /// next cut learns the new capacity.
     fn peak_kept(&self, w: &Window, allowed: Option<f64>, cfg: &GovernorConfig) -> Option<f64> {
         let sent_before = self.measured.min(allowed?);
         if w.attempt_rate() < cfg.app_limited * sent_before {
@@ -1149,6 +1169,66 @@ mod tests {
         };
         let g = g.step(&filled, &cfg).step(&filled, &cfg).step(&filled, &cfg);
         assert!(g.peak.unwrap() <= 2_000.0, "{g:?}");
+    }
+
+    #[test]
+    fn a_window_the_store_answered_nothing_in_cuts_from_the_allowed_rate() {
+        // Settled at a store's capacity, then one window in which every
+        // request was refused or waited in its retry's backoff: 500
+        // throttles and no answer. Cut from its served rate (0), the rate
+        // and the peak fell to the floor (1/s) and the fleet climbed back by
+        // doubling for a dozen windows; the window measured no capacity.
+        let store = PureStore {
+            capacity: 5_000.0,
+            queue_limit_ms: 5.0,
+            random: 0.0,
+        };
+        let cfg = GovernorConfig::default();
+        let mut rng = Rng(3);
+        let mut g = Governor::default();
+        for _ in 0..200 {
+            let sent = g.limit(&cfg).map_or(10_000.0, |l| l.min(10_000.0));
+            g = g.step(&store.answer(sent, &mut rng), &cfg);
+        }
+        let settled = g.limit(&cfg).unwrap();
+        let refused = Window {
+            secs: 1.0,
+            requests: 0,
+            throttles: 500,
+            latency_us: 0,
+            senders: 0,
+        };
+        g = g.step(&refused, &cfg);
+        assert_eq!(g.signal, Signal::Throttling, "{g:?}");
+        assert!(
+            g.limit(&cfg).unwrap() >= 0.6 * settled,
+            "cut from the allowed rate: {g:?}"
+        );
+        assert!(g.peak.unwrap() >= 0.9 * store.capacity, "the peak is kept: {g:?}");
+        let back = (1..=30)
+            .find(|_| {
+                let sent = g.limit(&cfg).map_or(10_000.0, |l| l.min(10_000.0));
+                let w = store.answer(sent, &mut rng);
+                g = g.step(&w, &cfg);
+                w.requests as f64 >= 0.9 * store.capacity
+            })
+            .unwrap_or(usize::MAX);
+        assert!(back <= 6, "back at 0.9 C after {back} windows: {g:?}");
+        // A store that refuses everything for good is still backed off:
+        // each cut is from the rate allowed before it.
+        let before = g.limit(&cfg).unwrap();
+        for _ in 0..30 {
+            let sent = g.limit(&cfg).unwrap();
+            let all_refused = Window {
+                secs: 1.0,
+                requests: 0,
+                throttles: sent as u64,
+                latency_us: 0,
+                senders: 0,
+            };
+            g = g.step(&all_refused, &cfg);
+        }
+        assert!(g.limit(&cfg).unwrap() <= 0.1 * before, "{before} -> {g:?}");
     }
 
     #[test]
