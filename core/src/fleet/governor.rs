@@ -303,6 +303,10 @@ pub struct Governor {
     /// The last latency cut, until the first window read after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_cut: Option<LatencyCut>,
+    /// What the store served in the window of the last throttling cut, when
+    /// that cut kept the peak ([`Governor::past_a_kept_cut`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_cut_served: Option<f64>,
 }
 
 impl Governor {
@@ -373,7 +377,7 @@ impl Governor {
         let pushback = self.is_pushback(w, cfg);
         if pushback && self.windows < cfg.grace_windows {
             // A startup burst: counted, not cut for.
-        } else if (pushback || risen) && recovering {
+        } else if (pushback || risen) && recovering && !(pushback && self.past_a_kept_cut(allowed)) {
             // Requests sent before the last cut, and their retries: hold.
         } else if pushback {
             // A window the store answered nothing in measured no capacity
@@ -406,6 +410,7 @@ impl Governor {
             } else {
                 self.peak_kept(w, allowed, cfg)
             };
+            next.kept_cut_served = kept.map(|_| served);
             next.cut(served, beta, kept, cfg);
             next.signal = Signal::Throttling;
             next.latency_cut = None;
@@ -604,8 +609,9 @@ impl Governor {
     /// cut after they stop falling sets it from what was served. What that
     /// costs (a review's simulation): when the fleet's demand and the
     /// store's capacity fall in the same window, the climb back towards the
-    /// kept peak overshoots for two windows (29-44 % refused) before the
-    /// next cut learns the new capacity.
+    /// kept peak overshoots into the store's refusals for one window
+    /// ([`Governor::past_a_kept_cut`]) before the next cut learns the new
+    /// capacity.
     fn peak_kept(&self, w: &Window, allowed: Option<f64>, cfg: &GovernorConfig) -> Option<f64> {
         let sent_before = self.measured.min(allowed?);
         if w.attempt_rate() < cfg.app_limited * sent_before {
@@ -613,6 +619,16 @@ impl Governor {
         } else {
             None
         }
+    }
+
+    /// The last cut kept the peak and the fleet has since climbed past the
+    /// rate it was served then: pushback now is of requests sent after the
+    /// cut, at rates the store was never shown to take, so it is not held
+    /// as the cut's echo. Held, a fleet whose demand and store capacity
+    /// fell in the same window climbed towards the kept peak into two
+    /// windows of 29-44 % 503s (a review's simulation); one now.
+    fn past_a_kept_cut(&self, allowed: Option<f64>) -> bool {
+        matches!((self.kept_cut_served, allowed), (Some(served), Some(allowed)) if allowed > served)
     }
 
     /// The store pushed back at `served` requests per second: remember it as
@@ -1229,6 +1245,46 @@ mod tests {
             g = g.step(&all_refused, &cfg);
         }
         assert!(g.limit(&cfg).unwrap() <= 0.1 * before, "{before} -> {g:?}");
+    }
+
+    #[test]
+    fn demand_and_capacity_falling_together_overshoot_for_one_window_at_most() {
+        // Settled at 5,000/s; then, in one window, the fleet's demand falls
+        // to 1,030/s (its keys ran short, or its HEADs waited in backoff)
+        // and the store's capacity to 1,000/s; then the demand is back at
+        // 5,250/s. The window is not filled, so its cut keeps the peak and
+        // the climb heads back towards 5,000: the first window past the
+        // cut's served rate that the store refuses is cut for at once, not
+        // held as an echo of the cut (two windows of 41 % 503s before).
+        let cfg = GovernorConfig::default();
+        let mut rng = Rng(11);
+        let mut g = Governor::default();
+        let big = PureStore {
+            capacity: 5_000.0,
+            queue_limit_ms: 5.0,
+            random: 0.0,
+        };
+        for _ in 0..200 {
+            let sent = g.limit(&cfg).map_or(10_000.0, |l| l.min(10_000.0));
+            g = g.step(&big.answer(sent, &mut rng), &cfg);
+        }
+        let small = PureStore {
+            capacity: 1_000.0,
+            queue_limit_ms: 5.0,
+            random: 0.0,
+        };
+        let mut overshoots = 0;
+        for i in 0..40 {
+            let demand = if i == 0 { 1_030.0 } else { 5_250.0 };
+            let sent = g.limit(&cfg).map_or(demand, |l| l.min(demand));
+            let w = small.answer(sent, &mut rng);
+            if i > 0 && w.throttled_share() > 0.05 {
+                overshoots += 1;
+            }
+            g = g.step(&w, &cfg);
+        }
+        assert!(overshoots <= 1, "{overshoots} windows over 5 % refused: {g:?}");
+        assert!(g.peak.unwrap() <= 1.2 * small.capacity, "{g:?}");
     }
 
     #[test]
