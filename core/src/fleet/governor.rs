@@ -304,7 +304,8 @@ pub struct Governor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_cut: Option<LatencyCut>,
     /// What the store served in the window of the last throttling cut, when
-    /// that cut kept the peak ([`Governor::past_a_kept_cut`]).
+    /// that cut kept the peak, while the windows after it are held
+    /// ([`Governor::past_a_kept_cut`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_cut_served: Option<f64>,
 }
@@ -337,6 +338,10 @@ impl Governor {
         next.risen_windows = if risen { self.risen_windows + 1 } else { 0 };
         let recovering = self.recovering > 0;
         next.recovering = self.recovering.saturating_sub(1);
+        if !recovering {
+            // Only the windows right after a kept cut are judged by it.
+            next.kept_cut_served = None;
+        }
         if w.requests > 0 {
             next.measured = measured;
             next.share = share;
@@ -431,6 +436,7 @@ impl Governor {
                     cuts: 1,
                 },
             });
+            next.kept_cut_served = None;
             next.cut(served, cfg.latency_beta, self.peak_kept(w, allowed, cfg), cfg);
             next.signal = Signal::LatencyRise;
         } else if risen {
