@@ -985,6 +985,17 @@ mod tests {
     /// `start` x C and grows 10 % a window up to 2 C, governed, against
     /// `store` for `windows` windows: the share of C served over the last
     /// half, the share of attempts answered 503 then, and the governor.
+    /// `g` after `windows` windows of a fleet sending `demand`/s, or its
+    /// limit when lower, to `store`.
+    fn run_at(mut g: Governor, store: &PureStore, demand: f64, windows: usize, rng: &mut Rng) -> Governor {
+        let cfg = GovernorConfig::default();
+        for _ in 0..windows {
+            let sent = g.limit(&cfg).map_or(demand, |l| l.min(demand));
+            g = g.step(&store.answer(sent, rng), &cfg);
+        }
+        g
+    }
+
     fn governed_against(store: PureStore, start: f64, windows: usize, seed: u64) -> (f64, f64, Governor) {
         let cfg = GovernorConfig::default();
         let mut rng = Rng(seed);
@@ -1207,11 +1218,7 @@ mod tests {
         };
         let cfg = GovernorConfig::default();
         let mut rng = Rng(3);
-        let mut g = Governor::default();
-        for _ in 0..200 {
-            let sent = g.limit(&cfg).map_or(10_000.0, |l| l.min(10_000.0));
-            g = g.step(&store.answer(sent, &mut rng), &cfg);
-        }
+        let mut g = run_at(Governor::default(), &store, 10_000.0, 200, &mut rng);
         let settled = g.limit(&cfg).unwrap();
         let refused = Window {
             secs: 1.0,
@@ -1264,16 +1271,12 @@ mod tests {
         // held as an echo of the cut (two windows of 41 % 503s before).
         let cfg = GovernorConfig::default();
         let mut rng = Rng(11);
-        let mut g = Governor::default();
         let big = PureStore {
             capacity: 5_000.0,
             queue_limit_ms: 5.0,
             random: 0.0,
         };
-        for _ in 0..200 {
-            let sent = g.limit(&cfg).map_or(10_000.0, |l| l.min(10_000.0));
-            g = g.step(&big.answer(sent, &mut rng), &cfg);
-        }
+        let mut g = run_at(Governor::default(), &big, 10_000.0, 200, &mut rng);
         let small = PureStore {
             capacity: 1_000.0,
             queue_limit_ms: 5.0,
@@ -1301,20 +1304,16 @@ mod tests {
         // the served rate, so the fleet never fills it: were every cut to
         // keep the peak (50,000), the fleet would cycle into the store's
         // 503s for good (1.4 % refused in a review's simulation; 0.1 %
-        // before the peak was kept at all). Kept once in a row, the next
-        // cut learns the new capacity.
+        // before the peak was kept at all). Judged against what the fleet
+        // sent the window before, the next cut learns the new capacity.
         let cfg = GovernorConfig::default();
         let mut rng = Rng(7);
-        let mut g = Governor::default();
         let big = PureStore {
             capacity: 50_000.0,
             queue_limit_ms: 5.0,
             random: 0.0,
         };
-        for _ in 0..100 {
-            let sent = g.limit(&cfg).map_or(100_000.0, |l| l.min(100_000.0));
-            g = g.step(&big.answer(sent, &mut rng), &cfg);
-        }
+        let mut g = run_at(Governor::default(), &big, 100_000.0, 100, &mut rng);
         assert!(g.peak.unwrap() >= 40_000.0, "{g:?}");
         let small = PureStore {
             capacity: 5_000.0,
