@@ -700,6 +700,9 @@ class Rendering(unittest.TestCase):
         with open(self.EXPECTED) as f:
             expected = f.read()
         self.assertEqual(text, expected)
+        # No placeholder left unformatted (a string part without its f, as
+        # the saturation section's once printed "{sat['concurrency']}").
+        self.assertEqual(re.findall(r"\{\w+\[[^}]*\]\}", text), [])
         # The fixture holds every section, so none of them is left out.
         headings = re.findall(r"(?m)^## .*", text)
         for heading in [scale.SCALE_HEADING, billion.BILLION_HEADING, saturation.SATURATION_HEADING,

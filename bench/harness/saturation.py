@@ -179,7 +179,7 @@ def render(sat, chart=None):
         f"ms median, {m['head_p99_ms']} ms p99; LIST pages {m['list_median_ms']} / {m['list_p99_ms']} ms; beyond C "
         f"requests queue, and one that would wait over {m['queue_limit_ms']} ms is answered 503 SlowDown), "
         f"{sat['objects']:,} objects per scan ({min(s for _, _, s in SATURATION_FLEETS):.0%} of them for the too-few "
-        "fleet, which runs at its steady rate from the start). Real `bucketscan-worker run` processes with {sat['concurrency']} "
+        f"fleet, which runs at its steady rate from the start). Real `bucketscan-worker run` processes with {sat['concurrency']} "
         "HEADs in flight each (so each brings about C / 10 and the store saturates before this 2-core machine "
         "does) and the scan-wide governor on (`--govern-ms 1000`). The autoscaled fleet is sized by the "
         "operator's own autoscaler (`autoscale::decide`, unchanged) driven by `autoscaled-fleet` "
