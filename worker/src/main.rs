@@ -157,6 +157,10 @@ struct ScanArgs {
     /// as a fleet's governor does (docs/governor.md).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     govern_ms: u64,
+    /// Ceiling on HEAD requests per second, retries included (the governor
+    /// never raises the rate past it).
+    #[arg(long, value_parser = positive_rate)]
+    max_rate: Option<f64>,
     /// Incremental scan: s3://BUCKET/KEY of an earlier dataset's
     /// manifest.json (same bucket, prefix and format). Objects whose size,
     /// ETag and LastModified match its records are not HEADed again, and
@@ -278,6 +282,17 @@ fn scan_id(id: &str) -> Result<String, String> {
     Ok(id.to_string())
 }
 
+/// A rate ceiling: requests per second, a finite number above 0 (0 or
+/// below was taken for "no ceiling" before, the opposite of what it says).
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "{text:?} is not a rate: give requests per second above 0 (leave the flag out for no ceiling)"
+        )),
+    }
+}
+
 #[derive(Args)]
 struct RunArgs {
     #[command(flatten)]
@@ -296,8 +311,9 @@ struct RunArgs {
     /// docs/metadata-source.md.
     #[arg(long, default_value = "auto")]
     metadata_source: MetadataSource,
-    /// Ceiling on HEAD requests per second from this worker.
-    #[arg(long)]
+    /// Ceiling on HEAD requests per second from this worker, retries
+    /// included.
+    #[arg(long, value_parser = positive_rate)]
     max_rate: Option<f64>,
     /// This worker's name in leases (default: POD_NAME, else host and pid).
     #[arg(long, env = "POD_NAME")]
@@ -539,7 +555,7 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
             concurrency: args.concurrency as usize,
             only_with_metadata: args.only_with_metadata,
             page_size: 1000,
-            max_rate: None,
+            max_rate: args.max_rate,
             metadata_source: args.metadata_source,
             filter: filter.clone(),
             columns: args.columns.options(),

@@ -199,6 +199,21 @@ fn flags_out_of_range_are_refused_before_any_request() {
             "{flag} {value}: {err}"
         );
     }
+    // A rate ceiling of 0 or below read as "no ceiling" in the engine: the
+    // opposite of what it says.
+    for value in ["0", "-5", "NaN", "inf", "fast"] {
+        let flag = format!("--max-rate={value}");
+        let out = worker(
+            &["scan", "--bucket", "b", "--endpoint", "http://127.0.0.1:1", &flag],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(2), "--max-rate {value}: usage error");
+        let err = stderr(&out);
+        assert!(
+            err.contains("is not a rate: give requests per second above 0"),
+            "--max-rate {value}: {err}"
+        );
+    }
     let plan = [
         "plan",
         "--scan",

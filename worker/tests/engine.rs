@@ -628,3 +628,95 @@ async fn filters_apply_to_records_made_from_the_listing() {
         }
     }
 }
+
+/// Emulates a store that refuses one object's HEAD with 503 SlowDown until
+/// told to serve it: its refusals reach the engine's counters (the
+/// governor's windows) and its key's partition as they come, while the HEAD
+/// still retries. Before, they were counted when the HEAD ended: a HEAD
+/// refused for seconds before the governor's cut put all its refusals in
+/// the window it was served in, and the governor cut again at half the
+/// store's capacity for that echo (bench/tests/throttled_scan.rs at
+/// 0.37 C).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttles_are_counted_when_they_come_not_when_the_head_ends() {
+    let server = moto();
+    let bucket = server.bucket("counted-throttles").await;
+    let seeded = plain(1, "hot/");
+    server.seed(&bucket, &seeded).await;
+    let listed = server
+        .s3()
+        .await
+        .list_page(
+            &bucket,
+            &ListRequest {
+                prefix: "hot/".into(),
+                max_keys: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .objects;
+    let serve = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let refused = Arc::new(AtomicU64::new(0));
+    let (serve_now, refusals) = (serve.clone(), refused.clone());
+    let proxy = fault_proxy::start(
+        server.endpoint.clone(),
+        move |req| {
+            if req.method != "HEAD" || serve_now.load(Ordering::SeqCst) {
+                return None;
+            }
+            refusals.fetch_add(1, Ordering::SeqCst);
+            Some(fault_proxy::error_document(
+                503,
+                "SlowDown",
+                "Please reduce your request rate.",
+                &[],
+            ))
+        },
+        |_, _| {},
+    )
+    .await;
+    let through_proxy = Server {
+        endpoint: proxy.url.clone(),
+        ..server.clone()
+    };
+    let engine = engine(&through_proxy.s3().await, &bucket, HeadClientKind::Fast);
+    let heading = tokio::spawn({
+        let engine = engine.clone();
+        let obj = listed[0].clone();
+        async move { engine.head_listed(obj).await }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while refused.load(Ordering::SeqCst) < 3 {
+        assert!(std::time::Instant::now() < deadline, "the HEAD was not retried");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // Still retrying (the store has not served it): the refusals so far are
+    // counted, in the totals and in the partition the first one tracked.
+    let counted = engine.counters.throttles.load(Ordering::SeqCst);
+    assert!(!heading.is_finished());
+    assert!(counted >= 3, "{counted} throttles counted while 3 came");
+    let hot = engine
+        .partitions
+        .find("hot/x")
+        .expect("hot/ is tracked from its first refusal");
+    assert!(hot.counts().throttles >= 3, "{:?}", hot.counts());
+    assert_eq!(
+        engine.counters.heads.load(Ordering::SeqCst),
+        0,
+        "no HEAD ended yet"
+    );
+    serve.store(true, Ordering::SeqCst);
+    let record = heading.await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Ok, "{record:?}");
+    let all = refused.load(Ordering::SeqCst);
+    assert_eq!(
+        engine.counters.throttles.load(Ordering::SeqCst),
+        all,
+        "each refusal once"
+    );
+    assert_eq!(hot.counts().throttles, all);
+    assert_eq!(hot.counts().heads, 1);
+    assert_eq!(engine.counters.heads.load(Ordering::SeqCst), 1);
+}

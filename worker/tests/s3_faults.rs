@@ -767,6 +767,72 @@ async fn a_store_that_refuses_what_passes_its_rate_slows_the_scan_down_and_ends_
     assert_matches_seed(&parse_records(&std::fs::read(&out_file).unwrap()), &seeded);
 }
 
+/// Emulates a store that answers the first attempt of every HEAD 503
+/// SlowDown: the retries wait for their slot under the rate as first
+/// attempts do, so a scan held to --max-rate R sends R HEAD attempts a
+/// second, retries included. Before, a retry went out as soon as its
+/// jittered backoff ended: here 2R a second, and a throttled fleet's
+/// retries came back in clumps that a store with a short queue refused at
+/// half the governed rate, which the governor then took for the store's
+/// capacity (bench/tests/throttled_scan.rs at 0.37 C). The governor is off,
+/// so that the ceiling alone paces the scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_wait_for_their_slot_under_the_rate_ceiling() {
+    const OBJECTS: usize = 100;
+    const RATE: f64 = 100.0;
+    let server = versitygw();
+    let bucket = server.bucket("paced-retries").await;
+    let seeded = objects(OBJECTS);
+    server.seed(&bucket, &seeded).await;
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, std::time::Instant)>::new()));
+    let seen = heads.clone();
+    let proxy = fault_proxy::start(
+        versitygw().endpoint,
+        move |req| {
+            if req.method != "HEAD" {
+                return None;
+            }
+            let key = fault_proxy::object_key(req)?;
+            let mut seen = seen.lock().unwrap();
+            let first = !seen.iter().any(|(k, _)| *k == key);
+            seen.push((key, std::time::Instant::now()));
+            first.then(|| {
+                fault_proxy::error_document(503, "SlowDown", "Please reduce your request rate.", &[])
+            })
+        },
+        |_, _| {},
+    )
+    .await;
+    let rate = RATE.to_string();
+    let extra = [
+        "--max-rate",
+        &rate,
+        "--govern-ms",
+        "0",
+        "--metadata-source",
+        "head",
+    ];
+    let (out, out_file) = scan_to_file(&proxy.url, &bucket, "paced-retries", &extra).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_matches_seed(&parse_records(&std::fs::read(&out_file).unwrap()), &seeded);
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(
+        heads.len(),
+        2 * OBJECTS,
+        "a refused and a served attempt per object"
+    );
+    // Slots are handed out 1/R apart and a timer never fires early: the
+    // 2N attempts span at least (2N - 1)/R (unpaced retries: about N/R).
+    let span = heads.last().unwrap().1.duration_since(heads[0].1).as_secs_f64();
+    let paced = (2 * OBJECTS - 1) as f64 / RATE;
+    assert!(
+        span >= 0.95 * paced,
+        "{} HEAD attempts in {span:.2} s at --max-rate {RATE}: at least {paced:.2} s when retries are paced",
+        heads.len()
+    );
+}
+
 /// Emulates a store whose HEAD answers 404 for a key its listing shows (a
 /// listing that runs ahead of the objects, or a broken node): the 404 is
 /// checked with a LIST of the key, which still shows it, so the record is

@@ -553,6 +553,84 @@ impl Engine {
         tokio::time::sleep_until(slot).await;
     }
 
+    /// Run a governed request about `key` (a HEAD, a GetObjectTagging) with
+    /// its retries: every attempt waits for its slot under the key's
+    /// partition's rate (or the engine's), and every throttling answer is
+    /// counted when it comes. Returns the result, the last attempt's
+    /// latency in µs (not the backoff before it, which is ours: with it,
+    /// every throttled window looked like a latency rise to the governor
+    /// too) and the key's partition, if tracked.
+    ///
+    /// Retries paced: sent as soon as their jittered backoff ended, a
+    /// throttled fleet's retries came back in clumps that a store's short
+    /// queue turned away. Throttles counted when they come: counted when
+    /// the request ended, one refused for seconds before the governor's cut
+    /// put all its refusals in the window it was served in. Both echoes cut
+    /// the rate again at half the store's capacity, which the governor then
+    /// kept (bench/tests/throttled_scan.rs at 0.37 C).
+    async fn governed<T, F, Fut>(
+        &self,
+        key: &str,
+        mut op: F,
+    ) -> (Result<T, S3Error>, u64, Option<Arc<Partition>>)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, S3Error>>,
+    {
+        let partition = self.partitions.find(key);
+        // Tracked from its first throttling answer on (slow path:
+        // throttling answers are rare next to HEADs).
+        let tracked_since = std::sync::OnceLock::<Arc<Partition>>::new();
+        let last_attempt_micros = AtomicU64::new(0);
+        let result = self
+            .s3
+            .retry
+            .run(&self.s3.retries, || {
+                let attempt = op();
+                let (partition, tracked_since, micros) = (&partition, &tracked_since, &last_attempt_micros);
+                async move {
+                    match partition.as_ref().or(tracked_since.get()) {
+                        Some(p) => p.pace().await,
+                        None => self.pace().await,
+                    }
+                    let started = std::time::Instant::now();
+                    let r = attempt.await;
+                    micros.store(started.elapsed().as_micros() as u64, Relaxed);
+                    if matches!(r, Err(S3Error::Throttled { .. })) {
+                        self.count_throttle(key, partition.as_ref(), tracked_since);
+                    }
+                    r
+                }
+            })
+            .await;
+        let partition = partition.or(tracked_since.into_inner());
+        (result, last_attempt_micros.into_inner(), partition)
+    }
+
+    /// Count a throttling answer about `key` in its partition (tracking it
+    /// from now on) and in the totals. The partition first: the governor
+    /// reads the totals first, so the catch-all (totals less partitions)
+    /// never gets a partition's throttles.
+    fn count_throttle(
+        &self,
+        key: &str,
+        partition: Option<&Arc<Partition>>,
+        tracked_since: &std::sync::OnceLock<Arc<Partition>>,
+    ) {
+        let p = partition.or_else(|| {
+            if tracked_since.get().is_none() {
+                if let Some(p) = self.partitions.track(key) {
+                    let _ = tracked_since.set(p);
+                }
+            }
+            tracked_since.get()
+        });
+        if let Some(p) = p {
+            p.throttles.fetch_add(1, Relaxed);
+        }
+        self.counters.throttles.fetch_add(1, Relaxed);
+    }
+
     /// HEADs per second allowed now, if limited.
     pub fn rate(&self) -> Option<f64> {
         let bits = self.rate.load(Relaxed);
@@ -794,49 +872,19 @@ impl Engine {
         obj: ListedObject,
         version: Option<Box<VersionOf>>,
     ) -> Result<Record, S3Error> {
-        let partition = self.partitions.find(&obj.key);
-        let result: HeadResult = {
-            match &partition {
-                Some(p) => p.pace().await,
-                None => self.pace().await,
-            }
-            let throttles = AtomicU64::new(0);
-            // The store's latency is the last attempt's: the backoff before
-            // a retry is ours, and counting it would make every throttled
-            // window look like a latency rise to the governor too.
-            let last_attempt_micros = AtomicU64::new(0);
-            let result = self
-                .s3
-                .retry
-                .run(&self.s3.retries, || async {
-                    let started = std::time::Instant::now();
-                    let r = match &version {
-                        None => self.head.head(&self.opts.bucket, &obj.key).await,
-                        Some(v) => self.head_of_version(&obj.key, v).await,
-                    };
-                    last_attempt_micros.store(started.elapsed().as_micros() as u64, Relaxed);
-                    if matches!(r, Err(S3Error::Throttled { .. })) {
-                        throttles.fetch_add(1, Relaxed);
-                    }
-                    r
-                })
-                .await;
-            let micros = last_attempt_micros.into_inner();
-            let throttles = throttles.into_inner();
-            // A throttled key's partition is tracked from now on (slow path:
-            // throttling answers are rare next to HEADs). The partition
-            // counts before the totals: the governor reads the totals first,
-            // so the catch-all (totals less partitions) never gets a
-            // partition's throttles.
-            let partition =
-                partition.or_else(|| (throttles > 0).then(|| self.partitions.track(&obj.key)).flatten());
-            if let Some(p) = partition {
-                count_in(&p, throttles, micros);
-            }
-            self.counters.throttles.fetch_add(throttles, Relaxed);
-            self.counters.head_micros.fetch_add(micros, Relaxed);
-            result
-        };
+        let (result, micros, partition): (HeadResult, _, _) = self
+            .governed(&obj.key, || async {
+                match &version {
+                    None => self.head.head(&self.opts.bucket, &obj.key).await,
+                    Some(v) => self.head_of_version(&obj.key, v).await,
+                }
+            })
+            .await;
+        if let Some(p) = &partition {
+            p.heads.fetch_add(1, Relaxed);
+            p.head_micros.fetch_add(micros, Relaxed);
+        }
+        self.counters.head_micros.fetch_add(micros, Relaxed);
         self.counters.heads.fetch_add(1, Relaxed);
         let result = match result {
             Ok(Some(info)) if self.opts.columns.tags => {
@@ -929,29 +977,12 @@ impl Engine {
     /// retried and counted as a HEAD is (`heads` counts it, its throttling
     /// answers reach the governor). Gone by then: `None`, as a HEAD's 404.
     async fn with_tags(&self, key: &str, version_id: Option<&str>, mut info: HeadInfo) -> HeadResult {
-        let partition = self.partitions.find(key);
-        match &partition {
-            Some(p) => p.pace().await,
-            None => self.pace().await,
-        }
-        let throttles = AtomicU64::new(0);
-        let tags = self
-            .s3
-            .retry
-            .run(&self.s3.retries, || async {
-                let r = self.s3.object_tags(&self.opts.bucket, key, version_id).await;
-                if matches!(r, Err(S3Error::Throttled { .. })) {
-                    throttles.fetch_add(1, Relaxed);
-                }
-                r
-            })
+        let (tags, _, partition) = self
+            .governed(key, || self.s3.object_tags(&self.opts.bucket, key, version_id))
             .await;
-        let throttles = throttles.into_inner();
         if let Some(p) = &partition {
             p.heads.fetch_add(1, Relaxed);
-            p.throttles.fetch_add(throttles, Relaxed);
         }
-        self.counters.throttles.fetch_add(throttles, Relaxed);
         self.counters.heads.fetch_add(1, Relaxed);
         Ok(tags?.map(|tags| {
             info.columns.object_tags = Some(tags);
@@ -1014,11 +1045,6 @@ impl Engine {
 }
 
 /// Count one HEAD in its tracked partition.
-fn count_in(p: &Partition, throttles: u64, micros: u64) {
-    p.heads.fetch_add(1, Relaxed);
-    p.throttles.fetch_add(throttles, Relaxed);
-    p.head_micros.fetch_add(micros, Relaxed);
-}
 
 /// What changed between the baseline record `old` and this scan's `new`.
 /// Metadata is compared only when both were read in full.
