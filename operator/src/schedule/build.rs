@@ -113,6 +113,13 @@ pub fn runs(schedule: &BucketScanSchedule, scans: &[BucketScan]) -> Vec<Run> {
         .iter()
         .filter(|s| s.labels().get(SCHEDULE_LABEL) == Some(&schedule.name_any()))
         .filter(|s| s.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()))
+        // A scan being deleted is on its way out, however long its
+        // finalizer takes (its parts are deleted by a Job): no longer
+        // active (Replace deleted it, or a user did; counted, Forbid held
+        // the next run and the status named a replaced run until it was
+        // gone), never a baseline (its object goes), not in the history
+        // counts.
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
         .map(|s| Run {
             name: s.name_any(),
             phase: s.status.as_ref().map(|st| st.phase).unwrap_or_default(),
@@ -165,6 +172,7 @@ fn shape(spec: &BucketScanSpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn schedule(prefix: Option<&str>, incremental: bool) -> BucketScanSchedule {
         let mut s: BucketScanSchedule = serde_json::from_value(serde_json::json!({
@@ -265,6 +273,44 @@ mod tests {
         // The template now writes Parquet: no earlier run can be its baseline.
         s.spec.scan_template.output.format = crate::crd::Format::Parquet;
         assert_eq!(baseline_for(&s, &runs(&s, &[old, newer])), None);
+    }
+
+    #[test]
+    fn a_scan_being_deleted_is_no_longer_a_run() {
+        let s = schedule(None, true);
+        let deleting = |scan: &mut BucketScan| {
+            scan.metadata.deletion_timestamp = Some(Time(ts("2026-11-27T03:00:00Z")));
+            scan.metadata.finalizers = Some(vec!["bucketscan.dev/cleanup".into()]);
+        };
+        let mut complete = desired_scan(&s, ts("2026-11-26T02:00:00Z"), None);
+        complete.status = Some(crate::crd::BucketScanStatus {
+            phase: Phase::Complete,
+            ..Default::default()
+        });
+        let mut replaced = desired_scan(&s, ts("2026-11-27T02:00:00Z"), None);
+        let next = desired_scan(&s, ts("2026-11-27T03:00:00Z"), None);
+        let found = runs(&s, &[complete.clone(), replaced.clone(), next.clone()]);
+        assert_eq!(found.iter().filter(|r| r.is_active()).count(), 2);
+        deleting(&mut replaced);
+        let found = runs(&s, &[complete.clone(), replaced.clone(), next.clone()]);
+        let active: Vec<&str> = found
+            .iter()
+            .filter(|r| r.is_active())
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(
+            active,
+            ["nightly-29929140"],
+            "the replaced run is not active while its finalizer runs"
+        );
+        assert_eq!(
+            baseline_for(&s, &found).map(|r| r.name.as_str()),
+            Some("nightly-29927640")
+        );
+        deleting(&mut complete);
+        let found = runs(&s, &[complete, replaced, next]);
+        assert_eq!(baseline_for(&s, &found), None, "a deleted run is no baseline");
+        assert_eq!(last_successful(&found), None);
     }
 
     #[test]
