@@ -1044,8 +1044,6 @@ impl Engine {
     }
 }
 
-/// Count one HEAD in its tracked partition.
-
 /// What changed between the baseline record `old` and this scan's `new`.
 /// Metadata is compared only when both were read in full.
 fn change_of(new: &Record, old: Option<&Record>) -> Option<ChangeKind> {
