@@ -10,16 +10,17 @@ use bucketscan_core::fleet::governed;
 use bucketscan_core::fleet::governor::GovernorConfig;
 use bucketscan_core::fleet::spec::DEFAULT_FILE_SIZE;
 use bucketscan_core::keyspace::planner::PlanOptions;
+use bucketscan_core::s3::error::S3Error;
 use bucketscan_core::s3::head::{HeadClient, HeadClientKind};
 use bucketscan_core::s3::{resolve_region, Endpoint, S3};
 use bucketscan_core::scan::baseline::Baseline;
 use bucketscan_core::scan::dataset::DatasetRoot;
-use bucketscan_core::scan::engine::{Engine, EngineOptions, Incremental};
+use bucketscan_core::scan::engine::{Engine, EngineOptions, Incremental, Trust};
 use bucketscan_core::scan::format::{Format, Layout};
 use bucketscan_core::scan::listed::MetadataSource;
 use bucketscan_core::scan::output::{Destination, OutputOptions};
 use bucketscan_core::scan::single::{plan_bucket, scan_dataset, scan_shards, ScanOptions};
-use bucketscan_core::scan::store_check::{check_store, StoreCheck};
+use bucketscan_core::scan::store_check::{write_canary, Canary, StoreCheck};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -445,7 +446,6 @@ fn is_transient(e: &anyhow::Error) -> bool {
     use bucketscan_core::fleet::plan::PlanError;
     use bucketscan_core::fleet::queue::QueueError;
     use bucketscan_core::fleet::recovery::RecoveryError;
-    use bucketscan_core::s3::error::S3Error;
     e.chain().any(|cause| {
         cause.downcast_ref::<S3Error>().is_some_and(S3Error::is_retryable)
             || cause
@@ -539,13 +539,27 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
         }
         None => None,
     };
-    let check = match &dataset {
-        Some(DatasetRoot::S3 { bucket, prefix }) => store_check(&s3, bucket, prefix).await,
+    // The canary first (the scan's start, by the store's clock), then the
+    // rest of the check beside planning and listing: it waits for the
+    // store's clock to pass a second, up to a fifth of an incremental scan
+    // of 10^6 objects when it ran first. The first object that could be
+    // taken from the baseline waits for its answer.
+    let canary = match &dataset {
+        Some(DatasetRoot::S3 { bucket, prefix }) => write_canary_under(&s3, bucket, prefix).await,
         _ => None,
     };
-    if let (Some(baseline), Some(check)) = (&baseline, &check) {
-        baseline.admit_start(&check.started)?;
+    if let (Some(baseline), Some(canary)) = (&baseline, &canary) {
+        baseline.admit_start(&canary.started())?;
     }
+    let (tell_trust, trust) = Trust::pending();
+    let check = tokio::spawn({
+        let s3 = s3.clone();
+        async move {
+            let check = settle_check(&s3, canary?).await?;
+            let _ = tell_trust.send(Some(check.last_modified_moves));
+            Some(check)
+        }
+    });
     let head = HeadClient::with_checksum_mode(args.head_client, &s3, args.columns.checksums)?;
     let engine = Engine::new(
         s3,
@@ -562,15 +576,6 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
         },
     );
     if let Some(baseline) = baseline {
-        let trust = check.as_ref().is_some_and(|c| c.last_modified_moves);
-        if !trust {
-            eprintln!(
-                "warning: {}",
-                check
-                    .as_ref()
-                    .map_or("no store check: every object is HEADed", |c| c.detail.as_str())
-            );
-        }
         engine.set_incremental(Incremental {
             baseline,
             trust_last_modified: trust,
@@ -613,6 +618,17 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
             (summary.shards, summary.output.records, summary.output.bytes)
         }
         Some(root) => {
+            let check = async {
+                let check = check.await.ok().flatten();
+                let trusted = check.as_ref().is_some_and(|c| c.last_modified_moves);
+                if engine.incremental().is_some() && !trusted {
+                    let why = check
+                        .as_ref()
+                        .map_or("no store check: every object was HEADed", |c| c.detail.as_str());
+                    eprintln!("warning: {why}");
+                }
+                check
+            };
             let result = scan_dataset(&engine, shards, &opts, root, args.file_size, &src.prefix, check).await;
             progress.stop();
             let summary = result.with_context(|| format!("scanning s3://{}", src.bucket))?;
@@ -662,22 +678,40 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     Ok(Finished::Clean)
 }
 
-/// The store check under a dataset's S3 prefix: `None`, with a warning,
-/// when the store refuses it (the dataset then cannot be a baseline).
-async fn store_check(s3: &Arc<S3>, bucket: &str, prefix: &str) -> Option<StoreCheck> {
+/// The store check's canary under a dataset's S3 prefix: `None`, with a
+/// warning, when the store refuses it (the dataset then cannot be a
+/// baseline).
+async fn write_canary_under(s3: &Arc<S3>, bucket: &str, prefix: &str) -> Option<Canary> {
     // A canary of this run's own: another run on the same output never
     // sees its writes, nor it theirs.
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let key = format!("{prefix}.bucketscan-store-check-{}-{nanos}", std::process::id());
-    match check_store(s3, bucket, &key).await {
-        Ok(check) => Some(check),
+    match write_canary(s3, bucket, &key).await {
+        Ok(canary) => Some(canary),
         Err(e) => {
-            eprintln!("warning: the store check (s3://{bucket}/{key}) failed: {e}; this dataset cannot be a baseline, and an incremental scan HEADs every object");
+            check_failed(bucket, &key, &e);
             None
         }
     }
+}
+
+/// The rest of the store check: `None`, with a warning, when the store
+/// refuses it.
+async fn settle_check(s3: &S3, canary: Canary) -> Option<StoreCheck> {
+    let (bucket, key) = (canary.bucket().to_string(), canary.key().to_string());
+    match canary.settle(s3).await {
+        Ok(check) => Some(check),
+        Err(e) => {
+            check_failed(&bucket, &key, &e);
+            None
+        }
+    }
+}
+
+fn check_failed(bucket: &str, key: &str, e: &S3Error) {
+    eprintln!("warning: the store check (s3://{bucket}/{key}) failed: {e}; this dataset cannot be a baseline, and an incremental scan HEADs every object");
 }
 
 /// A background task that ends with the scope holding this guard.

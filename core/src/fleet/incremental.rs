@@ -13,7 +13,7 @@ use crate::fleet::spec::ScanSpec;
 use crate::s3::error::S3Error;
 use crate::s3::S3;
 use crate::scan::baseline::{Baseline, BaselineError};
-use crate::scan::engine::{Engine, Incremental};
+use crate::scan::engine::{Engine, Incremental, Trust};
 use crate::scan::store_check::{check_store, StoreCheck};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -164,7 +164,7 @@ pub async fn prepare_engine(engine: &Engine, spec: &ScanSpec) -> Result<(), Incr
     };
     engine.set_incremental(Incremental {
         baseline,
-        trust_last_modified: check.trusts_last_modified(),
+        trust_last_modified: Trust::known(check.trusts_last_modified()),
     });
     Ok(())
 }

@@ -125,10 +125,61 @@ impl Entry {
 #[derive(Debug)]
 pub struct Incremental {
     pub baseline: Arc<Baseline>,
-    /// This scan's store check saw LastModified move on a metadata replace:
-    /// unchanged objects may be taken from the baseline. Otherwise every
-    /// object is HEADed and the baseline only gives the change set.
-    pub trust_last_modified: bool,
+    /// Whether this scan's store check saw LastModified move on a metadata
+    /// replace: unchanged objects may be taken from the baseline. Otherwise
+    /// every object is HEADed and the baseline only gives the change set.
+    pub trust_last_modified: Trust,
+}
+
+/// Whether LastModified may be trusted: known at once (a fleet's check,
+/// made at planning), or once the store check that runs beside the
+/// listing settles (`scan`: up to a second; the first object that could be
+/// taken from the baseline waits for it).
+#[derive(Debug)]
+pub struct Trust {
+    answer: tokio::sync::watch::Receiver<Option<bool>>,
+    known: std::sync::OnceLock<bool>,
+}
+
+impl Trust {
+    pub fn known(trust: bool) -> Trust {
+        let (_, answer) = tokio::sync::watch::channel(Some(trust));
+        Trust {
+            answer,
+            known: std::sync::OnceLock::from(trust),
+        }
+    }
+
+    /// A trust that `send`s its answer later; a sender dropped without one
+    /// means no trust (every object is HEADed).
+    pub fn pending() -> (tokio::sync::watch::Sender<Option<bool>>, Trust) {
+        let (tell, answer) = tokio::sync::watch::channel(None);
+        (
+            tell,
+            Trust {
+                answer,
+                known: std::sync::OnceLock::new(),
+            },
+        )
+    }
+
+    /// The answer, once there is one.
+    pub async fn get(&self) -> bool {
+        if let Some(known) = self.known.get() {
+            return *known;
+        }
+        let mut answer = self.answer.clone();
+        let trust = match answer.wait_for(Option::is_some).await {
+            Ok(seen) => seen.unwrap_or(false),
+            Err(_) => false,
+        };
+        *self.known.get_or_init(|| trust)
+    }
+
+    /// The answer if there is one yet (`None`: the check has not settled).
+    pub fn now(&self) -> Option<bool> {
+        self.known.get().copied().or(*self.answer.borrow())
+    }
 }
 
 /// Live counters, shared with progress reporting.
@@ -756,8 +807,12 @@ impl Engine {
             }
         }
         let old = baseline.take(task.key()).await?;
+        let trusted = match (&task, &old, self.incremental.get()) {
+            (Task::Head(_), Some(_), Some(i)) => i.trust_last_modified.get().await,
+            _ => false,
+        };
         let entry = match (task, old) {
-            (Task::Head(obj), Some(old)) if self.may_reuse(&old, &obj) => {
+            (Task::Head(obj), Some(old)) if trusted && self.may_reuse(&old, &obj) => {
                 // Counted as reused, not as from the listing: summaries and
                 // progress say where each record came from.
                 self.counters.reused.fetch_add(1, Relaxed);
@@ -772,7 +827,7 @@ impl Engine {
     fn may_reuse(&self, old: &Record, obj: &ListedObject) -> bool {
         self.incremental
             .get()
-            .is_some_and(|i| i.trust_last_modified && i.baseline.reusable(old, obj))
+            .is_some_and(|i| i.baseline.reusable(old, obj))
     }
 
     /// The entry's record from the listing when it carries metadata, else a
@@ -1111,4 +1166,34 @@ fn listed_record(obj: ListedObject, status: Status) -> Record {
 
 fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Trust;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_pending_trust_is_waited_for_and_a_check_that_gave_none_is_no_trust() {
+        assert!(Trust::known(true).get().await);
+        assert!(!Trust::known(false).get().await);
+
+        let (tell, trust) = Trust::pending();
+        assert_eq!(trust.now(), None);
+        let asking = tokio::spawn(async move { (trust.get().await, trust) });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !asking.is_finished(),
+            "no answer yet: the first reusable object waits"
+        );
+        tell.send(Some(true)).unwrap();
+        let (answer, trust) = asking.await.unwrap();
+        assert!(answer);
+        assert_eq!(trust.now(), Some(true));
+
+        // The check failed: its sender went without an answer.
+        let (tell, trust) = Trust::pending();
+        drop(tell);
+        assert!(!trust.get().await, "no store check: every object is HEADed");
+    }
 }

@@ -106,9 +106,10 @@ pub struct DatasetSummary {
 /// Scan `shards` into a dataset under `root`: each shard writes its own
 /// files of at most about `file_size` bytes, in key order; the manifest,
 /// written once every shard succeeded, lists them all. `prefix`: the
-/// scanned prefix, for the manifest. `check`: the store check made before
-/// the scan (recorded, so the dataset can be a later scan's baseline). An
-/// incremental engine also writes the change set under `changes/`.
+/// scanned prefix, for the manifest. `check`: the store check begun before
+/// the scan, settled beside it (recorded, so the dataset can be a later
+/// scan's baseline). An incremental engine also writes the change set
+/// under `changes/`.
 pub async fn scan_dataset(
     engine: &Arc<Engine>,
     shards: Vec<PlannedShard>,
@@ -116,7 +117,7 @@ pub async fn scan_dataset(
     root: &DatasetRoot,
     file_size: u64,
     prefix: &str,
-    check: Option<StoreCheck>,
+    check: impl std::future::Future<Output = Option<StoreCheck>>,
 ) -> Result<DatasetSummary, S3Error> {
     root.prepare().await?;
     let shard_count = shards.len();
@@ -159,11 +160,16 @@ pub async fn scan_dataset(
         files.extend(written.files);
         change_files.extend(written.changes);
     }
+    let check = check.await;
+    let trusted = match engine.incremental() {
+        Some(inc) => inc.trust_last_modified.get().await,
+        None => false,
+    };
     let incremental = engine.incremental().map(|inc| {
         let c = engine.counters.snapshot();
         IncrementalSummary {
             baseline: inc.baseline.location.clone(),
-            reused_records: inc.trust_last_modified,
+            reused_records: trusted,
             detail: check.as_ref().map(|c| c.detail.clone()).unwrap_or_else(|| {
                 "no store check (the output is not in S3): every object was HEADed".into()
             }),

@@ -72,6 +72,22 @@ fn verdict(first: i64, now: i64, sent_after: Duration) -> Option<bool> {
 
 /// Run the check with object `key` of `bucket` (under the scan's output).
 pub async fn check_store(s3: &S3, bucket: &str, key: &str) -> Result<StoreCheck, S3Error> {
+    write_canary(s3, bucket, key).await?.settle(s3).await
+}
+
+/// The check's first half: the canary written and its first LastModified
+/// read. The scan's start (`started`) is known from here on; whether
+/// LastModified moves, once [`Canary::settle`] ends (up to a second
+/// later), which a scan may run beside its listing.
+pub struct Canary {
+    bucket: String,
+    key: String,
+    first: Seen,
+    written: tokio::time::Instant,
+}
+
+/// Write the canary `key` of `bucket` and read its first LastModified.
+pub async fn write_canary(s3: &S3, bucket: &str, key: &str) -> Result<Canary, S3Error> {
     s3.send_retried(bucket, |sdk| {
         sdk.put_object()
             .bucket(bucket)
@@ -85,40 +101,76 @@ pub async fn check_store(s3: &S3, bucket: &str, key: &str) -> Result<StoreCheck,
     })
     .await?;
     let first = head_times(s3, bucket, key).await?;
-    let written = tokio::time::Instant::now();
-    let source = format!("{bucket}/{}", percent_encode_key(key));
-    let (moves, second) = loop {
-        let sent_after = written.elapsed();
-        replace_metadata(s3, bucket, key, &source).await?;
-        let second = head_times(s3, bucket, key).await?;
-        if let Some(moves) = verdict(first.last_modified, second.last_modified, sent_after) {
-            break (moves, second);
-        }
-        tokio::time::sleep(POLL).await;
-    };
-    let _ = s3
-        .send_retried(bucket, |sdk| sdk.delete_object().bucket(bucket).key(key).send())
-        .await;
-    let server = second.server.or(first.server);
-    let started = OffsetDateTime::from_unix_timestamp(first.last_modified)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default();
-    let store = server.as_deref().unwrap_or("the store");
-    let detail = if moves {
-        format!("{store} moves LastModified when an object's metadata is replaced: unchanged objects are taken from the baseline")
-    } else {
-        format!(
+    Ok(Canary {
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        first,
+        written: tokio::time::Instant::now(),
+    })
+}
+
+impl Canary {
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The store's time when the scan started (RFC 3339, whole seconds).
+    pub fn started(&self) -> String {
+        rfc3339(self.first.last_modified)
+    }
+
+    /// Replace the canary's metadata until the check is settled, delete it.
+    pub async fn settle(self, s3: &S3) -> Result<StoreCheck, S3Error> {
+        let Canary {
+            bucket,
+            key,
+            first,
+            written,
+        } = self;
+        let (bucket, key) = (bucket.as_str(), key.as_str());
+        let source = format!("{bucket}/{}", percent_encode_key(key));
+        let (moves, second) = loop {
+            let sent_after = written.elapsed();
+            replace_metadata(s3, bucket, key, &source).await?;
+            let second = head_times(s3, bucket, key).await?;
+            if let Some(moves) = verdict(first.last_modified, second.last_modified, sent_after) {
+                break (moves, second);
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        let _ = s3
+            .send_retried(bucket, |sdk| sdk.delete_object().bucket(bucket).key(key).send())
+            .await;
+        let server = second.server.or(first.server);
+        let started = rfc3339(first.last_modified);
+        let store = server.as_deref().unwrap_or("the store");
+        let detail = if moves {
+            format!("{store} moves LastModified when an object's metadata is replaced: unchanged objects are taken from the baseline")
+        } else {
+            format!(
             "{store} kept LastModified when an object's metadata was replaced: an incremental scan cannot tell \
              a metadata change from the listing, so every object is HEADed"
         )
-    };
-    Ok(StoreCheck {
-        started,
-        last_modified_moves: moves,
-        server,
-        detail,
-    })
+        };
+        Ok(StoreCheck {
+            started,
+            last_modified_moves: moves,
+            server,
+            detail,
+        })
+    }
+}
+
+/// Unix seconds as RFC 3339 (empty when out of range).
+fn rfc3339(secs: i64) -> String {
+    OffsetDateTime::from_unix_timestamp(secs)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_default()
 }
 
 /// Copy the canary onto itself with new metadata (`REPLACE`).
