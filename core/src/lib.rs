@@ -15,6 +15,11 @@
 //!
 //! The worker and the operator are thin binaries over it.
 
+// The scan pipeline nests async fns deeply (a shard's listing, its HEADs with
+// their paced retries, the dataset writer): the default query depth (128)
+// overflowed computing its future's layout once the retries were paced.
+#![recursion_limit = "256"]
+
 pub mod fleet;
 pub mod keyspace;
 pub mod s3;

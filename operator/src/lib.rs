@@ -4,6 +4,11 @@
 //! `BucketScanSchedule` resource, which makes BucketScans on a cron
 //! schedule (`schedule`, `controller::run_schedules`).
 
+// The reconcile nests async fns deeply (apply, the plan Job, the scan's
+// queue): the default query depth (128) overflowed computing its future's
+// layout once the scan engine's retries were paced (see main.rs too).
+#![recursion_limit = "256"]
+
 /// The resource's types live in the shared lean crate (the kubectl plugin
 /// uses them without the operator's stack).
 pub use bucketscan_api::crd;

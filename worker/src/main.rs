@@ -597,7 +597,11 @@ async fn scan(args: ScanArgs) -> anyhow::Result<Finished> {
     let progress = progress::Progress::start(engine.clone(), estimate, exact, args.quiet);
     let _governor = (args.govern_ms > 0).then(|| {
         let every = Duration::from_millis(args.govern_ms);
-        let governing = governed::govern_alone(engine.clone(), every, GovernorConfig::default());
+        let cfg = GovernorConfig {
+            ceiling: args.max_rate,
+            ..GovernorConfig::default()
+        };
+        let governing = governed::govern_alone(engine.clone(), every, cfg);
         StopOnDrop(tokio::spawn(governing))
     });
     let opts = ScanOptions {

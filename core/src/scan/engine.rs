@@ -346,6 +346,7 @@ pub struct ShardOutcome {
 
 impl Engine {
     pub fn new(s3: Arc<S3>, head: HeadClient, opts: EngineOptions) -> Arc<Engine> {
+        let ceiling = opts.max_rate;
         Arc::new(Engine {
             in_flight: Arc::new(Semaphore::new(opts.concurrency.max(1))),
             next_slot: std::sync::Mutex::new(tokio::time::Instant::now()),
@@ -355,7 +356,7 @@ impl Engine {
             opts,
             counters: Counters::default(),
             listing_metadata_refused: Default::default(),
-            partitions: Partitions::default(),
+            partitions: Partitions::with_ceiling(ceiling),
             resume: ResumePolicy::default(),
             head_failures: Default::default(),
             failing: AtomicU64::new(0),
@@ -633,17 +634,19 @@ impl Engine {
         // throttling answers are rare next to HEADs).
         let tracked_since = std::sync::OnceLock::<Arc<Partition>>::new();
         let last_attempt_micros = AtomicU64::new(0);
+        let pace = || async {
+            match partition.as_ref().or(tracked_since.get()) {
+                Some(p) => p.pace().await,
+                None => self.pace().await,
+            }
+        };
         let result = self
             .s3
             .retry
-            .run(&self.s3.retries, || {
+            .run_paced(&self.s3.retries, pace, || {
                 let attempt = op();
                 let (partition, tracked_since, micros) = (&partition, &tracked_since, &last_attempt_micros);
                 async move {
-                    match partition.as_ref().or(tracked_since.get()) {
-                        Some(p) => p.pace().await,
-                        None => self.pace().await,
-                    }
                     let started = std::time::Instant::now();
                     let r = attempt.await;
                     micros.store(started.elapsed().as_micros() as u64, Relaxed);

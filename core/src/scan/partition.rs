@@ -54,10 +54,10 @@ pub struct PartitionCounts {
 }
 
 impl Partition {
-    fn new(name: &str) -> Partition {
+    fn new(name: &str, ceiling: Option<f64>) -> Partition {
         Partition {
             name: name.into(),
-            rate: AtomicU64::new(0),
+            rate: AtomicU64::new(ceiling.map_or(0, f64::to_bits)),
             next_slot: Mutex::new(Instant::now()),
             heads: AtomicU64::new(0),
             throttles: AtomicU64::new(0),
@@ -99,9 +99,23 @@ pub struct Partitions {
     /// Any partition tracked: the hot path looks no further while false.
     active: AtomicBool,
     table: RwLock<Vec<Arc<Partition>>>,
+    /// The process's rate ceiling (`--max-rate`), which every partition
+    /// keeps to, governed or not: without it a prefix tracked after a
+    /// throttle was unlimited until a governor limited it, or for good
+    /// with `--govern-ms 0`.
+    ceiling: Option<f64>,
 }
 
 impl Partitions {
+    /// No partition tracked yet; every one tracked keeps to `ceiling`
+    /// requests per second (`None`: none).
+    pub fn with_ceiling(ceiling: Option<f64>) -> Partitions {
+        Partitions {
+            ceiling: ceiling.filter(|c| *c > 0.0),
+            ..Partitions::default()
+        }
+    }
+
     /// The tracked partition `key` falls in, if any.
     pub fn find(&self, key: &str) -> Option<Arc<Partition>> {
         if !self.active.load(Relaxed) {
@@ -132,7 +146,7 @@ impl Partitions {
         if table.len() >= MAX_PARTITIONS {
             return None;
         }
-        let p = Arc::new(Partition::new(name));
+        let p = Arc::new(Partition::new(name, self.ceiling));
         table.push(p.clone());
         self.active.store(true, Relaxed);
         Some(p)
@@ -140,7 +154,7 @@ impl Partitions {
 
     /// Set each named partition's rate (`None`: unlimited), tracking the
     /// ones the fleet limits that this process has not met yet; tracked
-    /// partitions not named become unlimited.
+    /// partitions not named become unlimited. Never above the ceiling.
     pub fn set_rates(&self, rates: &[(String, Option<f64>)]) {
         for (name, rate) in rates {
             if rate.is_some() {
@@ -153,6 +167,10 @@ impl Partitions {
                 .find(|(n, _)| **n == *p.name)
                 .and_then(|(_, r)| *r)
                 .filter(|r| *r > 0.0);
+            let rate = match (rate, self.ceiling) {
+                (Some(r), Some(c)) => Some(r.min(c)),
+                (r, c) => r.or(c),
+            };
             p.rate.store(rate.map_or(0, f64::to_bits), Relaxed);
         }
     }
@@ -227,6 +245,28 @@ mod tests {
         parts.set_rates(&[]);
         assert!(!any_limited(&parts));
         assert_eq!(parts.all().len(), 2);
+    }
+
+    #[test]
+    fn a_tracked_partition_keeps_to_the_process_ceiling_governed_or_not() {
+        // `scan --max-rate 100 --govern-ms 0`: a prefix tracked after a
+        // throttle was unlimited for good (its retries and every later HEAD
+        // under it went past the ceiling).
+        let parts = Partitions::with_ceiling(Some(100.0));
+        let hot = parts.track("hot/1").unwrap();
+        assert_eq!(hot.rate(), Some(100.0));
+        parts.set_rates(&[("hot/".into(), None), ("cold/".into(), Some(500.0))]);
+        assert_eq!(hot.rate(), Some(100.0), "unlimited by the governor: the ceiling");
+        assert_eq!(
+            parts.find("cold/1").unwrap().rate(),
+            Some(100.0),
+            "never above it"
+        );
+        parts.set_rates(&[("hot/".into(), Some(40.0))]);
+        assert_eq!(hot.rate(), Some(40.0), "below it: the governed rate");
+        parts.set_rates(&[]);
+        assert_eq!(hot.rate(), Some(100.0));
+        assert_eq!(Partitions::with_ceiling(None).track("a/1").unwrap().rate(), None);
     }
 
     #[test]

@@ -133,9 +133,13 @@ impl Canary {
         } = self;
         let (bucket, key) = (bucket.as_str(), key.as_str());
         let source = format!("{bucket}/{}", percent_encode_key(key));
+        let mut replaces = 0u32;
         let (moves, second) = loop {
             let sent_after = written.elapsed();
-            replace_metadata(s3, bucket, key, &source).await?;
+            // A new value each time: a store may take a replace by the same
+            // metadata for no change at all.
+            replaces += 1;
+            replace_metadata(s3, bucket, key, &source, replaces).await?;
             let second = head_times(s3, bucket, key).await?;
             if let Some(moves) = verdict(first.last_modified, second.last_modified, sent_after) {
                 break (moves, second);
@@ -174,7 +178,8 @@ fn rfc3339(secs: i64) -> String {
 }
 
 /// Copy the canary onto itself with new metadata (`REPLACE`).
-async fn replace_metadata(s3: &S3, bucket: &str, key: &str, source: &str) -> Result<(), S3Error> {
+async fn replace_metadata(s3: &S3, bucket: &str, key: &str, source: &str, nth: u32) -> Result<(), S3Error> {
+    let value = (nth + 1).to_string();
     s3.send_retried(bucket, |sdk| {
         sdk.copy_object()
             .bucket(bucket)
@@ -182,7 +187,7 @@ async fn replace_metadata(s3: &S3, bucket: &str, key: &str, source: &str) -> Res
             .copy_source(source)
             .metadata_directive(MetadataDirective::Replace)
             .content_type("text/plain")
-            .metadata("bucketscan-canary", "2")
+            .metadata("bucketscan-canary", &value)
             .send()
     })
     .await?;
