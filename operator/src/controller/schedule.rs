@@ -18,7 +18,7 @@ use super::context::{apply_params, Context, Error, ERROR_REQUEUE};
 use crate::crd::BucketScan;
 use crate::fairness::{FairShare, DEFER};
 use crate::metrics::ResultLabel;
-use crate::schedule::build::{baseline_for, desired_scan, last_successful, runs, Run};
+use crate::schedule::build::{baseline_for, desired_scan, last_successful, made_already, runs, Run};
 use crate::schedule::history::to_prune;
 use crate::schedule::summary::{check, refused, running, Refusal};
 use crate::schedule::timing::{decide, requeue_after, Decision, Facts};
@@ -298,7 +298,8 @@ async fn reconcile_one(cached: &BucketScanSchedule, ctx: &Context) -> Result<Act
 
 /// Start the run of `at`: delete the scans `replace` names, then create
 /// the run's scan. `Ok(name)`, or `Err(why)` when its name holds a scan that
-/// is not this schedule's (left alone: the run is skipped).
+/// is not this schedule's (left alone) or this run's scan being deleted
+/// (`made_already`): the run is skipped.
 async fn start(
     ctx: &Context,
     schedule: &BucketScanSchedule,
@@ -322,15 +323,8 @@ async fn start(
         // the same scheduled time, the same name), unless another made it.
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let existing = scans.get(&name).await?;
-            let ours = existing
-                .owner_references()
-                .iter()
-                .any(|o| Some(&o.uid) == schedule.metadata.uid.as_ref());
-            if !ours {
-                let why = format!(
-                    "the run of {at} was skipped: BucketScan {name} exists and is not this schedule's (it is left alone)"
-                );
-                publish(ctx, schedule, EventType::Warning, "RunNameTaken", &why).await;
+            if let Err((reason, why)) = made_already(schedule, &existing, at) {
+                publish(ctx, schedule, EventType::Warning, reason, &why).await;
                 return Ok(Err(why));
             }
         }

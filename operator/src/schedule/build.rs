@@ -67,6 +67,37 @@ pub fn desired_scan(schedule: &BucketScanSchedule, at: Timestamp, baseline: Opti
     }
 }
 
+/// Whether `existing`, found under the name of the run of `at` when that
+/// run's scan was created, is the run made already (an operator restarted
+/// before it recorded the run): `Ok`. Else the event's reason and why the
+/// run is skipped: the name holds another's scan (left alone), or this
+/// schedule's scan of that run is being deleted (a user deleted it before
+/// the run was recorded: it is not made again, and it is no active run).
+pub fn made_already(
+    schedule: &BucketScanSchedule,
+    existing: &BucketScan,
+    at: Timestamp,
+) -> Result<(), (&'static str, String)> {
+    let name = existing.name_any();
+    let ours = existing
+        .owner_references()
+        .iter()
+        .any(|o| Some(&o.uid) == schedule.metadata.uid.as_ref());
+    if !ours {
+        return Err((
+            "RunNameTaken",
+            format!("the run of {at} was skipped: BucketScan {name} exists and is not this schedule's (it is left alone)"),
+        ));
+    }
+    if existing.metadata.deletion_timestamp.is_some() {
+        return Err((
+            "RunDeleted",
+            format!("the run of {at} was skipped: its BucketScan {name} was deleted before the run was recorded (it is not made again)"),
+        ));
+    }
+    Ok(())
+}
+
 /// One of the schedule's scans, as the schedule needs to know it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Run {
@@ -311,6 +342,27 @@ mod tests {
         let found = runs(&s, &[complete, replaced, next]);
         assert_eq!(baseline_for(&s, &found), None, "a deleted run is no baseline");
         assert_eq!(last_successful(&found), None);
+    }
+
+    #[test]
+    fn a_run_found_made_is_taken_unless_another_s_or_being_deleted() {
+        let s = schedule(None, true);
+        let at = ts("2026-11-27T02:00:00Z");
+        let mut made = desired_scan(&s, at, None);
+        assert_eq!(made_already(&s, &made, at), Ok(()));
+        let mut stranger = made.clone();
+        stranger.metadata.owner_references = None;
+        assert_eq!(made_already(&s, &stranger, at).unwrap_err().0, "RunNameTaken");
+        // Made, its status write lost, then deleted by a user: counted as
+        // started it was neither active nor made again, and the run was
+        // lost without a word.
+        made.metadata.deletion_timestamp = Some(Time(ts("2026-11-27T02:00:30Z")));
+        let (reason, why) = made_already(&s, &made, at).unwrap_err();
+        assert_eq!(reason, "RunDeleted");
+        assert!(
+            why.contains("nightly-29929080 was deleted before the run was recorded"),
+            "{why}"
+        );
     }
 
     #[test]
