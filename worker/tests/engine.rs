@@ -375,12 +375,7 @@ async fn empty_truncated_pages_do_not_end_a_listing() {
 async fn flaky_proxy(upstream: String) -> FaultProxy {
     let requests = AtomicU64::new(0);
     let answer = move |_: &RequestParts| match requests.fetch_add(1, Ordering::Relaxed) % 8 {
-        1 => Some(fault_proxy::error_document(
-            503,
-            "SlowDown",
-            "Please reduce your request rate.",
-            &[],
-        )),
+        1 => Some(fault_proxy::slow_down()),
         4 => Some(fault_proxy::answer(500, &[], "")),
         6 => Some(fault_proxy::reset()),
         _ => None,
@@ -667,12 +662,7 @@ async fn throttles_are_counted_when_they_come_not_when_the_head_ends() {
                 return None;
             }
             refusals.fetch_add(1, Ordering::SeqCst);
-            Some(fault_proxy::error_document(
-                503,
-                "SlowDown",
-                "Please reduce your request rate.",
-                &[],
-            ))
+            Some(fault_proxy::slow_down())
         },
         |_, _| {},
     )

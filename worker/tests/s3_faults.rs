@@ -735,12 +735,7 @@ async fn rate_limited_proxy(rate: f64) -> FaultProxy {
                 b.0 -= 1.0;
                 return None;
             }
-            Some(fault_proxy::error_document(
-                503,
-                "SlowDown",
-                "Please reduce your request rate.",
-                &[],
-            ))
+            Some(fault_proxy::slow_down())
         },
         |_, _| {},
     )
@@ -796,9 +791,7 @@ async fn retries_wait_for_their_slot_under_the_rate_ceiling() {
             let mut seen = seen.lock().unwrap();
             let first = !seen.iter().any(|(k, _)| *k == key);
             seen.push((key, std::time::Instant::now()));
-            first.then(|| {
-                fault_proxy::error_document(503, "SlowDown", "Please reduce your request rate.", &[])
-            })
+            first.then(fault_proxy::slow_down)
         },
         |_, _| {},
     )

@@ -292,12 +292,7 @@ impl ProxyFaults {
         req: &http::request::Parts,
     ) -> Option<http::Response<http_body_util::Full<bytes::Bytes>>> {
         if self.storm_until.is_some_and(|until| Instant::now() < until) {
-            return Some(fault_proxy::error_document(
-                503,
-                "SlowDown",
-                "Please reduce your request rate.",
-                &[],
-            ));
+            return Some(fault_proxy::slow_down());
         }
         self.requests += 1;
         if self.resets_until.is_some_and(|until| Instant::now() < until) && self.requests.is_multiple_of(3) {

@@ -79,6 +79,11 @@ pub fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Response<Ful
     resp.body(Full::new(Bytes::from(body.to_string()))).unwrap()
 }
 
+/// S3's throttling answer: 503 SlowDown.
+pub fn slow_down() -> Response<Full<Bytes>> {
+    error_document(503, "SlowDown", "Please reduce your request rate.", &[])
+}
+
 /// An S3 error document.
 pub fn error_document(
     status: u16,
