@@ -70,7 +70,9 @@ impl Connections {
                 },
             }
         }
-        let mut sender = self.connect(host).await?;
+        // Boxed: connecting (TLS included) is rare next to the requests
+        // sent on a kept connection, and its future is most of this one's.
+        let mut sender = Box::pin(self.connect(host)).await?;
         let resp = sender
             .send_request(req)
             .await

@@ -178,7 +178,11 @@ impl HeadClient {
     pub async fn head(&self, bucket: &str, key: &str) -> HeadResult {
         match self {
             HeadClient::Fast(fast) => fast.head(bucket, key).await,
-            HeadClient::Sdk(s3, checksum_mode) => sdk_head(s3, bucket, key, None, *checksum_mode).await,
+            // Boxed: the SDK's future is many times the fast path's, and a
+            // HEAD's future is moved into a box of its own per object.
+            HeadClient::Sdk(s3, checksum_mode) => {
+                Box::pin(sdk_head(s3, bucket, key, None, *checksum_mode)).await
+            }
         }
     }
 
@@ -187,7 +191,7 @@ impl HeadClient {
         match self {
             HeadClient::Fast(fast) => fast.head_version(bucket, key, version_id).await,
             HeadClient::Sdk(s3, checksum_mode) => {
-                sdk_head(s3, bucket, key, Some(version_id), *checksum_mode).await
+                Box::pin(sdk_head(s3, bucket, key, Some(version_id), *checksum_mode)).await
             }
         }
     }

@@ -206,6 +206,17 @@ impl Signer {
         if let Some(s) = self.usable(now, day, region) {
             return Ok(s);
         }
+        // Boxed: the refresh (the credentials provider's futures) is rare,
+        // and every request's future would otherwise hold its size.
+        Box::pin(self.refresh_state(now, day, region)).await
+    }
+
+    async fn refresh_state(
+        &self,
+        now: SystemTime,
+        day: &str,
+        region: &str,
+    ) -> Result<Arc<SigningState>, S3Error> {
         // One task refreshes; the others wait and then reuse its result.
         let _guard = self.refresh.lock().await;
         if let Some(s) = self.usable(now, day, region) {

@@ -559,7 +559,7 @@ impl RangeReader {
             file,
             row_groups: VecDeque::new(),
             parquet: None,
-            text: TextDecoder::new(self.baseline.format, self.baseline.gzip),
+            text: TextDecoder::new(self.baseline.format, self.baseline.gzip).skipping_before(&self.bounds),
             done: false,
         };
         if self.baseline.format == Format::Parquet {
@@ -659,6 +659,53 @@ struct TextDecoder {
     /// Decoded bytes not yet records, from `start` on.
     pending: Vec<u8>,
     start: usize,
+    /// JSON Lines before the range, until its first: only their key is
+    /// read (`Skip`).
+    skip: Option<Skip>,
+}
+
+/// The keys before a range, which reading a file from the block before it
+/// passes first. A block is a worker's part (50,000 records by default),
+/// so a shard of a fleet's result read some half a part before its range:
+/// decoded in full, those records were most of an incremental shard's
+/// decoding. Their key alone is read (no allocation), and nothing else.
+struct Skip {
+    from: String,
+    after: Option<String>,
+}
+
+impl Skip {
+    fn of(bounds: &Bounds) -> Skip {
+        Skip {
+            from: bounds.from.clone(),
+            after: bounds.after.clone(),
+        }
+    }
+
+    /// Is this JSON line's record before the range?
+    fn passes(&self, line: &[u8]) -> Result<bool, String> {
+        #[derive(Deserialize)]
+        struct KeyOnly<'a> {
+            #[serde(borrow)]
+            key: std::borrow::Cow<'a, str>,
+        }
+        let key = serde_json::from_slice::<KeyOnly>(line)
+            .map_err(|e| format!("bad JSON line: {e}"))?
+            .key;
+        Ok(key.as_ref() < self.from.as_str() || self.after.as_deref().is_some_and(|a| key.as_ref() <= a))
+    }
+}
+
+/// The record of one JSON line, unless it is before the range (`skip`,
+/// cleared at the first line in it: keys are in order).
+fn json_line(skip: &mut Option<Skip>, line: &[u8]) -> Result<Option<Record>, String> {
+    if let Some(s) = skip {
+        if s.passes(line)? {
+            return Ok(None);
+        }
+        *skip = None;
+    }
+    json_record(line).map(Some)
 }
 
 impl TextDecoder {
@@ -668,7 +715,14 @@ impl TextDecoder {
             gunzip: gzip.then(|| flate2::write::MultiGzDecoder::new(Vec::new())),
             pending: Vec::new(),
             start: 0,
+            skip: None,
         }
+    }
+
+    /// Read the records before `bounds`'s range by their key alone.
+    fn skipping_before(mut self, bounds: &Bounds) -> TextDecoder {
+        self.skip = Some(Skip::of(bounds));
+        self
     }
 
     /// Take in the next bytes of the file (records come out by `batch`).
@@ -700,7 +754,7 @@ impl TextDecoder {
                     self.start += end + 1;
                     let line = &rest[..end];
                     if !line.is_empty() {
-                        out.push(json_record(line)?);
+                        out.extend(json_line(&mut self.skip, line)?);
                     }
                 }
                 Ok(out)
@@ -727,11 +781,12 @@ impl TextDecoder {
         match self.format {
             // Only at the end: before it, JSON Lines come out by `batch`.
             Format::Jsonl => {
+                let skip = &mut self.skip;
                 let records = self
                     .pending
                     .split(|b| *b == b'\n')
                     .filter(|l| !l.is_empty())
-                    .map(json_record)
+                    .filter_map(|l| json_line(skip, l).transpose())
                     .collect();
                 self.pending.clear();
                 records
@@ -1149,6 +1204,49 @@ mod tests {
             keys.extend(d.finish().unwrap().into_iter().map(|r| r.key));
             assert_eq!(keys, (0..50).map(|i| format!("k{i:02}")).collect::<Vec<_>>());
         }
+    }
+
+    #[test]
+    fn lines_before_the_range_are_passed_by_their_key_and_the_rest_decoded() {
+        // Keys that JSON escapes too: the key read alone must compare as
+        // the decoded one does.
+        let keys: Vec<String> = (0..40)
+            .map(|i| format!("p/{}{i:02}", if i % 3 == 0 { "\"q\u{e9}" } else { "" }))
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        let mut body = Vec::new();
+        for k in &sorted {
+            record(k, 1, "\"e\"", "2026-11-27T00:00:00Z").write_line(&mut body);
+        }
+        for (from, after) in [
+            ("p/", Some(sorted[17].clone())),
+            ("p/1", None),
+            ("p/\"", Some("p/\"q".to_string())),
+        ] {
+            let bounds = Bounds {
+                from: from.into(),
+                after: after.clone(),
+                before: None,
+            };
+            let mut d = TextDecoder::new(Format::Jsonl, false).skipping_before(&bounds);
+            let mut got = Vec::new();
+            for chunk in body.chunks(53) {
+                d.push(chunk).unwrap();
+                got.extend(d.batch(4).unwrap().into_iter().map(|r| r.key));
+            }
+            got.extend(d.finish().unwrap().into_iter().map(|r| r.key));
+            let first = sorted.iter().position(|k| bounds.contains(k)).unwrap();
+            assert_eq!(got, sorted[first..], "from {from:?} after {after:?}");
+        }
+        // A line that is not JSON is still an error, skipped or not.
+        let mut d = TextDecoder::new(Format::Jsonl, false).skipping_before(&Bounds {
+            from: "z".into(),
+            after: None,
+            before: None,
+        });
+        d.push(b"{\"key\": 3}\n").unwrap();
+        assert!(d.batch(4).is_err());
     }
 
     #[test]

@@ -620,13 +620,9 @@ impl Engine {
     /// put all its refusals in the window it was served in. Both echoes cut
     /// the rate again at half the store's capacity, which the governor then
     /// kept (bench/tests/throttled_scan.rs at 0.37 C).
-    async fn governed<T, F, Fut>(
-        &self,
-        key: &str,
-        mut op: F,
-    ) -> (Result<T, S3Error>, u64, Option<Arc<Partition>>)
+    async fn governed<T, F, Fut>(&self, key: &str, op: F) -> (Result<T, S3Error>, u64, Option<Arc<Partition>>)
     where
-        F: FnMut() -> Fut,
+        F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, S3Error>>,
     {
         let partition = self.partitions.find(key);
@@ -644,11 +640,15 @@ impl Engine {
             .s3
             .retry
             .run_paced(&self.s3.retries, pace, || {
-                let attempt = op();
-                let (partition, tracked_since, micros) = (&partition, &tracked_since, &last_attempt_micros);
+                let (op, partition, tracked_since, micros) =
+                    (&op, &partition, &tracked_since, &last_attempt_micros);
+                // The attempt is made inside the block, not captured by it:
+                // a future captured, then awaited, is held twice (the
+                // capture and the await's own slot), and a HEAD's nested
+                // futures doubled at every such layer.
                 async move {
                     let started = std::time::Instant::now();
-                    let r = attempt.await;
+                    let r = op().await;
                     micros.store(started.elapsed().as_micros() as u64, Relaxed);
                     if matches!(r, Err(S3Error::Throttled { .. })) {
                         self.count_throttle(key, partition.as_ref(), tracked_since);
@@ -934,7 +934,8 @@ impl Engine {
             .governed(&obj.key, || async {
                 match &version {
                     None => self.head.head(&self.opts.bucket, &obj.key).await,
-                    Some(v) => self.head_of_version(&obj.key, v).await,
+                    // Boxed, as every rare path here: see `a_head_s_future_stays_small`.
+                    Some(v) => Box::pin(self.head_of_version(&obj.key, v)).await,
                 }
             })
             .await;
@@ -947,7 +948,7 @@ impl Engine {
         let result = match result {
             Ok(Some(info)) if self.opts.columns.tags => {
                 let version_id = version.as_ref().map(|v| v.version_id.as_str());
-                self.with_tags(&obj.key, version_id, info).await
+                Box::pin(self.with_tags(&obj.key, version_id, info)).await
             }
             other => other,
         };
@@ -983,7 +984,7 @@ impl Engine {
                     previous: None,
                 }
             }
-            Ok(None) if self.still_listed(&obj.key, version.as_deref()).await? => {
+            Ok(None) if Box::pin(self.still_listed(&obj.key, version.as_deref())).await? => {
                 self.counters.errors.fetch_add(1, Relaxed);
                 Record {
                     error: Some("listed but HEAD answered 404: the listing still shows the key".into()),
