@@ -84,11 +84,11 @@ async fn engine(url: &str) -> Arc<Engine> {
 
 /// One worker: take shards from `shards` until none is left.
 async fn worker(engine: Arc<Engine>, shards: Arc<Mutex<Vec<Shard>>>) -> Vec<Record> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Box<Record>>(1024);
     let collect = tokio::spawn(async move {
         let mut records = vec![];
         while let Some(r) = rx.recv().await {
-            records.push(r);
+            records.push(*r);
         }
         records
     });

@@ -324,7 +324,7 @@ async fn try_pass(
     };
     let mut records = Vec::new();
     while let Some(r) = rx.recv().await {
-        records.push(r);
+        records.push(*r);
     }
     (records, scan.await.unwrap().map(|_| ()))
 }

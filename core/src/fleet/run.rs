@@ -336,7 +336,7 @@ impl Runner {
             }
             None => (lease.shard.clone(), None),
         };
-        let (tx, mut rx) = mpsc::channel::<Record>(4096);
+        let (tx, mut rx) = mpsc::channel::<Box<Record>>(4096);
         let frontier = Arc::new(Frontier::default());
         let mut scan = {
             let (engine, frontier) = (self.engine.clone(), frontier.clone());
@@ -364,7 +364,7 @@ impl Runner {
                     if !lease.shard.contains(&record.key) {
                         continue; // listed before a split: the upper part's worker has it
                     }
-                    written = part.add(record, &self.engine, &self.spec, lease).await;
+                    written = part.add(*record, &self.engine, &self.spec, lease).await;
                     if written.is_err() {
                         break;
                     }

@@ -221,7 +221,9 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
             storage_class: entry.storage_class.map(unescape),
             checksum_algorithm: entry.checksum_algorithm.map(unescape),
             checksum_type: entry.checksum_type.map(unescape),
-            listed_metadata: entry.user_metadata.map(|m| listed_metadata(m, entry.user_tags)),
+            listed_metadata: entry
+                .user_metadata
+                .map(|m| Box::new(listed_metadata(m, entry.user_tags))),
         });
     }
     let common_prefixes = blocks(xml, "CommonPrefixes")
@@ -646,7 +648,7 @@ mod tests {
             <X-Amz-Meta-Nul/><Size>7</Size></UserMetadata><Internal><K>1</K><M>0</M></Internal></Contents>\
             <Contents><Key>b</Key><Size>1</Size></Contents></ListBucketResult>";
         let page = parse_list(xml).unwrap();
-        let listed = page.objects[0].listed_metadata.clone().unwrap();
+        let listed = *page.objects[0].listed_metadata.clone().unwrap();
         assert_eq!(page.objects[0].size, 2);
         assert_eq!(page.objects[0].etag.as_deref(), Some("3e44"));
         assert_eq!(listed.content_type.as_deref(), Some("binary/octet-stream"));

@@ -84,7 +84,9 @@ pub struct ListedObject {
     pub checksum_type: Option<String>,
     /// What the listing said of the object's metadata, when it said anything
     /// (`None` does not mean "no metadata": see [`ListedMetadata`]).
-    pub listed_metadata: Option<ListedMetadata>,
+    /// Boxed: an object's entry is moved several times on its way to its
+    /// HEAD, and this, rarely there, was most of its size.
+    pub listed_metadata: Option<Box<ListedMetadata>>,
 }
 
 /// An entry's `<UserMetadata>` (MinIO with `metadata=true`), read like a

@@ -219,11 +219,11 @@ mod tests {
             listed_metadata: None,
         };
         assert_eq!(record_from_listing(&obj, false), None, "no element, no record");
-        obj.listed_metadata = Some(ListedMetadata {
+        obj.listed_metadata = Some(Box::new(ListedMetadata {
             metadata: [("a".to_string(), "b".to_string())].into(),
             content_type: Some("text/plain".into()),
             columns: Default::default(),
-        });
+        }));
         let rec = record_from_listing(&obj, false).unwrap();
         assert_eq!(rec.last_modified.as_deref(), Some("2026-11-23T20:51:42Z"));
         assert_eq!(rec.storage_class.as_deref(), Some("STANDARD"));

@@ -51,7 +51,7 @@ pub async fn scan_shards(
     opts: &ScanOptions,
 ) -> Result<ScanSummary, S3Error> {
     let mut writer = RecordWriter::create(&opts.output, &opts.output_opts, Some(&engine.s3)).await?;
-    let (tx, rx) = mpsc::channel::<Record>(4096);
+    let (tx, rx) = mpsc::channel::<Box<Record>>(4096);
     let shard_count = shards.len();
     let scanning = {
         let engine = engine.clone();
@@ -236,7 +236,7 @@ async fn shard_to_files(
     mut files: ShardFiles,
     mut changes: Option<ShardFiles>,
 ) -> Result<ShardWritten, S3Error> {
-    let (tx, rx) = mpsc::channel::<Record>(4096);
+    let (tx, rx) = mpsc::channel::<Box<Record>>(4096);
     let scanning = {
         let engine = engine.clone();
         tokio::spawn(async move { engine.scan_shard(&planned.shard, &tx).await })
@@ -291,7 +291,7 @@ async fn shard_to_files(
 /// scan's outcome.
 struct Received<'a, T> {
     engine: &'a Engine,
-    rx: mpsc::Receiver<Record>,
+    rx: mpsc::Receiver<Box<Record>>,
     scanning: JoinHandle<Result<T, S3Error>>,
 }
 

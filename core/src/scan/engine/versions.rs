@@ -88,7 +88,7 @@ impl Engine {
                 }),
             );
         }
-        Task::Made(Record {
+        Task::Made(Box::new(Record {
             key: object.key,
             status: Status::Ok,
             size: 0,
@@ -109,7 +109,7 @@ impl Engine {
             http_status: None,
             change: None,
             previous: None,
-        })
+        }))
     }
 
     /// One HEAD attempt of one version. The current version `null` (a
