@@ -597,7 +597,7 @@ fn start_offset(file: &DataFile, bounds: &Bounds) -> u64 {
 /// at or past the range's end (its keys, and every later one, are past it),
 /// else the file's end. Without it a shard's last GET read a whole chunk
 /// past its range: a merged result read by more shards than it was written
-/// by cost up to a chunk (8 MiB) more per shard.
+/// by cost up to a chunk ([`CHUNK`]) more per shard.
 fn stop_offset(file: &DataFile, bounds: &Bounds) -> u64 {
     bounds
         .before
@@ -623,10 +623,11 @@ async fn read_more(s3: &S3, baseline: &Baseline, open: &mut OpenFile) -> Result<
         }
         return Ok(records);
     }
-    // Records already fetched first, a batch at a time: a chunk holds some
-    // 30,000, and decoding all of them at once made a vector (and the queue
-    // it went to) of ~10 MB per shard, on fresh pages each time: the
-    // kernel's page clearing alone was 13 % of an incremental scan's CPU.
+    // Records already fetched first, a batch at a time: a chunk held some
+    // 30,000 at 8 MiB (7,500 now), and decoding all of them at once made a
+    // vector (and the queue it went to) of ~10 MB per shard, on fresh
+    // pages each time: the kernel's page clearing alone was 13 % of an
+    // incremental scan's CPU.
     let batch = open.text.batch(BATCH).map_err(|e| bad_file(open, e))?;
     if !batch.is_empty() {
         return Ok(batch);
