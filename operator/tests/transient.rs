@@ -173,8 +173,20 @@ async fn transient_causes_block_a_scan_until_they_pass_and_never_fail_it() {
     //    go) and says how to let it go without; the annotation does.
     redis.crash();
     scans.delete("down", &DeleteParams::default()).await.unwrap();
-    let message = wait_blocked(&scans, "down", "RedisUnavailable").await;
-    assert!(message.contains("bucketscan.dev/skip-cleanup=true"), "{message}");
+    // The scan's own reconcile may say RedisUnavailable first (Redis went
+    // before the deletion was seen); the deletion's says how to let it go.
+    eventually(
+        "down's deletion blocked by Redis, with the way out",
+        90,
+        async || {
+            let (status, reason, message) = blocked(&scans, "down").await?;
+            (status == "True"
+                && reason == "RedisUnavailable"
+                && message.contains("bucketscan.dev/skip-cleanup=true"))
+            .then_some(())
+        },
+    )
+    .await;
     assert!(
         scans.get_opt("down").await.unwrap().is_some(),
         "deleted without cleaning Redis"
