@@ -400,6 +400,7 @@ pub fn split_location(location: &str) -> Option<(&str, &str)> {
 /// A shard's keys: at or after `from` (its prefix: a shard of one whole
 /// prefix has neither a start nor an end, and must not read the whole
 /// baseline), after `after` and before `before` where given.
+#[derive(Clone)]
 struct Bounds {
     from: String,
     after: Option<String>,
@@ -427,8 +428,13 @@ impl Bounds {
         self.before.as_deref().is_some_and(|b| key >= b)
     }
 
+    /// `key` comes before the range's first key.
+    fn is_before(&self, key: &str) -> bool {
+        key < self.from.as_str() || self.after.as_deref().is_some_and(|a| key <= a)
+    }
+
     fn contains(&self, key: &str) -> bool {
-        key >= self.from.as_str() && self.after.as_deref().is_none_or(|a| key > a) && !self.is_past(key)
+        !self.is_before(key) && !self.is_past(key)
     }
 
     /// A key no later than the range's first (reading may start at the
@@ -675,19 +681,9 @@ struct TextDecoder {
 /// so a shard of a fleet's result read some half a part before its range:
 /// decoded in full, those records were most of an incremental shard's
 /// decoding. Their key alone is read (no allocation), and nothing else.
-struct Skip {
-    from: String,
-    after: Option<String>,
-}
+struct Skip(Bounds);
 
 impl Skip {
-    fn of(bounds: &Bounds) -> Skip {
-        Skip {
-            from: bounds.from.clone(),
-            after: bounds.after.clone(),
-        }
-    }
-
     /// Is this JSON line's record before the range?
     fn passes(&self, line: &[u8]) -> Result<bool, String> {
         #[derive(Deserialize)]
@@ -698,7 +694,7 @@ impl Skip {
         let key = serde_json::from_slice::<KeyOnly>(line)
             .map_err(|e| format!("bad JSON line: {e}"))?
             .key;
-        Ok(key.as_ref() < self.from.as_str() || self.after.as_deref().is_some_and(|a| key.as_ref() <= a))
+        Ok(self.0.is_before(&key))
     }
 }
 
@@ -727,7 +723,7 @@ impl TextDecoder {
 
     /// Read the records before `bounds`'s range by their key alone.
     fn skipping_before(mut self, bounds: &Bounds) -> TextDecoder {
-        self.skip = Some(Skip::of(bounds));
+        self.skip = Some(Skip(bounds.clone()));
         self
     }
 
