@@ -262,16 +262,16 @@ impl RecordWriter {
         }
         self.summary.records += 1;
         if self.encoder.pending().len() >= self.flush_at {
-            // The next chunk's room at once (JSON Lines, CSV): grown by
-            // doubling, it was copied on every growth.
-            let room = match self.encoder {
-                Encoder::Plain(_) => self.flush_at + self.line.len(),
-                _ => 0,
-            };
-            let chunk = std::mem::replace(self.encoder.pending(), Vec::with_capacity(room));
+            let chunk = std::mem::take(self.encoder.pending());
             self.send(chunk, false).await?;
             if let Sink::S3(upload) = &self.sink {
                 self.flush_at = part_size_for(self.part_base, upload.upload.parts());
+            }
+            // The next chunk's room at once, for the part size now in force
+            // (JSON Lines, CSV): grown by doubling, it was copied on every
+            // growth.
+            if let Encoder::Plain(next) = &mut self.encoder {
+                next.reserve(self.flush_at + self.line.len());
             }
         }
         Ok(())
