@@ -3,6 +3,7 @@
 
 use crate::{DeletePartsArgs, MergeArgs, OnDeadShards, PlanArgs, QueueArgs, RetryArgs, RunArgs};
 use anyhow::{bail, Context};
+use bucketscan_core::fleet::merge_ahead::Ahead;
 use bucketscan_core::fleet::plan::plan_scan;
 use bucketscan_core::fleet::queue::{Queue, RedisConfig};
 use bucketscan_core::fleet::run::{RunOptions, Runner};
@@ -292,16 +293,30 @@ pub async fn delete_parts(args: DeletePartsArgs) -> anyhow::Result<()> {
 
 pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
     let queue = args.queue.connect("merger", Duration::from_secs(30)).await?;
+    let s3 = args.endpoint.connect(16).await?;
+    let mut ahead = Ahead::default();
     if args.wait_for_shards {
+        // While the last shards run, the finished shards' small parts are
+        // joined into objects the merge copies on the server (`merge_ahead`).
         let stop = CancellationToken::new();
         spawn_signal_handler(stop.clone());
-        if !shards_finished(&queue, &stop).await? {
+        let sending = stop.child_token();
+        let (finished, sent) = tokio::join!(
+            async {
+                let finished = shards_finished(&queue, &stop).await;
+                sending.cancel();
+                finished
+            },
+            Ahead::run(&s3, &queue, &sending)
+        );
+        ahead = sent;
+        if !finished? {
             return Err(StoppedWaiting.into());
         }
+        tracing::info!(staged = ahead.parts_staged(), "the last shards ended; merging");
     }
     let spec = spec_of(&queue, &args.queue.scan).await?;
-    let s3 = args.endpoint.connect(16).await?;
-    let manifest = bucketscan_core::fleet::merge::merge(&args.queue.scan, &queue, &s3).await?;
+    let manifest = bucketscan_core::fleet::merge::merge_with(&args.queue.scan, &queue, &s3, ahead).await?;
     eprintln!(
         "merged {} shards into {} ({} bytes, {} records in {} files); manifest s3://{}/{}",
         manifest.shards_done,

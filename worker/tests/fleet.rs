@@ -1887,3 +1887,176 @@ async fn workers_and_a_merge_started_early_wait_for_the_plan_and_the_shards() {
         &seeded,
     );
 }
+
+/// `n` objects whose records are about 2 KB (a long metadata value), so that
+/// a few thousand make parts the merge joins into 5 MiB ones.
+fn wide_bucket(n: usize) -> BTreeMap<String, Seeded> {
+    (0..n)
+        .map(|i| {
+            let note = format!("{i:05}-{}", "n".repeat(1800));
+            let seeded = Seeded {
+                size: 1,
+                metadata: BTreeMap::from([("Note".to_string(), note)]),
+            };
+            (format!("w/{:02}/{i:05}", i % 16), seeded)
+        })
+        .collect()
+}
+
+/// The number logged as tracing field `field` (colours or not).
+fn logged_number(log: &str, field: &str) -> Option<u64> {
+    let at = log.find(field)? + field.len();
+    log[at..]
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()
+}
+
+async fn multipart_uploads_left(s3: &Server, bucket: &str) -> usize {
+    let listed = s3
+        .client()
+        .list_multipart_uploads()
+        .bucket(bucket)
+        .send()
+        .await
+        .unwrap();
+    listed.uploads().len()
+}
+
+/// A merge started while the shards run (as the operator starts it in a
+/// scan's last seconds) joins the finished shards' small parts into staged
+/// objects, and copies those into the result in place of their parts once
+/// the last shard ends: the same exact result, no upload left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_started_early_stages_finished_parts_and_copies_them() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("ahead").await;
+    let out = s3.bucket("ahead-out").await;
+    let seeded = wide_bucket(12_000);
+    s3.seed(&bucket, &seeded).await;
+    let fleet = Fleet::new(s3.clone(), redis_url(), format!("ahead-{}", std::process::id()));
+    fleet.plan(
+        &bucket,
+        &format!("s3://{out}/ahead/"),
+        &["--target-shards", "16", "--min-shard-objects", "100"],
+    );
+    let merge_log = fleet.log_path("merge");
+    let mut merge = fleet
+        .command(&["merge", "--wait-for-shards"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&merge_log).unwrap())
+        .spawn()
+        .unwrap();
+    // Paced, a shard at a time: the scan lasts many of the merge's looks at
+    // the shards, which end two at a time.
+    let mut workers: Vec<Child> = ["ahead-a", "ahead-b"]
+        .iter()
+        .map(|name| fleet.spawn_worker(name, &["--max-rate", "400", "--shards-in-flight", "1"]))
+        .collect();
+    for worker in workers.iter_mut() {
+        assert!(wait_exit(worker, Duration::from_secs(120)).success());
+    }
+    assert!(wait_exit(&mut merge, Duration::from_secs(60)).success());
+    let log = std::fs::read_to_string(&merge_log).unwrap();
+    assert!(log.contains("finished parts staged"), "{log}");
+    let copied = log
+        .find("staged objects are copied in place of their parts")
+        .unwrap_or_else(|| panic!("nothing staged was taken: {log}"));
+    let (parts, sources) = (
+        logged_number(&log[copied..], "parts"),
+        logged_number(&log[copied..], "sources"),
+    );
+    assert!(sources < parts, "{log}");
+    // Copied on the server, not read again.
+    assert!(logged_number(&log[copied..], "copied") >= Some(1), "{log}");
+    assert_matches_seed(
+        &parse_records(&s3.read(&out, "ahead/result.jsonl").await),
+        &seeded,
+    );
+    assert_eq!(multipart_uploads_left(&s3, &out).await, 0);
+    assert!(
+        s3.keys(&out, "ahead/parts/").await.is_empty(),
+        "staged objects go with the parts"
+    );
+}
+
+/// A part object written again after it was staged (same size) is merged
+/// from the part: the result is the parts as they are at the merge, byte
+/// for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_rewritten_after_it_was_staged_is_merged_from_the_part() {
+    use bucketscan_core::fleet::merge::merge_with;
+    use bucketscan_core::fleet::merge_ahead::{finished_runs, Ahead};
+    use bucketscan_core::fleet::spec::ScanSpec;
+    use tokio_util::sync::CancellationToken;
+
+    let s3 = versitygw();
+    let bucket = s3.bucket("rewritten").await;
+    let out = s3.bucket("rewritten-out").await;
+    s3.seed(&bucket, &wide_bucket(5000)).await;
+    let fleet = Fleet::new(
+        s3.clone(),
+        redis_url(),
+        format!("rewritten-{}", std::process::id()),
+    );
+    fleet.plan(
+        &bucket,
+        &format!("s3://{out}/r/"),
+        &["--target-shards", "4", "--min-shard-objects", "100"],
+    );
+    let mut worker = fleet.spawn_worker("rewritten", &[]);
+    assert!(wait_exit(&mut worker, Duration::from_secs(120)).success());
+
+    let core = s3.s3().await;
+    let [queue] = governing::queues(&fleet.scan, ["merger"]).await;
+    let stop = CancellationToken::new();
+    let (ahead, ()) = tokio::join!(Box::pin(Ahead::run(&core, &queue, &stop)), async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        stop.cancel();
+    });
+    assert!(ahead.parts_staged() >= 2, "9.5 MB of small parts stage some");
+
+    // The first part in key order is the first of the first staged object:
+    // one byte of it changes, its size does not.
+    let spec: ScanSpec = queue.spec().await.unwrap().unwrap();
+    let keys: Vec<String> = finished_runs(&spec, &queue.merge_view().await.unwrap()).concat();
+    let mut first = s3.read(&out, &keys[0]).await;
+    let at = first.iter().position(|&b| b == b'n').unwrap();
+    first[at] = b'N';
+    s3.client()
+        .put_object()
+        .bucket(&out)
+        .key(&keys[0])
+        .body(first.into())
+        .send()
+        .await
+        .unwrap();
+    let mut expected = Vec::new();
+    for key in &keys {
+        expected.extend(s3.read(&out, key).await);
+    }
+    // On a thread of its own: the merge's future, unoptimised, is more
+    // than a test thread's stack holds.
+    let scan = fleet.scan.clone();
+    std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async move {
+                let [queue] = governing::queues(&scan, ["merger"]).await;
+                Box::pin(merge_with(&scan, &queue, &core, ahead)).await.unwrap();
+            })
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let result = s3.read(&out, "r/result.jsonl").await;
+    assert!(result.len() > 5 << 20);
+    assert!(
+        result == expected,
+        "the result is not the parts as they are at the merge"
+    );
+}

@@ -8,15 +8,17 @@
 //! read and joined; 16 parts go up at once. Gzip parts concatenate into a
 //! valid multi-member gzip stream; a CSV file starts with its header (its own
 //! gzip member when compressed). Re-running a finished merge changes nothing;
-//! re-running one that died midway writes the same files again (the plan
-//! depends only on the recorded parts).
+//! re-running one that died midway writes the same files again (the same
+//! bytes: the single result's S3 parts, and so its ETag, depend also on what
+//! a merge started early staged, `merge_ahead`).
 //!
 //! Parquet parts cannot be joined byte-wise: a big part is copied as a file
 //! of its own, runs of small ones are read and written again (`rewrite`).
 //!
-//! May import: `spec`, `queue`, `merge_plan`, `rewrite`, `scan` (the output format), `keyspace` and `s3`.
+//! May import: `spec`, `queue`, `merge_plan`, `merge_ahead`, `rewrite`, `scan` (the output format), `keyspace` and `s3`.
 
 use crate::fleet::data_files::{self, DataFilesError};
+use crate::fleet::merge_ahead::{list_parts, Ahead};
 use crate::fleet::merge_plan::{
     files_fit_one_object, plan_copy, plan_files, plan_from_files, plan_parquet_files, plan_single,
     single_size, FilePlan, PartIn, SinglePlan,
@@ -43,9 +45,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::sync::Arc;
 
-/// Parts uploaded or copied at once per output file, and parts read at once
-/// when Redis lost their stats.
-pub const MERGE_CONCURRENCY: usize = 16;
+pub use crate::fleet::merge_plan::MERGE_CONCURRENCY;
 
 /// How long the merge waits for Redis to confirm the manifest is durable.
 const DURABLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -245,7 +245,24 @@ pub struct DeadShard {
     pub last_error: Option<String>,
 }
 
-pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, MergeError> {
+/// Merge the scan (see the module doc). Not an `async fn` of its own: a
+/// level of future less on the stack of whoever polls it.
+pub fn merge<'a>(
+    scan: &'a str,
+    queue: &'a Queue,
+    s3: &'a Arc<S3>,
+) -> impl std::future::Future<Output = Result<Manifest, MergeError>> + 'a {
+    merge_with(scan, queue, s3, Ahead::default())
+}
+
+/// [`merge`], copying what `ahead` staged before the last shard ended in
+/// place of the parts it holds, where it still holds them (`merge_ahead`).
+pub async fn merge_with(
+    scan: &str,
+    queue: &Queue,
+    s3: &Arc<S3>,
+    ahead: Ahead,
+) -> Result<Manifest, MergeError> {
     let spec: ScanSpec = queue
         .spec()
         .await?
@@ -321,7 +338,7 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
     // A merge that outlived a retry (its pod on a partitioned node) writes
     // nothing over the later round's result.
     still_latest(scan, queue, s3, &spec, retries).await?;
-    let files = write_result(s3, &spec, &parts).await?;
+    let files = write_result(s3, &spec, &parts, &ahead).await?;
     let checked = crate::fleet::incremental::read_store_check(s3, &spec).await?;
     let counts = sum_counts(&shards);
     let progress = queue.counters().await?;
@@ -329,7 +346,7 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
         Some(baseline) => {
             let changes = spec.for_changes();
             let change_parts = describe_parts(s3, queue, &changes, change_keys).await?;
-            let change_files = write_result(s3, &changes, &change_parts).await?;
+            let change_files = write_result(s3, &changes, &change_parts, &Ahead::default()).await?;
             let count = |name: &str| counts.get(name).copied().unwrap_or(0);
             let checked = checked.clone().unwrap_or_default();
             Some(IncrementalSummary {
@@ -437,6 +454,9 @@ pub async fn merge(scan: &str, queue: &Queue, s3: &Arc<S3>) -> Result<Manifest, 
 /// ([`Manifest::keeps_parts`]).
 async fn delete_parts_unless_kept(s3: &S3, spec: &ScanSpec, manifest: &Manifest) -> Result<(), S3Error> {
     if manifest.keeps_parts() {
+        // What merges staged ahead is no part: it would pile up, a copy of
+        // the small parts per merge, until the scan is deleted.
+        delete_prefix(s3, &spec.output_bucket, &spec.ahead_prefix()).await?;
         tracing::info!(
             dead = manifest.shards_dead,
             errors = manifest.errors(),
@@ -631,28 +651,14 @@ async fn read_stats(s3: &S3, spec: &ScanSpec, key: &str) -> Result<PartStats, Me
     })
 }
 
-/// The bytes every file starts with: the header, compressed as a gzip
-/// member of its own so the single layout can skip it in all but the first.
-fn lead(spec: &ScanSpec) -> Bytes {
-    let header = match spec.change_set {
-        true => spec.format.change_header(),
-        false => spec.format.header(),
-    };
-    if header.is_empty() || !spec.gzip {
-        return header.into();
-    }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    std::io::Write::write_all(&mut gz, &header).expect("writing to memory");
-    gz.finish().expect("writing to memory").into()
-}
-
 async fn write_result(
     s3: &Arc<S3>,
     spec: &ScanSpec,
     parts: &[Described],
+    ahead: &Ahead,
 ) -> Result<Vec<DataFile>, MergeError> {
     let inputs: Vec<PartIn> = parts.iter().map(|d| d.part.clone()).collect();
-    let lead = lead(spec);
+    let lead = spec.lead();
     if spec.layout == Layout::Single {
         // Said before anything is written (the up-front check could only
         // assume the least a record takes).
@@ -672,7 +678,7 @@ async fn write_result(
             let write = write_files(s3, spec, parts, plans, |n| spec.data_key(n));
             replacing(s3, spec, count, write).await
         }
-        (_, Layout::Single) => write_single(s3, spec, parts, &inputs, &lead).await,
+        (_, Layout::Single) => write_single(s3, spec, parts, &inputs, &lead, ahead).await,
     }
 }
 
@@ -698,9 +704,17 @@ async fn write_single(
     parts: &[Described],
     inputs: &[PartIn],
     lead: &Bytes,
+    ahead: &Ahead,
 ) -> Result<Vec<DataFile>, MergeError> {
     match plan_single(inputs, lead, spec.file_size) {
         SinglePlan::Direct(pieces) => {
+            let pieces = match ahead.parts_staged() {
+                0 => pieces,
+                // Boxed: the rare path stays off the merge's future.
+                _ => Box::pin(with_staged(s3, spec, inputs, lead, ahead))
+                    .await?
+                    .unwrap_or(pieces),
+            };
             let composed = put_file(s3, spec, &spec.result_key(), pieces).await?;
             Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
         }
@@ -722,6 +736,35 @@ async fn write_single(
             let composed = put_file(s3, spec, &spec.result_key(), pieces).await?;
             Ok(vec![describe_file(spec, &spec.result_key(), parts, composed)])
         }
+    }
+}
+
+/// The single result's direct plan with what merging ahead staged in place
+/// of the parts it holds (the same bytes); `None` when nothing holds.
+async fn with_staged(
+    s3: &Arc<S3>,
+    spec: &ScanSpec,
+    inputs: &[PartIn],
+    lead: &Bytes,
+    ahead: &Ahead,
+) -> Result<Option<Vec<Piece>>, S3Error> {
+    let listed = list_parts(s3, spec).await?;
+    let staged = ahead.in_place_of_parts(inputs, &listed);
+    if staged.len() == inputs.len() {
+        return Ok(None);
+    }
+    match plan_single(&staged, lead, spec.file_size) {
+        SinglePlan::Direct(pieces) => {
+            tracing::info!(
+                parts = inputs.len(),
+                sources = staged.len(),
+                copied = pieces.iter().filter(|p| matches!(p, Piece::Copy(_))).count(),
+                of = pieces.len(),
+                "merging ahead: staged objects are copied in place of their parts"
+            );
+            Ok(Some(pieces))
+        }
+        SinglePlan::TwoLevel(_) => Ok(None),
     }
 }
 
@@ -810,7 +853,7 @@ fn blocks_of(spec: &ScanSpec, parts: &[Described], file_bytes: u64) -> Vec<Block
     if !spec.format.is_text() {
         return Vec::new();
     }
-    let header = lead(spec).len() as u64;
+    let header = spec.lead().len() as u64;
     let mut offset = header;
     let mut blocks = Vec::with_capacity(parts.len());
     for d in parts.iter().filter(|d| d.stats.records > 0) {

@@ -16,6 +16,10 @@ use crate::s3::upload::MAX_PARTS;
 use bytes::Bytes;
 use std::ops::Range;
 
+/// Parts uploaded or copied at once per output file, and parts read at once
+/// when Redis lost their stats.
+pub const MERGE_CONCURRENCY: usize = 16;
+
 /// One recorded worker part as the merge sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartIn {

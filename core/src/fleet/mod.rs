@@ -6,7 +6,7 @@
 //! sit above it.
 //!
 //! Inside, files form layers: `spec`, `governor`; `queue`; `recovery`, `governed`, `rewrite`, `data_files`, `incremental`; `plan`, `run`,
-//! `merge`.
+//! `merge_ahead`; `merge`.
 //!
 //! May import: `s3`, `keyspace` and `scan`.
 
@@ -15,6 +15,7 @@ pub mod governed;
 pub mod governor;
 pub mod incremental;
 pub mod merge;
+pub mod merge_ahead;
 pub mod merge_plan;
 pub mod plan;
 pub mod queue;

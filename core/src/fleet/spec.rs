@@ -140,6 +140,22 @@ pub fn prefixes_overlap(a: &str, b: &str) -> bool {
 }
 
 impl ScanSpec {
+    /// The bytes every output file starts with: the header, compressed as a
+    /// gzip member of its own so the single layout can skip it in all but
+    /// the first.
+    pub fn lead(&self) -> bytes::Bytes {
+        let header = match self.change_set {
+            true => self.format.change_header(),
+            false => self.format.header(),
+        };
+        if header.is_empty() || !self.gzip {
+            return header.into();
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &header).expect("writing to memory");
+        gz.finish().expect("writing to memory").into()
+    }
+
     /// The data files' extension (`jsonl.gz`, `parquet`, ...).
     pub fn extension(&self) -> &'static str {
         self.format.extension(self.gzip)
@@ -222,6 +238,17 @@ impl ScanSpec {
 
     pub fn parts_prefix(&self) -> String {
         parts_prefix_of(&self.output_prefix, &self.scan_id)
+    }
+
+    /// Object `n` a merge staged ahead (`merge_ahead`) under `token`: among
+    /// the scan's parts, deleted with them.
+    pub fn ahead_key(&self, token: u64, n: usize) -> String {
+        format!("{}{token:016x}-{n:06}.{}", self.ahead_prefix(), self.extension())
+    }
+
+    /// Where merges stage ahead (`merge_ahead`).
+    pub fn ahead_prefix(&self) -> String {
+        format!("{}merge-ahead/", self.parts_prefix())
     }
 
     /// Staged file `n` of a single result made in two steps (data files
