@@ -238,8 +238,9 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         );
         write_status(ctx, scan, &before, &st).await?;
         let left = st.numbers.eta_seconds.map(Duration::from_secs);
-        super::merge::merge_ahead(scan, ctx, &seen.shards, left).await?;
-        return Ok(Action::requeue(scanning_requeue(&seen.shards, left)));
+        let ready = st.numbers.ready_workers.unwrap_or(0);
+        super::merge::merge_ahead(scan, ctx, &seen.shards, ready, left).await?;
+        return Ok(Action::requeue(scanning_requeue(&seen.shards, ready, left)));
     }
 
     // Every shard is done or dead: merge.
@@ -278,9 +279,13 @@ async fn remove_blocked_workers(scan: &BucketScan, ctx: &Context) {
 /// the last seconds of a scan, not the whole life of one with fewer
 /// shards than workers (its `pending` is 0 from the start), so a namespace
 /// of such scans does not spend the operator's API budget.
-fn scanning_requeue(shards: &crate::crd::ShardCounts, time_left: Option<Duration>) -> Duration {
+fn scanning_requeue(
+    shards: &crate::crd::ShardCounts,
+    ready_workers: i32,
+    time_left: Option<Duration>,
+) -> Duration {
     match time_left {
-        Some(left) if shards.pending == 0 && left <= TAIL => QUICK_REQUEUE,
+        Some(left) if super::merge::none_waits(shards, ready_workers) && left <= TAIL => QUICK_REQUEUE,
         _ => ACTIVE_REQUEUE,
     }
 }
@@ -478,14 +483,16 @@ mod tests {
             dead: 0,
         };
         let secs = |s| Some(Duration::from_secs(s));
-        assert_eq!(scanning_requeue(&shards(20, 12), secs(3)), ACTIVE_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(1, 12), secs(3)), ACTIVE_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(0, 12), secs(7)), QUICK_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(0, 1), secs(15)), QUICK_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(20, 12), 6, secs(3)), ACTIVE_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(1, 12), 0, secs(3)), ACTIVE_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 12), 6, secs(7)), QUICK_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 1), 1, secs(15)), QUICK_REQUEUE);
+        // A shard a split just gave away, for a ready worker to take.
+        assert_eq!(scanning_requeue(&shards(1, 12), 6, secs(3)), QUICK_REQUEUE);
         // Fewer shards than workers: nothing pending from the start, but
         // the end is far (or not known before a shard finishes).
-        assert_eq!(scanning_requeue(&shards(0, 12), secs(16)), ACTIVE_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(0, 3), None), ACTIVE_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 12), 6, secs(16)), ACTIVE_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 3), 6, None), ACTIVE_REQUEUE);
         assert!(QUICK_REQUEUE < ACTIVE_REQUEUE);
     }
 }
