@@ -238,9 +238,8 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         );
         write_status(ctx, scan, &before, &st).await?;
         let left = st.numbers.eta_seconds.map(Duration::from_secs);
-        let ready = st.numbers.ready_workers.unwrap_or(0);
-        super::merge::merge_ahead(scan, ctx, &seen.shards, ready, left).await?;
-        return Ok(Action::requeue(scanning_requeue(&seen.shards, ready, left)));
+        super::merge::merge_ahead(scan, ctx, &seen.shards, left).await?;
+        return Ok(Action::requeue(scanning_requeue(&seen.shards, left)));
     }
 
     // Every shard is done or dead: merge.
@@ -268,25 +267,20 @@ async fn remove_blocked_workers(scan: &BucketScan, ctx: &Context) {
     }
 }
 
-/// How soon a scanning scan is looked at again. While shards wait to be
-/// taken, every [`ACTIVE_REQUEUE`]: progress, reaping and scaling need no
-/// more. Once every shard left is in a worker's hands and the scan's time
-/// left (from its shards' progress) is within [`TAIL`], the last one may end
-/// at any moment, and nothing else wakes the scan when it does (workers
-/// write to Redis, not to the API): the 5 s look cost the e2e bench 2.5 s on
-/// average between its last shard and the merge Job (issue 29). A look
-/// costs three API requests; the time-left bound keeps the 1 s looks to
-/// the last seconds of a scan, not the whole life of one with fewer
-/// shards than workers (its `pending` is 0 from the start), so a namespace
-/// of such scans does not spend the operator's API budget.
-fn scanning_requeue(
-    shards: &crate::crd::ShardCounts,
-    ready_workers: i32,
-    time_left: Option<Duration>,
-) -> Duration {
-    match time_left {
-        Some(left) if super::merge::none_waits(shards, ready_workers) && left <= TAIL => QUICK_REQUEUE,
-        _ => ACTIVE_REQUEUE,
+/// How soon a scanning scan is looked at again: every [`ACTIVE_REQUEUE`]
+/// (progress, reaping and scaling need no more) until the scan is within
+/// [`TAIL`] of its estimated end (`merge::near_end`). Then its last shard
+/// may end at any moment, and nothing else wakes the scan when it does
+/// (workers write to Redis, not to the API): the 5 s look cost the e2e bench
+/// 2.5 s on average between its last shard and the merge Job (issue 29). A
+/// look costs three API requests; the time-left bound keeps the 1 s looks to
+/// the last seconds of a scan, not the whole life of one with fewer shards
+/// than workers, so a namespace of such scans does not spend the operator's
+/// API budget.
+fn scanning_requeue(shards: &crate::crd::ShardCounts, time_left: Option<Duration>) -> Duration {
+    match super::merge::near_end(shards, time_left, TAIL) {
+        true => QUICK_REQUEUE,
+        false => ACTIVE_REQUEUE,
     }
 }
 
@@ -483,16 +477,16 @@ mod tests {
             dead: 0,
         };
         let secs = |s| Some(Duration::from_secs(s));
-        assert_eq!(scanning_requeue(&shards(20, 12), 6, secs(3)), ACTIVE_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(1, 12), 0, secs(3)), ACTIVE_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(0, 12), 6, secs(7)), QUICK_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(0, 1), 1, secs(15)), QUICK_REQUEUE);
-        // A shard a split just gave away, for a ready worker to take.
-        assert_eq!(scanning_requeue(&shards(1, 12), 6, secs(3)), QUICK_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 12), secs(7)), QUICK_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 1), secs(15)), QUICK_REQUEUE);
+        // The last wave's shards still pending, the end near.
+        assert_eq!(scanning_requeue(&shards(8, 6), secs(3)), QUICK_REQUEUE);
+        // Too few finished to trust the estimate.
+        assert_eq!(scanning_requeue(&shards(20, 14), secs(3)), ACTIVE_REQUEUE);
         // Fewer shards than workers: nothing pending from the start, but
         // the end is far (or not known before a shard finishes).
-        assert_eq!(scanning_requeue(&shards(0, 12), 6, secs(16)), ACTIVE_REQUEUE);
-        assert_eq!(scanning_requeue(&shards(0, 3), 6, None), ACTIVE_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 12), secs(16)), ACTIVE_REQUEUE);
+        assert_eq!(scanning_requeue(&shards(0, 3), None), ACTIVE_REQUEUE);
         assert!(QUICK_REQUEUE < ACTIVE_REQUEUE);
     }
 }

@@ -174,36 +174,34 @@ pub(super) async fn merge_ahead(
     scan: &BucketScan,
     ctx: &Context,
     shards: &crate::crd::ShardCounts,
-    ready_workers: i32,
     time_left: Option<std::time::Duration>,
 ) -> Result<(), Error> {
-    if merges_soon(shards, ready_workers, time_left) {
+    if merges_soon(shards, time_left) {
         let note = "the last shards are running; merge Job started, it merges once they end";
         ensure_merge_job(scan, ctx, note).await?;
     }
     Ok(())
 }
 
-/// No shard waits for a worker, something is leased, and the estimated time
-/// left is within [`MERGE_AHEAD`].
-fn merges_soon(
-    shards: &crate::crd::ShardCounts,
-    ready_workers: i32,
-    time_left: Option<std::time::Duration>,
-) -> bool {
-    none_waits(shards, ready_workers)
-        && shards.leased > 0
-        && time_left.is_some_and(|left| left <= MERGE_AHEAD)
+/// Something is leased and the scan is near its end (within
+/// [`MERGE_AHEAD`]).
+fn merges_soon(shards: &crate::crd::ShardCounts, time_left: Option<std::time::Duration>) -> bool {
+    shards.leased > 0 && near_end(shards, time_left, MERGE_AHEAD)
 }
 
-/// No shard waits for a worker: none is pending, or no more than there are
-/// ready workers to take them. In a scan's tail a worker with nothing to
-/// take splits a shard in hand, and the half it gives away is pending until
-/// an idle worker takes it, a moment later: the e2e bench's 10^6-object
-/// scan split 28 times in its tail, and a look that needed none pending
-/// started its merge Job only after the last shard (issue 29).
-pub(super) fn none_waits(shards: &crate::crd::ShardCounts, ready_workers: i32) -> bool {
-    shards.pending <= ready_workers.max(0) as u64
+/// Is the scan within `bound` of its estimated end? The estimate is from the
+/// share of shards finished, trusted once half of them are (the first to
+/// finish may be the smallest). It does not wait until no shard is pending:
+/// the last wave's shards are pending until its last second or two (the
+/// e2e bench's 125 shards on 6 streams), and a look every 5 s missed that
+/// window, so the merge Job started only after the last shard (issue 29).
+pub(super) fn near_end(
+    shards: &crate::crd::ShardCounts,
+    time_left: Option<std::time::Duration>,
+    bound: std::time::Duration,
+) -> bool {
+    let finished = shards.done + shards.dead;
+    finished.saturating_mul(2) >= shards.total && time_left.is_some_and(|left| left <= bound)
 }
 
 /// How long before a scan's estimated end its merge Job is started: the
@@ -300,25 +298,27 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn the_merge_starts_ahead_only_when_no_shard_waits_and_the_end_is_near() {
+    fn the_merge_starts_ahead_only_when_the_end_is_near() {
+        // 100 shards, as many finished as not pending or leased.
         let shards = |pending, leased| crate::crd::ShardCounts {
+            total: 100,
             pending,
             leased,
-            ..Default::default()
+            done: 100 - pending - leased,
+            dead: 0,
         };
         let secs = |s| Some(Duration::from_secs(s));
-        assert!(merges_soon(&shards(0, 2), 0, secs(10)));
-        assert!(merges_soon(&shards(0, 1), 3, secs(0)));
-        // A shard a split just gave away, which a ready worker takes at once.
-        assert!(merges_soon(&shards(1, 2), 3, secs(1)));
-        assert!(merges_soon(&shards(3, 2), 3, secs(1)));
-        // Shards waiting for a worker, too far from the end, or no estimate.
-        assert!(!merges_soon(&shards(1, 2), 0, secs(1)));
-        assert!(!merges_soon(&shards(4, 2), 3, secs(1)));
-        assert!(!merges_soon(&shards(0, 2), 3, secs(11)));
-        assert!(!merges_soon(&shards(0, 2), 3, None));
-        // Nothing leased either: the scan merges now, by `merging`.
-        assert!(!merges_soon(&shards(0, 0), 3, secs(1)));
+        assert!(merges_soon(&shards(0, 2), secs(10)));
+        assert!(merges_soon(&shards(0, 1), secs(0)));
+        // The last wave's shards still pending, the end near.
+        assert!(merges_soon(&shards(10, 6), secs(4)));
+        // Too far from the end, no estimate, or too few shards finished to
+        // trust the estimate.
+        assert!(!merges_soon(&shards(0, 2), secs(11)));
+        assert!(!merges_soon(&shards(0, 2), None));
+        assert!(!merges_soon(&shards(45, 6), secs(1)));
+        // Nothing leased: the scan merges now, by `merging`.
+        assert!(!merges_soon(&shards(0, 0), secs(1)));
     }
 
     #[test]
