@@ -118,6 +118,7 @@ async fn large_output_is_a_streamed_multipart_upload() {
             http_status: None,
             change: None,
             previous: None,
+            verbatim: Default::default(),
         })
         .collect();
     for gzip in [false, true] {

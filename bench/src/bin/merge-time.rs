@@ -56,6 +56,7 @@ fn record(part: usize, n: usize) -> Record {
         http_status: None,
         change: None,
         previous: None,
+        verbatim: Default::default(),
     }
 }
 

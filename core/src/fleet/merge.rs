@@ -200,6 +200,10 @@ pub struct Manifest {
     /// `Queue::retry`).
     #[serde(default)]
     pub retries: u64,
+    /// The form of its JSON lines (`record::RECORD_FORMAT`); `None` in
+    /// manifests of releases before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_format: Option<u32>,
 }
 
 impl Manifest {
@@ -415,6 +419,7 @@ pub async fn merge_with(
         incremental,
         partial: !dead_shards.is_empty(),
         retries,
+        record_format: Some(crate::scan::record::RECORD_FORMAT),
     };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     let bucket = spec.output_bucket.as_str();
@@ -967,6 +972,7 @@ mod tests {
             incremental: None,
             partial: true,
             retries: 0,
+            record_format: None,
         }
     }
 

@@ -1016,6 +1016,7 @@ mod tests {
                 http_status: None,
                 change: None,
                 previous: None,
+                verbatim: Default::default(),
             };
             let c = versioned_checkpoint(key, record.resume_version().as_deref());
             let (at, version) = resume_point(&c, true);

@@ -24,7 +24,7 @@ use crate::scan::column_options::ColumnOptions;
 use crate::scan::dataset::DataFile;
 use crate::scan::filter::ObjectFilter;
 use crate::scan::format::{is_csv_header, parse_csv_record, take_csv_rows, Format};
-use crate::scan::record::{Record, Status};
+use crate::scan::record::{Record, Status, RECORD_FORMAT};
 use crate::scan::store_check::{unix_secs, StoreCheck};
 use serde::Deserialize;
 use std::collections::VecDeque;
@@ -86,6 +86,8 @@ struct ManifestView {
     filter: ObjectFilter,
     /// `None`: a release before the columns of `s3::columns`.
     columns: Option<ColumnOptions>,
+    /// The form of its JSON lines; `None`: a release before it.
+    record_format: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +126,9 @@ pub struct Baseline {
     started: i64,
     /// Bytes of baseline files read so far.
     pub bytes_read: AtomicU64,
+    /// Its JSON lines are of the form this release writes: an unchanged
+    /// record is written as its line (`Record::verbatim`).
+    keeps_lines: bool,
 }
 
 impl Baseline {
@@ -250,6 +255,7 @@ impl Baseline {
             check,
             started,
             bytes_read: AtomicU64::new(0),
+            keeps_lines: format == Format::Jsonl && view.record_format == Some(RECORD_FORMAT),
         })
     }
 
@@ -536,9 +542,7 @@ impl RangeReader {
                 if !self.bounds.contains(&record.key) || record.status == Status::Vanished {
                     continue;
                 }
-                // A result's record never carries a change: read it as a result.
-                record.change = None;
-                record.previous = None;
+                as_result(&mut record);
                 self.buffered.push_back(Box::new(record));
             }
             if past_end {
@@ -570,7 +574,9 @@ impl RangeReader {
             file,
             row_groups: VecDeque::new(),
             parquet: None,
-            text: TextDecoder::new(self.baseline.format, self.baseline.gzip).skipping_before(&self.bounds),
+            text: TextDecoder::new(self.baseline.format, self.baseline.gzip)
+                .skipping_before(&self.bounds)
+                .keeping_lines(self.baseline.keeps_lines),
             done: false,
         };
         if self.baseline.format == Format::Parquet {
@@ -674,6 +680,8 @@ struct TextDecoder {
     /// JSON Lines before the range, until its first: only their key is
     /// read (`Skip`).
     skip: Option<Skip>,
+    /// Keep each JSON line with its record (`Record::verbatim`).
+    keep_lines: bool,
 }
 
 /// The keys before a range, which reading a file from the block before it
@@ -700,14 +708,14 @@ impl Skip {
 
 /// The record of one JSON line, unless it is before the range (`skip`,
 /// cleared at the first line in it: keys are in order).
-fn json_line(skip: &mut Option<Skip>, line: &[u8]) -> Result<Option<Record>, String> {
+fn json_line(skip: &mut Option<Skip>, keep: bool, line: &[u8]) -> Result<Option<Record>, String> {
     if let Some(s) = skip {
         if s.passes(line)? {
             return Ok(None);
         }
         *skip = None;
     }
-    json_record(line).map(Some)
+    json_record(line, keep).map(Some)
 }
 
 impl TextDecoder {
@@ -718,7 +726,15 @@ impl TextDecoder {
             pending: Vec::new(),
             start: 0,
             skip: None,
+            keep_lines: false,
         }
+    }
+
+    /// Keep each JSON line with its record (`keep`: the baseline's lines
+    /// are of the form this release writes).
+    fn keeping_lines(mut self, keep: bool) -> TextDecoder {
+        self.keep_lines = keep && self.format == Format::Jsonl;
+        self
     }
 
     /// Read the records before `bounds`'s range by their key alone.
@@ -756,7 +772,7 @@ impl TextDecoder {
                     self.start += end + 1;
                     let line = &rest[..end];
                     if !line.is_empty() {
-                        out.extend(json_line(&mut self.skip, line)?);
+                        out.extend(json_line(&mut self.skip, self.keep_lines, line)?);
                     }
                 }
                 Ok(out)
@@ -783,12 +799,12 @@ impl TextDecoder {
         match self.format {
             // Only at the end: before it, JSON Lines come out by `batch`.
             Format::Jsonl => {
-                let skip = &mut self.skip;
+                let (skip, keep) = (&mut self.skip, self.keep_lines);
                 let records = self
                     .pending
                     .split(|b| *b == b'\n')
                     .filter(|l| !l.is_empty())
-                    .filter_map(|l| json_line(skip, l).transpose())
+                    .filter_map(|l| json_line(skip, keep, l).transpose())
                     .collect();
                 self.pending.clear();
                 records
@@ -805,8 +821,24 @@ impl TextDecoder {
     }
 }
 
-fn json_record(line: &[u8]) -> Result<Record, String> {
-    serde_json::from_slice::<Record>(line).map_err(|e| format!("bad JSON line: {e}"))
+/// A result's record never carries a change: one that does is read as a
+/// result, and written anew, not as its line.
+fn as_result(record: &mut Record) {
+    if record.change.is_some() || record.previous.is_some() {
+        record.change = None;
+        record.previous = None;
+        record.verbatim.clear();
+    }
+}
+
+/// The record of a JSON line, keeping the line if `keep`
+/// (`Record::verbatim`): an unchanged record is written as it was read.
+fn json_record(line: &[u8], keep: bool) -> Result<Record, String> {
+    let mut record = serde_json::from_slice::<Record>(line).map_err(|e| format!("bad JSON line: {e}"))?;
+    if keep {
+        record.verbatim = crate::scan::record::Verbatim::of(line);
+    }
+    Ok(record)
 }
 
 #[cfg(test)]
@@ -843,6 +875,7 @@ mod tests {
             http_status: None,
             change: None,
             previous: None,
+            verbatim: Default::default(),
         }
     }
 
@@ -1293,5 +1326,43 @@ mod tests {
         keys.extend(d.finish().unwrap().into_iter().map(|r| r.key));
         let expected: Vec<String> = (0..(3 * BATCH + 7)).map(|i| format!("k{i:05}")).collect();
         assert_eq!(keys, expected);
+    }
+
+    /// A JSON Lines baseline's records keep their lines (written as they
+    /// are when reused); one that carries a change (a change set read as a
+    /// baseline) is read as a result and loses it.
+    #[test]
+    fn json_lines_records_keep_their_line_unless_read_as_a_result_anew() {
+        let kept = br#"{"key":"a","status":"ok","size":1,"metadata":{}}"#;
+        let changed = br#"{"key":"b","status":"ok","size":1,"metadata":{},"change":"added"}"#;
+        let record = json_record(kept, true).unwrap();
+        assert_eq!(record.verbatim.line(), Some(&kept[..]));
+        assert!(!json_record(kept, false).unwrap().verbatim.is_kept());
+        let mut record = json_record(kept, true).unwrap();
+        as_result(&mut record);
+        assert!(record.verbatim.is_kept());
+        let mut record = json_record(changed, true).unwrap();
+        as_result(&mut record);
+        assert_eq!((record.change, record.verbatim.is_kept()), (None, false));
+        let mut out = Vec::new();
+        record.write_line(&mut out);
+        assert!(!String::from_utf8(out).unwrap().contains("added"));
+    }
+
+    /// Lines are written again as they are only from a baseline whose
+    /// manifest says they are of the form this release writes: one of
+    /// another release (no form, or another) is decoded and encoded anew.
+    #[test]
+    fn only_a_baseline_of_this_record_form_keeps_its_lines() {
+        let form = |extra: &str| {
+            let b = Baseline::parse(
+                "s3://out/x/manifest.json",
+                manifest(&format!("{CHECK}{extra}")).as_bytes(),
+            );
+            b.unwrap().keeps_lines
+        };
+        assert!(form(&format!(r#","record_format":{RECORD_FORMAT}"#)));
+        assert!(!form(""));
+        assert!(!form(&format!(r#","record_format":{}"#, RECORD_FORMAT + 1)));
     }
 }

@@ -373,6 +373,10 @@ pub struct DatasetManifest {
     /// before the columns of `s3::columns` (a baseline needs them).
     #[serde(default)]
     pub columns: Option<ColumnOptions>,
+    /// The form of its JSON lines (`record::RECORD_FORMAT`); `None` in
+    /// manifests of releases before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_format: Option<u32>,
 }
 
 /// What an incremental scan did against its baseline.

@@ -989,6 +989,7 @@ impl Engine {
                     http_status: None,
                     change: None,
                     previous: None,
+                    verbatim: Default::default(),
                 }
             }
             Ok(None) if Box::pin(self.still_listed(&obj.key, version.as_deref())).await? => {
@@ -1133,6 +1134,7 @@ fn change_of(new: &Record, old: Option<&Record>) -> Option<ChangeKind> {
 fn removed(mut old: Box<Record>) -> Box<Record> {
     old.previous = Some(Box::new(Previous::of(&old)));
     old.change = Some(ChangeKind::Removed);
+    old.verbatim.clear();
     old
 }
 
@@ -1140,11 +1142,13 @@ fn removed(mut old: Box<Record>) -> Box<Record> {
 /// says now of its storage class (a lifecycle transition moves neither its
 /// ETag nor its LastModified).
 fn reused(mut old: Box<Record>, obj: &ListedObject) -> Box<Record> {
+    // The baseline reader reads every record as a result (`as_result`): a
+    // change kept here would go to the change set as its old line.
+    debug_assert!(old.change.is_none() && old.previous.is_none());
     if obj.storage_class.is_some() && obj.storage_class != old.storage_class {
         old.storage_class = obj.storage_class.clone();
+        old.verbatim.clear();
     }
-    old.change = None;
-    old.previous = None;
     old
 }
 
@@ -1169,6 +1173,7 @@ fn listed_record(obj: ListedObject, status: Status) -> Record {
         http_status: None,
         change: None,
         previous: None,
+        verbatim: Default::default(),
     }
 }
 
@@ -1203,5 +1208,40 @@ mod tests {
         let (tell, trust) = Trust::pending();
         drop(tell);
         assert!(!trust.get().await, "no store check: every object is HEADed");
+    }
+
+    /// A baseline record is written as its line only while it is as it was
+    /// read: a storage class the listing now says otherwise, or a removal
+    /// (its change and previous record added), is encoded anew.
+    #[test]
+    fn a_reused_or_removed_record_keeps_its_line_only_while_unchanged() {
+        use super::{removed, reused};
+        use crate::s3::types::ListedObject;
+        use crate::scan::record::{ChangeKind, Record, Verbatim};
+        let line =
+            br#"{"key":"k","status":"ok","size":1,"etag":"e","storage_class":"STANDARD","metadata":{}}"#;
+        let read = || {
+            let mut r: Box<Record> = Box::new(serde_json::from_slice(line).unwrap());
+            r.verbatim = Verbatim::of(line);
+            r
+        };
+        let listed = |class: Option<&str>| ListedObject {
+            key: "k".into(),
+            size: 1,
+            storage_class: class.map(str::to_string),
+            ..ListedObject::default()
+        };
+        assert!(reused(read(), &listed(Some("STANDARD"))).verbatim.is_kept());
+        assert!(reused(read(), &listed(None)).verbatim.is_kept());
+        let moved = reused(read(), &listed(Some("GLACIER")));
+        let mut out = Vec::new();
+        moved.write_line(&mut out);
+        assert!(String::from_utf8(out).unwrap().contains("GLACIER"));
+        let gone = removed(read());
+        let mut out = Vec::new();
+        gone.write_line(&mut out);
+        let back: Record = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back.change, Some(ChangeKind::Removed));
+        assert!(back.previous.is_some());
     }
 }

@@ -404,6 +404,7 @@ pub fn parse_csv_record(row: &[String]) -> Result<Record, String> {
         },
         change: None,
         previous: None,
+        verbatim: Default::default(),
     })
 }
 
@@ -447,6 +448,7 @@ mod tests {
             http_status: None,
             change: None,
             previous: None,
+            verbatim: Default::default(),
         }
     }
 

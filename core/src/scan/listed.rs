@@ -99,6 +99,7 @@ pub fn record_from_listing(obj: &ListedObject, tags: bool) -> Option<Record> {
         http_status: None,
         change: None,
         previous: None,
+        verbatim: Default::default(),
     })
 }
 

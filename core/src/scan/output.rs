@@ -409,6 +409,7 @@ mod tests {
             http_status: None,
             change: None,
             previous: None,
+            verbatim: Default::default(),
         }
     }
 

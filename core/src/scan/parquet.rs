@@ -692,6 +692,7 @@ fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, ParquetError> {
                     .collect(),
                 missing_metadata: missing.is_valid(row).then(|| missing.value(row).max(0) as u32),
                 columns: object_columns_at(batch, row),
+                verbatim: Default::default(),
             })
         })
         .collect()
@@ -925,6 +926,7 @@ mod tests {
             http_status: (i % 3 == 2).then_some(403),
             change: None,
             previous: None,
+            verbatim: Default::default(),
         }
     }
 

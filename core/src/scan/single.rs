@@ -208,6 +208,7 @@ pub async fn scan_dataset(
         incremental,
         filter: engine.opts.filter.clone(),
         columns: Some(engine.opts.columns),
+        record_format: Some(crate::scan::record::RECORD_FORMAT),
     };
     manifest.write(root, Some(&engine.s3)).await?;
     Ok(DatasetSummary {

@@ -109,6 +109,7 @@ impl Engine {
             http_status: None,
             change: None,
             previous: None,
+            verbatim: Default::default(),
         }))
     }
 
