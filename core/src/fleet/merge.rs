@@ -34,14 +34,13 @@ use crate::keyspace::shard::Shard;
 use crate::s3::compose::{compose, Composed, Piece, Target};
 use crate::s3::delete::{delete_listed, delete_prefix};
 use crate::s3::error::S3Error;
-use crate::s3::pages::list_all;
 use crate::s3::upload::MAX_OBJECT_SIZE;
 use crate::s3::S3;
 use crate::scan::format::{record_keys, Format, Layout};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -585,11 +584,11 @@ async fn describe_parts(
     spec: &ScanSpec,
     keys: Vec<String>,
 ) -> Result<Vec<Described>, MergeError> {
-    let sizes = list_sizes(s3, &spec.output_bucket, &spec.parts_prefix()).await?;
+    let listed = list_parts(s3, spec).await?;
     let stats = queue.part_stats(&keys).await?;
     stream::iter(keys.into_iter().zip(stats))
         .map(|(key, stats)| {
-            let size = sizes.get(&key).copied();
+            let size = listed.get(&key).map(|(size, _)| *size);
             async move {
                 let size = match size {
                     Some(size) => size,
@@ -612,11 +611,6 @@ async fn describe_parts(
         .buffered(MERGE_CONCURRENCY)
         .try_collect()
         .await
-}
-
-async fn list_sizes(s3: &S3, bucket: &str, prefix: &str) -> Result<HashMap<String, u64>, S3Error> {
-    let objects = list_all(s3, bucket, prefix).await?;
-    Ok(objects.into_iter().map(|o| (o.key, o.size)).collect())
 }
 
 /// An object's size, `None` when it is not there (HEAD 404).

@@ -27,6 +27,7 @@ use crate::fleet::merge_plan::PartIn;
 use crate::fleet::queue::view::MergeView;
 use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::ScanSpec;
+use crate::s3::codec::strip_quotes;
 use crate::s3::error::S3Error;
 use crate::s3::pages::list_all;
 use crate::s3::upload::MIN_PART_SIZE;
@@ -184,11 +185,10 @@ impl Ahead {
     /// place of the parts it holds, where it still holds them (see the
     /// module doc); `listed` is the parts folder as listed now.
     pub fn in_place_of_parts(&self, inputs: &[PartIn], listed: &Listed) -> Vec<PartIn> {
-        let bare = |e: &str| e.trim_matches('"').to_string();
         let by_first: HashMap<&str, &Staged> = self
             .staged
             .iter()
-            .filter(|s| listed.get(&s.key) == Some(&(s.bytes, Some(bare(&s.etag)))))
+            .filter(|s| listed.get(&s.key) == Some(&(s.bytes, Some(strip_quotes(&s.etag)))))
             .map(|s| (s.parts[0].key.as_str(), s))
             .collect();
         let mut out = Vec::with_capacity(inputs.len());
@@ -199,7 +199,7 @@ impl Ahead {
                     && s.parts.iter().zip(&inputs[i..]).all(|(p, input)| {
                         p.key == input.key
                             && p.size == input.size
-                            && listed.get(&p.key) == Some(&(p.size, Some(bare(&p.etag))))
+                            && listed.get(&p.key) == Some(&(p.size, Some(strip_quotes(&p.etag))))
                     })
             });
             match holds {
@@ -311,9 +311,8 @@ async fn stage(
         .buffered(READS)
         .try_collect()
         .await?;
-    let bare = |e: &str| e.trim_matches('"').to_string();
     let unchanged = parts.iter().zip(&reads).all(|(p, (body, etag))| {
-        body.len() as u64 == p.size && etag.as_deref().map(bare) == Some(p.etag.clone())
+        body.len() as u64 == p.size && etag.as_deref().map(strip_quotes) == Some(p.etag.clone())
     });
     if !unchanged {
         return Ok(None);

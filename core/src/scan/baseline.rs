@@ -126,8 +126,9 @@ pub struct Baseline {
     started: i64,
     /// Bytes of baseline files read so far.
     pub bytes_read: AtomicU64,
-    /// Its JSON lines are of the form this release writes: an unchanged
-    /// record is written as its line (`Record::verbatim`).
+    /// Its records are of the form this release writes: a JSON Lines
+    /// baseline's unchanged record is written as its line
+    /// (`Record::verbatim`; the decoder keeps lines of JSON Lines only).
     keeps_lines: bool,
 }
 
@@ -255,7 +256,7 @@ impl Baseline {
             check,
             started,
             bytes_read: AtomicU64::new(0),
-            keeps_lines: format == Format::Jsonl && view.record_format == Some(RECORD_FORMAT),
+            keeps_lines: view.record_format == Some(RECORD_FORMAT),
         })
     }
 
@@ -1337,13 +1338,13 @@ mod tests {
         let changed = br#"{"key":"b","status":"ok","size":1,"metadata":{},"change":"added"}"#;
         let record = json_record(kept, true).unwrap();
         assert_eq!(record.verbatim.line(), Some(&kept[..]));
-        assert!(!json_record(kept, false).unwrap().verbatim.is_kept());
+        assert!(json_record(kept, false).unwrap().verbatim.line().is_none());
         let mut record = json_record(kept, true).unwrap();
         as_result(&mut record);
-        assert!(record.verbatim.is_kept());
+        assert!(record.verbatim.line().is_some());
         let mut record = json_record(changed, true).unwrap();
         as_result(&mut record);
-        assert_eq!((record.change, record.verbatim.is_kept()), (None, false));
+        assert_eq!((record.change, record.verbatim.line().is_some()), (None, false));
         let mut out = Vec::new();
         record.write_line(&mut out);
         assert!(!String::from_utf8(out).unwrap().contains("added"));

@@ -93,10 +93,6 @@ impl Verbatim {
         self.0.as_deref()
     }
 
-    pub fn is_kept(&self) -> bool {
-        self.0.is_some()
-    }
-
     /// Forget the line: the record changed.
     pub fn clear(&mut self) {
         self.0 = None;
