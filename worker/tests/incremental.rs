@@ -380,14 +380,14 @@ fn fleet_command(s3: &Server, scan: &str, args: &[&str]) -> std::process::Comman
 
 /// Plan, run two workers with small parts, merge.
 fn fleet_scan(s3: &Server, scan: &str, plan: &[&str]) -> String {
-    let run = |args: &[&str]| {
-        let out = fleet_command(s3, scan, args).output().unwrap();
-        assert_success(&out);
-        stderr(&out)
-    };
     let mut args = vec!["plan", "--target-shards", "6", "--min-shard-objects", "10"];
     args.extend_from_slice(plan);
-    run(&args);
+    assert_success(&fleet_command(s3, scan, &args).output().unwrap());
+    run_and_merge(s3, scan)
+}
+
+/// Two workers with small parts, then the merge, of a planned scan.
+fn run_and_merge(s3: &Server, scan: &str) -> String {
     let mut workers: Vec<_> = ["w1", "w2"]
         .iter()
         .map(|name| {
@@ -411,7 +411,9 @@ fn fleet_scan(s3: &Server, scan: &str, plan: &[&str]) -> String {
     for w in &mut workers {
         assert!(wait_exit(w, std::time::Duration::from_secs(120)).success());
     }
-    run(&["merge"])
+    let out = fleet_command(s3, scan, &["merge"]).output().unwrap();
+    assert_success(&out);
+    stderr(&out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,4 +554,100 @@ async fn a_filtered_incremental_scan_needs_a_baseline_of_the_same_filter() {
         .collect();
     let want: Changes = made.into_iter().filter(|(k, _)| k.starts_with("a/")).collect();
     assert_eq!(found, want);
+}
+
+/// A fleet scan without a baseline queues its shards once the store check's
+/// canary is written, and settles the check beside the HEADs: the check
+/// takes up to a second (LastModified's resolution), which the first HEAD
+/// waited for. A planner stopped before the check settled leaves it
+/// unsettled: the scan completes, and its result is refused as a baseline,
+/// saying why. versitygw keeps LastModified on a metadata replace, so its
+/// check always takes the full second and the planner is stopped within it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_plan_is_marked_before_its_store_check_settles() {
+    use bucketscan_core::fleet::incremental::UNSETTLED;
+    use bucketscan_core::fleet::queue::{Queue, RedisConfig};
+    let s3 = versitygw();
+    let bucket = s3.bucket("inc-unsettled").await;
+    let out = s3.bucket("inc-unsettled-out").await;
+    s3.seed(&bucket, &keyspace()).await;
+    let scan = format!("unsettled-{bucket}");
+    let output = format!("s3://{out}/full/");
+    let mut planner = fleet_command(
+        &s3,
+        &scan,
+        &[
+            "plan",
+            "--bucket",
+            &bucket,
+            "--output",
+            &output,
+            "--layout",
+            "dataset",
+            "--target-shards",
+            "6",
+            "--min-shard-objects",
+            "10",
+        ],
+    )
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let redis = std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap();
+    let queue = Queue::connect(
+        &RedisConfig::new(&redis),
+        &scan,
+        "test",
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while queue.plan_complete().await.unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the plan was never marked");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    planner.kill().unwrap();
+    planner.wait().unwrap();
+    let keys = s3.keys(&out, "full/").await;
+    let check_key = keys
+        .iter()
+        .find(|k| k.ends_with("store-check.json"))
+        .unwrap_or_else(|| panic!("no store-check.json among {keys:?}"));
+    let record: bucketscan_core::fleet::incremental::StoreCheckRecord =
+        serde_json::from_slice(&s3.read(&out, check_key).await).unwrap();
+    assert_eq!(
+        record.check, None,
+        "settled before the plan was marked: {record:?}"
+    );
+    assert_eq!(record.error.as_deref(), Some(UNSETTLED));
+
+    run_and_merge(&s3, &scan);
+    let manifest: bucketscan_core::fleet::merge::Manifest =
+        serde_json::from_slice(&s3.read(&out, "full/manifest.json").await).unwrap();
+    assert_eq!(manifest.store_check, None);
+    assert_eq!(manifest.store_check_error.as_deref(), Some(UNSETTLED));
+    assert_eq!(
+        records_of(&s3, &manifest.files, false).await.len(),
+        keyspace().len(),
+        "the scan itself is whole"
+    );
+
+    let inc = s3.worker(&[
+        "scan",
+        "--bucket",
+        &bucket,
+        "--layout",
+        "dataset",
+        "-o",
+        &format!("s3://{out}/inc/"),
+        "--baseline",
+        &format!("{output}manifest.json"),
+    ]);
+    assert!(!inc.status.success());
+    assert!(
+        stderr(&inc).contains("its store check failed or did not settle"),
+        "{}",
+        stderr(&inc)
+    );
 }

@@ -1,9 +1,11 @@
 //! The fleet's side of store checks and incremental scans. Planning checks
-//! the store once, before any worker HEADs anything, and keeps what it found
-//! with the scan's parts (`store-check.json`): a plan made again after Redis
-//! lost the scan finds it there and never checks later than the first HEAD
-//! (a later `started` would let the next incremental scan trust records it
-//! must not). Planning also loads and checks the baseline, so a bad one is
+//! the store once, its canary written before any worker HEADs anything, and
+//! keeps what it found with the scan's parts (`store-check.json`): a plan
+//! made again after Redis lost the scan finds it there and never checks
+//! later than the first HEAD (a later `started` would let the next
+//! incremental scan trust records it must not). A scan without a baseline
+//! settles the check after its plan is marked ([`start_store_check`],
+//! [`settle_store_check`]). Planning also loads and checks the baseline, so a bad one is
 //! the scan's error, not every worker's. Workers make their engine
 //! incremental from the same two; the merge records both in the manifest.
 //!
@@ -14,7 +16,7 @@ use crate::s3::error::S3Error;
 use crate::s3::S3;
 use crate::scan::baseline::{Baseline, BaselineError};
 use crate::scan::engine::{Engine, Incremental, Trust};
-use crate::scan::store_check::{check_store, StoreCheck};
+use crate::scan::store_check::{write_canary, Canary, StoreCheck};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -50,36 +52,94 @@ impl StoreCheckRecord {
 /// every object and its result cannot be a baseline. Each attempt has a
 /// canary of its own, so two planners never see each other's writes.
 pub async fn ensure_store_check(s3: &S3, spec: &ScanSpec) -> Result<StoreCheckRecord, S3Error> {
+    match start_store_check(s3, spec).await? {
+        CheckStart::Recorded(record) => Ok(record),
+        CheckStart::Settling(canary) => settle_store_check(s3, spec, canary).await,
+    }
+}
+
+/// What `store-check.json` says while a planner settles the check after it
+/// marked the plan: a planner stopped before it settled leaves this, and the
+/// scan's result cannot be a baseline (its start is known, but not whether
+/// the store moves LastModified, and a check made later would start after
+/// the scan's first HEADs).
+pub const UNSETTLED: &str = "the store check did not settle: its planner stopped first";
+
+/// The first half of a store check ([`start_store_check`]).
+pub enum CheckStart {
+    /// A check recorded by an earlier planner of this scan, or one that
+    /// failed at its canary's write.
+    Recorded(StoreCheckRecord),
+    /// The canary is written and [`UNSETTLED`] recorded: the scan's start
+    /// comes before anything the plan queues, and the check may settle
+    /// beside its HEADs ([`settle_store_check`]).
+    Settling(Canary),
+}
+
+/// The store check's start: the scan's canary written (its LastModified is
+/// the scan's `started`) unless a check is recorded already.
+pub async fn start_store_check(s3: &S3, spec: &ScanSpec) -> Result<CheckStart, S3Error> {
     if let Some(found) = read_store_check(s3, spec).await? {
-        return Ok(found);
+        return Ok(CheckStart::Recorded(found));
     }
     let canary = format!(
         "{}store-check.{:016x}.canary",
         spec.parts_prefix(),
         rand::random::<u64>()
     );
-    let record = match check_store(s3, &spec.output_bucket, &canary).await {
+    match write_canary(s3, &spec.output_bucket, &canary).await {
+        Ok(canary) => {
+            let unsettled = StoreCheckRecord {
+                check: None,
+                error: Some(UNSETTLED.into()),
+            };
+            record_store_check(s3, spec, &unsettled).await?;
+            Ok(CheckStart::Settling(canary))
+        }
+        Err(e) => {
+            let failed = check_failed(&e);
+            record_store_check(s3, spec, &failed).await?;
+            Ok(CheckStart::Recorded(failed))
+        }
+    }
+}
+
+/// The store check's end: whether the canary's LastModified moves,
+/// recorded in place of [`UNSETTLED`].
+pub async fn settle_store_check(
+    s3: &S3,
+    spec: &ScanSpec,
+    canary: Canary,
+) -> Result<StoreCheckRecord, S3Error> {
+    let record = match canary.settle(s3).await {
         Ok(check) => StoreCheckRecord {
             check: Some(check),
             error: None,
         },
-        Err(e) => {
-            tracing::warn!(error = %e, "the store check failed: this scan HEADs every object and cannot be a baseline");
-            StoreCheckRecord {
-                check: None,
-                error: Some(e.to_string()),
-            }
-        }
+        Err(e) => check_failed(&e),
     };
-    let json = serde_json::to_vec(&record).expect("a check serializes");
+    record_store_check(s3, spec, &record).await?;
+    Ok(record)
+}
+
+fn check_failed(e: &S3Error) -> StoreCheckRecord {
+    tracing::warn!(error = %e, "the store check failed: this scan HEADs every object and cannot be a baseline");
+    StoreCheckRecord {
+        check: None,
+        error: Some(e.to_string()),
+    }
+}
+
+async fn record_store_check(s3: &S3, spec: &ScanSpec, record: &StoreCheckRecord) -> Result<(), S3Error> {
+    let json = serde_json::to_vec(record).expect("a check serializes");
     s3.put(
         &spec.output_bucket,
         &spec.store_check_key(),
         "application/json",
         json.into(),
     )
-    .await?;
-    Ok(record)
+    .await
+    .map(drop)
 }
 
 /// The most of `store-check.json` read (it is a few hundred bytes).

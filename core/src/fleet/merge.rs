@@ -187,6 +187,10 @@ pub struct Manifest {
     /// without it cannot be a baseline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_check: Option<crate::scan::store_check::StoreCheck>,
+    /// Why there is no `store_check`: the store refused it, or its planner
+    /// stopped before it settled (`incremental::UNSETTLED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_check_error: Option<String>,
     /// Incremental scans: the baseline, the change set and its counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental: Option<IncrementalSummary>,
@@ -414,6 +418,9 @@ pub async fn merge_with(
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default(),
         spec: spec.clone(),
+        store_check_error: checked
+            .as_ref()
+            .and_then(|c| c.check.is_none().then(|| c.error.clone()).flatten()),
         store_check: checked.and_then(|c| c.check),
         incremental,
         partial: !dead_shards.is_empty(),
@@ -963,6 +970,7 @@ mod tests {
             files: vec![],
             records: 0,
             store_check: None,
+            store_check_error: None,
             incremental: None,
             partial: true,
             retries: 0,

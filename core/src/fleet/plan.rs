@@ -13,7 +13,9 @@
 //! May import: `spec`, `queue`, `keyspace` and `s3`.
 
 use crate::fleet::data_files::{self, DataFilesError};
-use crate::fleet::incremental::{ensure_store_check, load_baseline};
+use crate::fleet::incremental::{
+    ensure_store_check, load_baseline, settle_store_check, start_store_check, CheckStart,
+};
 use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::{check_output, ScanSpec};
 use crate::keyspace::coverage::uncovered;
@@ -101,31 +103,41 @@ pub async fn plan_scan(
     if let Some(done) = plan_of(queue).await? {
         return Ok(Planned { added: 0, ..done });
     }
-    // Before any shard is queued, so before any HEAD: the store check, and
-    // the baseline, whose faults are the scan's, said once.
+    // Before any shard is queued, so before any HEAD: the store check's
+    // canary (the scan's start), and the baseline, whose faults are the
+    // scan's, said once.
     // Boxed: these futures (SDK calls) are large, and a caller's stack may be
     // a runtime worker's.
-    // The store check waits a second on purpose (LastModified's resolution)
-    // and the baseline is a few reads: both go beside the planner's LISTs,
-    // which need neither. No HEAD starts before the plan is marked, after
-    // both, so the check's start still comes before every HEAD.
+    // Both go beside the planner's LISTs, which need neither. No HEAD starts
+    // before the plan is marked, after both, so the canary's write still
+    // comes before every HEAD. Whether the store moves LastModified takes
+    // up to a second more (LastModified's resolution): a scan with a
+    // baseline needs it before its first HEAD, a scan without one only in
+    // its manifest, so its check settles after the mark, beside the HEADs.
+    let output_error = |source| PlanError::Output {
+        bucket: spec.output_bucket.clone(),
+        source,
+    };
     let prepared = async {
+        if spec.baseline.is_none() {
+            return match Box::pin(start_store_check(s3, spec))
+                .await
+                .map_err(output_error)?
+            {
+                CheckStart::Settling(canary) => Ok(Some(canary)),
+                CheckStart::Recorded(_) => Ok(None),
+            };
+        }
         let store = Box::pin(ensure_store_check(s3, spec))
             .await
-            .map_err(|source| PlanError::Output {
-                bucket: spec.output_bucket.clone(),
-                source,
-            })?;
+            .map_err(output_error)?;
         Box::pin(load_baseline(s3, spec, &store))
             .await
             .map_err(|e| match e {
-                BaselineError::Read { source, .. } if source.is_retryable() => PlanError::Output {
-                    bucket: spec.output_bucket.clone(),
-                    source,
-                },
+                BaselineError::Read { source, .. } if source.is_retryable() => output_error(source),
                 refused => PlanError::Settings(refused.to_string()),
             })?;
-        Ok::<_, PlanError>(())
+        Ok::<_, PlanError>(None)
     };
     let stored = queue.shard_ranges().await?;
     let cut = async {
@@ -152,7 +164,7 @@ pub async fn plan_scan(
             estimated,
         ))
     };
-    let ((), (shards, estimated_objects)) = tokio::try_join!(prepared, Box::pin(cut))?;
+    let (settling, (shards, estimated_objects)) = tokio::try_join!(prepared, Box::pin(cut))?;
     queue.set_spec(spec).await?;
     let shards = spread_across_partitions(shards);
     let mut added = queue.enqueue(&shards).await?;
@@ -163,6 +175,13 @@ pub async fn plan_scan(
         estimated_objects,
     };
     mark_planned(queue, &planned).await?;
+    if let Some(canary) = settling {
+        // Recorded as unsettled until here: a failure now costs only the
+        // result's use as a baseline, said in its manifest, not the scan.
+        if let Err(e) = Box::pin(settle_store_check(s3, spec, canary)).await {
+            tracing::warn!(error = %e, "recording the store check failed: this scan's result cannot be a baseline");
+        }
+    }
     Ok(planned)
 }
 

@@ -82,6 +82,8 @@ struct ManifestView {
     #[serde(default)]
     partial: bool,
     store_check: Option<StoreCheck>,
+    /// A fleet scan's store check that failed or did not settle.
+    store_check_error: Option<String>,
     #[serde(default)]
     filter: ObjectFilter,
     /// `None`: a release before the columns of `s3::columns`.
@@ -216,13 +218,23 @@ impl Baseline {
                 "a single-file result of `scan` is not in key order".into(),
             ));
         }
-        let check = view.store_check.ok_or_else(|| {
-            refused(
-                "it has no store check (written by a release before incremental scans): \
-                 run one full scan first and use it as the baseline"
-                    .into(),
-            )
-        })?;
+        let check =
+            match (view.store_check, view.store_check_error) {
+                (Some(check), _) => check,
+                // Not quoted: the manifest is the tenant's to write.
+                (None, Some(_)) => return Err(refused(
+                    "its store check failed or did not settle (its manifest's store_check_error says why): \
+                     run a full scan again and use it as the baseline"
+                        .into(),
+                )),
+                (None, None) => {
+                    return Err(refused(
+                        "it has no store check (written by a release before incremental scans): \
+                     run one full scan first and use it as the baseline"
+                            .into(),
+                    ))
+                }
+            };
         let started = unix_secs(&check.started)
             .ok_or_else(|| not("its store_check.started is not an RFC 3339 time".into()))?;
         let columns = match &view.spec {
@@ -1011,6 +1023,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no store check"), "{e}");
+        // A check that failed or never settled (its planner stopped): said
+        // so, without quoting the manifest's words.
+        let e = Baseline::parse(
+            "s3://out/x/manifest.json",
+            manifest(r#","store_check_error":"secret words","columns":{}"#).as_bytes(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("its store check failed or did not settle"), "{e}");
+        assert!(
+            !e.contains("secret words") && !e.contains("release before"),
+            "{e}"
+        );
         let e = Baseline::parse(
             "s3://out/x/manifest.json",
             manifest(&format!("{CHECK},\"only_with_metadata\":true")).as_bytes(),

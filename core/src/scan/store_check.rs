@@ -20,7 +20,8 @@
 //! its clock, half a second after the write on average. The fixed wait was
 //! a fifth of an incremental scan of 10^6 objects (1.1 of 6.2 s) and half of
 //! a fleet scan's planning (1.1 of 2.2 s); a store that keeps LastModified
-//! still costs the full second.
+//! still costs the full second. A fleet scan without a baseline settles the
+//! check after its plan is marked, beside its HEADs (`fleet::incremental`).
 //!
 //! May import: `s3`.
 
@@ -68,11 +69,6 @@ fn verdict(first: i64, now: i64, sent_after: Duration) -> Option<bool> {
     } else {
         None
     }
-}
-
-/// Run the check with object `key` of `bucket` (under the scan's output).
-pub async fn check_store(s3: &S3, bucket: &str, key: &str) -> Result<StoreCheck, S3Error> {
-    write_canary(s3, bucket, key).await?.settle(s3).await
 }
 
 /// The check's first half: the canary written and its first LastModified
