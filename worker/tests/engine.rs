@@ -433,7 +433,7 @@ async fn empty_page_proxy(upstream: String) -> FaultProxy {
     let rules = fault_proxy::Rules {
         answer: Some(Box::new(answer)),
         target: Some(Box::new(target)),
-        rewrite: None,
+        ..fault_proxy::Rules::default()
     };
     fault_proxy::start_with(upstream, rules).await
 }

@@ -6,6 +6,8 @@
 //! changes made, and only the changed objects may be HEADed.
 
 mod common;
+#[path = "common/fault_proxy.rs"]
+mod fault_proxy;
 
 use bucketscan_core::scan::dataset::DatasetManifest;
 use bucketscan_core::scan::format::{is_csv_header, parse_csv_record};
@@ -401,6 +403,7 @@ fn run_and_merge(s3: &Server, scan: &str) -> String {
                 "20",
                 "--metadata-source",
                 "head",
+                "--wait-for-plan",
             ];
             fleet_command(s3, scan, &args)
                 .stderr(std::process::Stdio::null())
@@ -556,43 +559,171 @@ async fn a_filtered_incremental_scan_needs_a_baseline_of_the_same_filter() {
     assert_eq!(found, want);
 }
 
+/// The scan's proxied server: the store check's replaces of its canary held
+/// `hold_copies` each, and the planner's LISTs of `refused_bucket` (not the
+/// bucket check's single key) held 3 s (the canary is written meanwhile)
+/// and refused while `refusing` is set.
+async fn planning_proxy(
+    s3: &Server,
+    hold_copies: std::time::Duration,
+    refused_bucket: String,
+    refusing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (fault_proxy::FaultProxy, Server) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let lists = {
+        let (refusing, bucket) = (refusing.clone(), refused_bucket.clone());
+        move |req: &http::request::Parts| {
+            let query = req.uri.query().unwrap_or_default();
+            refusing.load(SeqCst)
+                && fault_proxy::bucket_of(req.uri.path()) == bucket
+                && query.contains("list-type=2")
+                && !query.split('&').any(|p| p == "max-keys=1")
+        }
+    };
+    let is_list = lists.clone();
+    let rules = fault_proxy::Rules {
+        answer: Some(Box::new(move |req| {
+            is_list(req).then(|| fault_proxy::error_document(403, "AccessDenied", "refused by the test", &[]))
+        })),
+        delay: Some(Box::new(move |req| {
+            let canary_copy = req
+                .headers
+                .get("x-amz-copy-source")
+                .is_some_and(|v| v.to_str().unwrap_or_default().contains("store-check."));
+            if canary_copy {
+                Some(hold_copies)
+            } else {
+                lists(req).then_some(std::time::Duration::from_secs(3))
+            }
+        })),
+        ..fault_proxy::Rules::default()
+    };
+    let proxy = fault_proxy::start_with(s3.endpoint.clone(), rules).await;
+    let through = Server {
+        endpoint: proxy.url.clone(),
+        ..s3.clone()
+    };
+    (proxy, through)
+}
+
+/// `store-check.json` of a fleet scan whose output is `s3://OUT/PREFIX`.
+async fn recorded_check(
+    s3: &Server,
+    out: &str,
+    prefix: &str,
+) -> bucketscan_core::fleet::incremental::StoreCheckRecord {
+    let keys = s3.keys(out, prefix).await;
+    let key = keys
+        .iter()
+        .find(|k| k.ends_with("store-check.json"))
+        .unwrap_or_else(|| panic!("no store-check.json among {keys:?}"));
+    serde_json::from_slice(&s3.read(out, key).await).unwrap()
+}
+
+fn plan_args<'a>(bucket: &'a str, output: &'a str) -> Vec<&'a str> {
+    vec![
+        "plan",
+        "--bucket",
+        bucket,
+        "--output",
+        output,
+        "--layout",
+        "dataset",
+        "--target-shards",
+        "6",
+        "--min-shard-objects",
+        "10",
+    ]
+}
+
+/// A planner that failed before its mark (here the planner's LISTs refused
+/// after its canary was written) recorded no check: planned again, the scan
+/// checks its store anew (no HEAD came before the mark) and its result may
+/// be a baseline. Were an unsettled check recorded with the canary, every
+/// retry of planning (a LIST past its retries, the planning deadline, an
+/// operator restart) would keep it, and a schedule's next run would refuse
+/// its baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_that_failed_before_its_mark_checks_the_store_again() {
+    let s3 = versitygw();
+    let bucket = s3.bucket("inc-replanned").await;
+    let out = s3.bucket("inc-replanned-out").await;
+    s3.seed(&bucket, &keyspace()).await;
+    let refusing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (_proxy, through) = planning_proxy(&s3, Default::default(), bucket.clone(), refusing.clone()).await;
+    let scan = format!("replanned-{bucket}");
+    let output = format!("s3://{out}/full/");
+    let failed = fleet_command(&through, &scan, &plan_args(&bucket, &output))
+        .output()
+        .unwrap();
+    assert!(!failed.status.success(), "{}", stderr(&failed));
+    refusing.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_success(
+        &fleet_command(&through, &scan, &plan_args(&bucket, &output))
+            .output()
+            .unwrap(),
+    );
+    let record = recorded_check(&s3, &out, "full/").await;
+    assert!(record.check.is_some(), "{record:?}");
+}
+
+/// A planner of a new scan of `keyspace()` on versitygw (its output
+/// `s3://OUT/full/`), started through a proxy that holds each of the store
+/// check's replaces of its canary `hold`.
+struct HeldPlanner {
+    s3: Server,
+    bucket: String,
+    out: String,
+    scan: String,
+    output: String,
+    planner: std::process::Child,
+    _proxy: fault_proxy::FaultProxy,
+}
+
+async fn spawn_held_planner(tag: &str, hold: std::time::Duration) -> HeldPlanner {
+    let s3 = versitygw();
+    let bucket = s3.bucket(tag).await;
+    let out = s3.bucket(&format!("{tag}-out")).await;
+    s3.seed(&bucket, &keyspace()).await;
+    let never = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (proxy, through) = planning_proxy(&s3, hold, bucket.clone(), never).await;
+    let scan = format!("{tag}-{bucket}");
+    let output = format!("s3://{out}/full/");
+    let planner = fleet_command(&through, &scan, &plan_args(&bucket, &output))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    HeldPlanner {
+        s3,
+        bucket,
+        out,
+        scan,
+        output,
+        planner,
+        _proxy: proxy,
+    }
+}
+
 /// A fleet scan without a baseline queues its shards once the store check's
 /// canary is written, and settles the check beside the HEADs: the check
 /// takes up to a second (LastModified's resolution), which the first HEAD
 /// waited for. A planner stopped before the check settled leaves it
 /// unsettled: the scan completes, and its result is refused as a baseline,
-/// saying why. versitygw keeps LastModified on a metadata replace, so its
-/// check always takes the full second and the planner is stopped within it.
+/// saying why. The canary's replaces are held 3 s each, so the planner is
+/// stopped within the settling whatever the machine's load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_plan_is_marked_before_its_store_check_settles() {
     use bucketscan_core::fleet::incremental::UNSETTLED;
     use bucketscan_core::fleet::queue::{Queue, RedisConfig};
-    let s3 = versitygw();
-    let bucket = s3.bucket("inc-unsettled").await;
-    let out = s3.bucket("inc-unsettled-out").await;
-    s3.seed(&bucket, &keyspace()).await;
-    let scan = format!("unsettled-{bucket}");
-    let output = format!("s3://{out}/full/");
-    let mut planner = fleet_command(
-        &s3,
-        &scan,
-        &[
-            "plan",
-            "--bucket",
-            &bucket,
-            "--output",
-            &output,
-            "--layout",
-            "dataset",
-            "--target-shards",
-            "6",
-            "--min-shard-objects",
-            "10",
-        ],
-    )
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let HeldPlanner {
+        s3,
+        bucket,
+        out,
+        scan,
+        output,
+        mut planner,
+        _proxy,
+    } = spawn_held_planner("inc-unsettled", std::time::Duration::from_secs(3)).await;
     let redis = std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap();
     let queue = Queue::connect(
         &RedisConfig::new(&redis),
@@ -607,15 +738,9 @@ async fn a_fleet_plan_is_marked_before_its_store_check_settles() {
         assert!(std::time::Instant::now() < deadline, "the plan was never marked");
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+    let record = recorded_check(&s3, &out, "full/").await;
     planner.kill().unwrap();
     planner.wait().unwrap();
-    let keys = s3.keys(&out, "full/").await;
-    let check_key = keys
-        .iter()
-        .find(|k| k.ends_with("store-check.json"))
-        .unwrap_or_else(|| panic!("no store-check.json among {keys:?}"));
-    let record: bucketscan_core::fleet::incremental::StoreCheckRecord =
-        serde_json::from_slice(&s3.read(&out, check_key).await).unwrap();
     assert_eq!(
         record.check, None,
         "settled before the plan was marked: {record:?}"
@@ -650,4 +775,41 @@ async fn a_fleet_plan_is_marked_before_its_store_check_settles() {
         "{}",
         stderr(&inc)
     );
+}
+
+/// A merge run beside its planner (`plan`, workers and `merge` started
+/// together) can find a small scan's shards done before the planner settled
+/// the store check: it waits for the check rather than writing an unsettled
+/// one into the manifest (and deleting the parts folder the planner still
+/// writes `store-check.json` to).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_beside_its_planner_waits_for_the_store_check_to_settle() {
+    // Two replaces held 2 s each (versitygw keeps LastModified: the check
+    // ends at the first replace sent over a second after the canary), well
+    // within the planner's 10 s, and longer than this small scan takes.
+    let HeldPlanner {
+        s3,
+        out,
+        scan,
+        mut planner,
+        _proxy,
+        ..
+    } = spawn_held_planner("inc-settling", std::time::Duration::from_secs(2)).await;
+    // Workers wait for the plan's mark by themselves; the merge for the
+    // shards, and then for the check.
+    let merged = run_and_merge(&s3, &scan);
+    assert!(wait_exit(&mut planner, std::time::Duration::from_secs(60)).success());
+    let manifest: bucketscan_core::fleet::merge::Manifest =
+        serde_json::from_slice(&s3.read(&out, "full/manifest.json").await).unwrap();
+    let check = manifest.store_check.unwrap_or_else(|| {
+        panic!(
+            "merged before the check settled ({:?}): {merged}",
+            manifest.store_check_error
+        )
+    });
+    assert!(
+        !check.last_modified_moves,
+        "versitygw keeps LastModified: {check:?}"
+    );
+    assert_eq!(manifest.store_check_error, None);
 }

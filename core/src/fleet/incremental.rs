@@ -63,16 +63,18 @@ pub async fn ensure_store_check(s3: &S3, spec: &ScanSpec) -> Result<StoreCheckRe
 /// scan's result cannot be a baseline (its start is known, but not whether
 /// the store moves LastModified, and a check made later would start after
 /// the scan's first HEADs).
-pub const UNSETTLED: &str = "the store check did not settle: its planner stopped first";
+pub const UNSETTLED: &str =
+    "the store check did not settle after the plan was marked: its planner stopped, or the store did not answer within 10 s";
 
 /// The first half of a store check ([`start_store_check`]).
 pub enum CheckStart {
     /// A check recorded by an earlier planner of this scan, or one that
     /// failed at its canary's write.
     Recorded(StoreCheckRecord),
-    /// The canary is written and [`UNSETTLED`] recorded: the scan's start
-    /// comes before anything the plan queues, and the check may settle
-    /// beside its HEADs ([`settle_store_check`]).
+    /// The canary is written, nothing recorded yet: a planner stopped now
+    /// checks again (no shard is queued yet, so no HEAD came). Before the
+    /// spec and shards are stored, [`record_unsettled`]; after the mark,
+    /// [`settle_store_check`].
     Settling(Canary),
 }
 
@@ -88,14 +90,7 @@ pub async fn start_store_check(s3: &S3, spec: &ScanSpec) -> Result<CheckStart, S
         rand::random::<u64>()
     );
     match write_canary(s3, &spec.output_bucket, &canary).await {
-        Ok(canary) => {
-            let unsettled = StoreCheckRecord {
-                check: None,
-                error: Some(UNSETTLED.into()),
-            };
-            record_store_check(s3, spec, &unsettled).await?;
-            Ok(CheckStart::Settling(canary))
-        }
+        Ok(canary) => Ok(CheckStart::Settling(canary)),
         Err(e) => {
             let failed = check_failed(&e);
             record_store_check(s3, spec, &failed).await?;
@@ -104,8 +99,48 @@ pub async fn start_store_check(s3: &S3, spec: &ScanSpec) -> Result<CheckStart, S
     }
 }
 
+/// Record the check as [`UNSETTLED`], before the spec and shards are
+/// stored: from then on HEADs may run, and a check started again would be
+/// later than them.
+pub async fn record_unsettled(s3: &S3, spec: &ScanSpec) -> Result<(), S3Error> {
+    let unsettled = StoreCheckRecord {
+        check: None,
+        error: Some(UNSETTLED.into()),
+    };
+    record_store_check(s3, spec, &unsettled).await
+}
+
+/// Whether `record` is a check still settling (or whose planner stopped).
+pub fn is_unsettled(record: &StoreCheckRecord) -> bool {
+    record.check.is_none() && record.error.as_deref() == Some(UNSETTLED)
+}
+
+/// How long a planner settles the check after its mark, recording
+/// included: the canary's replaces answer within a second or so
+/// (LastModified's resolution), and a store that hangs on them must not hold
+/// the planner while the scan runs. Past it, the check stays [`UNSETTLED`]
+/// (whose words say this bound).
+pub const SETTLE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The recorded check, once its planner settled it: a merge started beside
+/// the planner (`merge --wait-for-shards` with `plan`) may find a small
+/// scan's shards done within the second the check takes. Waited for at most
+/// [`SETTLE_BOUND`] and a little more; still unsettled then, its planner
+/// stopped, and the record says so.
+pub async fn settled_store_check(s3: &S3, spec: &ScanSpec) -> Result<Option<StoreCheckRecord>, S3Error> {
+    let give_up = tokio::time::Instant::now() + SETTLE_BOUND + std::time::Duration::from_secs(5);
+    loop {
+        let found = read_store_check(s3, spec).await?;
+        let settling = found.as_ref().is_some_and(is_unsettled);
+        if !settling || tokio::time::Instant::now() >= give_up {
+            return Ok(found);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
 /// The store check's end: whether the canary's LastModified moves,
-/// recorded in place of [`UNSETTLED`].
+/// recorded (in place of [`UNSETTLED`]).
 pub async fn settle_store_check(
     s3: &S3,
     spec: &ScanSpec,
@@ -227,4 +262,25 @@ pub async fn prepare_engine(engine: &Engine, spec: &ScanSpec) -> Result<(), Incr
         trust_last_modified: Trust::known(check.trusts_last_modified()),
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unsettled_record_says_the_bound_and_is_told_from_a_failed_check() {
+        assert!(UNSETTLED.contains(&format!("within {} s", SETTLE_BOUND.as_secs())));
+        let unsettled = StoreCheckRecord {
+            check: None,
+            error: Some(UNSETTLED.into()),
+        };
+        assert!(is_unsettled(&unsettled));
+        assert!(!unsettled.trusts_last_modified());
+        let failed = StoreCheckRecord {
+            check: None,
+            error: Some("403 AccessDenied".into()),
+        };
+        assert!(!is_unsettled(&failed));
+    }
 }

@@ -346,7 +346,7 @@ pub async fn merge_with(
     // nothing over the later round's result.
     still_latest(scan, queue, s3, &spec, retries).await?;
     let files = write_result(s3, &spec, &parts, &ahead).await?;
-    let checked = crate::fleet::incremental::read_store_check(s3, &spec).await?;
+    let checked = Box::pin(crate::fleet::incremental::settled_store_check(s3, &spec)).await?;
     let counts = sum_counts(&shards);
     let progress = queue.counters().await?;
     let incremental = match &spec.baseline {

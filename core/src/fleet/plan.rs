@@ -14,7 +14,8 @@
 
 use crate::fleet::data_files::{self, DataFilesError};
 use crate::fleet::incremental::{
-    ensure_store_check, load_baseline, settle_store_check, start_store_check, CheckStart,
+    ensure_store_check, load_baseline, record_unsettled, settle_store_check, start_store_check, CheckStart,
+    SETTLE_BOUND,
 };
 use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::{check_output, ScanSpec};
@@ -26,6 +27,7 @@ use crate::s3::S3;
 use crate::scan::baseline::BaselineError;
 use crate::scan::format::Layout;
 use crate::scan::partition::partition_of;
+use crate::scan::store_check::Canary;
 use std::collections::{HashMap, VecDeque};
 
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +76,46 @@ pub async fn plan_scan(
     opts: &PlanOptions,
     queue: &Queue,
 ) -> Result<Planned, PlanError> {
+    let (planned, pending) = Box::pin(plan_marked(s3, spec, opts, queue)).await?;
+    if let Some(pending) = pending {
+        pending.settle(s3, spec).await;
+    }
+    Ok(planned)
+}
+
+/// A store check still settling after its plan was marked (a scan without
+/// a baseline): settle it beside the scan's first HEADs.
+pub struct PendingCheck(Canary);
+
+impl PendingCheck {
+    /// Settle and record the check within [`SETTLE_BOUND`]: a store that
+    /// does not answer the canary's replaces by then leaves it unsettled,
+    /// which costs only the result's use as a baseline (its manifest says
+    /// why), not the scan. Not within a planning deadline: the plan is
+    /// made.
+    pub async fn settle(self, s3: &S3, spec: &ScanSpec) {
+        match tokio::time::timeout(SETTLE_BOUND, Box::pin(settle_store_check(s3, spec, self.0))).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "recording the store check failed: this scan's result cannot be a baseline")
+            }
+            Err(_) => tracing::warn!(
+                bound_s = SETTLE_BOUND.as_secs(),
+                "the store check did not settle in time: this scan's result cannot be a baseline"
+            ),
+        }
+    }
+}
+
+/// [`plan_scan`] up to its mark: the check of a scan without a baseline is
+/// left to settle ([`PendingCheck::settle`]), by a caller that may bound
+/// planning and not the settling.
+pub async fn plan_marked(
+    s3: &S3,
+    spec: &ScanSpec,
+    opts: &PlanOptions,
+    queue: &Queue,
+) -> Result<(Planned, Option<PendingCheck>), PlanError> {
     let check = |objects| {
         check_output(spec.format, spec.layout, spec.file_size, spec.gzip, objects)
             .map_err(PlanError::Settings)
@@ -101,7 +143,7 @@ pub async fn plan_scan(
         })?;
     }
     if let Some(done) = plan_of(queue).await? {
-        return Ok(Planned { added: 0, ..done });
+        return Ok((Planned { added: 0, ..done }, None));
     }
     // Before any shard is queued, so before any HEAD: the store check's
     // canary (the scan's start), and the baseline, whose faults are the
@@ -109,7 +151,7 @@ pub async fn plan_scan(
     // Boxed: these futures (SDK calls) are large, and a caller's stack may be
     // a runtime worker's.
     // Both go beside the planner's LISTs, which need neither. No HEAD starts
-    // before the plan is marked, after both, so the canary's write still
+    // before the spec is stored, after both, so the canary's write still
     // comes before every HEAD. Whether the store moves LastModified takes
     // up to a second more (LastModified's resolution): a scan with a
     // baseline needs it before its first HEAD, a scan without one only in
@@ -165,6 +207,13 @@ pub async fn plan_scan(
         ))
     };
     let (settling, (shards, estimated_objects)) = tokio::try_join!(prepared, Box::pin(cut))?;
+    // Recorded before the spec is stored: a worker started without
+    // `--wait-for-plan` takes shards as they are queued, and a planner that
+    // stops from here on must leave a record (a check started again would be
+    // later than those HEADs).
+    if settling.is_some() {
+        record_unsettled(s3, spec).await.map_err(output_error)?;
+    }
     queue.set_spec(spec).await?;
     let shards = spread_across_partitions(shards);
     let mut added = queue.enqueue(&shards).await?;
@@ -175,14 +224,7 @@ pub async fn plan_scan(
         estimated_objects,
     };
     mark_planned(queue, &planned).await?;
-    if let Some(canary) = settling {
-        // Recorded as unsettled until here: a failure now costs only the
-        // result's use as a baseline, said in its manifest, not the scan.
-        if let Err(e) = Box::pin(settle_store_check(s3, spec, canary)).await {
-            tracing::warn!(error = %e, "recording the store check failed: this scan's result cannot be a baseline");
-        }
-    }
-    Ok(planned)
+    Ok((planned, settling.map(PendingCheck)))
 }
 
 /// The shards in the order they are queued (and so taken): one from each

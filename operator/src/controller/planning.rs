@@ -14,7 +14,7 @@ use crate::crd::BucketScan;
 use crate::desired;
 use crate::pods::{job_outcome, last_exit};
 use crate::status;
-use bucketscan_core::fleet::plan::plan_scan;
+use bucketscan_core::fleet::plan::plan_marked;
 use bucketscan_core::fleet::queue::Queue;
 use bucketscan_core::fleet::recovery;
 use k8s_openapi::api::batch::v1::Job;
@@ -23,20 +23,27 @@ use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
 /// Plan in the operator (scans with a credentials Secret), within the
-/// planning deadline.
+/// planning deadline; then settle the store check of a scan without a
+/// baseline (bounded by itself: the plan is marked, its workers run).
 pub(super) async fn plan(
     scan: &BucketScan,
     ctx: &Context,
     queue: &Queue,
 ) -> Result<bucketscan_core::fleet::plan::Planned, Error> {
-    within_deadline(ctx, "planning", async {
+    let spec = desired::spec_of(scan);
+    let (s3, planned, pending) = within_deadline(ctx, "planning", async {
         let s3 = s3_for(scan, ctx).await?;
         let opts = desired::plan_options(scan, &ctx.settings);
         // Boxed: planning's future (the store check's SDK calls, the
         // baseline) is large, and the reconcile's stack is a worker thread's.
-        Ok(Box::pin(plan_scan(&s3, &desired::spec_of(scan), &opts, queue)).await?)
+        let (planned, pending) = Box::pin(plan_marked(&s3, &spec, &opts, queue)).await?;
+        Ok((s3, planned, pending))
     })
-    .await
+    .await?;
+    if let Some(pending) = pending {
+        Box::pin(pending.settle(&s3, &spec)).await;
+    }
+    Ok(planned)
 }
 
 /// Plan again after Redis lost the scan: finished shards are restored from

@@ -38,6 +38,8 @@ pub type Answer = dyn Fn(&RequestParts) -> Option<Response<Full<Bytes>>> + Send 
 pub type Rewrite = dyn Fn(&RequestParts, &mut ResponseParts, &mut Bytes) + Send + Sync;
 /// The path and query to forward a request with (`None`: as sent).
 pub type Target = dyn Fn(&RequestParts) -> Option<String> + Send + Sync;
+/// How long to hold a request before anything else is done with it.
+pub type Delay = dyn Fn(&RequestParts) -> Option<std::time::Duration> + Send + Sync;
 
 /// What the proxy does besides forwarding; each rule is optional.
 #[derive(Default)]
@@ -45,6 +47,7 @@ pub struct Rules {
     pub answer: Option<Box<Answer>>,
     pub target: Option<Box<Target>>,
     pub rewrite: Option<Box<Rewrite>>,
+    pub delay: Option<Box<Delay>>,
 }
 
 /// Marks an answer of the rules as "close the connection instead": the
@@ -147,8 +150,8 @@ pub async fn start_rewriting(
 ) -> FaultProxy {
     let rules = Rules {
         answer: Some(Box::new(answer)),
-        target: None,
         rewrite: Some(Box::new(rewrite)),
+        ..Rules::default()
     };
     start_with(upstream, rules).await
 }
@@ -170,6 +173,9 @@ pub async fn start_with(upstream: String, rules: Rules) -> FaultProxy {
                     async move {
                         let (client, upstream, seen, rules) = &*state;
                         let (mut parts, body) = req.into_parts();
+                        if let Some(held) = rules.delay.as_ref().and_then(|delay| delay(&parts)) {
+                            tokio::time::sleep(held).await;
+                        }
                         let ruled = rules.answer.as_ref().and_then(|answer| answer(&parts));
                         seen.lock().unwrap().push(Seen {
                             method: parts.method.to_string(),
