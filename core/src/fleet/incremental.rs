@@ -5,8 +5,8 @@
 //! later than the first HEAD (a later `started` would let the next
 //! incremental scan trust records it must not). A scan without a baseline
 //! settles the check after its plan is marked ([`start_store_check`],
-//! [`settle_store_check`]). Planning also loads and checks the baseline, so a bad one is
-//! the scan's error, not every worker's. Workers make their engine
+//! [`settle_store_check`]). Planning also loads and checks the baseline, so
+//! a bad one is the scan's error, not every worker's. Workers make their engine
 //! incremental from the same two; the merge records both in the manifest.
 //!
 //! May import: `spec`, `scan` and `s3`.

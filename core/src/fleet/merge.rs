@@ -420,7 +420,8 @@ pub async fn merge_with(
         spec: spec.clone(),
         store_check_error: checked
             .as_ref()
-            .and_then(|c| c.check.is_none().then(|| c.error.clone()).flatten()),
+            .filter(|c| c.check.is_none())
+            .and_then(|c| c.error.clone()),
         store_check: checked.and_then(|c| c.check),
         incremental,
         partial: !dead_shards.is_empty(),
