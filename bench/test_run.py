@@ -803,6 +803,29 @@ class E2ETimeline(unittest.TestCase):
         self.assertIn("| workers | 0.90 |", text)
         self.assertEqual(e2e.render_timeline(None), [])
 
+    def test_the_heads_rate_and_cpu_per_head_come_from_the_timeline_not_the_phases(self):
+        # Phases that overlap: objects over the scanning phase's seconds
+        # would say 1.25x; the store's counter says 0.75x.
+        figure = {"objects": 1_000_000, "seconds": 50.0, "raw_head_per_s": 40_000.0, "ratio": 0.5,
+                  "objects_per_s": 20_000.0, "phases_seconds": {"planning": 2.0, "scanning": 20.0, "merging": 28.0},
+                  "timeline": {"first_head_after_start_s": 2.0, "heading_s": 33.3, "climb_to_steady_s": 0.5,
+                               "steady_head_per_s": 30_000, "peak_head_per_s": 35_000, "tail_last_5pct_s": 1.0,
+                               "cores_busy": 1.8, "machine_cores_busy": 1.9,
+                               "cpu_cores_by_component": {"workers": 1.0, "store (synthetic-s3)": 0.5,
+                                                          "redis": 0.3}}}
+        text = "\n".join(e2e.render({"e2e": figure, "e2e_path": "e2e.json", "machine": {"nproc": 2}}))
+        self.assertNotIn("The scanning phase alone", text)
+        self.assertIn("33.3 s at a steady 30,000/s, 0.75x the raw HEAD rate", text)
+        # 1.5 cores / 30,000 HEAD/s = 50 µs; 2 cores / 40,000 HEAD/s = 50 µs.
+        self.assertIn("spent 1.50 cores at the steady rate, 50 µs a HEAD, against at most 50 µs", text)
+        self.assertIn("other processes took 0.30 cores and 0.10 stayed idle", text)
+        self.assertIn("had 0.75x the raw run's cores", text)
+        # Without a timeline, the phase's figure as before, and no CPU line.
+        del figure["timeline"]
+        text = "\n".join(e2e.render({"e2e": figure, "e2e_path": "e2e.json", "machine": {"nproc": 2}}))
+        self.assertIn("The scanning phase alone: 50,000 objects/s, 1.25x", text)
+        self.assertNotIn("CPU per HEAD", text)
+
 
 if __name__ == "__main__":
     unittest.main()

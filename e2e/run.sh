@@ -331,6 +331,11 @@ incremental_in_cluster() {
     --objects "$objects" --layout nested --latency-us 1000 --threads 2 --forward "$S3_HOST_ENDPOINT" \
     --change-share 0.01 --change-seed 30
   heads_before=$(s3_run curl -sf "http://$HOST_SIDE_HOST:9100/_stats")
+  # Its timeline too: where an incremental scan's seconds and CPU go.
+  rm -f "$STATE/samples.stop"
+  s3_run python3 "$HERE/sample.py" "http://$HOST_SIDE_HOST:9100/_stats" "$STATE/samples-inc.jsonl" \
+    "$STATE/samples.stop" &
+  local sampler=$!
   kt -n "$SCAN_NS" delete bucketscan e2e-bench-inc --ignore-not-found --timeout=120s >/dev/null
   kt -n "$SCAN_NS" apply -f - <<YAML
 apiVersion: bucketscan.dev/v1alpha1
@@ -345,6 +350,10 @@ spec:
 YAML
   wait_complete e2e-bench-inc 1800 watch
   heads_after=$(s3_run curl -sf "http://$HOST_SIDE_HOST:9100/_stats")
+  touch "$STATE/samples.stop"
+  wait "$sampler" || die "the timeline sampler failed"
+  figure e2e-bench-inc "$objects" "$raw_rate" "synthetic-s3, 1 ms" "$STATE/samples-inc.jsonl" \
+    >"$E2E_CACHE/bench/e2e-incremental-timeline.json"
   s3_run curl -sf -o "$STATE/changes.jsonl" "http://$HOST_SIDE_HOST:9100/_changes"
   step "a full scan of the changed bucket (one bucketscan-worker scan), to judge the incremental one by"
   AWS_ACCESS_KEY_ID=$S3_ACCESS AWS_SECRET_ACCESS_KEY=$S3_SECRET s3_run "$(workspace_bin bucketscan-worker)" scan \

@@ -53,15 +53,59 @@ def render(res):
                 if isinstance(secs, (int, float)) and total > 0:
                     lines.append(f"| {name} | {secs:.1f} | {secs / total * 100:.0f} % |")
             scanning = phases.get("scanning")
-            if isinstance(scanning, (int, float)) and scanning > 0:
+            if heads_alone(e2e):
+                lines += ["", heads_alone(e2e)]
+            elif isinstance(scanning, (int, float)) and scanning > 0:
                 rate = e2e["objects"] / scanning
                 lines += ["", f"The scanning phase alone: {rate:,.0f} objects/s, "
                               f"{rate / e2e['raw_head_per_s']:.2f}x the raw HEAD rate."]
         lines += render_timeline(e2e.get("timeline"))
+        lines += render_cpu_per_head(e2e, (res.get("machine") or {}).get("nproc"))
         lines += render_incremental(res.get("e2e_incremental"))
     else:
         lines.append(f"not measured in this run (`e2e/run.sh bench` writes it; `just bench` runs it first): {res.get('e2e_missing')}.")
     return lines
+
+
+def heads_alone(e2e):
+    """The HEADs' own rate against the raw one, from the store's counter
+    (the timeline), or None without one. Not the scanning phase's: the
+    operator's phases overlap (the merge Job starts while the last shards
+    run), so objects over the phase's seconds overstates the rate."""
+    t = e2e.get("timeline")
+    if not isinstance(t, dict) or not t.get("steady_head_per_s"):
+        return None
+    return (f"The HEADs alone, from the store's own counter: {t['heading_s']} s at a steady "
+            f"{t['steady_head_per_s']:,}/s, {t['steady_head_per_s'] / e2e['raw_head_per_s']:.2f}x the raw HEAD rate "
+            "(the phases overlap: the merge Job starts while the last shards run, so the objects over the "
+            "scanning phase's seconds would overstate it).")
+
+
+def render_cpu_per_head(e2e, cores):
+    """Whether the cluster spends more CPU per HEAD than one process, or
+    has fewer cores for it: the workers' and the store's CPU per HEAD at
+    the steady rate, against the raw run's (the machine's `cores` at the
+    raw rate, an upper bound: that run had the machine alone), and the
+    cores the cluster's other processes took or left idle. Markdown
+    lines, none without a timeline or the machine's cores."""
+    t = e2e.get("timeline")
+    if not isinstance(t, dict) or not t.get("steady_head_per_s") or not cores:
+        return []
+    by = t.get("cpu_cores_by_component") or {}
+    fleet = by.get("workers", 0.0) + by.get("store (synthetic-s3)", 0.0)
+    if fleet <= 0:
+        return []
+    fleet_us = fleet / t["steady_head_per_s"] * 1e6
+    raw_us = cores / e2e["raw_head_per_s"] * 1e6
+    others = max(0.0, sum(by.values()) - fleet)
+    idle = max(0.0, cores - t.get("machine_cores_busy", sum(by.values())))
+    return [
+        "",
+        f"CPU per HEAD: the workers and the store spent {fleet:.2f} cores at the steady rate, {fleet_us:.0f} µs "
+        f"a HEAD, against at most {raw_us:.0f} µs in the raw run (the machine's {cores} cores at its rate): "
+        f"{fleet_us / raw_us:.2f}x. The cluster's other processes took {others:.2f} cores and {idle:.2f} stayed "
+        f"idle, so the workers and the store had {fleet / cores:.2f}x the raw run's cores.",
+    ]
 
 
 def render_timeline(t):

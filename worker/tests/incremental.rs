@@ -704,30 +704,13 @@ async fn spawn_held_planner(tag: &str, hold: std::time::Duration) -> HeldPlanner
     }
 }
 
-/// A fleet scan without a baseline queues its shards once the store check's
-/// canary is written, and settles the check beside the HEADs: the check
-/// takes up to a second (LastModified's resolution), which the first HEAD
-/// waited for. A planner stopped before the check settled leaves it
-/// unsettled: the scan completes, and its result is refused as a baseline,
-/// saying why. The canary's replaces are held 3 s each, so the planner is
-/// stopped within the settling whatever the machine's load.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_plan_is_marked_before_its_store_check_settles() {
-    use bucketscan_core::fleet::incremental::UNSETTLED;
+/// Until `scan`'s plan is marked in Redis (its shards queued).
+async fn wait_for_mark(scan: &str) {
     use bucketscan_core::fleet::queue::{Queue, RedisConfig};
-    let HeldPlanner {
-        s3,
-        bucket,
-        out,
-        scan,
-        output,
-        mut planner,
-        _proxy,
-    } = spawn_held_planner("inc-unsettled", std::time::Duration::from_secs(3)).await;
     let redis = std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap();
     let queue = Queue::connect(
         &RedisConfig::new(&redis),
-        &scan,
+        scan,
         "test",
         std::time::Duration::from_secs(30),
     )
@@ -738,6 +721,28 @@ async fn a_fleet_plan_is_marked_before_its_store_check_settles() {
         assert!(std::time::Instant::now() < deadline, "the plan was never marked");
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+}
+
+/// A fleet scan without a baseline queues its shards once the store check's
+/// canary is written, and settles the check beside the HEADs: the check
+/// takes up to a second (LastModified's resolution), which the first HEAD
+/// waited for. A planner stopped before the check settled leaves it
+/// unsettled: the scan completes, and its result is refused as a baseline,
+/// saying why. The canary's replaces are held 3 s each, so the planner is
+/// stopped within the settling whatever the machine's load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_plan_is_marked_before_its_store_check_settles() {
+    use bucketscan_core::fleet::incremental::UNSETTLED;
+    let HeldPlanner {
+        s3,
+        bucket,
+        out,
+        scan,
+        output,
+        mut planner,
+        _proxy,
+    } = spawn_held_planner("inc-unsettled", std::time::Duration::from_secs(3)).await;
+    wait_for_mark(&scan).await;
     let record = recorded_check(&s3, &out, "full/").await;
     planner.kill().unwrap();
     planner.wait().unwrap();
@@ -812,4 +817,101 @@ async fn a_merge_beside_its_planner_waits_for_the_store_check_to_settle() {
         "versitygw keeps LastModified: {check:?}"
     );
     assert_eq!(manifest.store_check_error, None);
+}
+
+/// A fleet scan with a baseline marks its plan before its store check
+/// settles too (the check takes up to a second, which its first HEAD
+/// waited for): its workers list and read the baseline meanwhile, and take
+/// no record from the baseline before the check says LastModified moves.
+/// A planner stopped before the check settled leaves workers that wait for
+/// it a while, then HEAD every object: exact whatever the store does. On
+/// MinIO (which moves LastModified), the canary's replaces held 2 s each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_fleet_scan_takes_baseline_records_only_once_its_store_check_settled() {
+    use bucketscan_core::fleet::incremental::UNSETTLED;
+    use bucketscan_core::fleet::merge::Manifest;
+    let s3 = minio();
+    let bucket = s3.bucket("inc-held").await;
+    let out = s3.bucket("inc-held-out").await;
+    s3.seed(&bucket, &keyspace()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3_100)).await;
+    let full = format!("s3://{out}/full/");
+    let layout = ["--layout", "dataset"];
+    fleet_scan(
+        &s3,
+        &format!("full-{bucket}"),
+        &[&["--bucket", &bucket, "--output", &full][..], &layout].concat(),
+    );
+    let made = change_bucket(&s3, &bucket).await;
+    let full2 = format!("s3://{out}/full2/");
+    fleet_scan(
+        &s3,
+        &format!("full2-{bucket}"),
+        &[&["--bucket", &bucket, "--output", &full2][..], &layout].concat(),
+    );
+    let read = |name: String| {
+        let (s3, out) = (s3.clone(), out.clone());
+        async move {
+            serde_json::from_slice::<Manifest>(&s3.read(&out, &format!("{name}/manifest.json")).await)
+                .unwrap()
+        }
+    };
+    let want = records_of(&s3, &read("full2".into()).await.files, false).await;
+    let baseline = format!("{full}manifest.json");
+
+    for (name, stopped) in [("stopped", true), ("settled", false)] {
+        let never = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (_proxy, through) =
+            planning_proxy(&s3, std::time::Duration::from_secs(2), bucket.clone(), never).await;
+        let scan = format!("{name}-{bucket}");
+        let output = format!("s3://{out}/{name}/");
+        let mut args = plan_args(&bucket, &output);
+        args.extend(["--baseline", &baseline]);
+        let mut planner = fleet_command(&through, &scan, &args)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_mark(&scan).await;
+        let record = recorded_check(&s3, &out, &format!("{name}/")).await;
+        assert_eq!(
+            record.error.as_deref(),
+            Some(UNSETTLED),
+            "{name}: settled before the mark: {record:?}"
+        );
+        if stopped {
+            planner.kill().unwrap();
+        }
+        run_and_merge(&s3, &scan);
+        let ended = wait_exit(&mut planner, std::time::Duration::from_secs(60));
+        assert_eq!(ended.success(), !stopped, "{name}: the planner ended {ended:?}");
+        let manifest = read(name.into()).await;
+        assert_eq!(
+            records_of(&s3, &manifest.files, false).await,
+            want,
+            "{name}: equal to a full scan"
+        );
+        let inc = manifest.incremental.expect("an incremental manifest");
+        let found: Changes = records_of(&s3, &inc.change_files, false)
+            .await
+            .iter()
+            .map(|(k, r)| (k.clone(), r.change.unwrap()))
+            .collect();
+        assert_eq!(found, made, "{name}: the change set");
+        if stopped {
+            assert!(!inc.reused_records, "{inc:?}");
+            assert_eq!(
+                inc.counts.heads,
+                want.len() as u64,
+                "every object HEADed: {inc:?}"
+            );
+            assert_eq!(manifest.store_check_error.as_deref(), Some(UNSETTLED));
+        } else {
+            assert!(inc.reused_records, "{inc:?}");
+            assert_eq!(
+                inc.counts.heads, 9,
+                "only the new and changed objects are HEADed: {inc:?}"
+            );
+            assert!(manifest.store_check.is_some_and(|c| c.last_modified_moves));
+        }
+    }
 }

@@ -3,11 +3,13 @@
 //! keeps what it found with the scan's parts (`store-check.json`): a plan
 //! made again after Redis lost the scan finds it there and never checks
 //! later than the first HEAD (a later `started` would let the next
-//! incremental scan trust records it must not). A scan without a baseline
-//! settles the check after its plan is marked ([`start_store_check`],
-//! [`settle_store_check`]). Planning also loads and checks the baseline, so
-//! a bad one is the scan's error, not every worker's. Workers make their engine
-//! incremental from the same two; the merge records both in the manifest.
+//! incremental scan trust records it must not). The check settles after
+//! the plan is marked ([`start_store_check`], [`settle_store_check`]),
+//! beside the first HEADs; a worker of a scan with a baseline waits for it
+//! before it takes a record from the baseline ([`prepare_engine`]).
+//! Planning also loads and checks the baseline, so a bad one is the scan's
+//! error, not every worker's. Workers make their engine incremental from
+//! the same two; the merge records both in the manifest.
 //!
 //! May import: `spec`, `scan` and `s3`.
 
@@ -45,19 +47,6 @@ impl StoreCheckRecord {
     }
 }
 
-/// The scan's store check: the one recorded with its parts, or a new one
-/// (recorded before it is returned). A store that refuses the check, or
-/// fails it past the retries (a 501 to CopyObject is "retryable" and would
-/// otherwise block every scan), is recorded as such: the scan goes on, HEADs
-/// every object and its result cannot be a baseline. Each attempt has a
-/// canary of its own, so two planners never see each other's writes.
-pub async fn ensure_store_check(s3: &S3, spec: &ScanSpec) -> Result<StoreCheckRecord, S3Error> {
-    match start_store_check(s3, spec).await? {
-        CheckStart::Recorded(record) => Ok(record),
-        CheckStart::Settling(canary) => settle_store_check(s3, spec, canary).await,
-    }
-}
-
 /// What `store-check.json` says while a planner settles the check after it
 /// marked the plan: a planner stopped before it settled leaves this, and the
 /// scan's result cannot be a baseline (its start is known, but not whether
@@ -79,7 +68,11 @@ pub enum CheckStart {
 }
 
 /// The store check's start: the scan's canary written (its LastModified is
-/// the scan's `started`) unless a check is recorded already.
+/// the scan's `started`) unless a check is recorded already. A store that
+/// refuses the canary, or fails it past the retries, is recorded as such:
+/// the scan goes on, HEADs every object and its result cannot be a
+/// baseline. Each attempt has a canary of its own, so two planners never
+/// see each other's writes.
 pub async fn start_store_check(s3: &S3, spec: &ScanSpec) -> Result<CheckStart, S3Error> {
     if let Some(found) = read_store_check(s3, spec).await? {
         return Ok(CheckStart::Recorded(found));
@@ -205,12 +198,12 @@ pub async fn read_store_check(s3: &S3, spec: &ScanSpec) -> Result<Option<StoreCh
     }
 }
 
-/// The scan's baseline, loaded and checked against the scan and its store
-/// check (none for a full scan).
+/// The scan's baseline, loaded and checked against the scan and its start
+/// (its store check's `started`, where known; none for a full scan).
 pub async fn load_baseline(
     s3: &S3,
     spec: &ScanSpec,
-    check: &StoreCheckRecord,
+    started: Option<&str>,
 ) -> Result<Option<Arc<Baseline>>, BaselineError> {
     let Some(location) = &spec.baseline else {
         return Ok(None);
@@ -223,8 +216,8 @@ pub async fn load_baseline(
         &spec.filter,
         &spec.columns,
     )?;
-    if let Some(c) = &check.check {
-        baseline.admit_start(&c.started)?;
+    if let Some(started) = started {
+        baseline.admit_start(started)?;
     }
     Ok(Some(Arc::new(baseline)))
 }
@@ -248,18 +241,39 @@ impl IncrementalError {
     }
 }
 
-/// Make a worker's engine incremental when its scan has a baseline.
+/// Make a worker's engine incremental when its scan has a baseline. A
+/// worker that finds the store check still settling (its planner marked
+/// the plan first) lists and reads the baseline meanwhile; the first object
+/// that could be taken from the baseline waits for the check
+/// ([`settled_store_check`]), and one that never settles means every object
+/// is HEADed, which is exact whatever the store does.
 pub async fn prepare_engine(engine: &Engine, spec: &ScanSpec) -> Result<(), IncrementalError> {
     if spec.baseline.is_none() {
         return Ok(());
     }
     let check = read_store_check(&engine.s3, spec).await?.unwrap_or_default();
-    let Some(baseline) = load_baseline(&engine.s3, spec, &check).await? else {
+    let started = check.check.as_ref().map(|c| c.started.as_str());
+    let Some(baseline) = load_baseline(&engine.s3, spec, started).await? else {
         return Ok(());
+    };
+    let trust_last_modified = if is_unsettled(&check) {
+        let (tell, trust) = Trust::pending();
+        let (s3, spec) = (engine.s3.clone(), spec.clone());
+        // Detached, and ends within the wait's bound: dropped without an
+        // answer (a read that failed), the sender means no trust.
+        tokio::spawn(async move {
+            if let Ok(found) = settled_store_check(&s3, &spec).await {
+                let trusts = found.is_some_and(|c| c.trusts_last_modified());
+                let _ = tell.send(Some(trusts));
+            }
+        });
+        trust
+    } else {
+        Trust::known(check.trusts_last_modified())
     };
     engine.set_incremental(Incremental {
         baseline,
-        trust_last_modified: Trust::known(check.trusts_last_modified()),
+        trust_last_modified,
     });
     Ok(())
 }

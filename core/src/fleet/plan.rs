@@ -14,8 +14,7 @@
 
 use crate::fleet::data_files::{self, DataFilesError};
 use crate::fleet::incremental::{
-    ensure_store_check, load_baseline, record_unsettled, settle_store_check, start_store_check, CheckStart,
-    SETTLE_BOUND,
+    load_baseline, record_unsettled, settle_store_check, start_store_check, CheckStart, SETTLE_BOUND,
 };
 use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::{check_output, ScanSpec};
@@ -153,33 +152,30 @@ pub async fn plan_marked(
     // Both go beside the planner's LISTs, which need neither. No HEAD starts
     // before the spec is stored, after both, so the canary's write still
     // comes before every HEAD. Whether the store moves LastModified takes
-    // up to a second more (LastModified's resolution): a scan with a
-    // baseline needs it before its first HEAD, a scan without one only in
-    // its manifest, so its check settles after the mark, beside the HEADs.
+    // up to a second more (LastModified's resolution), and no worker waits
+    // for it: the check settles after the mark, beside the first LISTs and
+    // HEADs. A scan without a baseline needs the answer only in its
+    // manifest; a worker of one with a baseline takes no record from the
+    // baseline before it (`incremental::prepare_engine`).
     let output_error = |source| PlanError::Output {
         bucket: spec.output_bucket.clone(),
         source,
     };
     let prepared = async {
-        if spec.baseline.is_none() {
-            return match Box::pin(start_store_check(s3, spec))
-                .await
-                .map_err(output_error)?
-            {
-                CheckStart::Settling(canary) => Ok(Some(canary)),
-                CheckStart::Recorded(_) => Ok(None),
-            };
-        }
-        let store = Box::pin(ensure_store_check(s3, spec))
+        let (started, settling) = match Box::pin(start_store_check(s3, spec))
             .await
-            .map_err(output_error)?;
-        Box::pin(load_baseline(s3, spec, &store))
+            .map_err(output_error)?
+        {
+            CheckStart::Settling(canary) => (Some(canary.started()), Some(canary)),
+            CheckStart::Recorded(record) => (record.check.map(|c| c.started), None),
+        };
+        Box::pin(load_baseline(s3, spec, started.as_deref()))
             .await
             .map_err(|e| match e {
                 BaselineError::Read { source, .. } if source.is_retryable() => output_error(source),
                 refused => PlanError::Settings(refused.to_string()),
             })?;
-        Ok::<_, PlanError>(None)
+        Ok::<_, PlanError>(settling)
     };
     let stored = queue.shard_ranges().await?;
     let cut = async {
