@@ -506,6 +506,15 @@ async fn a_distributed_incremental_scan_equals_a_full_one_with_the_exact_change_
         i.baseline_bytes_read > 0,
         "the manifest says what the baseline cost: {i:?}"
     );
+    // Planned from the baseline's blocks, each shard reads from the block
+    // it begins at: no byte twice (a plan by LIST, or a shard that began
+    // reading at the block before its own, read up to a block more each).
+    let baseline_bytes: u64 = full.files.iter().map(|f| f.bytes).sum();
+    assert!(
+        i.baseline_bytes_read <= baseline_bytes,
+        "{} bytes read of a baseline of {baseline_bytes}",
+        i.baseline_bytes_read
+    );
     assert_eq!(
         s3.key_count(&out, "inc/parts/").await,
         0,

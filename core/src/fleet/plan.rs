@@ -19,15 +19,16 @@ use crate::fleet::incremental::{
 use crate::fleet::queue::{Queue, QueueError};
 use crate::fleet::spec::{check_output, ScanSpec};
 use crate::keyspace::coverage::uncovered;
-use crate::keyspace::planner::{plan, BucketLister, PlanOptions};
+use crate::keyspace::planner::{plan, plan_from_marks, BucketLister, PlanOptions};
 use crate::keyspace::shard::Shard;
 use crate::s3::error::S3Error;
 use crate::s3::S3;
-use crate::scan::baseline::BaselineError;
+use crate::scan::baseline::{Baseline, BaselineError};
 use crate::scan::format::Layout;
 use crate::scan::partition::partition_of;
 use crate::scan::store_check::Canary;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -149,9 +150,10 @@ pub async fn plan_marked(
     // scan's, said once.
     // Boxed: these futures (SDK calls) are large, and a caller's stack may be
     // a runtime worker's.
-    // Both go beside the planner's LISTs, which need neither. No HEAD starts
-    // before the spec is stored, after both, so the canary's write still
-    // comes before every HEAD. Whether the store moves LastModified takes
+    // Both go beside the planner's LISTs, which need neither, unless the
+    // scan is planned from its baseline (then after them, with no LIST).
+    // No HEAD starts before the spec is stored, after both, so the canary's
+    // write still comes before every HEAD. Whether the store moves LastModified takes
     // up to a second more (LastModified's resolution), and no worker waits
     // for it: the check settles after the mark, beside the first LISTs and
     // HEADs. A scan without a baseline needs the answer only in its
@@ -169,22 +171,26 @@ pub async fn plan_marked(
             CheckStart::Settling(canary) => (Some(canary.started()), Some(canary)),
             CheckStart::Recorded(record) => (record.check.map(|c| c.started), None),
         };
-        Box::pin(load_baseline(s3, spec, started.as_deref()))
+        let baseline = Box::pin(load_baseline(s3, spec, started.as_deref()))
             .await
             .map_err(|e| match e {
                 BaselineError::Read { source, .. } if source.is_retryable() => output_error(source),
                 refused => PlanError::Settings(refused.to_string()),
             })?;
-        Ok::<_, PlanError>(settling)
+        Ok::<_, PlanError>((settling, baseline))
     };
     let stored = queue.shard_ranges().await?;
-    let cut = async {
+    let stored = &stored;
+    // A scan with a baseline is planned from its blocks where they are
+    // enough (`plan_from_marks`): no LIST, and each shard reads its
+    // baseline from the block it begins at.
+    let cut = |baseline: Option<Arc<Baseline>>| async move {
         if !stored.is_empty() {
             tracing::warn!(
                 stored = stored.len(),
                 "a plan that did not finish: queueing the ranges its shards leave"
             );
-            return Ok((uncovered(&spec.prefix, &stored), 0));
+            return Ok((uncovered(&spec.prefix, stored), 0));
         }
         let lister = BucketLister {
             s3,
@@ -194,7 +200,10 @@ pub async fn plan_marked(
             prefix: spec.prefix.clone(),
             ..opts.clone()
         };
-        let planned = plan(&lister, &opts).await.map_err(PlanError::Planning)?;
+        let planned = match baseline.and_then(|b| plan_from_marks(&opts, b.marks())) {
+            Some(planned) => planned,
+            None => plan(&lister, &opts).await.map_err(PlanError::Planning)?,
+        };
         let estimated: u64 = planned.iter().map(|s| s.estimated_objects).sum();
         check(estimated)?;
         Ok::<_, PlanError>((
@@ -202,7 +211,13 @@ pub async fn plan_marked(
             estimated,
         ))
     };
-    let (settling, (shards, estimated_objects)) = tokio::try_join!(prepared, Box::pin(cut))?;
+    let (settling, (shards, estimated_objects)) = if spec.baseline.is_some() && stored.is_empty() {
+        let (settling, baseline) = Box::pin(prepared).await?;
+        (settling, Box::pin(cut(baseline)).await?)
+    } else {
+        let ((settling, _), cut) = tokio::try_join!(prepared, Box::pin(cut(None)))?;
+        (settling, cut)
+    };
     // Recorded before the spec is stored: a worker started without
     // `--wait-for-plan` takes shards as they are queued, and a planner that
     // stops from here on must leave a record (a check started again would be

@@ -198,6 +198,47 @@ pub async fn plan<L: Lister>(lister: &L, opts: &PlanOptions) -> Result<Vec<Plann
     Ok(tile(&opts.prefix, nodes, opts))
 }
 
+/// A plan from places in the keyspace known without a LIST: `marks` are
+/// keys where runs of about so many objects begin (an incremental scan's
+/// baseline: where each block of its result begins, and the records it
+/// holds). Shards begin at marks, merged into runs as [`plan`] merges the
+/// nodes it saw, so each shard reads its baseline from the block it begins
+/// at. Marks outside `opts.prefix` are left out; the estimates are not
+/// exact (the bucket changed since). `None` when the marks are too few to
+/// give half of `opts.target_shards`: a plan by LIST does better then.
+pub fn plan_from_marks(
+    opts: &PlanOptions,
+    marks: impl IntoIterator<Item = (String, u64)>,
+) -> Option<Vec<PlannedShard>> {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut marks: Vec<(String, u64)> = marks
+        .into_iter()
+        .filter(|(key, _)| key.starts_with(&opts.prefix))
+        .collect();
+    marks.sort();
+    for (key, objects) in marks {
+        match nodes.last_mut() {
+            Some(last) if last.text == key => last.count += objects,
+            _ => nodes.push(Node::prefix(key, objects, true, 0)),
+        }
+    }
+    if nodes.len() < opts.target_shards.div_ceil(2).max(1) {
+        return None;
+    }
+    // Runs of marks merge up to the mean (and `min_shard_objects`), not up
+    // to a LIST page as nodes a planner saw do: a mark's count is no
+    // sample of a page.
+    let runs = PlanOptions {
+        page_size: 1,
+        ..opts.clone()
+    };
+    let mut planned = tile(&opts.prefix, nodes, &runs);
+    for p in &mut planned {
+        p.exact = false;
+    }
+    Some(planned)
+}
+
 impl<'a, L: Lister> Planner<'a, L> {
     fn new(lister: &'a L, opts: &'a PlanOptions) -> Self {
         Planner {
@@ -1106,5 +1147,58 @@ mod tests {
             shards.extend(done);
             assert_tiles(&root, &shards);
         }
+    }
+
+    /// A plan from a baseline's marks tiles the prefix, begins each shard at
+    /// a mark (the block a shard's baseline reading begins at), evens out
+    /// the objects, and is not taken from too few marks.
+    #[test]
+    fn a_plan_from_marks_tiles_the_prefix_and_begins_its_shards_at_marks() {
+        let opts = PlanOptions {
+            prefix: "p/".into(),
+            target_shards: 4,
+            page_size: 10,
+            ..PlanOptions::default()
+        };
+        // Twelve blocks of 100 objects under p/, and two outside it; one
+        // key twice (two files whose blocks begin at the same key).
+        let mut marks: Vec<(String, u64)> = (0..12).map(|i| (format!("p/{:02}-first", i * 3), 100)).collect();
+        marks.extend([
+            ("a".to_string(), 500),
+            ("q".to_string(), 500),
+            ("p/09-first".to_string(), 100),
+        ]);
+        let planned = plan_from_marks(&opts, marks.clone()).expect("enough marks");
+        let shards: Vec<Shard> = planned.iter().map(|p| p.shard.clone()).collect();
+        assert_tiles("p/", &shards);
+        // About the target: runs merge while they stay within the mean.
+        assert!((4..=5).contains(&planned.len()), "{planned:#?}");
+        assert_eq!(
+            planned.iter().map(|p| p.estimated_objects).sum::<u64>(),
+            1_300,
+            "marks outside the prefix are left out"
+        );
+        assert!(
+            planned.iter().all(|p| !p.exact && p.estimated_objects <= 400),
+            "{planned:#?}"
+        );
+        // Every shard after the first begins at a mark: its first key is
+        // the block's, and no key sorts between its start and that key.
+        for p in &planned[1..] {
+            let after = p.shard.start_after.as_deref().expect("a start");
+            let mark = marks
+                .iter()
+                .map(|(k, _)| k)
+                .find(|k| key_before(k).as_deref() == Some(after));
+            assert!(mark.is_some(), "{p:?} does not begin at a mark");
+        }
+        let keys: Vec<String> = (0..40)
+            .map(|i| format!("p/{i:02}-first"))
+            .chain(["p/".into(), "p/zz".into()])
+            .collect();
+        assert_each_once("p/", &shards, keys.iter());
+        // Fewer marks than half the target: planned by LIST instead.
+        assert!(plan_from_marks(&opts, marks[..1].to_vec()).is_none());
+        assert!(plan_from_marks(&opts, Vec::new()).is_none());
     }
 }

@@ -21,7 +21,7 @@ use crate::s3::error::S3Error;
 use crate::s3::types::ListedObject;
 use crate::s3::S3;
 use crate::scan::column_options::ColumnOptions;
-use crate::scan::dataset::DataFile;
+use crate::scan::dataset::{Block, DataFile};
 use crate::scan::filter::ObjectFilter;
 use crate::scan::format::{is_csv_header, parse_csv_record, take_csv_rows, Format};
 use crate::scan::record::{Record, Status, RECORD_FORMAT};
@@ -379,6 +379,29 @@ impl Baseline {
     }
 
     /// The baseline's records of `shard`'s range, in key order.
+    /// Where the baseline's blocks begin (each file's, where it has none),
+    /// and about how many records each holds, by its share of its file's
+    /// bytes: a plan for a scan against it
+    /// (`keyspace::planner::plan_from_marks`) that needs no LIST, and
+    /// whose shards each read their baseline from the block they begin at.
+    pub fn marks(&self) -> Vec<(String, u64)> {
+        let mut marks = Vec::new();
+        for f in &self.files {
+            let Some(first) = &f.first_key else { continue };
+            if f.blocks.is_empty() || f.bytes == 0 {
+                marks.push((first.clone(), f.records));
+                continue;
+            }
+            let ends = f.blocks.iter().skip(1).map(|b| b.offset).chain([f.bytes]);
+            for (b, end) in f.blocks.iter().zip(ends) {
+                let share =
+                    u128::from(end.saturating_sub(b.offset)) * u128::from(f.records) / u128::from(f.bytes);
+                marks.push((b.first_key.clone(), share as u64));
+            }
+        }
+        marks
+    }
+
     pub fn range(self: &Arc<Self>, s3: Arc<S3>, shard: &Shard) -> RangeReader {
         let bounds = Bounds::of(shard);
         let files = self
@@ -608,14 +631,27 @@ impl RangeReader {
 }
 
 /// Where to start reading `file` for the range: the last block starting at
-/// or before its lower bound (keys before it cannot be in the range).
+/// or before its lower bound (keys before it cannot be in the range), or
+/// the next one where no key lies between the range's exclusive start and
+/// that block's first key. A range planned to begin at key `K` starts
+/// after `key_before(K)`, below `K`: a shard planned from the baseline's
+/// blocks (`planner::plan_from_marks`) read the whole block before its own.
 fn start_offset(file: &DataFile, bounds: &Bounds) -> u64 {
     let start = bounds.lower();
-    file.blocks
+    let at_or_before = file
+        .blocks
         .iter()
         .take_while(|b| b.first_key.as_str() <= start)
-        .last()
-        .map_or(0, |b| b.offset)
+        .count();
+    let begins_the_range = |b: &Block| {
+        bounds.after.as_deref().is_some_and(|after| {
+            crate::keyspace::shard::key_before(&b.first_key).is_some_and(|k| k.as_str() <= after)
+        })
+    };
+    match file.blocks.get(at_or_before) {
+        Some(next) if begins_the_range(next) => next.offset,
+        _ => at_or_before.checked_sub(1).map_or(0, |i| file.blocks[i].offset),
+    }
 }
 
 /// Where reading `file` for the range may end: the first block that starts
@@ -857,7 +893,6 @@ fn json_record(line: &[u8], keep: bool) -> Result<Record, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan::dataset::Block;
 
     fn manifest(extra: &str) -> String {
         format!(
@@ -1129,6 +1164,45 @@ mod tests {
         assert_eq!(start_offset(&f, &Bounds::of(&shard(Some("g")))), 0);
         assert_eq!(start_offset(&f, &Bounds::of(&shard(Some("h")))), 100);
         assert_eq!(start_offset(&f, &Bounds::of(&shard(Some("q")))), 200);
+        // A range planned to begin at "h" starts after the greatest key
+        // below it: no key between, so no byte of the block before.
+        let before_h = crate::keyspace::shard::key_before("h").unwrap();
+        assert_eq!(start_offset(&f, &Bounds::of(&shard(Some(&before_h)))), 100);
+        let before_p = crate::keyspace::shard::key_before("p").unwrap();
+        assert_eq!(start_offset(&f, &Bounds::of(&shard(Some(&before_p)))), 200);
+        // Just below that: keys between may be in the block before.
+        let below = crate::keyspace::shard::key_before(&before_h).unwrap();
+        assert_eq!(start_offset(&f, &Bounds::of(&shard(Some(&below)))), 0);
+    }
+
+    #[test]
+    fn marks_are_where_blocks_begin_with_their_share_of_the_records() {
+        let file = |json: &str| -> DataFile { serde_json::from_str(json).unwrap() };
+        let mut blocked = file(
+            r#"{"location":"s3://o/1","first_key":"a","last_key":"t","records":30,"bytes":400,"etag":null}"#,
+        );
+        blocked.blocks = [("a", 100), ("h", 200), ("p", 250)]
+            .map(|(k, offset)| Block {
+                first_key: k.into(),
+                offset,
+            })
+            .to_vec();
+        let whole = file(
+            r#"{"location":"s3://o/2","first_key":"u","last_key":"z","records":7,"bytes":90,"etag":null}"#,
+        );
+        let empty = file(
+            r#"{"location":"s3://o/3","first_key":null,"last_key":null,"records":0,"bytes":0,"etag":null}"#,
+        );
+        let mut b = Baseline::parse("s3://o/m/manifest.json", manifest(CHECK).as_bytes()).unwrap();
+        b.files = vec![blocked, whole, empty];
+        // 100 + 50 + 150 of the first file's 400 bytes (its header before the
+        // first block holds no record); the second file whole.
+        assert_eq!(
+            b.marks(),
+            [("a", 7), ("h", 3), ("p", 11), ("u", 7)]
+                .map(|(k, n)| (k.to_string(), n))
+                .to_vec()
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! May import: the rest of `scan`, `keyspace` and `s3`.
 
-use crate::keyspace::planner::{plan, BucketLister, PlanOptions, PlannedShard};
+use crate::keyspace::planner::{plan, plan_from_marks, BucketLister, PlanOptions, PlannedShard};
 use crate::s3::error::S3Error;
 use crate::scan::dataset::{
     ChangeCounts, DataFile, DatasetCounts, DatasetManifest, DatasetRoot, IncrementalSummary, ShardFiles,
@@ -34,8 +34,16 @@ pub struct ScanSummary {
     pub output: OutputSummary,
 }
 
-/// Plan the shards of the engine's bucket.
+/// Plan the shards of the engine's bucket: an incremental engine's from
+/// its baseline's blocks, where they are enough (no LIST, and each shard
+/// reads its baseline from the block it begins at), else by LIST.
 pub async fn plan_bucket(engine: &Engine, opts: &PlanOptions) -> Result<Vec<PlannedShard>, S3Error> {
+    if let Some(planned) = engine
+        .incremental()
+        .and_then(|inc| plan_from_marks(opts, inc.baseline.marks()))
+    {
+        return Ok(planned);
+    }
     let lister = BucketLister {
         s3: &engine.s3,
         bucket: &engine.opts.bucket,
