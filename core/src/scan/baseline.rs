@@ -378,7 +378,6 @@ impl Baseline {
             && !moves_in_place(old)
     }
 
-    /// The baseline's records of `shard`'s range, in key order.
     /// Where the baseline's blocks begin (each file's, where it has none),
     /// and about how many records each holds, by its share of its file's
     /// bytes: a plan for a scan against it
@@ -402,6 +401,8 @@ impl Baseline {
         marks
     }
 
+    /// The baseline's records of `shard`'s range, in key order (thin ones
+    /// of a JSON Lines baseline: see [`thick`]).
     pub fn range(self: &Arc<Self>, s3: Arc<S3>, shard: &Shard) -> RangeReader {
         let bounds = Bounds::of(shard);
         let files = self
@@ -883,10 +884,22 @@ fn as_result(record: &mut Record) {
 /// The record of a JSON line, keeping the line if `keep`
 /// (`Record::verbatim`): an unchanged record is written as it was read.
 fn json_record(line: &[u8], keep: bool) -> Result<Record, String> {
-    let mut record = serde_json::from_slice::<Record>(line).map_err(|e| format!("bad JSON line: {e}"))?;
-    if keep {
-        record.verbatim = crate::scan::record::Verbatim::of(line);
-    }
+    let record = if keep {
+        // Thin: most records are taken unchanged, as their line.
+        Record::thin_of_line(line)
+    } else {
+        serde_json::from_slice::<Record>(line)
+    };
+    record.map_err(|e| format!("bad JSON line: {e}"))
+}
+
+/// A baseline record decoded whole ([`Record::thicken`]): one that is not
+/// taken unchanged (a removed or changed object's, or one whose storage
+/// class moved) goes to the change set or is written anew.
+pub fn thick(mut record: Box<Record>) -> Result<Box<Record>, S3Error> {
+    record
+        .thicken()
+        .map_err(|e| S3Error::Other(format!("baseline record of {:?}: bad JSON line: {e}", record.key)))?;
     Ok(record)
 }
 

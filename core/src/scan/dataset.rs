@@ -317,7 +317,7 @@ impl DatasetCounts {
         self.written += kept as u64;
         match record.status {
             Status::Ok => {
-                self.with_metadata += !record.metadata.is_empty() as u64;
+                self.with_metadata += record.has_metadata() as u64;
                 self.bytes += record.size;
             }
             Status::Vanished => self.vanished += 1,

@@ -15,7 +15,7 @@ use crate::s3::error::S3Error;
 use crate::s3::HeadClient;
 use crate::s3::{BucketLister, ListRequest, ListedObject, Pages, S3};
 use crate::s3::{HeadInfo, HeadResult};
-use crate::scan::baseline::{Baseline, RangeReader};
+use crate::scan::baseline::{thick, Baseline, RangeReader};
 use crate::scan::column_options::ColumnOptions;
 use crate::scan::filter::ObjectFilter;
 use crate::scan::listed::{
@@ -709,7 +709,7 @@ impl Engine {
     pub fn keep(&self, record: &Record) -> bool {
         !self.opts.only_with_metadata
             || record.status == Status::Error
-            || (record.status == Status::Ok && !record.metadata.is_empty())
+            || (record.status == Status::Ok && record.has_metadata())
     }
 
     /// LIST the shard into `keys`, stopping at its end key (or the
@@ -808,7 +808,7 @@ impl Engine {
             return Ok(keys.send(Entry::Listed(task, None)).await.is_ok());
         };
         while let Some(gone) = baseline.next_before(Some(task.key())).await? {
-            if keys.send(Entry::Removed(gone)).await.is_err() {
+            if keys.send(Entry::Removed(thick(gone)?)).await.is_err() {
                 return Ok(false);
             }
         }
@@ -823,9 +823,9 @@ impl Engine {
                 // progress say where each record came from.
                 self.counters.reused.fetch_add(1, Relaxed);
                 self.count_record(&old);
-                Entry::Reused(reused(old, &obj))
+                Entry::Reused(reused(old, &obj)?)
             }
-            (task, old) => Entry::Listed(task, old),
+            (task, old) => Entry::Listed(task, old.map(thick).transpose()?),
         };
         Ok(keys.send(entry).await.is_ok())
     }
@@ -856,7 +856,7 @@ impl Engine {
     /// A record made without a HEAD: its bytes and whether it has metadata.
     fn count_record(&self, record: &Record) {
         self.counters.bytes.fetch_add(record.size, Relaxed);
-        if !record.metadata.is_empty() {
+        if record.has_metadata() {
             self.counters.with_metadata.fetch_add(1, Relaxed);
         }
     }
@@ -1140,16 +1140,17 @@ fn removed(mut old: Box<Record>) -> Box<Record> {
 
 /// The baseline's record of an unchanged object, with what the listing
 /// says now of its storage class (a lifecycle transition moves neither its
-/// ETag nor its LastModified).
-fn reused(mut old: Box<Record>, obj: &ListedObject) -> Box<Record> {
+/// ETag nor its LastModified): then decoded whole and written anew.
+fn reused(mut old: Box<Record>, obj: &ListedObject) -> Result<Box<Record>, S3Error> {
     // The baseline reader reads every record as a result (`as_result`): a
     // change kept here would go to the change set as its old line.
     debug_assert!(old.change.is_none() && old.previous.is_none());
     if obj.storage_class.is_some() && obj.storage_class != old.storage_class {
+        old = thick(old)?;
         old.storage_class = obj.storage_class.clone();
         old.verbatim.clear();
     }
-    old
+    Ok(old)
 }
 
 /// A record from what the listing said, for objects the HEAD could not read.
@@ -1212,39 +1213,39 @@ mod tests {
 
     /// A baseline record is written as its line only while it is as it was
     /// read: a storage class the listing now says otherwise, or a removal
-    /// (its change and previous record added), is encoded anew.
+    /// (its change and previous record added), is encoded anew, from the
+    /// whole record (a thin one is decoded whole first: its metadata is
+    /// kept).
     #[test]
     fn a_reused_or_removed_record_keeps_its_line_only_while_unchanged() {
-        use super::{removed, reused};
+        use super::{removed, reused, thick};
         use crate::s3::types::ListedObject;
-        use crate::scan::record::{ChangeKind, Record, Verbatim};
-        let line =
-            br#"{"key":"k","status":"ok","size":1,"etag":"e","storage_class":"STANDARD","metadata":{}}"#;
-        let read = || {
-            let mut r: Box<Record> = Box::new(serde_json::from_slice(line).unwrap());
-            r.verbatim = Verbatim::of(line);
-            r
-        };
+        use crate::scan::record::{ChangeKind, Record};
+        let line = br#"{"key":"k","status":"ok","size":1,"etag":"e","storage_class":"STANDARD","metadata":{"m":"v"}}"#;
+        let read = || Box::new(Record::thin_of_line(line).unwrap());
         let listed = |class: Option<&str>| ListedObject {
             key: "k".into(),
             size: 1,
             storage_class: class.map(str::to_string),
             ..ListedObject::default()
         };
-        assert!(reused(read(), &listed(Some("STANDARD")))
-            .verbatim
-            .line()
-            .is_some());
-        assert!(reused(read(), &listed(None)).verbatim.line().is_some());
-        let moved = reused(read(), &listed(Some("GLACIER")));
+        let kept = reused(read(), &listed(Some("STANDARD"))).unwrap();
+        assert!(kept.is_thin() && kept.has_metadata() && kept.verbatim.line().is_some());
+        assert!(reused(read(), &listed(None)).unwrap().verbatim.line().is_some());
+        let moved = reused(read(), &listed(Some("GLACIER"))).unwrap();
         let mut out = Vec::new();
         moved.write_line(&mut out);
-        assert!(String::from_utf8(out).unwrap().contains("GLACIER"));
-        let gone = removed(read());
+        let back: Record = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back.storage_class.as_deref(), Some("GLACIER"));
+        assert_eq!(
+            back.metadata["m"], "v",
+            "decoded whole before it was written anew"
+        );
+        let gone = removed(thick(read()).unwrap());
         let mut out = Vec::new();
         gone.write_line(&mut out);
         let back: Record = serde_json::from_slice(&out).unwrap();
         assert_eq!(back.change, Some(ChangeKind::Removed));
-        assert!(back.previous.is_some());
+        assert_eq!(back.previous.unwrap().metadata["m"], "v");
     }
 }

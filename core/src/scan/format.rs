@@ -142,6 +142,8 @@ impl Format {
 }
 
 fn write_csv_row(r: &Record, bucket: &str, out: &mut Vec<u8>) {
+    // Thin records come of JSON Lines baselines, for JSON Lines results.
+    debug_assert!(!r.is_thin(), "a thin record encoded as CSV");
     let metadata = serde_json::to_string(&r.metadata).expect("a map serializes");
     let status = serde_json::to_value(r.status).expect("a status serializes");
     let binary = match r.binary_metadata.is_empty() {

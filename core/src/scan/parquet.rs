@@ -457,6 +457,7 @@ impl Columns {
     }
 
     fn push(&mut self, r: &Record, bucket: &str) -> Result<(), ParquetError> {
+        debug_assert!(!r.is_thin(), "a thin record encoded as Parquet");
         self.bucket.append_value(bucket);
         self.key.append_value(&r.key);
         self.status.append_value(status_name(r.status));
