@@ -924,3 +924,58 @@ async fn an_incremental_fleet_scan_takes_baseline_records_only_once_its_store_ch
         }
     }
 }
+
+/// Objects with metadata deleted after the last key listed of their range
+/// (here the bucket's last keys, and a whole prefix) are removals taken
+/// from the baseline at the range's end: their change records hold their
+/// whole baseline record (its metadata and content type), not the part
+/// of it that deciding whether to take a record unchanged reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_deleted_at_the_end_of_a_range_keep_their_whole_record_in_the_change_set() {
+    let s3 = minio();
+    let bucket = s3.bucket("inc-tail").await;
+    let out = s3.bucket("inc-tail-out").await;
+    let seeded: BTreeMap<String, Seeded> = ["a/1", "a/2", "b/1", "b/2", "b/3"]
+        .iter()
+        .map(|k| {
+            let metadata = BTreeMap::from([("owner".to_string(), format!("of-{k}"))]);
+            (k.to_string(), Seeded { size: 3, metadata })
+        })
+        .collect();
+    s3.seed(&bucket, &seeded).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3_100)).await;
+    let scan = |prefix: &str, baseline: Option<String>| {
+        let output = format!("s3://{out}/{prefix}");
+        let mut args = vec!["scan", "--bucket", &bucket, "--layout", "dataset", "-o", &output];
+        args.extend(["--metadata-source", "head"]);
+        let baseline = baseline.unwrap_or_default();
+        if !baseline.is_empty() {
+            args.extend(["--baseline", &baseline]);
+        }
+        assert_success(&s3.worker(&args));
+    };
+    scan("full/", None);
+    for key in ["a/2", "b/2", "b/3"] {
+        s3.client()
+            .delete_object()
+            .bucket(&bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+    }
+    scan("inc/", Some(format!("s3://{out}/full/manifest.json")));
+    let inc = manifest(&s3, &out, "inc/").await;
+    let i = inc.incremental.expect("an incremental manifest");
+    let changes = records_of(&s3, &i.change_files, false).await;
+    assert_eq!(changes.keys().collect::<Vec<_>>(), ["a/2", "b/2", "b/3"]);
+    for (key, change) in &changes {
+        assert_eq!(change.change, Some(ChangeKind::Removed));
+        let owner = format!("of-{key}");
+        assert_eq!(change.metadata["owner"], owner, "{change:?}");
+        let previous = change.previous.as_ref().expect("the baseline's record");
+        assert_eq!(previous.metadata["owner"], owner, "{change:?}");
+        assert!(previous.content_type.is_some(), "{change:?}");
+    }
+    assert_eq!(records_of(&s3, &inc.files, false).await.len(), 2);
+}

@@ -258,12 +258,16 @@ pub async fn prepare_engine(engine: &Engine, spec: &ScanSpec) -> Result<(), Incr
     };
     let trust_last_modified = if is_unsettled(&check) {
         let (tell, trust) = Trust::pending();
-        let (s3, spec) = (engine.s3.clone(), spec.clone());
+        let (s3, spec, baseline) = (engine.s3.clone(), spec.clone(), baseline.clone());
         // Detached, and ends within the wait's bound: dropped without an
-        // answer (a read that failed), the sender means no trust.
+        // answer (a read that failed), the sender means no trust. The
+        // baseline is checked against the scan's start as planning did,
+        // now that it is known here.
         tokio::spawn(async move {
             if let Ok(found) = settled_store_check(&s3, &spec).await {
-                let trusts = found.is_some_and(|c| c.trusts_last_modified());
+                let trusts = found
+                    .and_then(|c| c.check)
+                    .is_some_and(|c| c.last_modified_moves && baseline.admit_start(&c.started).is_ok());
                 let _ = tell.send(Some(trusts));
             }
         });

@@ -358,7 +358,10 @@ pub async fn merge_with(
             let checked = checked.clone().unwrap_or_default();
             Some(IncrementalSummary {
                 baseline: baseline.clone(),
-                reused_records: checked.trusts_last_modified(),
+                // And taken: a worker that gave up waiting for the check
+                // HEADed every object, whatever the check said later.
+                reused_records: checked.trusts_last_modified()
+                    && progress.get("reused").is_some_and(|n| *n > 0),
                 detail: checked.detail(),
                 changes: match spec.layout {
                     Layout::Single => format!("s3://{}/{}", spec.output_bucket, changes.result_key()),

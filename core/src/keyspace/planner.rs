@@ -211,19 +211,34 @@ pub fn plan_from_marks(
     marks: impl IntoIterator<Item = (String, u64)>,
 ) -> Option<Vec<PlannedShard>> {
     let mut nodes: Vec<Node> = Vec::new();
+    // A key longer than S3 allows is no key of the bucket (the marks are a
+    // manifest's word).
     let mut marks: Vec<(String, u64)> = marks
         .into_iter()
-        .filter(|(key, _)| key.starts_with(&opts.prefix))
+        .filter(|(key, _)| key.starts_with(&opts.prefix) && key.len() <= MAX_KEY_BYTES)
         .collect();
-    marks.sort();
+    marks.sort_unstable();
     for (key, objects) in marks {
         match nodes.last_mut() {
-            Some(last) if last.text == key => last.count += objects,
+            Some(last) if last.text == key => last.count = last.count.saturating_add(objects),
             _ => nodes.push(Node::prefix(key, objects, true, 0)),
         }
     }
-    if nodes.len() < opts.target_shards.div_ceil(2).max(1) {
+    let target = opts.target_shards.max(1);
+    if nodes.len() < target.div_ceil(2) {
         return None;
+    }
+    // At most MARKS_PER_SHARD marks a shard to tile: each shard still
+    // begins at a mark, and a manifest of millions of blocks costs no more.
+    let per = nodes.len().div_ceil(target.saturating_mul(MARKS_PER_SHARD));
+    if per > 1 {
+        nodes = nodes
+            .chunks(per)
+            .map(|run| {
+                let count = run.iter().fold(0u64, |sum, n| sum.saturating_add(n.count));
+                Node::prefix(run[0].text.clone(), count, true, 0)
+            })
+            .collect();
     }
     // Runs of marks merge up to the mean (and `min_shard_objects`), not up
     // to a LIST page as nodes a planner saw do: a mark's count is no
@@ -233,11 +248,19 @@ pub fn plan_from_marks(
         ..opts.clone()
     };
     let mut planned = tile(&opts.prefix, nodes, &runs);
+    // Runs merge to about the target; far more shards than that would come
+    // only of counts no scan wrote: planned by LIST instead.
+    if planned.len() > 2 * target + 1 {
+        return None;
+    }
     for p in &mut planned {
         p.exact = false;
     }
     Some(planned)
 }
+
+/// Marks kept per shard of the target in a plan from marks.
+const MARKS_PER_SHARD: usize = 16;
 
 impl<'a, L: Lister> Planner<'a, L> {
     fn new(lister: &'a L, opts: &'a PlanOptions) -> Self {
@@ -485,7 +508,9 @@ fn most_even_split(groups: &[Node]) -> usize {
 /// itself, the last to the end of the prefix), so the shards tile the
 /// keyspace with no gap, whatever was created between nodes after planning.
 fn tile(root: &str, nodes: Vec<Node>, opts: &PlanOptions) -> Vec<PlannedShard> {
-    let total: u64 = nodes.iter().map(|n| n.count).sum();
+    // Saturating: a baseline's counts (`plan_from_marks`) are a manifest's
+    // word, not objects seen.
+    let total: u64 = nodes.iter().fold(0u64, |sum, n| sum.saturating_add(n.count));
     let target = (total / opts.target_shards.max(1) as u64)
         .max(opts.page_size as u64)
         .max(opts.min_shard_objects);
@@ -493,7 +518,9 @@ fn tile(root: &str, nodes: Vec<Node>, opts: &PlanOptions) -> Vec<PlannedShard> {
     let mut runs: Vec<(String, u64, bool, bool)> = Vec::new();
     for node in nodes {
         match runs.last_mut() {
-            Some((_, count, exact, false)) if !node.is_big() && *count + node.count <= target => {
+            Some((_, count, exact, false))
+                if !node.is_big() && count.saturating_add(node.count) <= target =>
+            {
                 *count += node.count;
                 *exact &= node.exact;
             }
@@ -535,7 +562,7 @@ fn coalesce(runs: &mut Vec<(String, u64, bool, bool)>, target: usize, max_object
         // Pairs (i, i + 1) by objects seen together, fewest first; each run
         // joins at most one pair per pass.
         let mut pairs: Vec<(u64, usize)> = (0..runs.len() - 1)
-            .map(|i| (runs[i].1 + runs[i + 1].1, i))
+            .map(|i| (runs[i].1.saturating_add(runs[i + 1].1), i))
             .filter(|(together, _)| *together <= max_objects)
             .collect();
         if pairs.is_empty() {
@@ -562,7 +589,7 @@ fn coalesce(runs: &mut Vec<(String, u64, bool, bool)>, target: usize, max_object
         while let Some(((low, mut count, mut exact, mut big), joins)) = next.next() {
             if joins {
                 if let Some(((_, c, e, b), _)) = next.next() {
-                    count += c;
+                    count = count.saturating_add(c);
                     exact &= e;
                     big |= b;
                 }
@@ -1197,6 +1224,19 @@ mod tests {
             .chain(["p/".into(), "p/zz".into()])
             .collect();
         assert_each_once("p/", &shards, keys.iter());
+        // Marks of a forged manifest: a million blocks with counts that
+        // overflow any sum. No sum overflows, the work stays bounded (16
+        // marks a shard are tiled), and runs that cannot merge to about the
+        // target leave the plan to LIST.
+        let forged = (0..1_000_000u64).map(|i| (format!("p/{i:07}"), u64::MAX / 3));
+        assert!(plan_from_marks(&opts, forged).is_none());
+        // A key longer than S3 allows begins no shard.
+        let long = format!("p/15-{}", "x".repeat(2_000));
+        let with_long = marks.iter().cloned().chain([(long.clone(), 10_000)]);
+        let planned = plan_from_marks(&opts, with_long).expect("enough marks");
+        assert!(planned
+            .iter()
+            .all(|p| p.shard.start_after.as_deref() != key_before(&long).as_deref()));
         // Fewer marks than half the target: planned by LIST instead.
         assert!(plan_from_marks(&opts, marks[..1].to_vec()).is_none());
         assert!(plan_from_marks(&opts, Vec::new()).is_none());

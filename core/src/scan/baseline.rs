@@ -393,9 +393,10 @@ impl Baseline {
             }
             let ends = f.blocks.iter().skip(1).map(|b| b.offset).chain([f.bytes]);
             for (b, end) in f.blocks.iter().zip(ends) {
-                let share =
-                    u128::from(end.saturating_sub(b.offset)) * u128::from(f.records) / u128::from(f.bytes);
-                marks.push((b.first_key.clone(), share as u64));
+                // At most a record a byte: the counts are the manifest's word.
+                let bytes = end.saturating_sub(b.offset);
+                let share = u128::from(bytes) * u128::from(f.records) / u128::from(f.bytes);
+                marks.push((b.first_key.clone(), share.min(u128::from(bytes)) as u64));
             }
         }
         marks
@@ -531,8 +532,9 @@ struct OpenFile {
 
 impl RangeReader {
     /// The next record, if its key is before `key` (`None`: at the end of
-    /// the range). One at a time: a shard whose objects were all deleted
-    /// holds one chunk of its baseline, not all of it.
+    /// the range): an object no longer listed, so decoded whole ([`thick`]:
+    /// it goes to the change set). One at a time: a shard whose objects
+    /// were all deleted holds one chunk of its baseline, not all of it.
     pub async fn next_before(&mut self, key: Option<&str>) -> Result<Option<Box<Record>>, S3Error> {
         if self.buffered.is_empty() && !self.fill().await? {
             return Ok(None);
@@ -541,11 +543,12 @@ impl RangeReader {
         if key.is_some_and(|k| next.key.as_str() >= k) {
             return Ok(None);
         }
-        Ok(self.buffered.pop_front())
+        self.buffered.pop_front().map(thick).transpose()
     }
 
     /// The record of `key`, once every record before it was taken
-    /// (`next_before`).
+    /// (`next_before`): thin where the baseline is read thin, for the
+    /// caller to take unchanged or [`thick`]en.
     pub async fn take(&mut self, key: &str) -> Result<Option<Box<Record>>, S3Error> {
         if self.buffered.is_empty() && !self.fill().await? {
             return Ok(None);

@@ -385,7 +385,8 @@ pub struct IncrementalSummary {
     /// `s3://bucket/key` of the baseline's manifest.
     pub baseline: String,
     /// Unchanged objects were taken from the baseline (the store check saw
-    /// LastModified move); otherwise every object was HEADed.
+    /// LastModified move, and a fleet's workers took some); otherwise every
+    /// object was HEADed.
     pub reused_records: bool,
     /// Why, in words.
     pub detail: String,

@@ -808,7 +808,7 @@ impl Engine {
             return Ok(keys.send(Entry::Listed(task, None)).await.is_ok());
         };
         while let Some(gone) = baseline.next_before(Some(task.key())).await? {
-            if keys.send(Entry::Removed(thick(gone)?)).await.is_err() {
+            if keys.send(Entry::Removed(gone)).await.is_err() {
                 return Ok(false);
             }
         }
