@@ -803,6 +803,20 @@ class E2ETimeline(unittest.TestCase):
         self.assertIn("| workers | 0.90 |", text)
         self.assertEqual(e2e.render_timeline(None), [])
 
+    def test_the_incremental_scan_in_the_cluster_renders_its_timeline(self):
+        row = {"claims": [["wall time <= 0.15x the full scan's", False]], "incremental": {"heads": 75, "wall_s": 11.0},
+               "full": {"heads": 10_000, "wall_s": 40.0}, "heads_share": 0.0075, "wall_ratio": 0.275,
+               "timeline": {"phases_seconds": {"planning": 1.06, "scanning": 7.5, "merging": 3.1},
+                            "timeline": {"first_head_after_start_s": 3.2, "heading_s": 5.0, "machine_cores_busy": 1.9,
+                                         "cpu_cores_by_component": {"workers": 1.08, "results store": 0.46,
+                                                                    "store": 0.25, "redis": 0.02}}}}
+        text = "\n".join(e2e.render_incremental(row))
+        self.assertIn("planning 1.1 s, scanning 7.5 s, merging 3.1 s", text)
+        self.assertIn("the first HEAD 3.2 s after its start, the last 5.0 s later", text)
+        self.assertIn("(workers 1.08, results store 0.46, store 0.25)", text)
+        del row["timeline"]
+        self.assertNotIn("Its timeline", "\n".join(e2e.render_incremental(row)))
+
     def test_the_heads_rate_and_cpu_per_head_come_from_the_timeline_not_the_phases(self):
         # Phases that overlap: objects over the scanning phase's seconds
         # would say 1.25x; the store's counter says 0.75x.

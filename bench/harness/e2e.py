@@ -149,7 +149,28 @@ def render_incremental(row):
         "| --- | --- |",
         *[f"| {claim} | {'met' if met else 'MISSED'} |" for claim, met in row["claims"]],
     ]
+    lines += render_incremental_timeline(row.get("timeline"))
     for what in ("records_diff", "changes_diff"):
         if row.get(what):
             lines += ["", f"{what}: {row[what]}"]
     return lines
+
+
+def render_incremental_timeline(figure):
+    """Where the cluster's incremental scan spent its seconds (its phases
+    by the operator's events, its HEADs and CPU by e2e/sample.py):
+    Markdown lines, none without them."""
+    if not isinstance(figure, dict):
+        return []
+    phases, t = figure.get("phases_seconds") or {}, figure.get("timeline") or {}
+    if not phases or "first_head_after_start_s" not in t:
+        return []
+    cores = t.get("cpu_cores_by_component") or {}
+    top = ", ".join(f"{name} {used:.2f}" for name, used in list(cores.items())[:3])
+    return [
+        "",
+        "Its timeline: " + ", ".join(f"{name} {secs:.1f} s" for name, secs in phases.items())
+        + f" (the operator's events); the first HEAD {t['first_head_after_start_s']} s after its start, the "
+        f"last {t['heading_s']} s later; while HEADing, the machine's cores were {t.get('machine_cores_busy', '?')} "
+        f"busy ({top}).",
+    ]

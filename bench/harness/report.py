@@ -216,6 +216,12 @@ def read_e2e_incremental(path):
         row = json.load(f)
     row["written"] = datetime.datetime.fromtimestamp(
         os.path.getmtime(path), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    # Its timeline (e2e/timeline.py of the incremental scan), where that
+    # run wrote one.
+    timeline = os.path.join(os.path.dirname(path), "e2e-incremental-timeline.json")
+    if os.path.exists(timeline):
+        with open(timeline) as f:
+            row["timeline"] = json.load(f)
     return row
 
 
