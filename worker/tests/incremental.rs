@@ -96,6 +96,11 @@ async fn manifest(s3: &Server, bucket: &str, prefix: &str) -> DatasetManifest {
     serde_json::from_slice(&s3.read(bucket, &format!("{prefix}manifest.json")).await).unwrap()
 }
 
+/// The manifest a fleet's merge wrote under `s3://OUT/NAME/`.
+async fn fleet_manifest(s3: &Server, out: &str, name: &str) -> bucketscan_core::fleet::merge::Manifest {
+    serde_json::from_slice(&s3.read(out, &format!("{name}/manifest.json")).await).unwrap()
+}
+
 /// Every record of the files listed, by key (none twice).
 async fn records_of(
     s3: &Server,
@@ -461,24 +466,14 @@ async fn a_distributed_incremental_scan_equals_a_full_one_with_the_exact_change_
         &args.iter().map(String::as_str).collect::<Vec<_>>(),
     );
 
-    let read_manifest = |name: &'static str| {
-        let s3 = s3.clone();
-        let out = out.clone();
-        async move {
-            serde_json::from_slice::<bucketscan_core::fleet::merge::Manifest>(
-                &s3.read(&out, &format!("{name}/manifest.json")).await,
-            )
-            .unwrap()
-        }
-    };
-    let full = read_manifest("full").await;
+    let full = fleet_manifest(&s3, &out, "full").await;
     assert!(
         full.store_check.as_ref().is_some_and(|c| c.last_modified_moves),
         "{:?}",
         full.store_check
     );
-    let inc = read_manifest("inc").await;
-    let full2 = read_manifest("full2").await;
+    let inc = fleet_manifest(&s3, &out, "inc").await;
+    let full2 = fleet_manifest(&s3, &out, "full2").await;
     let got = records_of(&s3, &inc.files, true).await;
     let want = records_of(&s3, &full2.files, true).await;
     assert_eq!(
@@ -762,8 +757,7 @@ async fn a_fleet_plan_is_marked_before_its_store_check_settles() {
     assert_eq!(record.error.as_deref(), Some(UNSETTLED));
 
     run_and_merge(&s3, &scan);
-    let manifest: bucketscan_core::fleet::merge::Manifest =
-        serde_json::from_slice(&s3.read(&out, "full/manifest.json").await).unwrap();
+    let manifest = fleet_manifest(&s3, &out, "full").await;
     assert_eq!(manifest.store_check, None);
     assert_eq!(manifest.store_check_error.as_deref(), Some(UNSETTLED));
     assert_eq!(
@@ -813,8 +807,7 @@ async fn a_merge_beside_its_planner_waits_for_the_store_check_to_settle() {
     // shards, and then for the check.
     let merged = run_and_merge(&s3, &scan);
     assert!(wait_exit(&mut planner, std::time::Duration::from_secs(60)).success());
-    let manifest: bucketscan_core::fleet::merge::Manifest =
-        serde_json::from_slice(&s3.read(&out, "full/manifest.json").await).unwrap();
+    let manifest = fleet_manifest(&s3, &out, "full").await;
     let check = manifest.store_check.unwrap_or_else(|| {
         panic!(
             "merged before the check settled ({:?}): {merged}",
@@ -838,7 +831,6 @@ async fn a_merge_beside_its_planner_waits_for_the_store_check_to_settle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incremental_fleet_scan_takes_baseline_records_only_once_its_store_check_settled() {
     use bucketscan_core::fleet::incremental::UNSETTLED;
-    use bucketscan_core::fleet::merge::Manifest;
     let s3 = minio();
     let bucket = s3.bucket("inc-held").await;
     let out = s3.bucket("inc-held-out").await;
@@ -858,14 +850,7 @@ async fn an_incremental_fleet_scan_takes_baseline_records_only_once_its_store_ch
         &format!("full2-{bucket}"),
         &[&["--bucket", &bucket, "--output", &full2][..], &layout].concat(),
     );
-    let read = |name: String| {
-        let (s3, out) = (s3.clone(), out.clone());
-        async move {
-            serde_json::from_slice::<Manifest>(&s3.read(&out, &format!("{name}/manifest.json")).await)
-                .unwrap()
-        }
-    };
-    let want = records_of(&s3, &read("full2".into()).await.files, false).await;
+    let want = records_of(&s3, &fleet_manifest(&s3, &out, "full2").await.files, false).await;
     let baseline = format!("{full}manifest.json");
 
     for (name, stopped) in [("stopped", true), ("settled", false)] {
@@ -893,7 +878,7 @@ async fn an_incremental_fleet_scan_takes_baseline_records_only_once_its_store_ch
         run_and_merge(&s3, &scan);
         let ended = wait_exit(&mut planner, std::time::Duration::from_secs(60));
         assert_eq!(ended.success(), !stopped, "{name}: the planner ended {ended:?}");
-        let manifest = read(name.into()).await;
+        let manifest = fleet_manifest(&s3, &out, name).await;
         assert_eq!(
             records_of(&s3, &manifest.files, false).await,
             want,
