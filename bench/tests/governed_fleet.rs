@@ -60,6 +60,7 @@ async fn engine(url: &str) -> Arc<Engine> {
             insecure: false,
             pool_size: 32,
             allowlist: None,
+            max_answer_bytes: None,
         },
         Some(credentials),
     )

@@ -209,6 +209,7 @@ async fn other_buckets_are_forwarded_and_stats_are_served() {
         insecure: false,
         pool_size: 4,
         allowlist: None,
+        max_answer_bytes: None,
     })
     .await
     .unwrap();

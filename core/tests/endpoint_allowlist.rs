@@ -4,6 +4,9 @@
 //! host name resolving to it, on the fast path (LIST) and through the AWS
 //! SDK (PUT) alike; a client without one (the worker's) is unchanged.
 
+#[path = "support/client.rs"]
+mod support;
+
 use bucketscan_core::s3::{Endpoint, EndpointAllowlist, ListRequest, S3Error, S3};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,17 +35,7 @@ async fn counting_server() -> (u16, Arc<AtomicUsize>) {
 }
 
 async fn client(url: String, allowlist: Option<EndpointAllowlist>) -> Arc<S3> {
-    let endpoint = Endpoint {
-        url: Some(url),
-        region: "us-east-1".into(),
-        path_style: true,
-        ca_pem: None,
-        insecure: false,
-        pool_size: 4,
-        allowlist: allowlist.map(Arc::new),
-    };
-    let credentials = aws_credential_types::Credentials::new("id", "secret", None, None, "test");
-    S3::connect_with(endpoint, Some(credentials)).await.unwrap()
+    support::client(url, allowlist, None).await
 }
 
 async fn list(s3: &S3) -> Result<(), S3Error> {
@@ -104,6 +97,7 @@ async fn a_region_that_names_another_host_builds_no_client() {
             insecure: true,
             pool_size: 4,
             allowlist: allowlist.map(Arc::new),
+            max_answer_bytes: None,
         };
         let credentials = aws_credential_types::Credentials::new("id", "secret", None, None, "test");
         let refused = S3::connect_with(endpoint, Some(credentials)).await.err().unwrap();

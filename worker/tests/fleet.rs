@@ -496,6 +496,59 @@ async fn a_scan_whose_redis_state_is_lost_is_replanned_without_redoing_finished_
     assert!(heads <= 3000, "finished shards were scanned again: {manifest}");
 }
 
+/// Done records read for a replan are bounded (the operator reads them from
+/// the tenant's output, where anyone who may write there can add more): one
+/// listed over 1 MiB is skipped (its shard is scanned again: exact), and more
+/// than 64 MiB of them fail the replan instead of filling memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn done_records_read_for_a_replan_are_bounded() {
+    use bucketscan_core::fleet::recovery::{
+        read_done, DoneRecord, RecoveryError, MAX_DONE_BYTES, MAX_DONE_RECORD_BYTES,
+    };
+    let s3 = versitygw();
+    let out = s3.bucket("done-bounds").await;
+    let spec = scan_spec("src", &out, "b/", "bounds");
+    let parts = spec.parts_prefix();
+    let c = s3.client();
+    // A record of shard `id`, padded with spaces to `size` bytes.
+    let put = async |id: &str, size: u64| {
+        let record = DoneRecord {
+            id: id.to_string(),
+            range: bucketscan_core::keyspace::shard::Shard::prefix("b/"),
+            parts: Vec::new(),
+            counts: BTreeMap::new(),
+        };
+        let mut body = serde_json::to_vec(&record).unwrap();
+        body.resize(size as usize, b' ');
+        c.put_object()
+            .bucket(&out)
+            .key(format!("{parts}{id}/done.json"))
+            .body(body.into())
+            .send()
+            .await
+            .unwrap();
+    };
+    let client_s3 = s3.s3().await;
+    put("big", MAX_DONE_RECORD_BYTES + 1).await;
+    put("small", 100).await;
+    let read = read_done(&client_s3, &spec).await.unwrap();
+    assert_eq!(
+        read.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["small"],
+        "the oversized record is skipped"
+    );
+    for i in 0..MAX_DONE_BYTES / MAX_DONE_RECORD_BYTES {
+        put(&format!("s{i:03}"), MAX_DONE_RECORD_BYTES).await;
+    }
+    assert!(
+        matches!(
+            read_done(&client_s3, &spec).await,
+            Err(RecoveryError::TooManyDone)
+        ),
+        "more than {MAX_DONE_BYTES} bytes of done records are refused"
+    );
+}
+
 /// plan, run and merge over prefixes holding `\t`, `\u{1}` and `\u{7f}`
 /// with more than two pages of keys each: on moto, the one server here that
 /// stores them (its small result is a single PutObject, so the merge does not

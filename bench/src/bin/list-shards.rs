@@ -32,6 +32,7 @@ async fn main() -> anyhow::Result<()> {
         insecure: false,
         pool_size: args.shards as usize,
         allowlist: None,
+        max_answer_bytes: None,
     })
     .await?;
     let started = Instant::now();

@@ -89,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
         insecure: false,
         pool_size: 64,
         allowlist: None,
+        max_answer_bytes: None,
     })
     .await?;
     let redis = RedisConfig::new(env("BUCKETSCAN_TEST_REDIS_URL")?);

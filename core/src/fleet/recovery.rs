@@ -34,6 +34,12 @@ pub enum RecoveryError {
     Queue(#[from] QueueError),
     #[error("done record {key}: {source}")]
     Corrupt { key: String, source: serde_json::Error },
+    #[error(
+        "the scan's parts hold more than {MAX_DONE_BYTES} bytes of done records, or records naming more \
+         than {MAX_DONE_PARTS} parts, more than any plan of it writes: they are not all this scan's \
+         (delete the scan's parts folder to scan it anew)"
+    )]
+    TooManyDone,
 }
 
 impl RecoveryError {
@@ -42,7 +48,7 @@ impl RecoveryError {
         match self {
             RecoveryError::S3(e) => e.is_retryable(),
             RecoveryError::Queue(q) => q.is_transient(),
-            RecoveryError::Corrupt { .. } => false,
+            RecoveryError::Corrupt { .. } | RecoveryError::TooManyDone => false,
         }
     }
 }
@@ -72,6 +78,19 @@ fn done_record_of<'a>(parts: &str, key: &'a str) -> Option<&'a str> {
     (named && !id.is_empty()).then_some(id)
 }
 
+/// The largest done record read: one names a shard's range and its parts
+/// (a few KB; a shard of a 10^9-object scan has tens of parts). A larger
+/// object under that name is not one a worker wrote: its shard is scanned
+/// again, which is exact.
+pub const MAX_DONE_RECORD_BYTES: u64 = 1 << 20;
+/// The most done-record bytes read for one replan (the operator reads them:
+/// the objects are in the tenant's output, their number the tenant's).
+pub const MAX_DONE_BYTES: u64 = 64 << 20;
+/// The most parts all done records of a replan may name (a part is a
+/// string once decoded, several times its bytes when empty): a 10^9-object
+/// scan has tens of thousands.
+pub const MAX_DONE_PARTS: usize = 1_000_000;
+
 /// Every done record under the scan's parts.
 pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, RecoveryError> {
     let bucket = spec.output_bucket.as_str();
@@ -83,17 +102,37 @@ pub async fn read_done(s3: &S3, spec: &ScanSpec) -> Result<Vec<DoneRecord>, Reco
     let lister = BucketLister { s3, bucket };
     let mut pages = Pages::new(&lister, req);
     let mut records = Vec::new();
+    let mut read = 0u64;
+    let mut parts = 0usize;
     while let Some(page) = pages.next().await? {
         for object in &page.objects {
             let Some(id) = done_record_of(&spec.parts_prefix(), &object.key) else {
                 continue;
             };
+            if object.size > MAX_DONE_RECORD_BYTES {
+                tracing::warn!(key = %object.key, size = object.size, "not a done record a worker wrote: its shard is scanned again");
+                continue;
+            }
+            // Whole (an empty object's range would be refused); in the
+            // operator no answer is read past its cap. Counted as read, not
+            // as listed: the listing is the endpoint's word.
             let body = s3.get(bucket, &object.key, None).await?;
+            if body.len() as u64 > MAX_DONE_RECORD_BYTES {
+                continue;
+            }
+            read += body.len() as u64;
+            if read > MAX_DONE_BYTES {
+                return Err(RecoveryError::TooManyDone);
+            }
             let record: DoneRecord =
                 serde_json::from_slice(&body).map_err(|source| RecoveryError::Corrupt {
                     key: object.key.clone(),
                     source,
                 })?;
+            parts += record.parts.len();
+            if parts > MAX_DONE_PARTS {
+                return Err(RecoveryError::TooManyDone);
+            }
             // A record under another shard's name is not that shard's.
             if record.id == id {
                 records.push(record);

@@ -232,13 +232,16 @@ impl S3 {
             })
             .await?;
         let answered_range = got.content_range.clone();
-        let body = got
-            .body
-            .collect()
+        // A store may answer a range with the whole object (HTTP lets it):
+        // what lies past the range's end is not read.
+        let needed = range.and_then(range_end).map(|end| end.saturating_add(1));
+        let body = read_at_most(got.body, needed)
             .await
-            .map_err(|e| S3Error::Connection(format!("reading {key}: {e}")))?;
-        // Bytes, not a Vec: a baseline's 8 MiB chunks were copied once more here.
-        let body = body.into_bytes();
+            .map_err(|e| match over_cap(&e) {
+                // Not the store down: reading again would read as much again.
+                true => S3Error::Other(format!("reading {key}: {OVER_CAP}")),
+                false => S3Error::Connection(format!("reading {key}: {e}")),
+            })?;
         match range {
             Some(asked) => in_range(key, asked, answered_range.as_deref(), body),
             None => Ok(body),
@@ -361,6 +364,9 @@ pub fn sdk_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'st
     if let Some(refused) = super::error::refusal_in(&err) {
         return S3Error::NotAllowed(refused.0.clone());
     }
+    if over_cap(&err) {
+        return S3Error::Other(OVER_CAP.into());
+    }
     let text = DisplayErrorContext(&err).to_string();
     if matches!(
         err,
@@ -425,6 +431,56 @@ fn no_credentials_message(chain_error: &str) -> String {
     )
 }
 
+/// An answer cut at the endpoint's `max_answer_bytes`.
+const OVER_CAP: &str =
+    "the store's answer is longer than any answer may be here (the operator reads at most \
+                        8 MiB of one): the endpoint is not an S3 store, or misbehaves";
+
+/// Whether `e`'s chain holds an answer cut at the endpoint's
+/// `max_answer_bytes` (`transport`): an error of what was sent, not of the
+/// store being down, so never retried.
+fn over_cap(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// The last byte of a range `bytes=A-B`.
+fn range_end(range: &str) -> Option<usize> {
+    range.strip_prefix("bytes=")?.split_once('-')?.1.parse().ok()
+}
+
+/// An answer's body, of at most `limit` bytes (the rest is not read).
+async fn read_at_most(
+    mut body: aws_sdk_s3::primitives::ByteStream,
+    limit: Option<usize>,
+) -> Result<bytes::Bytes, aws_sdk_s3::primitives::ByteStreamError> {
+    let Some(limit) = limit else {
+        // Bytes, not a Vec: a baseline's 8 MiB chunks were copied once more here.
+        return Ok(body.collect().await?.into_bytes());
+    };
+    let mut chunks: Vec<bytes::Bytes> = Vec::new();
+    let mut have = 0usize;
+    while have < limit {
+        let Some(chunk) = body.try_next().await? else {
+            break;
+        };
+        let chunk = chunk.slice(..chunk.len().min(limit - have));
+        have += chunk.len();
+        chunks.push(chunk);
+    }
+    // One chunk (the usual answer of a small range) is not copied.
+    Ok(match chunks.len() {
+        1 => chunks.pop().unwrap_or_default(),
+        _ => chunks.concat().into(),
+    })
+}
+
 /// The bytes `asked` (`bytes=A-B`) of `key` from a GET's answer. A store
 /// that ignores Range answers 200 with the whole object and no
 /// Content-Range: the range is cut from it here, or a merge that reads the
@@ -452,7 +508,8 @@ fn in_range(
                 .and_then(|r| r.split_once('-'))
                 .and_then(|(a, _)| a.parse::<usize>().ok());
             if from == Some(start) {
-                Ok(body)
+                // No more than asked for, whatever the store sent.
+                Ok(body.slice(..body.len().min(end.saturating_sub(start).saturating_add(1))))
             } else {
                 Err(S3Error::Other(format!(
                     "GET {key} asked for {asked} and the store answered Content-Range {cr:?}"

@@ -92,10 +92,19 @@ impl SignedClient {
         let content_type = headers
             .get(http::header::CONTENT_TYPE)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let body = tokio::time::timeout(self.timeout(), body.collect())
+        let _turn = self.listing_turn().await;
+        let limited = http_body_util::Limited::new(body, self.max_listing());
+        let body = tokio::time::timeout(self.timeout(), limited.collect())
             .await
             .map_err(|_| S3Error::Timeout(self.timeout()))?
-            .map_err(|e| S3Error::Connection(error_chain(&e)))?
+            .map_err(|e| match e.downcast_ref::<http_body_util::LengthLimitError>() {
+                Some(_) => S3Error::Other(format!(
+                    "the listing's answer is longer than {} bytes, which no S3 page is: \
+                     the endpoint is not an S3 store, or misbehaves",
+                    self.max_listing()
+                )),
+                None => S3Error::Connection(error_chain(&*e)),
+            })?
             .to_bytes();
         // Valid UTF-8 as a rule: `from_utf8` checks it a word at a time,
         // `from_utf8_lossy` a character at a time (1 % of a scan's CPU).
@@ -184,6 +193,19 @@ pub(super) fn listed_size(size: Option<&str>, key: &str) -> Result<u64, S3Error>
 /// Read a ListBucketResult: keys, sizes, ETags, times and storage classes of
 /// `Contents`, the `CommonPrefixes`, and where to continue. Keys and prefixes
 /// are URL-decoded when the answer says `EncodingType` url.
+/// Keys, or common prefixes, a page may hold: S3 sends at most 1000 (its
+/// `max-keys` limit); this leaves room for stores that send more, and
+/// bounds what a page of tiny entries takes once decoded (several times its
+/// bytes).
+pub const MAX_PAGE_ENTRIES: usize = 10_000;
+
+fn too_many_entries() -> S3Error {
+    S3Error::Other(format!(
+        "the listing's page holds more than {MAX_PAGE_ENTRIES} entries, which no S3 page does (1000 at \
+         most): the endpoint is not an S3 store, or misbehaves"
+    ))
+}
+
 pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
     if !xml.contains("<ListBucketResult") {
         return Err(S3Error::Other(format!(
@@ -196,6 +218,9 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
     // Entries of a page often share their time: parse each distinct one once.
     let mut last_time: Option<(String, Option<String>)> = None;
     for block in blocks(xml, "Contents") {
+        if objects.len() >= MAX_PAGE_ENTRIES {
+            return Err(too_many_entries());
+        }
         let entry = EntryFields::of(block);
         let key = entry
             .key
@@ -226,10 +251,14 @@ pub fn parse_list(xml: &str) -> Result<ListPage, S3Error> {
                 .map(|m| Box::new(listed_metadata(m, entry.user_tags))),
         });
     }
-    let common_prefixes = blocks(xml, "CommonPrefixes")
+    let common_prefixes: Vec<String> = blocks(xml, "CommonPrefixes")
         .filter_map(|block| element(block, "Prefix"))
+        .take(MAX_PAGE_ENTRIES + 1)
         .map(decode)
         .collect::<Result<_, _>>()?;
+    if common_prefixes.len() > MAX_PAGE_ENTRIES {
+        return Err(too_many_entries());
+    }
     let truncated = element(xml, "IsTruncated").is_some_and(|t| t.trim() == "true");
     let next = element(xml, "NextContinuationToken").map(unescape);
     if truncated && next.is_none() {
@@ -534,6 +563,31 @@ mod tests {
         );
         assert_eq!(page.common_prefixes, vec!["a/dir/".to_string()]);
         assert_eq!(page.next.as_deref(), Some("t&1/+="));
+    }
+
+    #[test]
+    fn a_page_of_more_entries_than_any_store_sends_is_refused() {
+        let page = |contents: usize, prefixes: usize| {
+            format!(
+                "<ListBucketResult>{}{}<IsTruncated>false</IsTruncated></ListBucketResult>",
+                "<Contents><Key>k</Key><Size>0</Size></Contents>".repeat(contents),
+                "<CommonPrefixes><Prefix>p/</Prefix></CommonPrefixes>".repeat(prefixes)
+            )
+        };
+        assert_eq!(
+            parse_list(&page(MAX_PAGE_ENTRIES, MAX_PAGE_ENTRIES))
+                .unwrap()
+                .objects
+                .len(),
+            MAX_PAGE_ENTRIES
+        );
+        for (contents, prefixes) in [(MAX_PAGE_ENTRIES + 1, 0), (0, MAX_PAGE_ENTRIES + 1)] {
+            let err = parse_list(&page(contents, prefixes)).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("more than {MAX_PAGE_ENTRIES} entries")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

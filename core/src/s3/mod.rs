@@ -40,6 +40,7 @@ pub use columns::ObjectColumns;
 pub use error::S3Error;
 pub use head::{HeadClient, HeadClientKind};
 pub use pages::{BucketLister, Lister, Pages};
+pub use signed::{CAPPED_LISTING_BYTES, MAX_LISTING_BYTES};
 pub use types::{
     Endpoint, HeadInfo, HeadResult, ListPage, ListRequest, ListVersionsRequest, ListedMetadata, ListedObject,
     ListedVersion, VersionPage,

@@ -78,7 +78,34 @@ pub struct SignedClient {
     timeout: Duration,
     /// HEADs ask for the object's checksum (`x-amz-checksum-mode: ENABLED`).
     checksum_mode: bool,
+    /// Bytes a listing's answer may have: [`MAX_LISTING_BYTES`], or the
+    /// endpoint's `max_answer_bytes` when lower.
+    max_listing: usize,
+    /// Turns to read a listing's answer, for a client whose endpoint caps
+    /// answers (the operator's, one client per scan it plans): each answer
+    /// may be as long as the cap (and is copied once as it is joined), and
+    /// planning sends up to 32 LISTs at once, so a tenant's endless store
+    /// would otherwise hold 32 capped answers per scan. Per client, so one
+    /// tenant's slow answers never hold another's turns. A real page is
+    /// read in milliseconds.
+    listing_turns: Option<Arc<tokio::sync::Semaphore>>,
 }
+
+/// Listing answers one client whose endpoint caps answers reads at once.
+pub const LISTINGS_READ_AT_ONCE: usize = 2;
+
+/// Bytes a listing's answer may have for a client whose endpoint caps
+/// answers (the operator's): the longest page of ListObjectsV2 (1000 keys
+/// of 1024 bytes, URL-encoded at 3 bytes a byte, with their ETags, sizes,
+/// dates and classes; no metadata, which the operator never lists) is
+/// about 3.4 MB.
+pub const CAPPED_LISTING_BYTES: usize = 4 << 20;
+
+/// Bytes a LIST answer may have. A page of 1000 keys of 1024 bytes each,
+/// URL-encoded (3 bytes a byte at worst) with their ETags, sizes, dates and
+/// owners is under 4 MiB; a longer answer is no page of S3's, and reading it
+/// on would only fill memory.
+pub const MAX_LISTING_BYTES: usize = 16 << 20;
 
 /// Where a bucket lives and what time it is, shared by every client of one
 /// endpoint so what one request learns holds for all.
@@ -184,6 +211,12 @@ impl SignedClient {
             learnt: learnt.clone(),
             timeout: Duration::from_secs(30),
             checksum_mode: false,
+            max_listing: endpoint
+                .max_answer_bytes
+                .map_or(MAX_LISTING_BYTES, |m| m.min(CAPPED_LISTING_BYTES)),
+            listing_turns: endpoint
+                .max_answer_bytes
+                .map(|_| Arc::new(tokio::sync::Semaphore::new(LISTINGS_READ_AT_ONCE))),
         })
     }
 
@@ -455,6 +488,16 @@ impl SignedClient {
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
+
+    pub(crate) fn max_listing(&self) -> usize {
+        self.max_listing
+    }
+
+    /// A turn to read a listing's answer: always for a client whose endpoint
+    /// does not cap answers, one of [`LISTINGS_READ_AT_ONCE`] otherwise.
+    pub(crate) async fn listing_turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.listing_turns.clone()?.acquire_owned().await.ok()
+    }
 }
 
 /// A bucket name that cannot leave the host name or the first path segment
@@ -490,6 +533,7 @@ mod tests {
             insecure: false,
             pool_size: 1,
             allowlist: None,
+            max_answer_bytes: None,
         };
         let credentials = aws_credential_types::Credentials::new("A", "S", None, None, "test");
         SignedClient::new(

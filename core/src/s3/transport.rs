@@ -19,6 +19,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
+use http_body_util::Limited;
 use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::HttpConnector as TcpDialer;
 use hyper_util::client::legacy::Client;
@@ -257,12 +258,15 @@ impl ServerCertVerifier for NoVerification {
 #[derive(Clone, Debug)]
 pub struct SdkHttpClient {
     client: Client<HttpsConnector, SdkBody>,
+    /// The endpoint's `max_answer_bytes` (`usize::MAX`: none).
+    max_answer: usize,
 }
 
 impl SdkHttpClient {
     pub fn new(endpoint: &Endpoint) -> Result<SdkHttpClient, S3Error> {
         Ok(SdkHttpClient {
             client: client(endpoint)?,
+            max_answer: endpoint.max_answer_bytes.unwrap_or(usize::MAX),
         })
     }
 }
@@ -280,6 +284,7 @@ impl HttpClient for SdkHttpClient {
 impl HttpConnector for SdkHttpClient {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let client = self.client.clone();
+        let max_answer = self.max_answer;
         HttpConnectorFuture::new(async move {
             let request = request
                 .try_into_http1x()
@@ -289,7 +294,9 @@ impl HttpConnector for SdkHttpClient {
                 .request(request)
                 .await
                 .map_err(|e| ConnectorError::io(e.into()))?;
-            let response = response.map(SdkBody::from_body_1_x);
+            // Every SDK call's answer, read by the SDK or by our caller, ends
+            // in an error past the cap instead of growing without end.
+            let response = response.map(|body| SdkBody::from_body_1_x(Limited::new(body, max_answer)));
             aws_smithy_runtime_api::http::Response::try_from(response)
                 .map_err(|e| ConnectorError::other(e.into(), None))
         })

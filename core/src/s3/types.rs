@@ -30,6 +30,11 @@ pub struct Endpoint {
     /// `None`: no check (the worker, the CLI: they reach the store the user
     /// running them names).
     pub allowlist: Option<Arc<EndpointAllowlist>>,
+    /// Bytes an answer's body may have; a longer one is an error, read no
+    /// further. The operator's (`--allowed-endpoints` goes with it): its
+    /// memory serves every scan, and a tenant's endpoint may answer without
+    /// end. `None`: each call's own bound (a LIST page's, a GET's range).
+    pub max_answer_bytes: Option<usize>,
 }
 
 impl Endpoint {

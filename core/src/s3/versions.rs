@@ -630,6 +630,7 @@ mod tests {
                 insecure: false,
                 pool_size: 1,
                 allowlist: None,
+                max_answer_bytes: None,
             },
             Some(aws_credential_types::Credentials::new(
                 "a", "b", None, None, "test",

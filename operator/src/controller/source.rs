@@ -45,6 +45,15 @@ async fn secret_value(
         .ok_or_else(|| Error::SecretIncomplete(format!("Secret {name:?} ({field}) has no key {key:?}")))
 }
 
+/// Bytes any answer of a tenant's endpoint may have in the operator: a LIST
+/// page (under 4 MiB, and held to that: `CAPPED_LISTING_BYTES`), a done
+/// record (1 MiB at most), the store check's record (64 KiB) and a delete's
+/// answer are smaller. The operator's memory serves every namespace, and
+/// the endpoint is the tenant's to run: an answer without end is an error,
+/// not an OOM. (A baseline's manifest is read in the scan's own plan Job:
+/// `desired::plans_by_job`.)
+pub const MAX_ANSWER_BYTES: usize = 8 << 20;
+
 /// The scan's S3 clients, with the credentials from its Secret.
 pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, Error> {
     let src = &scan.spec.source;
@@ -97,6 +106,7 @@ pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, 
         insecure: src.insecure_skip_tls_verify,
         pool_size: 16,
         allowlist: Some(allowlist),
+        max_answer_bytes: Some(MAX_ANSWER_BYTES),
     };
     Ok(S3::connect_with(endpoint, Some(credentials)).await?)
 }

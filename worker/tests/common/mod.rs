@@ -246,6 +246,7 @@ impl Server {
                 insecure: false,
                 pool_size: 64,
                 allowlist: None,
+                max_answer_bytes: None,
             },
             Some(credentials),
         )
