@@ -617,6 +617,17 @@ pub fn uses_pod_identity(scan: &BucketScan) -> bool {
     scan.spec.source.credentials_secret.is_none()
 }
 
+/// Whether the scan is planned (and planned again) by a Job in its workers'
+/// pod rather than in the operator: a scan with its pods' identity (the
+/// operator has none to lend), and a scan with a baseline. A baseline's
+/// manifest is the tenant's object, up to `MAX_MANIFEST_BYTES` (64 MiB)
+/// decoded whole: a 10^9-object result's runs to tens of MB. In the
+/// operator, whose memory every namespace shares, a tenant could fill it;
+/// in the scan's own pod it costs only the scan.
+pub fn plans_by_job(scan: &BucketScan) -> bool {
+    uses_pod_identity(scan) || scan.spec.baseline.is_some()
+}
+
 /// Whether the scan's pods may ask the node's instance metadata service for
 /// credentials: only when the scan has no credentials Secret and names a
 /// ServiceAccount (`podTemplate.serviceAccountName`), the identity a
@@ -649,6 +660,11 @@ pub fn identity_hint(scan: &BucketScan) -> Option<&'static str> {
 /// pass by itself (the store or Redis unreachable): the operator plans
 /// again with a new Job instead of failing the scan.
 pub const EXIT_TRANSIENT: i32 = 75;
+
+/// The exit code of `bucketscan-worker plan` refused for good by what the
+/// scan asks (a baseline it cannot use, an output that is not its own): the
+/// scan fails with reason `PlanRefused`, as when the operator plans.
+pub const EXIT_REFUSED: i32 = 65;
 
 pub fn plan_job_name(scan: &BucketScan, replan: bool) -> String {
     format!("{}-{}", scan.name_any(), if replan { "replan" } else { "plan" })
@@ -698,6 +714,19 @@ pub fn plan_args(scan: &BucketScan, settings: &Settings, replan: bool) -> Vec<St
         args.extend(["--baseline".into(), baseline.clone()]);
     }
     args.extend(crate::filters::plan_flags(spec.filter.spec()));
+    // The spec the plan stores for the workers holds the columns too: a
+    // plan Job without these planned a scan of checksums, tags or versions
+    // as one of none.
+    let columns = &spec.columns;
+    for (on, flag) in [
+        (columns.checksums, "--checksums"),
+        (columns.tags, "--tags"),
+        (columns.versions, "--versions"),
+    ] {
+        if on {
+            args.push(flag.into());
+        }
+    }
     if replan {
         args.push("--replan".into());
     }
@@ -840,6 +869,16 @@ mod tests {
             columns.checksums && columns.tags && columns.versions,
             "{columns:?}"
         );
+        // And the plan a Job makes (scans planned in their own pod).
+        let args = plan_args(&s, &Settings::default(), false);
+        for flag in ["--checksums", "--tags", "--versions"] {
+            assert!(args.iter().any(|a| a == flag), "{flag} missing: {args:?}");
+        }
+        s.spec.columns = Default::default();
+        let args = plan_args(&s, &Settings::default(), false);
+        assert!(!args
+            .iter()
+            .any(|a| a.starts_with("--checksums") || a == "--tags" || a == "--versions"));
     }
 
     #[test]
@@ -1056,6 +1095,25 @@ mod tests {
             args.contains(&"--insecure-skip-tls-verify".to_string()),
             "{args:?}"
         );
+    }
+
+    #[test]
+    fn a_scan_with_a_baseline_is_planned_in_its_own_pod_whatever_its_credentials() {
+        let mut s = scan(Workers::default());
+        assert!(
+            !plans_by_job(&s),
+            "a full scan with a Secret plans in the operator"
+        );
+        s.spec.baseline = Some(crate::crd::Baseline {
+            manifest: Some("s3://out/last-night/manifest.json".into()),
+            ..Default::default()
+        });
+        assert!(plans_by_job(&s), "its manifest is the tenant's object");
+        let args = plan_args(&s, &Settings::default(), false);
+        assert!(args.iter().any(|a| a == "--baseline"), "{args:?}");
+        s.spec.baseline = None;
+        s.spec.source.credentials_secret = None;
+        assert!(plans_by_job(&s), "the operator has no identity to lend");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
-use kubelet::run_like_pod;
+use kubelet::{complete, ended_pod, fail, run_like_pod};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -44,9 +44,35 @@ fn scan_of(name: &str, s3: &Server, bucket: &str, out: &str, baseline: Option<&s
     .unwrap()
 }
 
-/// Run the scan's workers and merge as its pods would, until it is done.
+/// Run the scan's plan Job as its pod would (a scan with a baseline:
+/// `desired::plans_by_job`): the pod's exit code and log.
+async fn run_plan_job(client: &kube::Client, ns: &str, name: &str) -> (Option<i32>, String) {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let plan = eventually("the plan Job", 60, async || {
+        jobs.get_opt(&format!("{name}-plan")).await.ok()?
+    })
+    .await;
+    let container = plan.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let args = container.args.clone().unwrap_or_default();
+    assert!(args.iter().any(|a| a == "--baseline"), "{args:?}");
+    let pod = format!("{name}-plan-x");
+    let mut planner = run_like_pod(client, ns, &container, &pod, &[]).await;
+    let code = wait_exit(&mut planner, Duration::from_secs(60)).code();
+    let log = std::fs::read_to_string(temp_path(&format!("{pod}.log"))).unwrap_or_default();
+    (code, log)
+}
+
+/// Run the scan's plan Job (a scan with a baseline), workers and merge as
+/// its pods would, until it is done.
 async fn run_to_the_end(client: &kube::Client, scans: &Api<BucketScan>, name: &str) -> Phase {
     let ns = scans.namespace().expect("a namespaced Api");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    if scans.get(name).await.unwrap().spec.baseline.is_some() {
+        // Its manifest is read in the scan's own pod, never the operator's.
+        let (code, log) = run_plan_job(client, ns, name).await;
+        assert_eq!(code, Some(0), "plan failed: {log}");
+        complete(&jobs, &format!("{name}-plan")).await;
+    }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let deployment = eventually("the workers", 60, async || {
         deployments.get_opt(&format!("{name}-workers")).await.ok()?
@@ -58,7 +84,6 @@ async fn run_to_the_end(client: &kube::Client, scans: &Api<BucketScan>, name: &s
         wait_exit(&mut worker, Duration::from_secs(120)).success(),
         "worker failed"
     );
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     let job = eventually("the merge Job", 60, async || {
         jobs.get_opt(&format!("{name}-merge")).await.ok()?
     })
@@ -169,6 +194,12 @@ async fn a_scan_with_a_baseline_scan_heads_only_what_changed_and_says_what_did()
         .unwrap();
     assert_eq!(run_to_the_end(&client, &scans, "night-2").await, Phase::Complete);
     let st = scans.get("night-2").await.unwrap().status.unwrap();
+    let planned = st.conditions.iter().find(|c| c.type_ == "Planned").unwrap();
+    assert!(
+        planned.message.contains("planned by Job night-2-plan"),
+        "{}",
+        planned.message
+    );
     assert_eq!(
         st.baseline.as_deref(),
         Some(format!("s3://{out}/night-1/manifest.json").as_str())
@@ -296,6 +327,20 @@ async fn a_scan_of_versions_lists_every_version_and_is_refused_a_baseline() {
         .create(&PostParams::default(), &with_baseline)
         .await
         .unwrap();
+    // Refused in its plan Job's pod, which exits so; the scan says why.
+    let (code, log) = run_plan_job(&client, VNS, "versions-again").await;
+    assert_eq!(code, Some(65), "{log}");
+    ended_pod(
+        &client,
+        VNS,
+        "versions-again-plan-x",
+        "versions-again-plan",
+        65,
+        &log,
+    )
+    .await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), VNS);
+    fail(&jobs, "versions-again-plan").await;
     let refused = eventually("the refusal", 60, async || {
         let st = scans.get("versions-again").await.ok()?.status?;
         (st.phase == Phase::Failed).then_some(st)

@@ -14,7 +14,7 @@ mod common;
 use bucketscan_operator::crd::{BucketScan, Phase};
 use cluster::*;
 use common::*;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -202,7 +202,25 @@ async fn a_scan_over_its_redis_budget_is_switched_off_and_fails() {
                                                "credentialsSecret": {"name": "never-made"}}});
     let stuck = s3_scan("stuck", &s3.endpoint, &bucket, &out, source);
     scans.create(&PostParams::default(), &stuck).await.unwrap();
+    // And one suspended once planned: its user is kept while it sleeps,
+    // so it is held to the budget too.
+    let napping = s3_scan("napping", &s3.endpoint, &bucket, &out, serde_json::json!({}));
+    scans.create(&PostParams::default(), &napping).await.unwrap();
     wait_phase(&scans, "fat", Phase::Scanning).await;
+    wait_phase(&scans, "napping", Phase::Scanning).await;
+    scans
+        .patch(
+            "napping",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .unwrap();
+    eventually("napping Suspended", 60, async || {
+        let (status, _, _) = condition(&scans, "napping", "Suspended").await?;
+        (status == "True").then_some(())
+    })
+    .await;
     eventually("stuck Blocked", 60, async || {
         let (status, reason, _) = condition(&scans, "stuck", "Blocked").await?;
         (status == "True" && reason == "SecretNotFound").then_some(())
@@ -210,7 +228,7 @@ async fn a_scan_over_its_redis_budget_is_switched_off_and_fails() {
     .await;
     let redis = redis::Client::open(std::env::var("BUCKETSCAN_TEST_REDIS_URL").unwrap()).unwrap();
     let mut root = redis.get_multiplexed_async_connection().await.unwrap();
-    for name in ["fat", "stuck"] {
+    for name in ["fat", "stuck", "napping"] {
         let id = bucketscan_operator::desired::scan_id(&scans.get(name).await.unwrap());
         redis::cmd("SET")
             .arg(format!("bs:{{{id}}}:junk"))
@@ -231,6 +249,21 @@ async fn a_scan_over_its_redis_budget_is_switched_off_and_fails() {
     // A blocked scan is looked at after 5 s, doubling: the count a minute
     // after the first comes within about 80 s.
     eventually("stuck Failed OverLimit", 150, async || over_limit("stuck").await).await;
+    eventually("napping Failed OverLimit", 150, async || {
+        over_limit("napping").await
+    })
+    .await;
+    // What put them over the budget is gone with them, not left for the
+    // scan's deletion (its author may never delete it).
+    for name in ["fat", "stuck", "napping"] {
+        let id = bucketscan_operator::desired::scan_id(&scans.get(name).await.unwrap());
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("bs:{{{id}}}:*"))
+            .query_async(&mut root)
+            .await
+            .unwrap();
+        assert!(keys.is_empty(), "{name} keeps {keys:?}");
+    }
     let id = bucketscan_operator::desired::scan_id(&scans.get("fat").await.unwrap());
     assert!(
         message.contains("over the budget of 1048576 bytes") && message.contains("switched off"),
@@ -247,6 +280,6 @@ async fn a_scan_over_its_redis_budget_is_switched_off_and_fails() {
         user == redis::Value::Nil || format!("{user:?}").contains("off"),
         "{user:?}"
     );
-    delete_scans(&scans, &["fat", "stuck"]).await;
+    delete_scans(&scans, &["fat", "stuck", "napping"]).await;
     operator.stop();
 }

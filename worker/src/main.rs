@@ -429,6 +429,10 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#} (transient: running again later may succeed)");
             std::process::ExitCode::from(EXIT_TRANSIENT)
         }
+        Err(e) if is_refused(&e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(EXIT_REFUSED)
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
@@ -441,6 +445,18 @@ fn main() -> std::process::ExitCode {
 /// Redis unreachable. The operator runs a plan Job whose pod exited so
 /// again later instead of failing the scan. 75 is EX_TEMPFAIL (sysexits.h).
 const EXIT_TRANSIENT: u8 = 75;
+
+/// The exit code of a plan refused for good by what the scan asks (a
+/// baseline it cannot use, an output that is not its own): the operator
+/// fails the scan with reason `PlanRefused` and this error's line, as when
+/// it plans in its own process. 65 is EX_DATAERR (sysexits.h).
+const EXIT_REFUSED: u8 = 65;
+
+fn is_refused(e: &anyhow::Error) -> bool {
+    use bucketscan_core::fleet::plan::PlanError;
+    e.chain()
+        .any(|cause| matches!(cause.downcast_ref::<PlanError>(), Some(PlanError::Settings(_))))
+}
 
 fn is_transient(e: &anyhow::Error) -> bool {
     use bucketscan_core::fleet::plan::PlanError;
@@ -492,6 +508,7 @@ impl EndpointArgs {
             insecure: self.insecure_skip_tls_verify,
             pool_size,
             allowlist: None,
+            max_answer_bytes: None,
         };
         endpoint.region = resolve_region(self.region.clone(), &endpoint).await?;
         Ok(S3::connect(endpoint).await?)

@@ -21,6 +21,7 @@ use crate::status::{self, BLOCKED, COMPLETE, PLANNED, STORE_SATURATED, SUSPENDED
 use crate::{autoscale, desired};
 use bucketscan_core::fleet::plan::PlanError;
 use bucketscan_core::fleet::queue::Queue;
+use bucketscan_core::fleet::recovery::RecoveryError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -57,6 +58,18 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
     refresh(scan, ctx).await?;
     let queue = Queue::on(&ctx.connection, &desired::scan_id(scan), MANAGER, lease(ctx));
     let mut seen = observe(&queue).await?;
+    // Before planning and before a suspended scan sleeps: the scan's Redis
+    // user exists from its first workers on (made beside the plan), and
+    // one kept for a scan that is Blocked, waits for its plan Job or is
+    // suspended must not hold more of Redis than a running one may. What
+    // put it over goes with it: its author may never delete the scan.
+    if let Some(message) =
+        super::budget::over_budget(ctx, &queue, &key_of(scan), &desired::scan_id(scan)).await?
+    {
+        stop_jobs(scan, ctx, Stop::All).await?;
+        queue.delete_scan().await?;
+        return fail(scan, ctx, st, "OverLimit", &message, &now).await;
+    }
     if scan.spec.suspend {
         return suspended(scan, ctx, st, &before, &seen, deadline_left, &now).await;
     }
@@ -79,16 +92,6 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
         }
     }
 
-    // Before planning too: the scan's Redis user exists from its first
-    // workers on (made beside the plan), and a scan that stays Blocked, or
-    // waits for its plan Job, must not hold more of Redis than a running
-    // one may.
-    if let Some(message) =
-        super::budget::over_budget(ctx, &queue, &key_of(scan), &desired::scan_id(scan)).await?
-    {
-        stop_jobs(scan, ctx, Stop::All).await?;
-        return fail(scan, ctx, st, "OverLimit", &message, &now).await;
-    }
     if !seen.planned && !status::is_true(&st.conditions, PLANNED) {
         match Box::pin(super::baseline::resolve(scan, ctx, &mut st, &before)).await? {
             Resolved::Ready => {}
@@ -99,7 +102,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
             }
         }
     }
-    if desired::uses_pod_identity(scan) {
+    if desired::plans_by_job(scan) {
         let planned = status::is_true(&st.conditions, PLANNED);
         if !planned && !seen.planned {
             if let Err(message) = check_output(scan, ctx).await? {
@@ -137,6 +140,7 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
                 return Ok(Action::requeue(ACTIVE_REQUEUE));
             }
             Gate::Failed(msg) => return fail(scan, ctx, st, "PlanFailed", &msg, &now).await,
+            Gate::Refused(msg) => return fail(scan, ctx, st, "PlanRefused", &msg, &now).await,
         }
     } else if !seen.planned {
         // Planned before, yet Redis has nothing: it lost the scan (restarted
@@ -200,8 +204,23 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
                 return fail(scan, ctx, st, "InvalidSource", &e.to_string(), &now).await;
             }
             // Refused by planning for good: a baseline that cannot be used,
-            // a result that cannot fit, a dataset folder that is not ours.
+            // a result that cannot fit, a dataset folder that is not ours;
+            // done records that cannot be this scan's (planning again
+            // would read them again, for ever).
             Err(Error::Plan(PlanError::Settings(message))) => {
+                return fail(scan, ctx, st, "PlanRefused", &message, &now).await;
+            }
+            Err(Error::Recovery(e @ RecoveryError::TooManyDone)) => {
+                return fail(scan, ctx, st, "PlanRefused", &e.to_string(), &now).await;
+            }
+            Err(Error::Recovery(RecoveryError::Corrupt { key, source })) => {
+                // Where, never what: the object is the tenant's to write.
+                let message = format!(
+                    "done record {key} is not one a worker wrote (line {}, column {}): delete the scan's \
+                     parts folder to scan it anew",
+                    source.line(),
+                    source.column()
+                );
                 return fail(scan, ctx, st, "PlanRefused", &message, &now).await;
             }
             Err(e) => return Err(e),

@@ -89,7 +89,7 @@ pub(super) async fn stop_jobs(scan: &BucketScan, ctx: &Context, which: Stop) -> 
         Stop::Merge => (false, true),
     };
     let mut names = Vec::new();
-    if plan && desired::uses_pod_identity(scan) {
+    if plan && desired::plans_by_job(scan) {
         names.push(desired::plan_job_name(scan, false));
         names.push(desired::plan_job_name(scan, true));
     }

@@ -119,7 +119,7 @@ async fn taken(scan: &BucketScan, ctx: &Context) -> Vec<String> {
             .await
             .map(drop),
     );
-    if desired::uses_pod_identity(scan) {
+    if desired::plans_by_job(scan) {
         for replan in [false, true] {
             note(
                 owned::get(&jobs, scan, &desired::plan_job_name(scan, replan))

@@ -2,7 +2,9 @@
 //! the scan's own credentials), or plan again from the done records in S3
 //! when Redis lost a planned scan. A scan without a credentials Secret is
 //! planned by a Job in its workers' pod instead ([`job_gate`]): the
-//! operator's own identity never reaches a tenant's store.
+//! operator's own identity never reaches a tenant's store. So is a scan
+//! with a baseline: its manifest is never decoded in the operator
+//! (`desired::plans_by_job`).
 
 use super::children::ensure_redis_secret;
 use super::context::{key_of, Context, Error};
@@ -88,6 +90,9 @@ pub(super) enum Gate {
     Wait(String),
     /// The Job gave up: the scan fails with this message.
     Failed(String),
+    /// The plan was refused for good by what the scan asks (the pod's
+    /// error line): the scan fails with reason `PlanRefused`.
+    Refused(String),
 }
 
 /// Plan (or, when Redis lost a planned scan, plan again) with a Job in the
@@ -112,9 +117,14 @@ pub(super) async fn job_gate(
         let with_ca = ensure_redis_secret(scan, ctx).await?;
         let job = desired::plan_job(scan, &ctx.settings, with_ca, planned);
         mine.apply(&jobs, &job).await?;
+        let why = if desired::uses_pod_identity(scan) {
+            "the scan has no credentialsSecret: the store is reached with the workers' identity, \
+             never the operator's"
+        } else {
+            "the scan has a baseline: its manifest is read in the scan's own pod, never the operator's"
+        };
         let message = format!(
-            "planning Job {name} started under ServiceAccount {:?} (the scan has no credentialsSecret: \
-             the store is reached with the workers' identity, never the operator's)",
+            "planning Job {name} started under ServiceAccount {:?} ({why})",
             job_service_account(&job)
         );
         publish(ctx, scan, EventType::Normal, "Planning", &message).await;
@@ -125,9 +135,12 @@ pub(super) async fn job_gate(
             Some(problem) => Ok(Gate::Wait(problem)),
             None => Ok(Gate::Wait(format!("planning Job {name} is running"))),
         },
-        Some(Err(reason)) => match transient_exit(scan, ctx, &name).await? {
-            Some(why) => retry_after_transient(scan, ctx, &job, &why).await,
-            None => Ok(Gate::Failed(format!(
+        Some(Err(reason)) => match exit_of(scan, ctx, &name).await? {
+            Some((desired::EXIT_TRANSIENT, why)) => retry_after_transient(scan, ctx, &job, &why).await,
+            Some((desired::EXIT_REFUSED, said)) => Ok(Gate::Refused(error_line(&said).unwrap_or_else(|| {
+                format!("planning Job {name} refused the plan; its pod's log says why: kubectl logs job/{name}")
+            }))),
+            _ => Ok(Gate::Failed(format!(
                 "planning Job {name} failed ({reason}); its pod's log says why: kubectl logs job/{name}{}",
                 desired::identity_hint(scan)
                     .map(|hint| format!(" ({hint})"))
@@ -148,6 +161,21 @@ pub(super) async fn job_gate(
             )))
         }
     }
+}
+
+/// The exit code and termination message of the Job's last pod.
+async fn exit_of(scan: &BucketScan, ctx: &Context, job: &str) -> Result<Option<(i32, String)>, Error> {
+    Ok(last_exit(&job_pods(scan, ctx, job).await?))
+}
+
+/// The worker's `error: …` line in a termination message (its log's last
+/// lines), without the word: what the scan's status says.
+fn error_line(message: &str) -> Option<String> {
+    let line = message
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("error: "))?;
+    Some(line.chars().take(1024).collect())
 }
 
 /// The termination message of the Job's last pod when it exited with
