@@ -708,6 +708,65 @@ async fn spawn_held_planner(tag: &str, hold: std::time::Duration) -> HeldPlanner
     }
 }
 
+/// A canary write that lands after its sender gave up on it is no sign
+/// that LastModified moves. versitygw keeps LastModified on a metadata
+/// replace; the proxy answers the first canary PUT with a reset and
+/// forwards it 2 s later (the client has written the canary again and read
+/// its LastModified meanwhile), and holds the first replace 3 s, so the
+/// late write lands, a second or more after the one read, before the
+/// replace is read back. Each attempt writes a key of its own, so the late
+/// write moves nothing the check reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_write_that_lands_late_does_not_make_the_check_say_last_modified_moves() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Arc;
+    let s3 = versitygw();
+    let bucket = s3.bucket("inc-late-canary").await;
+    let out = s3.bucket("inc-late-canary-out").await;
+    s3.seed(&bucket, &keyspace()).await;
+    let (put_seen, copy_seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let copies = |req: &http::request::Parts| {
+        req.headers
+            .get("x-amz-copy-source")
+            .map(|v| v.to_str().unwrap_or_default().contains("store-check"))
+    };
+    let rules = fault_proxy::Rules {
+        late: Some(Box::new(move |req| {
+            let canary_put = req.method == http::Method::PUT
+                && req.uri.path().contains("store-check")
+                && copies(req).is_none();
+            (canary_put && !put_seen.swap(true, SeqCst)).then_some(std::time::Duration::from_secs(2))
+        })),
+        delay: Some(Box::new(move |req| {
+            (copies(req) == Some(true) && !copy_seen.swap(true, SeqCst))
+                .then_some(std::time::Duration::from_secs(3))
+        })),
+        ..fault_proxy::Rules::default()
+    };
+    let proxy = fault_proxy::start_with(s3.endpoint.clone(), rules).await;
+    let through = Server {
+        endpoint: proxy.url.clone(),
+        ..s3.clone()
+    };
+    let output = format!("s3://{out}/full/");
+    let run = through.worker(&["scan", "--bucket", &bucket, "--layout", "dataset", "-o", &output]);
+    assert_success(&run);
+    let canary_puts = proxy
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.target.contains("store-check") && r.copy_source.is_none())
+        .count();
+    assert!(canary_puts >= 2, "the canary was written again after the reset");
+    let check = manifest(&s3, &out, "full/")
+        .await
+        .store_check
+        .expect("a store check");
+    assert!(
+        !check.last_modified_moves,
+        "versitygw keeps LastModified; the late write was taken for a move: {check:?}"
+    );
+}
+
 /// Until `scan`'s plan is marked in Redis (its shards queued).
 async fn wait_for_mark(scan: &str) {
     use bucketscan_core::fleet::queue::{Queue, RedisConfig};

@@ -78,16 +78,23 @@ fn verdict(first: i64, now: i64, sent_after: Duration) -> Option<bool> {
 pub struct Canary {
     bucket: String,
     key: String,
+    /// Keys of the attempts the client gave up on (they may exist).
+    abandoned: Vec<String>,
     first: Seen,
     written: tokio::time::Instant,
 }
 
 /// Write the canary `key` of `bucket` and read its first LastModified.
+/// Each attempt writes a key of its own (`key`, then `key.1`, …): a write
+/// the client gave up on may still reach the store later, and on the key
+/// the check reads it would move LastModified as a replace never did.
 pub async fn write_canary(s3: &S3, bucket: &str, key: &str) -> Result<Canary, S3Error> {
+    let attempts = std::sync::atomic::AtomicU32::new(0);
     s3.send_retried(bucket, |sdk| {
+        let nth = attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         sdk.put_object()
             .bucket(bucket)
-            .key(key)
+            .key(attempt_key(key, nth))
             .content_type("text/plain")
             .metadata("bucketscan-canary", "1")
             .body(aws_sdk_s3::primitives::ByteStream::from_static(
@@ -96,13 +103,24 @@ pub async fn write_canary(s3: &S3, bucket: &str, key: &str) -> Result<Canary, S3
             .send()
     })
     .await?;
-    let first = head_times(s3, bucket, key).await?;
+    let last = attempts.into_inner().saturating_sub(1);
+    let written_key = attempt_key(key, last);
+    let first = head_times(s3, bucket, &written_key).await?;
     Ok(Canary {
         bucket: bucket.to_string(),
-        key: key.to_string(),
+        key: written_key,
+        abandoned: (0..last).map(|nth| attempt_key(key, nth)).collect(),
         first,
         written: tokio::time::Instant::now(),
     })
+}
+
+/// The key of the `nth` attempt at writing canary `key`.
+fn attempt_key(key: &str, nth: u32) -> String {
+    match nth {
+        0 => key.to_string(),
+        n => format!("{key}.{n}"),
+    }
 }
 
 impl Canary {
@@ -124,6 +142,7 @@ impl Canary {
         let Canary {
             bucket,
             key,
+            abandoned,
             first,
             written,
         } = self;
@@ -142,9 +161,11 @@ impl Canary {
             }
             tokio::time::sleep(POLL).await;
         };
-        let _ = s3
-            .send_retried(bucket, |sdk| sdk.delete_object().bucket(bucket).key(key).send())
-            .await;
+        for gone in abandoned.iter().map(String::as_str).chain([key]) {
+            let _ = s3
+                .send_retried(bucket, |sdk| sdk.delete_object().bucket(bucket).key(gone).send())
+                .await;
+        }
         let server = second.server.or(first.server);
         let started = rfc3339(first.last_modified);
         let store = server.as_deref().unwrap_or("the store");

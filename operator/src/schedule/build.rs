@@ -113,6 +113,9 @@ pub struct Run {
     /// Complete with key ranges missing (`onDeadShards: Partial`): never
     /// a baseline, so never the last successful run.
     pub partial: bool,
+    /// Failed because planning refused its baseline (or something else it
+    /// planned with): that baseline is not offered to a later run again.
+    pub refused_baseline: bool,
 }
 
 impl Run {
@@ -166,6 +169,14 @@ pub fn runs(schedule: &BucketScanSchedule, scans: &[BucketScan]) -> Vec<Run> {
                 .status
                 .as_ref()
                 .is_some_and(|st| st.missing_ranges.unwrap_or(0) > 0),
+            refused_baseline: s.status.as_ref().is_some_and(|st| {
+                st.phase == Phase::Failed
+                    && st.conditions.iter().any(|c| {
+                        c.type_ == "Failed"
+                            && c.status == "True"
+                            && matches!(c.reason.as_str(), "BaselineRefused" | "PlanRefused")
+                    })
+            }),
         })
         .collect();
     runs.sort_by(|a, b| a.age().cmp(&b.age()));
@@ -181,22 +192,46 @@ pub fn last_successful(runs: &[Run]) -> Option<&Run> {
 }
 
 /// The next run's baseline: the newest Complete run of the same store,
-/// bucket, prefix and result format as the template now (a scan refuses a
-/// baseline of another; after such a change of the template the next run
-/// is a full scan).
+/// bucket, prefix, result format, filters and columns as the template now
+/// (a scan refuses a baseline of another; after such a change of the
+/// template the next run is a full scan), none of whose later runs was
+/// refused it (a Complete run whose store check did not settle, say: each
+/// run after it would be refused the same, for ever). None when the
+/// template cannot take a baseline at all (tags, versions, only objects
+/// with metadata): every run is a full scan.
 pub fn baseline_for<'a>(schedule: &BucketScanSchedule, runs: &'a [Run]) -> Option<&'a Run> {
-    let wanted = shape(&schedule.spec.scan_template);
-    let same: Vec<Run> = runs.iter().filter(|r| r.shape == wanted).cloned().collect();
+    let template = &schedule.spec.scan_template;
+    if template.columns.tags || template.columns.versions || template.filters.only_with_metadata {
+        return None;
+    }
+    let wanted = shape(template);
+    let refused: Vec<&str> = runs
+        .iter()
+        .filter(|r| r.refused_baseline)
+        .filter_map(|r| r.baseline.as_deref())
+        .collect();
+    let same: Vec<Run> = runs
+        .iter()
+        .filter(|r| r.shape == wanted && !refused.contains(&r.name.as_str()))
+        .cloned()
+        .collect();
     let name = last_successful(&same)?.name.clone();
     runs.iter().find(|r| r.name == name)
 }
 
-/// What a baseline must share with the scan incremental against it.
+/// What a baseline must share with the scan incremental against it
+/// (`Baseline::admit`).
 fn shape(spec: &BucketScanSpec) -> String {
     let (source, output) = (&spec.source, &spec.output);
     format!(
-        "{:?} {} {} {:?} {:?}",
-        source.endpoint, source.bucket, source.prefix, output.format, output.layout
+        "{:?} {} {} {:?} {:?} {} {}",
+        source.endpoint,
+        source.bucket,
+        source.prefix,
+        output.format,
+        output.layout,
+        serde_json::to_string(&spec.filters).unwrap_or_default(),
+        spec.columns.checksums
     )
 }
 
@@ -304,6 +339,85 @@ mod tests {
         // The template now writes Parquet: no earlier run can be its baseline.
         s.spec.scan_template.output.format = crate::crd::Format::Parquet;
         assert_eq!(baseline_for(&s, &runs(&s, &[old, newer])), None);
+    }
+
+    #[test]
+    fn a_template_of_other_filters_or_columns_or_one_that_takes_no_baseline_runs_in_full() {
+        let mut s = schedule(None, true);
+        let mut last = desired_scan(&s, ts("2026-11-26T02:00:00Z"), None);
+        last.status = Some(crate::crd::BucketScanStatus {
+            phase: Phase::Complete,
+            ..Default::default()
+        });
+        let found = |s: &BucketScanSchedule| runs(s, std::slice::from_ref(&last));
+        assert!(baseline_for(&s, &found(&s)).is_some());
+        // Each change a scan would refuse the baseline for (`Baseline::admit`).
+        s.spec.scan_template.filters.exclude = vec!["*.tmp".into()];
+        assert_eq!(baseline_for(&s, &found(&s)), None, "other filters");
+        s.spec.scan_template.filters.exclude.clear();
+        s.spec.scan_template.columns.checksums = true;
+        assert_eq!(baseline_for(&s, &found(&s)), None, "other columns");
+        s.spec.scan_template.columns.checksums = false;
+        // Templates no baseline serves, whatever the runs before.
+        for change in [
+            |s: &mut BucketScanSchedule| s.spec.scan_template.columns.tags = true,
+            |s: &mut BucketScanSchedule| s.spec.scan_template.filters.only_with_metadata = true,
+        ] {
+            let mut t = s.clone();
+            change(&mut t);
+            let same_shape = runs(
+                &t,
+                &[{
+                    let mut r = desired_scan(&t, ts("2026-11-26T03:00:00Z"), None);
+                    r.status = last.status.clone();
+                    r
+                }],
+            );
+            assert_eq!(baseline_for(&t, &same_shape), None);
+        }
+    }
+
+    #[test]
+    fn a_complete_run_a_later_run_was_refused_is_no_baseline_again() {
+        let s = schedule(None, true);
+        let done = |scan: &mut BucketScan, phase: Phase, reason: &str| {
+            let mut st = crate::crd::BucketScanStatus {
+                phase,
+                ..Default::default()
+            };
+            if phase == Phase::Failed {
+                st.conditions
+                    .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                        type_: "Failed".into(),
+                        status: "True".into(),
+                        reason: reason.into(),
+                        message: String::new(),
+                        last_transition_time: Time(ts("2026-11-26T03:00:00Z")),
+                        observed_generation: None,
+                    });
+            }
+            scan.status = Some(st);
+        };
+        let mut older = desired_scan(&s, ts("2026-11-24T02:00:00Z"), None);
+        done(&mut older, Phase::Complete, "");
+        // Complete, but its store check never settled: refused as a baseline.
+        let mut unsettled = desired_scan(&s, ts("2026-11-25T02:00:00Z"), Some(&older.name_any()));
+        done(&mut unsettled, Phase::Complete, "");
+        let mut refused = desired_scan(&s, ts("2026-11-26T02:00:00Z"), Some(&unsettled.name_any()));
+        done(&mut refused, Phase::Failed, "PlanRefused");
+        let found = runs(&s, &[older.clone(), unsettled.clone(), refused.clone()]);
+        assert_eq!(
+            baseline_for(&s, &found).map(|r| r.name.clone()),
+            Some(older.name_any()),
+            "the run before it"
+        );
+        // A run that failed for another reason says nothing of its baseline.
+        done(&mut refused, Phase::Failed, "DeadlineExceeded");
+        let found = runs(&s, &[older, unsettled.clone(), refused]);
+        assert_eq!(
+            baseline_for(&s, &found).map(|r| r.name.clone()),
+            Some(unsettled.name_any())
+        );
     }
 
     #[test]

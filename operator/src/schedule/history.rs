@@ -49,6 +49,7 @@ mod tests {
             baseline: baseline.map(str::to_string),
             shape: String::new(),
             partial: false,
+            refused_baseline: false,
         }
     }
 

@@ -48,6 +48,10 @@ pub struct Rules {
     pub target: Option<Box<Target>>,
     pub rewrite: Option<Box<Rewrite>>,
     pub delay: Option<Box<Delay>>,
+    /// Answer the request with a reset at once and forward it only after
+    /// this long, its answer dropped: a write that reaches the store after
+    /// its sender gave up on it (and wrote again).
+    pub late: Option<Box<Delay>>,
 }
 
 /// Marks an answer of the rules as "close the connection instead": the
@@ -176,7 +180,11 @@ pub async fn start_with(upstream: String, rules: Rules) -> FaultProxy {
                         if let Some(held) = rules.delay.as_ref().and_then(|delay| delay(&parts)) {
                             tokio::time::sleep(held).await;
                         }
-                        let ruled = rules.answer.as_ref().and_then(|answer| answer(&parts));
+                        let late = rules.late.as_ref().and_then(|late| late(&parts));
+                        let ruled = match late {
+                            Some(_) => None,
+                            None => rules.answer.as_ref().and_then(|answer| answer(&parts)),
+                        };
                         seen.lock().unwrap().push(Seen {
                             method: parts.method.to_string(),
                             target: parts
@@ -192,8 +200,28 @@ pub async fn start_with(upstream: String, rules: Rules) -> FaultProxy {
                                 .headers
                                 .get("x-amz-copy-source")
                                 .map(|v| v.to_str().unwrap_or_default().to_string()),
-                            answered_by_rule: ruled.is_some(),
+                            answered_by_rule: ruled.is_some() || late.is_some(),
                         });
+                        if let Some(late) = late {
+                            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+                            let target = parts
+                                .uri
+                                .path_and_query()
+                                .map(|p| p.to_string())
+                                .unwrap_or_default();
+                            let mut late_parts = parts.clone();
+                            late_parts.uri = format!("{upstream}{target}").parse().unwrap();
+                            let client = client.clone();
+                            tokio::spawn(async move {
+                                tokio::time::sleep(late).await;
+                                let _ = client
+                                    .request(Request::from_parts(late_parts, Full::new(body)))
+                                    .await;
+                            });
+                            return Err(
+                                "connection reset by the fault proxy (the request goes on later)".to_string()
+                            );
+                        }
                         if let Some(resp) = ruled {
                             if resp.extensions().get::<ResetConnection>().is_some() {
                                 return Err("connection reset by the fault proxy".to_string());
