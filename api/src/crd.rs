@@ -40,6 +40,7 @@ pub const GROUP: &str = "bucketscan.dev";
 // On the spec, not on `Filters`: a schedule's template (the spec without its
 // transition rules) may change its filters for the next run.
 #[x_kube(validation = Rule::new("self.filters == oldSelf.filters").message("filters cannot change once a scan exists (its workers apply the filters it was planned with): create a new BucketScan"))]
+#[x_kube(validation = Rule::new("has(self.baseline) == has(oldSelf.baseline) && (!has(self.baseline) || self.baseline == oldSelf.baseline)").message("baseline cannot change once a scan exists (it was planned against it, in its own pod): create a new BucketScan (kubectl bucketscan rerun makes one incremental against a finished scan)"))]
 pub struct BucketScanSpec {
     /// The bucket to scan and how to reach it.
     pub source: Source,

@@ -738,8 +738,34 @@ pub fn plan_args(scan: &BucketScan, settings: &Settings, replan: bool) -> Vec<St
 /// planning into a planned scan adds nothing).
 pub fn plan_job(scan: &BucketScan, settings: &Settings, redis_ca: bool, replan: bool) -> Job {
     let pod = pod_spec(scan, settings, plan_args(scan, settings, replan), redis_ca);
-    one_pod_job(scan, plan_job_name(scan, replan), "plan", pod)
+    let mut job = one_pod_job(scan, plan_job_name(scan, replan), "plan", pod);
+    if let Some(spec) = job.spec.as_mut() {
+        // The planning deadline holds for a plan Job too (a store that
+        // stalls an answer's body would hold it for ever), with time for
+        // its pod to start; the operator plans again after a backoff.
+        spec.active_deadline_seconds =
+            Some((settings.planning_deadline + PLAN_JOB_START_GRACE).as_secs() as i64);
+        // A plan refused for good is not run again by the Job's backoff.
+        spec.pod_failure_policy = Some(k8s_openapi::api::batch::v1::PodFailurePolicy {
+            rules: vec![k8s_openapi::api::batch::v1::PodFailurePolicyRule {
+                action: "FailJob".into(),
+                on_exit_codes: Some(
+                    k8s_openapi::api::batch::v1::PodFailurePolicyOnExitCodesRequirement {
+                        container_name: Some("worker".into()),
+                        operator: "In".into(),
+                        values: vec![EXIT_REFUSED],
+                    },
+                ),
+                on_pod_conditions: None,
+            }],
+        });
+    }
+    job
 }
+
+/// What a plan Job's deadline adds to the planning deadline: its pod's
+/// start (scheduling, an image pull).
+pub const PLAN_JOB_START_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The Job that deletes a deleted scan's parts, under the workers' identity.
 /// It needs no Redis (whose Secret goes with the scan) and is not owned by
@@ -1111,6 +1137,12 @@ mod tests {
         assert!(plans_by_job(&s), "its manifest is the tenant's object");
         let args = plan_args(&s, &Settings::default(), false);
         assert!(args.iter().any(|a| a == "--baseline"), "{args:?}");
+        // Its Job keeps the planning deadline, and a refusal fails it at once.
+        let job = plan_job(&s, &Settings::default(), false, false).spec.unwrap();
+        assert_eq!(job.active_deadline_seconds, Some(240));
+        let rule = &job.pod_failure_policy.unwrap().rules[0];
+        assert_eq!(rule.action, "FailJob");
+        assert_eq!(rule.on_exit_codes.as_ref().unwrap().values, vec![EXIT_REFUSED]);
         s.spec.baseline = None;
         s.spec.source.credentials_secret = None;
         assert!(plans_by_job(&s), "the operator has no identity to lend");

@@ -474,6 +474,27 @@ async fn the_api_server_judges_the_filters_it_can() {
             .contains("filters cannot change once a scan exists"),
         "{err}"
     );
+    // Nor its baseline: a scan with one is planned by a Job, one without
+    // in the operator, and the two must never plan one scan at once.
+    let mut body = valid("with-baseline");
+    body["spec"]["baseline"] = serde_json::json!({"scan": "last-night"});
+    assert_eq!(create(&api, body).await, None);
+    for (name, baseline) in [
+        ("filtered", serde_json::json!({"scan": "last-night"})),
+        ("with-baseline", serde_json::Value::Null),
+        ("with-baseline", serde_json::json!({"scan": "the-night-before"})),
+    ] {
+        let patch = serde_json::json!({"spec": {"baseline": baseline}});
+        let err = api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("baseline cannot change once a scan exists"),
+            "{name}: {err}"
+        );
+    }
 
     let cases: Vec<(&str, serde_json::Value, &str)> = vec![
         (

@@ -185,6 +185,23 @@ async fn a_scan_with_a_baseline_scan_heads_only_what_changed_and_says_what_did()
         .await
         .unwrap();
 
+    // Its credentials Secret missing: Blocked until it comes, as a scan the
+    // operator plans itself, not a plan Job whose pod cannot start.
+    let mut unready = scan_of("unready", &s3, &bucket, &out, Some("night-1"));
+    unready.spec.source.credentials_secret = Some(bucketscan_operator::crd::SecretReference {
+        name: "not-yet".into(),
+    });
+    scans.create(&PostParams::default(), &unready).await.unwrap();
+    eventually("unready Blocked", 60, async || {
+        let st = scans.get("unready").await.ok()?.status?;
+        let blocked = st.conditions.iter().find(|c| c.type_ == "Blocked")?;
+        (blocked.status == "True" && blocked.reason == "SecretNotFound").then_some(())
+    })
+    .await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    assert!(jobs.get_opt("unready-plan").await.unwrap().is_none());
+    scans.delete("unready", &Default::default()).await.unwrap();
+
     scans
         .create(
             &PostParams::default(),

@@ -109,6 +109,11 @@ pub(super) async fn apply(scan: &BucketScan, ctx: &Context) -> Result<Action, Er
                 return fail(scan, ctx, st, "OutputConflict", &message, &now).await;
             }
         }
+        if !seen.planned && !desired::uses_pod_identity(scan) {
+            // Blocked until its Secrets come, as when the operator plans
+            // it, rather than a plan Job whose pod cannot start.
+            super::source::secrets_ready(scan, ctx).await?;
+        }
         match job_gate(scan, ctx, seen.planned, planned).await? {
             Gate::Proceed(None) => {}
             Gate::Proceed(Some(how)) => {

@@ -135,6 +135,16 @@ pub(super) async fn job_gate(
             Some(problem) => Ok(Gate::Wait(problem)),
             None => Ok(Gate::Wait(format!("planning Job {name} is running"))),
         },
+        // Past its deadline (a store that stalls, a pod that cannot start):
+        // planned again after a backoff, as the operator's own planning is.
+        Some(Err(reason)) if reason.starts_with("DeadlineExceeded") => {
+            let why = format!(
+                "it ran past its deadline ({} s: --planning-deadline-seconds and {} s for its pod to start)",
+                (ctx.settings.planning_deadline + desired::PLAN_JOB_START_GRACE).as_secs(),
+                desired::PLAN_JOB_START_GRACE.as_secs()
+            );
+            retry_after_transient(scan, ctx, &job, &why).await
+        }
         Some(Err(reason)) => match exit_of(scan, ctx, &name).await? {
             Some((desired::EXIT_TRANSIENT, why)) => retry_after_transient(scan, ctx, &job, &why).await,
             Some((desired::EXIT_REFUSED, said)) => Ok(Gate::Refused(error_line(&said).unwrap_or_else(|| {

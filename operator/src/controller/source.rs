@@ -54,8 +54,13 @@ async fn secret_value(
 /// `desired::plans_by_job`.)
 pub const MAX_ANSWER_BYTES: usize = 8 << 20;
 
-/// The scan's S3 clients, with the credentials from its Secret.
-pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, Error> {
+/// The scan's credentials from its Secret and its store's CA, if it names
+/// one: a Secret missing or incomplete is the error that blocks the scan
+/// until it comes.
+async fn credentials_and_ca(
+    scan: &BucketScan,
+    ctx: &Context,
+) -> Result<(aws_credential_types::Credentials, Option<Vec<u8>>), Error> {
     let src = &scan.spec.source;
     let credentials = match &src.credentials_secret {
         // The operator's own identity (its pod's role, the instance's) is
@@ -95,6 +100,21 @@ pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, 
         None => None,
         Some(r) => Some(secret_value(scan, ctx, &r.name, &r.key, "spec.source.caSecret").await?),
     };
+    Ok((credentials, ca_pem))
+}
+
+/// For a scan with a credentials Secret planned by a Job (it has a
+/// baseline): its Secrets are there and whole before the Job's pod needs
+/// them, or the scan is Blocked, as when the operator plans it, instead of
+/// a pod that cannot start.
+pub(super) async fn secrets_ready(scan: &BucketScan, ctx: &Context) -> Result<(), Error> {
+    credentials_and_ca(scan, ctx).await.map(drop)
+}
+
+/// The scan's S3 clients, with the credentials from its Secret.
+pub(super) async fn s3_for(scan: &BucketScan, ctx: &Context) -> Result<Arc<S3>, Error> {
+    let src = &scan.spec.source;
+    let (credentials, ca_pem) = credentials_and_ca(scan, ctx).await?;
     // Before anything is sent; the connector checks every address again.
     let allowlist = ctx.settings.allowed_endpoints.clone();
     allowlist.check_endpoint(src.endpoint.as_deref())?;
