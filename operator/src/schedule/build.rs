@@ -204,7 +204,21 @@ pub fn baseline_for<'a>(schedule: &BucketScanSchedule, runs: &'a [Run]) -> Optio
     if template.columns.tags || template.columns.versions || template.filters.only_with_metadata {
         return None;
     }
-    let wanted = shape(template);
+    baseline_among(runs, &shape(template))
+}
+
+/// The newest Complete run of shape `wanted` that no later run was
+/// refused as its baseline.
+pub fn baseline_among<'a>(runs: &'a [Run], wanted: &str) -> Option<&'a Run> {
+    newest_not_refused(runs, |r| r.shape == wanted)
+}
+
+/// As [`baseline_among`], of any shape (what history keeps).
+pub fn baseline_among_any(runs: &[Run]) -> Option<&Run> {
+    newest_not_refused(runs, |_| true)
+}
+
+fn newest_not_refused(runs: &[Run], shaped: impl Fn(&Run) -> bool) -> Option<&Run> {
     let refused: Vec<&str> = runs
         .iter()
         .filter(|r| r.refused_baseline)
@@ -212,7 +226,7 @@ pub fn baseline_for<'a>(schedule: &BucketScanSchedule, runs: &'a [Run]) -> Optio
         .collect();
     let same: Vec<Run> = runs
         .iter()
-        .filter(|r| r.shape == wanted && !refused.contains(&r.name.as_str()))
+        .filter(|r| shaped(r) && !refused.contains(&r.name.as_str()))
         .cloned()
         .collect();
     let name = last_successful(&same)?.name.clone();

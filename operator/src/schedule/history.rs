@@ -1,12 +1,14 @@
 //! Which of a schedule's finished scans its history limits delete: all
 //! but the newest `successful` Complete and `failed` Failed ones. Never a
 //! scan another run still needs: with incremental runs the last Complete
-//! one (the next run's baseline, even at a limit of 0) and the baseline of
-//! an active run. Pure.
+//! one and the newest no run was refused (the next run's baseline, even
+//! at a limit of 0), a run that was refused a baseline still there (the
+//! refusal is what passes over it), and the baseline of an active run.
+//! Pure.
 //!
 //! May import: `schedule::build`.
 
-use super::build::{last_successful, Run};
+use super::build::{baseline_among_any, last_successful, Run};
 use crate::crd::Phase;
 
 /// Names of the scans to delete, oldest first.
@@ -18,6 +20,21 @@ pub fn to_prune(runs: &[Run], successful: i32, failed: i32, incremental: bool) -
         .collect();
     if incremental {
         keep.extend(last_successful(runs).map(|r| r.name.as_str()));
+        // And the newest that no run was refused as its baseline: the one
+        // the next run names when the newest was refused.
+        keep.extend(baseline_among_any(runs).map(|r| r.name.as_str()));
+        // A run refused its baseline is what keeps that baseline from being
+        // named again (`build::baseline_for`): kept while the baseline is.
+        keep.extend(
+            runs.iter()
+                .filter(|r| r.refused_baseline)
+                .filter(|r| {
+                    r.baseline
+                        .as_deref()
+                        .is_some_and(|b| runs.iter().any(|x| x.name == b))
+                })
+                .map(|r| r.name.as_str()),
+        );
     }
     let mut out: Vec<&Run> = Vec::new();
     for (phase, limit) in [(Phase::Complete, successful), (Phase::Failed, failed)] {
@@ -51,6 +68,26 @@ mod tests {
             partial: false,
             refused_baseline: false,
         }
+    }
+
+    #[test]
+    fn a_run_refused_its_baseline_is_kept_while_that_baseline_is() {
+        let mut refused = run("s-3", Phase::Failed, 3, Some("s-2"));
+        refused.refused_baseline = true;
+        let runs = vec![
+            run("s-1", Phase::Complete, 1, None),
+            run("s-2", Phase::Complete, 2, Some("s-1")),
+            refused.clone(),
+            run("s-4", Phase::Failed, 4, Some("s-1")),
+        ];
+        // Pruned, the refusal would be forgotten and s-2 named again; s-1,
+        // the baseline the next run names instead, stays too.
+        assert_eq!(to_prune(&runs, 0, 0, true), vec!["s-4"]);
+        let found = super::super::build::baseline_among(&runs, "");
+        assert_eq!(found.map(|r| r.name.as_str()), Some("s-1"));
+        // Once s-2 is gone, so may the refusal go.
+        let later = vec![run("s-5", Phase::Complete, 5, None), refused];
+        assert_eq!(to_prune(&later, 1, 0, true), vec!["s-3"]);
     }
 
     #[test]
