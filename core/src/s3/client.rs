@@ -234,7 +234,7 @@ impl S3 {
         let answered_range = got.content_range.clone();
         // A store may answer a range with the whole object (HTTP lets it):
         // what lies past the range's end is not read.
-        let needed = range.and_then(range_end).map(|end| end.saturating_add(1));
+        let needed = range.and_then(range_bounds).map(|(_, end)| end.saturating_add(1));
         let body = read_at_most(got.body, needed)
             .await
             .map_err(|e| match over_cap(&e) {
@@ -440,19 +440,13 @@ const OVER_CAP: &str =
 /// `max_answer_bytes` (`transport`): an error of what was sent, not of the
 /// store being down, so never retried.
 fn over_cap(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(err) = next {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        next = err.source();
-    }
-    false
+    super::error::found_in::<http_body_util::LengthLimitError>(e).is_some()
 }
 
-/// The last byte of a range `bytes=A-B`.
-fn range_end(range: &str) -> Option<usize> {
-    range.strip_prefix("bytes=")?.split_once('-')?.1.parse().ok()
+/// The first and last byte of a range `bytes=A-B`.
+fn range_bounds(range: &str) -> Option<(usize, usize)> {
+    let (a, b) = range.strip_prefix("bytes=")?.split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
 }
 
 /// An answer's body, of at most `limit` bytes (the rest is not read).
@@ -492,11 +486,7 @@ fn in_range(
     answered: Option<&str>,
     body: bytes::Bytes,
 ) -> Result<bytes::Bytes, S3Error> {
-    let Some((start, end)) = asked
-        .strip_prefix("bytes=")
-        .and_then(|r| r.split_once('-'))
-        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
-    else {
+    let Some((start, end)) = range_bounds(asked) else {
         return Ok(body);
     };
     match answered {

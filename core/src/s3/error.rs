@@ -203,10 +203,17 @@ pub struct Refused(pub String);
 
 /// The allowlist's refusal among `e` and its sources, if that is what failed.
 pub(crate) fn refusal_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refused> {
+    found_in::<Refused>(e)
+}
+
+/// The first error of type `T` in `e`'s chain of sources.
+pub(crate) fn found_in<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
     let mut next = Some(e);
     while let Some(e) = next {
-        if let Some(refused) = e.downcast_ref::<Refused>() {
-            return Some(refused);
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
         }
         next = e.source();
     }
